@@ -1,0 +1,191 @@
+"""Capture: run the harness as a child process, optionally under a profiler, into the run directory.
+
+The engine never imports the workload or torch: the harness runs under the workload's own interpreter.
+Every child runs in its own process group and is killed with it on timeout, error or interrupt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from mcp_server.errors import CaptureFailed, UsageError, WorkloadError
+from mcp_server.schema.manifest import PassRecord
+
+HARNESS = Path(__file__).with_name("harness.py")
+COMPILE_MODES = ("eager", "inductor", "cudagraphs")
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    """Default progress sink."""
+
+
+@dataclass
+class CaptureRequest:
+    """What to run and how: the workload contract options shared by every pass."""
+
+    workload: Path
+    run_dir: Path
+    python: str = sys.executable
+    compile_mode: str = "eager"
+    warmup_iters: int = 3
+    iters: int = 1
+    seed: int = 0
+    train_step: bool = False
+    timeout_s: float = 600.0
+    script_args: list[str] = field(default_factory=list)
+
+    def check(self) -> None:
+        """Reject bad input before anything runs, each with a remedy."""
+        if not self.workload.is_file():
+            raise WorkloadError(f"workload not found: {self.workload}", "pass the path of an existing .py file")
+        if self.workload.suffix != ".py":
+            raise WorkloadError(f"workload is not a .py file: {self.workload}", "pass a Python file")
+        source = self.workload.read_text(encoding="utf-8", errors="replace")
+        if "def get_model_and_input" not in source and "NvtxCapture" not in source:
+            raise WorkloadError(
+                f"{self.workload} defines no get_model_and_input() and uses no NvtxCapture window",
+                "add `def get_model_and_input(): return model, inputs` (see README: workload contract)",
+            )
+        if self.compile_mode not in COMPILE_MODES:
+            raise UsageError(f"unknown compile mode {self.compile_mode!r}", f"choose one of {', '.join(COMPILE_MODES)}")
+        if self.warmup_iters < 0 or self.iters < 1:
+            raise UsageError("--warmup-iters must be >= 0 and --iters >= 1", "pass non-negative counts")
+        if not (Path(self.python).is_file() or Path(self.python).name == self.python):
+            raise UsageError(f"python interpreter not found: {self.python}", "pass --python PATH to an interpreter")
+
+
+def now_iso() -> str:
+    """UTC timestamp with seconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def harness_command(req: CaptureRequest, profiler: str, pass_dir: Path) -> list[str]:
+    """The harness invocation under the workload's interpreter."""
+    cmd = [
+        req.python, str(HARNESS),
+        "--workload", str(req.workload.resolve()), "--run-dir", str(pass_dir.resolve()),
+        "--profiler", profiler, "--compile-mode", req.compile_mode,
+        "--warmup-iters", str(req.warmup_iters), "--iters", str(req.iters), "--seed", str(req.seed),
+    ]
+    if req.train_step:
+        cmd.append("--train-step")
+    for arg in req.script_args:
+        cmd += ["--script-arg", arg]
+    return cmd
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def run_child(cmd: list[str], log_path: Path, timeout_s: float, progress: Progress = _quiet) -> tuple[int, bool]:
+    """Run `cmd` in its own process group, streaming its output to `log_path` and `progress`.
+
+    Returns (exit code, timed out). The child and everything it started are gone when this returns.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            assert proc.stdout is not None
+            os.set_blocking(proc.stdout.fileno(), False)
+            while True:
+                line = proc.stdout.readline()
+                if line:
+                    log.write(line)
+                    progress(line.rstrip())
+                    continue
+                if proc.poll() is not None:
+                    rest = proc.stdout.read() or ""
+                    log.write(rest)
+                    break
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                time.sleep(0.05)
+        finally:
+            _kill_group(proc)
+    return proc.returncode, timed_out
+
+
+def read_harness_result(pass_dir: Path) -> dict:
+    """harness.json of a pass, or a CaptureFailed naming the log to read."""
+    path = pass_dir / "harness.json"
+    if not path.is_file():
+        raise CaptureFailed(
+            f"the harness wrote no result in {pass_dir}", f"read {pass_dir / 'output.log'} for what the child printed"
+        )
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def raise_for_harness(result: dict, req: CaptureRequest, pass_dir: Path) -> None:
+    """Turn a harness error into a one-line WorkloadError with the remedy and the traceback's tail."""
+    if result.get("status") == "ok":
+        return
+    error = result.get("error", {})
+    kind, message = error.get("kind"), error.get("message", "unknown error")
+    if kind == "no_torch":
+        raise WorkloadError(message, "pass --python PATH to an interpreter that has torch, or install torch there")
+    if kind == "contract":
+        raise WorkloadError(message, "see README: workload contract")
+    tail = error.get("traceback_tail", "").strip().splitlines()
+    where = f" (last lines: {' | '.join(line.strip() for line in tail[-3:])})" if tail else ""
+    raise WorkloadError(
+        f"the workload raised {message} during {result.get('phase', 'run')}{where}",
+        f"fix the workload; full output in {pass_dir / 'output.log'}",
+    )
+
+
+def run_pass(
+    req: CaptureRequest,
+    name: str,
+    profiler: str,
+    prefix: list[str] | None = None,
+    progress: Progress = _quiet,
+) -> tuple[PassRecord, dict]:
+    """Run one harness pass into RUN_DIR/<name>/, optionally under a profiler prefix; return record and result."""
+    pass_dir = req.run_dir / name
+    pass_dir.mkdir(parents=True, exist_ok=True)
+    (pass_dir / "harness.json").unlink(missing_ok=True)
+    cmd = [*(prefix or []), *harness_command(req, profiler, pass_dir)]
+    started, t0 = now_iso(), time.monotonic()
+    code, timed_out = run_child(cmd, pass_dir / "output.log", req.timeout_s, progress)
+    wall = time.monotonic() - t0
+    if timed_out:
+        raise CaptureFailed(
+            f"the {name} pass ran past its {req.timeout_s:.0f} s limit and was stopped",
+            "raise --timeout, or shrink the workload's sizes",
+        )
+    result = read_harness_result(pass_dir)
+    raise_for_harness(result, req, pass_dir)
+    record = PassRecord(
+        name=name, profiler=profiler, command=cmd, directory=name, started_at=started,
+        wall_time_s=round(wall, 3), exit_code=code,
+        artifacts=[f"{name}/{a}" for a in ["harness.json", *result.get("artifacts", [])]],
+    )
+    return record, result

@@ -1,0 +1,441 @@
+"""Capture harness: runs one workload's measured window under the workload's own Python interpreter.
+
+This file needs only the standard library and torch (nvtx is not required: torch.cuda.nvtx is used), so it
+runs in the user's project environment. The engine starts it as a child process:
+
+    python harness.py --workload W.py --run-dir DIR --profiler torch|nvtx|none [--compile-mode ...]
+
+It seeds every RNG, builds the model with `get_model_and_input()`, compiles it if asked, warms up, and runs
+the measured window once, writing `DIR/harness.json` (environment, window times, module table, errors) and,
+per profiler: `kineto_trace.json` (torch.profiler) or nothing extra (nvtx: nsys/ncu record it from outside).
+In compiled modes it also writes `inductor_provenance.json`: which aten ops and nn.Modules each generated
+kernel came from, read from Inductor's own generated code and the FX graph's `nn_module_stack`.
+
+A script without `get_model_and_input` marks its own window with `NvtxCapture` instead:
+
+    from mcp_server.pipeline.harness import NvtxCapture
+    with NvtxCapture(warmup_iters=3, warmup_fn=lambda: model(x)):
+        model(x)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import random
+import re
+import runpy
+import shutil
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+MEASURE_RANGE = "operator_profiler::measure"
+MODULE_RANGE_PREFIX = "module:"
+HARNESS_RESULT = "harness.json"
+KINETO_TRACE = "kineto_trace.json"
+PROVENANCE_FILE = "inductor_provenance.json"
+INDUCTOR_CODE_DIR = "inductor_code"
+ENV_CONFIG = "OPERATOR_PROFILER_HARNESS"
+COMPILE_MODES = ("eager", "inductor", "cudagraphs")
+PROFILERS = ("torch", "nvtx", "none")
+
+EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW = 0, 2, 3, 4, 5
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _config() -> dict[str, Any]:
+    """The window configuration the engine passed (empty when a script runs outside the tool)."""
+    raw = os.environ.get(ENV_CONFIG)
+    return json.loads(raw) if raw else {}
+
+
+class _Window:
+    """The measured window: profiler start/stop, NVTX measure range, emit_nvtx, host wall time."""
+
+    def __init__(self, profiler: str, run_dir: Path | None) -> None:
+        self.profiler = profiler
+        self.run_dir = run_dir
+        self.wall_time_ns = 0
+        self._stack: list[Any] = []
+
+    def __enter__(self) -> _Window:
+        import torch
+
+        self.cuda = torch.cuda.is_available()
+        if self.cuda:
+            torch.cuda.synchronize()
+        if self.profiler == "torch":
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.cuda:
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._prof = torch.profiler.profile(activities=activities, record_shapes=True)
+            self._prof.start()
+            self._enter(torch.autograd.profiler.record_function(MEASURE_RANGE))
+        elif self.profiler == "nvtx" and self.cuda:
+            torch.cuda.profiler.start()
+            torch.cuda.nvtx.range_push(MEASURE_RANGE)
+            self._enter(torch.autograd.profiler.emit_nvtx(record_shapes=True))
+        self._t0 = time.perf_counter_ns()
+        return self
+
+    def _enter(self, ctx: Any) -> None:
+        ctx.__enter__()
+        self._stack.append(ctx)
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.wall_time_ns = time.perf_counter_ns() - self._t0
+        while self._stack:
+            self._stack.pop().__exit__(None, None, None)
+        if self.profiler == "torch":
+            self._prof.stop()
+            if self.run_dir is not None:
+                self._prof.export_chrome_trace(str(self.run_dir / KINETO_TRACE))
+        elif self.profiler == "nvtx" and self.cuda:
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.profiler.stop()
+
+
+class NvtxCapture:
+    """Mark the measured window of an arbitrary script: warm up, then profile the `with` body once.
+
+    Under `operator-profiler profile script.py` the window feeds the chosen profiler; run on its own it
+    still emits `cudaProfilerStart/Stop` and the `operator_profiler::measure` NVTX range for nsys/ncu.
+    """
+
+    def __init__(self, warmup_iters: int = 3, warmup_fn: Callable[[], object] | None = None) -> None:
+        cfg = _config()
+        self.warmup_iters = warmup_iters
+        self.warmup_fn = warmup_fn
+        run_dir = cfg.get("run_dir")
+        self._window = _Window(cfg.get("profiler", "nvtx"), Path(run_dir) if run_dir else None)
+
+    def __enter__(self) -> NvtxCapture:
+        if self.warmup_fn is not None:
+            for _ in range(self.warmup_iters):
+                self.warmup_fn()
+        self._window.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._window.__exit__(*exc)
+        if exc[0] is None and self._window.run_dir is not None:
+            _write_json(self._window.run_dir / "window.json", {"wall_time_ns": self._window.wall_time_ns})
+
+
+def _seed(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+
+
+def _environment() -> dict[str, Any]:
+    import torch
+
+    env: dict[str, Any] = {
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "python_executable": sys.executable,
+        "hostname": socket.gethostname(),
+        "cuda_available": torch.cuda.is_available(),
+        "cuda_version": torch.version.cuda,
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env.update(
+            device_name=props.name,
+            sm_count=props.multi_processor_count,
+            compute_capability=f"{props.major}.{props.minor}",
+            total_memory_bytes=props.total_memory,
+        )
+    return env
+
+
+def _load_workload(path: Path) -> Any:
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _as_call(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if isinstance(inputs, dict):
+        return (), inputs
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    return (inputs,), {}
+
+
+def _clean_module_path(raw: str) -> str:
+    """`L['self'].features._modules['0'].conv` or `L['self'].features[0]` -> `features.0.conv`."""
+    path = re.sub(r"^L\['self'\]\.?", "", raw)
+    path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
+    path = re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", path)
+    return path.strip(".")
+
+
+class _RecordingInductor:
+    """torch.compile backend: records each FX graph's node -> nn.Module path, then compiles with Inductor."""
+
+    def __init__(self, compile_mode: str) -> None:
+        self.compile_mode = compile_mode
+        self.node_modules: dict[str, dict[str, str]] = {}
+
+    def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        from torch._inductor.compile_fx import compile_fx
+
+        for node in gm.graph.nodes:
+            stack = node.meta.get("nn_module_stack")
+            if stack:
+                path, mtype = list(stack.values())[-1]
+                name = getattr(mtype, "__name__", str(mtype))
+                self.node_modules[node.name] = {"module_path": _clean_module_path(str(path)), "module_type": name}
+        patches = {"triton.cudagraphs": True} if self.compile_mode == "cudagraphs" else None
+        return compile_fx(gm, example_inputs, config_patches=patches)
+
+
+def _inductor_provenance(backend: _RecordingInductor, run_dir: Path) -> dict[str, Any]:
+    """Copy every module Inductor generated in this process into the run directory, with the FX metadata.
+
+    The engine reads the copies (kernel name -> original aten ops) and `node_modules` (FX node -> module
+    path) to attribute generated kernels; nothing here depends on the generated code's format.
+    """
+    from torch._inductor.codecache import PyCodeCache
+
+    dest = run_dir / INDUCTOR_CODE_DIR
+    dest.mkdir(exist_ok=True)
+    copied = []
+    for module in list(PyCodeCache.modules):
+        source = getattr(module, "__file__", None)
+        if source and os.path.exists(source):
+            name = f"{len(copied):03d}_{Path(source).name}"
+            shutil.copyfile(source, dest / name)
+            copied.append(f"{INDUCTOR_CODE_DIR}/{name}")
+    return {"node_modules": backend.node_modules, "generated_code": copied}
+
+
+class _ModuleRanges:
+    """Forward pre/post hooks that wrap every submodule's forward in a `module:<path>` range (eager only)."""
+
+    def __init__(self, model: Any, profiler: str) -> None:
+        import torch
+
+        self._torch = torch
+        self.profiler = profiler
+        self._open: list[Any] = []
+        self._handles = []
+        for path, module in model.named_modules():
+            if path:
+                self._handles.append(module.register_forward_pre_hook(self._pre(path)))
+                self._handles.append(module.register_forward_hook(self._post))
+
+    def _pre(self, path: str) -> Callable[..., None]:
+        name = MODULE_RANGE_PREFIX + path
+
+        def hook(module: Any, args: Any) -> None:
+            if self.profiler == "torch":
+                ctx = self._torch.autograd.profiler.record_function(name)
+                ctx.__enter__()
+                self._open.append(ctx)
+            else:
+                self._torch.cuda.nvtx.range_push(name)
+
+        return hook
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        if self.profiler == "torch":
+            if self._open:
+                self._open.pop().__exit__(None, None, None)
+        else:
+            self._torch.cuda.nvtx.range_pop()
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def _describe_placement(model: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+    import torch
+
+    param_devices = sorted({str(p.device) for p in model.parameters()}) if hasattr(model, "parameters") else []
+    input_devices = sorted({str(a.device) for a in args if isinstance(a, torch.Tensor)})
+    return {"parameter_devices": param_devices, "input_devices": input_devices}
+
+
+def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], run_dir: Path) -> None:
+    """Build, compile, warm up and measure a `get_model_and_input()` workload."""
+    import torch
+
+    model, inputs = module.get_model_and_input()
+    call_args, call_kwargs = _as_call(inputs)
+    result["placement"] = _describe_placement(model, call_args)
+    if torch.cuda.is_available() and "cpu" in result["placement"]["parameter_devices"] + result["placement"][
+        "input_devices"
+    ]:
+        result["warnings"].append(
+            "CUDA is available but part of the model or inputs is on the CPU: "
+            f"{result['placement']}; move them to 'cuda' in get_model_and_input()"
+        )
+    train_step = getattr(module, "train_step", None) if args.train_step else None
+    if args.train_step and train_step is None:
+        raise _ContractError("--train-step was given but the workload defines no train_step(model, inputs)")
+    backend = None
+    fn = model
+    if args.compile_mode != "eager":
+        backend = _RecordingInductor(args.compile_mode)
+        fn = torch.compile(model, backend=backend)
+
+    def step() -> None:
+        if train_step is not None:
+            train_step(fn, inputs)
+        else:
+            with torch.no_grad():
+                fn(*call_args, **call_kwargs)
+
+    result["phase"] = "warmup"
+    t0 = time.perf_counter_ns()
+    for _ in range(args.warmup_iters):
+        step()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    result["warmup_time_ns"] = time.perf_counter_ns() - t0
+    hooks = _ModuleRanges(model, args.profiler) if args.compile_mode == "eager" and args.profiler != "none" else None
+    result["phase"] = "measure"
+    window = _Window(args.profiler, run_dir)
+    with window:
+        for _ in range(args.iters):
+            step()
+    if hooks is not None:
+        hooks.remove()
+    result["window"] = {"wall_time_ns": window.wall_time_ns, "iters": args.iters}
+    result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
+    if backend is not None:
+        _write_json(run_dir / PROVENANCE_FILE, _inductor_provenance(backend, run_dir))
+        result["artifacts"].append(PROVENANCE_FILE)
+    if args.profiler == "torch":
+        result["artifacts"].append(KINETO_TRACE)
+
+
+class _ContractError(Exception):
+    pass
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Operator Profiler capture harness (runs one measured window).")
+    parser.add_argument("--workload", required=True, type=Path)
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--profiler", choices=PROFILERS, default="none")
+    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default="eager")
+    parser.add_argument("--warmup-iters", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-step", action="store_true")
+    parser.add_argument("--script-arg", action="append", default=[], help="argument passed to a script workload")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the workload's window; write harness.json whatever happens; return the exit code."""
+    args = _parse_args(argv)
+    run_dir = args.run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "status": "running",
+        "phase": "import",
+        "workload": str(args.workload),
+        "profiler": args.profiler,
+        "compile_mode": args.compile_mode,
+        "run_mode": "train_step" if args.train_step else "inference",
+        "warmup_iters": args.warmup_iters,
+        "iters": args.iters,
+        "seed": args.seed,
+        "started_at": _now(),
+        "warnings": [],
+        "artifacts": [],
+    }
+    code = EXIT_OK
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        result.update(status="error", error={"kind": "no_torch", "message": f"{sys.executable} cannot import torch: {exc}"})
+        _write_json(run_dir / HARNESS_RESULT, result)
+        return EXIT_NO_TORCH
+    result["environment"] = _environment()
+    _seed(args.seed)
+    os.environ[ENV_CONFIG] = json.dumps({"profiler": args.profiler, "run_dir": str(run_dir)})
+    try:
+        module_source = args.workload.read_text(encoding="utf-8")
+        if re.search(r"^def get_model_and_input\b", module_source, re.MULTILINE):
+            result["workload_kind"] = "contract"
+            module = _load_workload(args.workload.resolve())
+            if not callable(getattr(module, "get_model_and_input", None)):
+                raise _ContractError(f"{args.workload} defines no callable get_model_and_input()")
+            run_contract(module, args, result, run_dir)
+        elif "NvtxCapture" in module_source:
+            result["workload_kind"] = "script"
+            result["phase"] = "script"
+            sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+            sys.argv = [str(args.workload), *args.script_arg]
+            runpy.run_path(str(args.workload), run_name="__main__")
+            window_file = run_dir / "window.json"
+            if not window_file.exists():
+                raise _ContractError(f"{args.workload} finished without closing an NvtxCapture window")
+            result["window"] = {**json.loads(window_file.read_text()), "iters": 1}
+            if args.profiler == "torch":
+                result["artifacts"].append(KINETO_TRACE)
+        else:
+            raise _ContractError(
+                f"{args.workload} defines no get_model_and_input() and uses no NvtxCapture window"
+            )
+        result["status"] = "ok"
+    except _ContractError as exc:
+        result.update(status="error", error={"kind": "contract", "message": str(exc)})
+        code = EXIT_CONTRACT
+    except BaseException as exc:  # noqa: BLE001 - the workload's own failure is reported, not re-raised
+        tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+        result.update(
+            status="error",
+            error={"kind": "workload_raised", "message": f"{type(exc).__name__}: {exc}", "traceback_tail": tail},
+        )
+        code = EXIT_WORKLOAD_RAISED
+    result["finished_at"] = _now()
+    _write_json(run_dir / HARNESS_RESULT, result)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The capture passes a backend is made of: torch.profiler, nsys timeline, ncu counters."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mcp_server.errors import BackendUnavailable, CaptureFailed
+from mcp_server.pipeline.capture import CaptureRequest, Progress, _quiet, now_iso, run_child, run_pass
+from mcp_server.schema.manifest import PassRecord
+from plugins.ncu.command import NcuOptions, find_ncu
+from plugins.ncu.command import capture_command as ncu_capture
+from plugins.nsys.command import capture_command as nsys_capture
+from plugins.nsys.command import export_command, find_nsys
+
+NSYS_REPORT = "report.nsys-rep"
+NSYS_SQLITE = "report.sqlite"
+NCU_REPORT = "report.ncu-rep"
+
+
+def torch_pass(req: CaptureRequest, progress: Progress = _quiet) -> tuple[PassRecord, dict]:
+    """Run the window under torch.profiler (Kineto): RUN_DIR/torch/kineto_trace.json."""
+    progress("torch.profiler pass: running the workload")
+    return run_pass(req, "torch", "torch", progress=progress)
+
+
+def nsys_pass(req: CaptureRequest, progress: Progress = _quiet, extra_trace: tuple[str, ...] = ()) -> PassRecord:
+    """Run the window under nsys and export SQLite: RUN_DIR/nsys/report.sqlite."""
+    nsys = find_nsys()
+    if nsys is None:
+        raise BackendUnavailable("nsys not found", "install Nsight Systems or set NSYS=/path/to/nsys")
+    pass_dir = req.run_dir / "nsys"
+    progress("nsys pass: recording the measured window's timeline")
+    record, _ = run_pass(req, "nsys", "nvtx", nsys_capture(nsys, pass_dir / "report", extra_trace), progress)
+    report = pass_dir / NSYS_REPORT
+    if not report.is_file():
+        leftovers = sorted(p.name for p in pass_dir.glob("report*"))
+        raise CaptureFailed(
+            f"nsys wrote no {NSYS_REPORT} (found: {leftovers or 'nothing'})",
+            "a .qdstrm alone means nsys's report importer could not run: its libraries (e.g. libdw.so.1) are "
+            "missing; run `operator-profiler preflight`",
+        )
+    progress("nsys pass: exporting SQLite")
+    t0 = time.monotonic()
+    code, _ = run_child(export_command(nsys, report, pass_dir / NSYS_SQLITE), pass_dir / "export.log", req.timeout_s)
+    if code != 0 or not (pass_dir / NSYS_SQLITE).is_file():
+        raise CaptureFailed(f"nsys export failed (exit {code})", f"read {pass_dir / 'export.log'}")
+    record.artifacts += [f"nsys/{NSYS_REPORT}", f"nsys/{NSYS_SQLITE}"]
+    record.notes.append(f"sqlite export took {time.monotonic() - t0:.1f} s")
+    return record
+
+
+def ncu_pass(req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet) -> PassRecord:
+    """Replay the window's kernels under ncu: RUN_DIR/ncu/report.ncu-rep."""
+    ncu = find_ncu()
+    if ncu is None:
+        raise BackendUnavailable("ncu not found", "install Nsight Compute or set NCU=/path/to/ncu")
+    pass_dir = req.run_dir / "ncu"
+    progress("ncu pass: replaying the window's kernels for hardware counters")
+    try:
+        record, _ = run_pass(req, "ncu", "nvtx", ncu_capture(ncu, pass_dir / "report", options), progress)
+    except CaptureFailed as exc:
+        _raise_if_permission(pass_dir)
+        raise exc
+    _raise_if_permission(pass_dir)
+    if not (pass_dir / NCU_REPORT).is_file():
+        raise CaptureFailed("ncu wrote no report", f"read {pass_dir / 'output.log'}")
+    record.artifacts.append(f"ncu/{NCU_REPORT}")
+    return record
+
+
+def _raise_if_permission(pass_dir: Path) -> None:
+    log = pass_dir / "output.log"
+    if log.is_file() and "ERR_NVGPUCTRPERM" in log.read_text(encoding="utf-8", errors="replace"):
+        raise CaptureFailed(
+            "ncu may not read GPU performance counters (ERR_NVGPUCTRPERM)",
+            "run as root, pass --ncu-sudo (uses `sudo -n`), or allow all users: "
+            "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d, then reboot",
+        )
+
+
+__all__ = ["NcuOptions", "ncu_pass", "nsys_pass", "now_iso", "torch_pass"]

@@ -1,0 +1,168 @@
+"""`OperatorAttributedProfile`: the profile.json every later stage reads.
+
+Field names follow the seed's profile.json (`schema_version`, `capture_metadata`, `operators[]` with
+`operator_id`, `operator_name`, `call_index`, `is_fused`, `kernels[]`, `aggregated`,
+`unattributed_kernels[]`, `warnings[]`). Every quantity carries its unit, either in the field name
+(`_ns`, `_bytes`, `_pct`, `_flop`) or, for raw counters, in a `Metric`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1.0"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AttributionMethod(str, Enum):
+    """How a kernel was tied to the operator that launched it (the confidence ladder)."""
+
+    KINETO_CORRELATION = "kineto_correlation"
+    NVTX_ENCLOSURE = "nvtx_enclosure"
+    INDUCTOR_PROVENANCE = "inductor_provenance"
+    UNATTRIBUTED = "unattributed"
+
+
+class Confidence(str, Enum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    NONE = "none"
+
+
+class Metric(_Model):
+    """One hardware counter or derived value, with the unit the tool reported it in."""
+
+    value: float
+    unit: str = Field(description="Unit as reported by the tool, e.g. 'byte', 'nsecond', '%', 'inst'.")
+
+
+class Attribution(_Model):
+    method: AttributionMethod
+    confidence: Confidence
+    launch_op: str | None = Field(
+        default=None, description="Innermost aten op active when the kernel was launched (e.g. aten::addmm)."
+    )
+    detail: str | None = None
+
+
+class KernelRecord(_Model):
+    """One kernel launch inside the measured window, in launch order."""
+
+    kernel_id: int = Field(description="Launch ordinal within the window (0-based).")
+    kernel_name: str
+    mangled_name: str | None = None
+    device_id: int | None = None
+    stream_id: int | None = None
+    correlation_id: int | None = None
+    start_ns: int = Field(description="GPU start, ns since the start of the window.")
+    duration_ns: int = Field(description="GPU duration at real clocks, ns.")
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    registers_per_thread: int | None = None
+    shared_memory_bytes: int | None = None
+    module_path: str | None = None
+    attribution: Attribution
+    metrics: dict[str, Metric] = Field(default_factory=dict)
+    propagated_from: int | None = Field(
+        default=None, description="kernel_id whose counters were replayed and copied to this identical launch."
+    )
+
+
+class AggregatedMetrics(_Model):
+    """Per-operator roll-up of its kernels (None where no kernel reported the counter)."""
+
+    total_duration_ns: int = 0
+    kernel_count: int = 0
+    dominant_kernel: str | None = None
+    dram_bytes_read: float | None = None
+    dram_bytes_written: float | None = None
+    achieved_occupancy_pct: float | None = None
+    tensor_core_active_pct: float | None = None
+    l1_hit_rate_pct: float | None = None
+    l2_hit_rate_pct: float | None = None
+    sm_throughput_pct: float | None = None
+    dram_throughput_pct: float | None = None
+    flops_by_precision: dict[str, float] = Field(default_factory=dict, description="FLOPs (count) per precision.")
+    arithmetic_intensity_flop_per_byte: float | None = None
+    cpu_self_time_ns: int | None = Field(default=None, description="CPU self time (CPU-only profiles).")
+    cpu_total_time_ns: int | None = Field(default=None, description="CPU inclusive time (CPU-only profiles).")
+
+
+class OperatorRecord(_Model):
+    """One call of one PyTorch operator (or one Inductor-fused group) in the window."""
+
+    operator_id: str = Field(description="Stable identity: '<operator_name>#<call_index>'.")
+    operator_name: str = Field(description="Bare operator name, e.g. aten::linear; no shapes.")
+    call_index: int = Field(description="Nth call of this operator name in the window (0-based).")
+    module_path: str | None = Field(default=None, description="nn.Module path, e.g. features.0.conv.")
+    input_shapes: list[list[int] | None] | None = None
+    input_dtypes: list[str | None] | None = None
+    is_fused: bool = False
+    fused_operators: list[str] = Field(default_factory=list, description="aten ops an Inductor kernel fused.")
+    kernels: list[KernelRecord] = Field(default_factory=list)
+    aggregated: AggregatedMetrics = Field(default_factory=AggregatedMetrics)
+
+
+class Clocks(_Model):
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    source: str | None = Field(default=None, description="Where the clocks were read.")
+
+
+class CaptureMetadata(_Model):
+    """Everything needed to know what was measured, where and how."""
+
+    tool: str = Field(description="Profilers that produced this profile, e.g. 'torch_profiler' or 'nsys+ncu'.")
+    gpu_used: bool
+    device_name: str | None = None
+    device_type: str = Field(description="'cuda' or 'cpu'.")
+    sm_count: int | None = None
+    compute_capability: str | None = None
+    total_memory_bytes: int | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    torch_version: str
+    python_version: str
+    python_executable: str
+    hostname: str | None = None
+    workload: str
+    compile_mode: str
+    run_mode: str = Field(description="'inference' (forward under no_grad) or 'train_step'.")
+    warmup_iters: int
+    iters: int
+    seed: int
+    command_line: list[str]
+    started_at: str
+    finished_at: str
+    clocks: Clocks = Field(default_factory=Clocks)
+    tool_versions: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
+class WindowTotals(_Model):
+    """Totals over the measured window."""
+
+    wall_time_ns: int = Field(description="Host wall time of the measured iterations, ns.")
+    gpu_busy_time_ns: int | None = Field(default=None, description="Union of kernel intervals, ns (None without GPU).")
+    kernel_count: int = 0
+    kernel_time_ns: int = Field(default=0, description="Sum of kernel durations, ns.")
+    attributed_kernel_time_pct: float | None = None
+    high_confidence_kernel_time_pct: float | None = None
+    operator_count: int = 0
+    cpu_operator_time_ns: int | None = Field(default=None, description="Sum of top-level CPU op time, ns.")
+
+
+class OperatorAttributedProfile(_Model):
+    """profile.json: operators of one measured window with their kernels and counters."""
+
+    schema_version: str = SCHEMA_VERSION
+    capture_metadata: CaptureMetadata
+    window: WindowTotals
+    operators: list[OperatorRecord] = Field(default_factory=list)
+    unattributed_kernels: list[KernelRecord] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)

@@ -1,0 +1,65 @@
+"""Locating ncu and building its command line: kernel replay restricted to the measured window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from plugins.tools import find_executable
+
+NCU_GLOBS = ["/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/bin/ncu", "/usr/local/NVIDIA-Nsight-Compute*/ncu"]
+MEASURE_RANGE = "operator_profiler::measure"
+METRICS_FILE = Path(__file__).with_name("metrics.yaml")
+
+
+def find_ncu() -> str | None:
+    """ncu from $NCU, PATH, or /opt/nvidia/nsight-compute/<version>/ncu."""
+    return find_executable("ncu", "NCU", NCU_GLOBS)
+
+
+def default_metrics() -> dict[str, str]:
+    """profile.json key -> ncu metric name, from metrics.yaml."""
+    data = yaml.safe_load(METRICS_FILE.read_text(encoding="utf-8"))
+    return {key: spec["metric"] for key, spec in data["metrics"].items()}
+
+
+@dataclass
+class NcuOptions:
+    """What to replay and which counters to collect."""
+
+    dedupe: bool = True
+    kernel_regex: str | None = None
+    launch_skip: int | None = None
+    launch_count: int | None = None
+    sections: list[str] = field(default_factory=list)
+    metric_set: str | None = None
+    cuda_graphs: bool = False
+    sudo: bool = False
+
+
+def capture_command(ncu: str, report_base: Path, options: NcuOptions) -> list[str]:
+    """The ncu prefix: kernel replay of the kernels inside the `operator_profiler::measure` NVTX range."""
+    cmd = ["sudo", "-n", "--preserve-env"] if options.sudo else []
+    cmd += [
+        ncu, "--nvtx", "--nvtx-include", f"{MEASURE_RANGE}/",
+        "--replay-mode", "kernel", "--cache-control", "all", "--clock-control", "base",
+        "--metrics", ",".join(default_metrics().values()),
+        "--force-overwrite", "--export", str(report_base),
+    ]
+    if options.metric_set:
+        cmd += ["--set", options.metric_set]
+    for section in options.sections:
+        cmd += ["--section", section]
+    if options.kernel_regex:
+        cmd += ["--kernel-name", f"regex:{options.kernel_regex}"]
+    if options.launch_skip is not None:
+        cmd += ["--launch-skip", str(options.launch_skip)]
+    if options.dedupe and options.launch_count is None:
+        cmd += ["--filter-mode", "per-launch-config", "--launch-count", "1"]
+    elif options.launch_count is not None:
+        cmd += ["--launch-count", str(options.launch_count)]
+    if options.cuda_graphs:
+        cmd += ["--graph-profiling", "node"]
+    return cmd

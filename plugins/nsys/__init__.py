@@ -1,0 +1,1 @@
+"""Nsight Systems adapter: find nsys, build the capture/export command lines, read the SQLite export."""

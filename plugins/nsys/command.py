@@ -1,0 +1,42 @@
+"""Locating nsys and building its command lines (capture only the cudaProfilerApi window)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from plugins.tools import find_executable
+
+NSYS_GLOBS = [
+    "/opt/nvidia/nsight-systems*/bin/nsys",
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/usr/local/cuda*/bin/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+]
+DEFAULT_TRACE = ("cuda", "nvtx")
+OPTIONAL_TRACE = ("osrt", "cudnn", "cublas")
+
+
+def find_nsys() -> str | None:
+    """nsys from $NSYS, PATH, /opt/nvidia/nsight-systems*, or the copy inside Nsight Compute's host folder."""
+    return find_executable("nsys", "NSYS", NSYS_GLOBS)
+
+
+def capture_command(nsys: str, report_base: Path, extra_trace: tuple[str, ...] = ()) -> list[str]:
+    """The nsys prefix that records only the cudaProfilerStart/Stop window of the command that follows."""
+    unknown = [t for t in extra_trace if t not in OPTIONAL_TRACE]
+    if unknown:
+        raise ValueError(f"unknown nsys trace {unknown}; choose from {list(OPTIONAL_TRACE)}")
+    return [
+        nsys, "profile",
+        f"--trace={','.join(DEFAULT_TRACE + tuple(extra_trace))}",
+        "--sample=none", "--cpuctxsw=none",
+        "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+        "--cuda-graph-trace=node",
+        "--force-overwrite=true",
+        f"--output={report_base}",
+    ]
+
+
+def export_command(nsys: str, report: Path, sqlite: Path) -> list[str]:
+    """Export an .nsys-rep to SQLite."""
+    return [nsys, "export", "--type=sqlite", "--force-overwrite=true", f"--output={sqlite}", str(report)]
