@@ -45,3 +45,24 @@ def tool_version(path: str, timeout_s: float = 30.0) -> str | None:
         if "version" in line.lower() or line[:1].isdigit():
             return line
     return lines[0] if lines else None
+
+
+def query_gpu(timeout_s: float = 20.0) -> dict[str, str]:
+    """nvidia-smi's view of GPU 0 (name, driver, current clocks); empty when nvidia-smi is absent or fails."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    fields = ["name", "driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem"]
+    try:
+        proc = subprocess.run(
+            [smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=timeout_s, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {}
+    values = [v.strip() for v in lines[0].split(",")]
+    keys = ["name", "driver_version", "clocks_sm_mhz", "clocks_mem_mhz", "clocks_max_sm_mhz", "clocks_max_mem_mhz"]
+    return {k: v for k, v in zip(keys, values) if v and v != "[N/A]"}

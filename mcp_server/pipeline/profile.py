@@ -1,0 +1,108 @@
+"""The profile stage: choose a backend, run its capture passes into a run directory, assemble profile.json."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from mcp_server.errors import BackendUnavailable
+from mcp_server.pipeline.assemble import assemble, write_profile
+from mcp_server.pipeline.capture import CaptureRequest, Progress, _quiet, now_iso
+from mcp_server.pipeline.passes import NcuOptions, ncu_pass, nsys_pass, torch_pass
+from mcp_server.pipeline.rundir import prepare_run_dir, read_manifest, write_manifest
+from mcp_server.schema.manifest import RunManifest
+from mcp_server.schema.profile import OperatorAttributedProfile
+from plugins.ncu.command import find_ncu
+from plugins.nsys.command import find_nsys
+from plugins.tools import query_gpu, tool_version
+
+BACKENDS = ("auto", "torch", "nsys")
+
+
+@dataclass
+class ProfileResult:
+    """What a profile run produced."""
+
+    run_dir: Path
+    profile_path: Path
+    profile: OperatorAttributedProfile
+    backend: str
+
+
+def choose_backend(requested: str) -> str:
+    """'nsys' when an NVIDIA GPU, nsys and ncu are all present (for auto), else 'torch'; check availability."""
+    if requested not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {requested!r}", f"choose one of {', '.join(BACKENDS)}")
+    has_gpu = shutil.which("nvidia-smi") is not None
+    tools = find_nsys() is not None and find_ncu() is not None
+    if requested == "auto":
+        return "nsys" if has_gpu and tools else "torch"
+    if requested == "nsys" and not (has_gpu and tools):
+        missing = [n for n, ok in (("an NVIDIA GPU (nvidia-smi)", has_gpu), ("nsys", find_nsys()),
+                                   ("ncu", find_ncu())) if not ok]
+        raise BackendUnavailable(
+            f"backend nsys needs {', '.join(missing)}, not found here",
+            "use --backend torch, or install Nsight Systems/Compute (set NSYS=/NCU= to their paths)",
+        )
+    return requested
+
+
+def new_manifest(req: CaptureRequest, backend: str, command_line: list[str]) -> RunManifest:
+    """A manifest describing the request, before any pass ran."""
+    versions: dict[str, str] = {}
+    if backend == "nsys":
+        for name, path in (("nsys", find_nsys()), ("ncu", find_ncu())):
+            version = tool_version(path) if path else None
+            if version:
+                versions[name] = version
+    return RunManifest(
+        created_at=now_iso(), workload=str(req.workload.resolve()), python=req.python,
+        backend="nsys+ncu" if backend == "nsys" else "torch", compile_mode=req.compile_mode,
+        run_mode="train_step" if req.train_step else "inference", warmup_iters=req.warmup_iters, iters=req.iters,
+        seed=req.seed, command_line=command_line, tool_versions=versions, gpu=query_gpu(),
+    )
+
+
+def capture(
+    req: CaptureRequest,
+    backend: str,
+    command_line: list[str],
+    progress: Progress = _quiet,
+    ncu: NcuOptions | None = None,
+) -> RunManifest:
+    """Run the backend's capture passes into req.run_dir and write manifest.json after each pass.
+
+    nsys backend: the nsys timeline pass, then (unless `ncu` is None) the ncu counter pass.
+    """
+    req.check()
+    prepare_run_dir(req.run_dir)
+    manifest = new_manifest(req, backend, command_line)
+    write_manifest(req.run_dir, manifest)
+    if backend == "torch":
+        record, _ = torch_pass(req, progress)
+        manifest.passes.append(record)
+    else:
+        manifest.passes.append(nsys_pass(req, progress))
+        write_manifest(req.run_dir, manifest)
+        if ncu is not None:
+            manifest.passes.append(ncu_pass(req, ncu, progress))
+    write_manifest(req.run_dir, manifest)
+    return manifest
+
+
+def map_counters(req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet) -> RunManifest:
+    """Add the ncu pass to an existing run directory (the `map` stage)."""
+    manifest = read_manifest(req.run_dir)
+    manifest.passes = [p for p in manifest.passes if p.name != "ncu"]
+    manifest.passes.append(ncu_pass(req, options, progress))
+    write_manifest(req.run_dir, manifest)
+    return manifest
+
+
+def build_profile(run_dir: Path, progress: Progress = _quiet) -> ProfileResult:
+    """Assemble and write RUN_DIR/profile.json."""
+    progress("assembling profile.json")
+    profile = assemble(run_dir)
+    path = write_profile(run_dir, profile)
+    return ProfileResult(run_dir=run_dir, profile_path=path, profile=profile, backend=profile.capture_metadata.tool)

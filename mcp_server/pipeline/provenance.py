@@ -1,0 +1,91 @@
+"""Inductor provenance: which aten ops and nn.Modules each generated kernel came from.
+
+The harness copies the code Inductor generated into `<pass>/inductor_code/` and records each FX graph
+node's `nn_module_stack` in `inductor_provenance.json`; this module reads both. Inductor writes, above
+each kernel definition (and above each extern-kernel call), a comment of the form
+`# Topologically Sorted Source Nodes: [conv2d, batch_norm], Original ATen: [aten.convolution, ...]`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+PROVENANCE_FILE = "inductor_provenance.json"
+_ORIGIN = re.compile(r"Source Nodes: \[([^\]]*)\], Original ATen: \[([^\]]*)\]")
+_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.\w+\(")
+
+
+class KernelOrigin(BaseModel):
+    """Where one generated kernel came from."""
+
+    kernel_name: str
+    aten_ops: list[str] = Field(default_factory=list, description="e.g. ['aten::convolution', 'aten::relu']")
+    source_nodes: list[str] = Field(default_factory=list)
+    module_paths: list[str] = Field(default_factory=list)
+
+    @property
+    def module_path(self) -> str | None:
+        """The deepest module path shared by every source node (None when unknown)."""
+        if not self.module_paths:
+            return None
+        parts = [p.split(".") for p in self.module_paths]
+        common: list[str] = []
+        for level in zip(*parts):
+            if len(set(level)) != 1:
+                break
+            common.append(level[0])
+        return ".".join(common) if common else ",".join(self.module_paths)
+
+
+def _aten_name(dotted: str) -> str:
+    """`aten._native_batch_norm_legit_no_training` -> `aten::_native_batch_norm_legit_no_training`."""
+    namespace, _, op = dotted.partition(".")
+    return f"{namespace}::{op}" if op else dotted
+
+
+def parse_generated_code(source: str) -> dict[str, tuple[list[str], list[str]]]:
+    """Kernel name -> (source FX node names, original aten ops) from one generated wrapper module."""
+    kernels: dict[str, tuple[list[str], list[str]]] = {}
+    pending: tuple[list[str], list[str]] | None = None
+    for line in source.splitlines():
+        origin = _ORIGIN.search(line)
+        if origin:
+            nodes = [n.strip() for n in origin.group(1).split(",") if n.strip()]
+            atens = [_aten_name(a.strip()) for a in origin.group(2).split(",") if a.strip()]
+            pending = (nodes, atens)
+            continue
+        match = _KERNEL_DEF.match(line)
+        if match:
+            if pending is not None:
+                kernels[match.group(1)] = pending
+            pending = None
+        elif pending is not None and line.strip() and not line.lstrip().startswith("#"):
+            pending = None
+    return kernels
+
+
+def load_provenance(pass_dir: Path) -> dict[str, KernelOrigin]:
+    """Kernel name -> origin for every kernel Inductor generated in a pass (empty when not compiled)."""
+    index = pass_dir / PROVENANCE_FILE
+    if not index.is_file():
+        return {}
+    data = json.loads(index.read_text(encoding="utf-8"))
+    node_modules: dict[str, dict[str, str]] = data.get("node_modules", {})
+    origins: dict[str, KernelOrigin] = {}
+    for rel in data.get("generated_code", []):
+        code = pass_dir / rel
+        if not code.is_file():
+            continue
+        for name, (nodes, atens) in parse_generated_code(code.read_text(encoding="utf-8")).items():
+            paths = sorted({node_modules[n]["module_path"] for n in nodes if n in node_modules})
+            known = origins.get(name)
+            if known is None:
+                origins[name] = KernelOrigin(kernel_name=name, aten_ops=atens, source_nodes=nodes, module_paths=paths)
+            else:
+                known.aten_ops = sorted(set(known.aten_ops) | set(atens))
+                known.module_paths = sorted(set(known.module_paths) | set(paths))
+    return origins

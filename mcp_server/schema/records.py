@@ -1,0 +1,71 @@
+"""Intermediate records the profiler-tool adapters (plugins/) produce and the attribution stage consumes.
+
+Every adapter turns its tool's raw output into these: a Kineto trace or an nsys SQLite export into
+`TraceKernel`s (timeline, real clocks, with the stack of ranges enclosing each launch), an ncu report into
+`CounterRecord`s (hardware counters, replayed at base clocks).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from mcp_server.schema.profile import Metric
+
+
+class Frame(BaseModel):
+    """One range enclosing a kernel launch on the launching CPU thread: an operator, a module or a marker."""
+
+    name: str = Field(description="Bare name: 'aten::addmm', 'features.0.conv' (module) or a marker name.")
+    kind: str = Field(description="'op' (a PyTorch operator), 'module' (nn.Module range) or 'annotation'.")
+    input_shapes: list[list[int] | None] | None = None
+    input_dtypes: list[str | None] | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+
+class TraceKernel(BaseModel):
+    """One kernel execution from a timeline (Kineto or nsys), in launch order within the window."""
+
+    ordinal: int = Field(description="Launch order within the window (0-based), by runtime-call order.")
+    name: str
+    mangled_name: str | None = None
+    start_ns: int = Field(description="GPU start timestamp, ns (tool clock).")
+    duration_ns: int
+    device_id: int | None = None
+    stream_id: int | None = None
+    correlation_id: int | None = None
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    registers_per_thread: int | None = None
+    shared_memory_bytes: int | None = None
+    launch_thread: int | None = None
+    launch_start_ns: int | None = Field(default=None, description="CPU start of the launching runtime call, ns.")
+    stack: list[Frame] = Field(default_factory=list, description="Enclosing ranges, outermost first.")
+    linked_op: str | None = Field(
+        default=None, description="Operator the tool itself correlated to the launch (Kineto External id)."
+    )
+
+
+class CounterRecord(BaseModel):
+    """One profiled kernel from Nsight Compute, in profiling (= launch) order."""
+
+    ordinal: int
+    name: str
+    mangled_name: str | None = None
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    metrics: dict[str, Metric] = Field(default_factory=dict)
+    stack: list[Frame] = Field(default_factory=list, description="NVTX push/pop stack at launch, outermost first.")
+
+
+class CpuOp(BaseModel):
+    """A top-level CPU operator call (CPU-only profiles)."""
+
+    name: str
+    start_ns: int
+    duration_ns: int
+    self_ns: int
+    thread: int | None = None
+    stack: list[Frame] = Field(default_factory=list)
+    input_shapes: list[list[int] | None] | None = None
+    input_dtypes: list[str | None] | None = None

@@ -1,0 +1,89 @@
+"""Classify NVTX push/pop range names into `Frame`s: operator, module or annotation.
+
+The harness and PyTorch write three kinds of range names (seen in the nsys and ncu captures of torch 2.11):
+
+- `module:features.0.conv` — the harness's forward hook per `nn.Module` (eager mode);
+- `aten::addmm, seq = 3, op_id = 40, sizes = [[10], [2, 32], [32, 10], [], []], input_op_ids = [...]` —
+  `torch.autograd.profiler.emit_nvtx(record_shapes=True)`; `seq` appears only when autograd records a
+  sequence number, `sizes` only with record_shapes, one list per input (`[]` for scalars and non-tensors);
+- everything else: `operator_profiler::measure` (the measured window), `Torch-Compiled Region: 0/0, op_id = 2`,
+  `## Call CompiledFxGraph <hash> ##, op_id = 5`, and Triton launches under torch.compile,
+  `triton_poi_fused_convolution_0, op_id = 6, sizes = [...]`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from mcp_server.schema.records import Frame
+
+MEASURE_RANGE = "operator_profiler::measure"
+MODULE_PREFIX = "module:"
+FIELD_SEPARATOR = ", "
+SIZES_FIELD = "sizes = "
+# Namespaces whose `ns::name` ranges are markers, not PyTorch operators.
+ANNOTATION_NAMESPACES = frozenset({"operator_profiler"})
+
+_OP_HEAD = re.compile(r"^(?P<ns>[A-Za-z_]\w*)::\S+$")
+
+
+def range_name(text: str) -> str:
+    """The name part of a range text: everything before the first `, ` (the `op_id = ...` fields dropped)."""
+    return text.split(FIELD_SEPARATOR, 1)[0]
+
+
+def is_operator(head: str) -> bool:
+    """True for a PyTorch operator name like `aten::addmm` (a namespace, `::`, no spaces; not a marker)."""
+    match = _OP_HEAD.match(head)
+    return bool(match) and match.group("ns") not in ANNOTATION_NAMESPACES
+
+
+def parse_sizes(text: str) -> list[list[int] | None] | None:
+    """The `sizes = [[...], ...]` field of an emit_nvtx range: one dims list per input, None where unparseable.
+
+    Returns None when the text has no sizes field or it is not a well-formed list.
+    """
+    marker = FIELD_SEPARATOR + SIZES_FIELD
+    at = text.find(marker)
+    if at < 0:
+        return None
+    begin = at + len(marker)
+    if begin >= len(text) or text[begin] != "[":
+        return None
+    depth = 0
+    for pos in range(begin, len(text)):
+        char = text[pos]
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+            if depth == 0:
+                break
+    else:
+        return None
+    try:
+        value = json.loads(text[begin : pos + 1])
+    except ValueError:
+        return None
+    if not isinstance(value, list):
+        return None
+    return [
+        [int(d) for d in dims] if isinstance(dims, list) and all(isinstance(d, int) for d in dims) else None
+        for dims in value
+    ]
+
+
+def parse_range(text: str, start_ns: int | None = None, end_ns: int | None = None) -> Frame:
+    """Classify one NVTX range name.
+
+    `module:<path>` gives kind 'module' named by the path; a namespaced PyTorch operator (`aten::addmm, ...`)
+    gives kind 'op' with the bare operator name and `input_shapes` from its `sizes` field; anything else,
+    including `operator_profiler::measure`, gives kind 'annotation' named by the text before the first `, `
+    (for a Triton launch range, the kernel name; its `sizes` are kept as `input_shapes` too).
+    """
+    if text.startswith(MODULE_PREFIX):
+        return Frame(name=text[len(MODULE_PREFIX) :], kind="module", start_ns=start_ns, end_ns=end_ns)
+    head = range_name(text)
+    kind = "op" if is_operator(head) else "annotation"
+    return Frame(name=head, kind=kind, input_shapes=parse_sizes(text), start_ns=start_ns, end_ns=end_ns)

@@ -1,0 +1,1 @@
+"""torch.profiler (Kineto/CUPTI) adapter: read the chrome trace the harness exported into shared records."""

@@ -1,0 +1,218 @@
+"""Read a Kineto chrome trace (torch.profiler's export) into `TraceKernel`s and top-level `CpuOp`s.
+
+Each kernel is tied to its launching runtime/driver call by the CUPTI correlation id, and to the
+operator torch.profiler itself correlated with that launch by the External id. The stack of
+operator/module/marker ranges enclosing the launch on its CPU thread is rebuilt with one sweep per thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+from mcp_server.schema.records import CpuOp, Frame, TraceKernel
+
+FORMAT_FILE = Path(__file__).with_name("trace_format.yaml")
+
+
+@lru_cache(maxsize=1)
+def trace_format() -> dict[str, Any]:
+    """Category and argument names of the Kineto trace format (trace_format.yaml)."""
+    return yaml.safe_load(FORMAT_FILE.read_text(encoding="utf-8"))
+
+
+class KinetoCapture(BaseModel):
+    """What one Kineto trace of the measured window holds."""
+
+    kernels: list[TraceKernel] = Field(default_factory=list)
+    cpu_ops: list[CpuOp] = Field(default_factory=list)
+    memcpy_count: int = 0
+    memset_count: int = 0
+    window_start_ns: int | None = None
+    window_end_ns: int | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+def classify(name: str) -> str:
+    """'module' for `module:<path>` ranges, 'op' for namespaced operators, else 'annotation'."""
+    fmt = trace_format()
+    if name.startswith(fmt["module_prefix"]):
+        return "module"
+    head = name.split(",", 1)[0]
+    if "::" in head and not head.startswith("operator_profiler::") and " " not in head:
+        return "op"
+    return "annotation"
+
+
+def _ns(us: float) -> int:
+    return round(float(us) * trace_format()["time_unit_ns"])
+
+
+def _triple(value: Any) -> tuple[int, int, int] | None:
+    if isinstance(value, list) and len(value) == 3:
+        return (int(value[0]), int(value[1]), int(value[2]))
+    return None
+
+
+def _shapes(args: dict[str, Any]) -> list[list[int] | None] | None:
+    dims = args.get(trace_format()["args"]["input_dims"])
+    if not isinstance(dims, list):
+        return None
+    return [list(d) if isinstance(d, list) and all(isinstance(x, int) for x in d) else None for d in dims]
+
+
+def _frame(event: dict[str, Any]) -> Frame:
+    name = event["name"]
+    kind = classify(name)
+    args = event.get("args", {})
+    start = _ns(event["ts"])
+    return Frame(
+        name=name[len(trace_format()["module_prefix"]):] if kind == "module" else name,
+        kind=kind,
+        input_shapes=_shapes(args) if kind == "op" else None,
+        input_dtypes=args.get(trace_format()["args"]["input_types"]) if kind == "op" else None,
+        start_ns=start,
+        end_ns=start + _ns(event.get("dur", 0)),
+    )
+
+
+def enclosing_stacks(ranges: list[Frame], points: list[int]) -> list[list[Frame]]:
+    """For sorted `points`, the ranges (properly nested, one thread) enclosing each point, outermost first."""
+    ordered = sorted(ranges, key=lambda f: (f.start_ns, -(f.end_ns or 0)))
+    stacks: list[list[Frame]] = []
+    active: list[Frame] = []
+    i = 0
+    for t in points:
+        while i < len(ordered) and ordered[i].start_ns <= t:
+            frame = ordered[i]
+            while active and (active[-1].end_ns or 0) < frame.start_ns:
+                active.pop()
+            active.append(frame)
+            i += 1
+        while active and (active[-1].end_ns or 0) < t:
+            active.pop()
+        stacks.append([f for f in active if f.start_ns <= t <= (f.end_ns or 0)])
+    return stacks
+
+
+def _events(trace: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    for event in trace.get("traceEvents", []):
+        if event.get("ph") == "X" and "ts" in event:
+            yield event
+
+
+def read_kineto_trace(path: Path) -> KinetoCapture:
+    """Parse a Kineto chrome trace into kernels (launch order) and top-level CPU operators."""
+    fmt = trace_format()
+    cats, argn = fmt["categories"], fmt["args"]
+    trace = json.loads(Path(path).read_text(encoding="utf-8"))
+    capture = KinetoCapture()
+    ranges: dict[int, list[Frame]] = defaultdict(list)
+    launches: dict[int, dict[str, Any]] = {}
+    op_by_external: dict[int, str] = {}
+    kernel_events: list[dict[str, Any]] = []
+    for event in _events(trace):
+        cat, args = event.get("cat"), event.get("args", {})
+        if cat in cats["ranges"]:
+            frame = _frame(event)
+            if event["name"] == fmt["measure_range"]:
+                capture.window_start_ns, capture.window_end_ns = frame.start_ns, frame.end_ns
+            ranges[int(event["tid"])].append(frame)
+            if argn["external_id"] in args and cat == "cpu_op":
+                op_by_external[int(args[argn["external_id"]])] = event["name"]
+        elif cat in cats["launch"] and argn["correlation"] in args:
+            launches[int(args[argn["correlation"]])] = event
+        elif cat in cats["kernel"]:
+            kernel_events.append(event)
+        elif cat in cats["memcpy"]:
+            capture.memcpy_count += 1
+        elif cat in cats["memset"]:
+            capture.memset_count += 1
+    capture.kernels = _kernels(kernel_events, launches, ranges, op_by_external, capture.warnings)
+    capture.cpu_ops = _top_level_ops(ranges)
+    return capture
+
+
+def _kernels(
+    kernel_events: list[dict[str, Any]],
+    launches: dict[int, dict[str, Any]],
+    ranges: dict[int, list[Frame]],
+    op_by_external: dict[int, str],
+    warnings: list[str],
+) -> list[TraceKernel]:
+    argn = trace_format()["args"]
+    rows = []
+    for event in kernel_events:
+        args = event.get("args", {})
+        corr = args.get(argn["correlation"])
+        launch = launches.get(int(corr)) if corr is not None else None
+        launch_ts = _ns(launch["ts"]) if launch else _ns(event["ts"])
+        rows.append((launch_ts, _ns(event["ts"]), event, launch))
+    missing = sum(1 for r in rows if r[3] is None)
+    if missing:
+        warnings.append(f"{missing} kernels have no launching runtime call in the trace; ordered by GPU start")
+    rows.sort(key=lambda r: (r[0], r[1]))
+    by_thread: dict[int, list[int]] = defaultdict(list)
+    for idx, (launch_ts, _, _, launch) in enumerate(rows):
+        if launch is not None:
+            by_thread[int(launch["tid"])].append(idx)
+    stacks: dict[int, list[Frame]] = {}
+    for tid, indices in by_thread.items():
+        for idx, stack in zip(indices, enclosing_stacks(ranges.get(tid, []), [rows[i][0] for i in indices])):
+            stacks[idx] = stack
+    kernels = []
+    for idx, (launch_ts, start, event, launch) in enumerate(rows):
+        args = event.get("args", {})
+        external = args.get(argn["external_id"])
+        kernels.append(
+            TraceKernel(
+                ordinal=idx,
+                name=event["name"],
+                start_ns=start,
+                duration_ns=_ns(event.get("dur", 0)),
+                device_id=args.get(argn["device"]),
+                stream_id=args.get(argn["stream"]),
+                correlation_id=args.get(argn["correlation"]),
+                grid=_triple(args.get(argn["grid"])),
+                block=_triple(args.get(argn["block"])),
+                registers_per_thread=args.get(argn["registers"]),
+                shared_memory_bytes=args.get(argn["shared_memory"]),
+                launch_thread=int(launch["tid"]) if launch else None,
+                launch_start_ns=launch_ts if launch else None,
+                stack=stacks.get(idx, []),
+                linked_op=op_by_external.get(int(external)) if external is not None else None,
+            )
+        )
+    return kernels
+
+
+def _top_level_ops(ranges: dict[int, list[Frame]]) -> list[CpuOp]:
+    """Outermost operator calls per thread, with self time (their span minus directly nested operators)."""
+    ops: list[CpuOp] = []
+    for tid, frames in ranges.items():
+        context: list[Frame] = []
+        top: CpuOp | None = None
+        for frame in sorted(frames, key=lambda f: (f.start_ns, -(f.end_ns or 0))):
+            while context and (context[-1].end_ns or 0) < frame.start_ns:
+                context.pop()
+            if frame.kind == "op":
+                span = (frame.end_ns or frame.start_ns) - frame.start_ns
+                depth = sum(1 for f in context if f.kind == "op")
+                if depth == 0:
+                    top = CpuOp(
+                        name=frame.name, start_ns=frame.start_ns, duration_ns=span, self_ns=span, thread=tid,
+                        stack=list(context), input_shapes=frame.input_shapes, input_dtypes=frame.input_dtypes,
+                    )
+                    ops.append(top)
+                elif depth == 1 and top is not None:
+                    top.self_ns -= span
+            context.append(frame)
+    ops.sort(key=lambda o: o.start_ns)
+    return ops
