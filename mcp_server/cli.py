@@ -10,8 +10,9 @@ from mcp_server import __version__
 from mcp_server.errors import ProfilerError, UsageError
 from mcp_server.pipeline.capture import COMPILE_MODES, CaptureRequest
 from mcp_server.pipeline.passes import NcuOptions
-from mcp_server.pipeline.profile import BACKENDS, build_profile, capture, choose_backend, map_counters
+from mcp_server.pipeline.profiling import BACKENDS, build_profile, capture, choose_backend, map_counters
 from mcp_server.pipeline.rundir import default_run_dir, read_manifest
+from mcp_server.schema.io import load_profile
 from mcp_server.summary import format_top_operators, format_window
 
 
@@ -74,7 +75,7 @@ def _ncu_options(args: argparse.Namespace) -> NcuOptions:
     )
 
 
-def _report(result_run_dir: Path) -> int:
+def _report(result_run_dir: Path, top: int = 10) -> int:
     result = build_profile(result_run_dir, _stage)
     profile = result.profile
     print(format_window(profile))
@@ -121,6 +122,15 @@ def cmd_assemble(args: argparse.Namespace) -> int:
     return _report(args.run_dir)
 
 
+def cmd_summary(args: argparse.Namespace) -> int:
+    """Print the window paragraph and top-operators table of an existing profile.json."""
+    profile = load_profile(args.profile)
+    print(format_window(profile))
+    print()
+    print(format_top_operators(profile, args.top))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
@@ -145,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ncu_options(p)
     p = sub.add_parser("assemble", help="rebuild RUN_DIR/profile.json from its raw artifacts (no GPU needed)")
     p.add_argument("run_dir", type=Path)
+    p = sub.add_parser("summary", help="print the top-operators table of a profile.json")
+    p.add_argument("profile", type=Path)
+    p.add_argument("--top", type=_positive, default=10, help="how many operators (default 10)")
     return parser
 
 
@@ -161,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_map(args)
         if args.command == "assemble":
             return cmd_assemble(args)
+        if args.command == "summary":
+            return cmd_summary(args)
     except ProfilerError as exc:
         print(f"operator-profiler: error: {exc.one_line()}", file=sys.stderr)
         return 1

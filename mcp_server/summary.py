@@ -56,7 +56,9 @@ def format_top_operators(profile: OperatorAttributedProfile, limit: int = 10) ->
     rows = top_operators(profile, limit)
     gpu = profile.capture_metadata.gpu_used
     if gpu:
-        header = f"{'operator':44s} {'module':28s} {'calls':>5s} {'kernels':>7s} {'GPU time (us)':>13s} {'share':>6s}"
+        header = (
+            f"{'operator':44s} {'module':28s} {'calls':>5s} {'kernels':>7s} {'GPU time (us)':>13s} {'share':>6s}"
+        )
         lines = [header, "-" * len(header)]
         for r in rows:
             module = ", ".join(r.module_paths) or "-"
@@ -65,13 +67,17 @@ def format_top_operators(profile: OperatorAttributedProfile, limit: int = 10) ->
                 f"{r.gpu_time_ns / 1000:13.1f} {r.share_pct:5.1f}%"
             )
     else:
-        header = f"{'operator':44s} {'module':28s} {'calls':>5s} {'CPU self (us)':>13s} {'CPU total (us)':>14s} {'share':>6s}"
+        header = (
+            f"{'operator':44s} {'module':28s} {'calls':>5s} {'CPU self (us)':>13s} {'CPU total (us)':>14s} "
+            f"{'share':>6s}"
+        )
         lines = [header, "-" * len(header)]
         for r in rows:
             module = ", ".join(r.module_paths) or "-"
             lines.append(
                 f"{_short(r.operator_name, 44):44s} {_short(module, 28):28s} {r.calls:5d} "
-                f"{(r.cpu_self_time_ns or 0) / 1000:13.1f} {(r.cpu_total_time_ns or 0) / 1000:14.1f} {r.share_pct:5.1f}%"
+                f"{(r.cpu_self_time_ns or 0) / 1000:13.1f} {(r.cpu_total_time_ns or 0) / 1000:14.1f} "
+                f"{r.share_pct:5.1f}%"
             )
     return "\n".join(lines)
 
@@ -86,7 +92,8 @@ def format_window(profile: OperatorAttributedProfile) -> str:
     ]
     if meta.gpu_used:
         lines.append(
-            f"kernels: {win.kernel_count}, {win.kernel_time_ns / 1e3:.1f} us total, GPU busy {(win.gpu_busy_time_ns or 0) / 1e3:.1f} us; "
+            f"kernels: {win.kernel_count}, {win.kernel_time_ns / 1e3:.1f} us total, "
+            f"GPU busy {(win.gpu_busy_time_ns or 0) / 1e3:.1f} us; "
             f"attributed {win.attributed_kernel_time_pct or 0:.1f}% of kernel time "
             f"({win.high_confidence_kernel_time_pct or 0:.1f}% high confidence)"
         )

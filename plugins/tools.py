@@ -65,4 +65,4 @@ def query_gpu(timeout_s: float = 20.0) -> dict[str, str]:
         return {}
     values = [v.strip() for v in lines[0].split(",")]
     keys = ["name", "driver_version", "clocks_sm_mhz", "clocks_mem_mhz", "clocks_max_sm_mhz", "clocks_max_mem_mhz"]
-    return {k: v for k, v in zip(keys, values) if v and v != "[N/A]"}
+    return {k: v for k, v in zip(keys, values, strict=False) if v and v != "[N/A]"}

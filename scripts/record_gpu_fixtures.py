@@ -80,7 +80,8 @@ def main() -> None:
         print(f"packed {packed.name}: {packed.stat().st_size / 1024:.0f} KiB")
     print("\nworkload      mode          " + "  ".join(f"{p:>7s}" for p in ("torch", "nsys", "ncu")))
     for workload, mode, times in rows:
-        print(f"{workload:13s} {mode:13s} " + "  ".join(f"{times.get(p, float('nan')):6.1f}s" for p in ("torch", "nsys", "ncu")))
+        cells = "  ".join(f"{times.get(p, float('nan')):6.1f}s" for p in ("torch", "nsys", "ncu"))
+        print(f"{workload:13s} {mode:13s} {cells}")
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def assemble_torch(run_dir: Path, manifest: RunManifest) -> OperatorAttributedPr
     for op in operators:
         op.aggregated = aggregate(op.kernels)
     if unattributed:
-        warnings.append(f"{len(unattributed)} kernels could not be attributed to an operator (kept in unattributed_kernels)")
+        warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
     if not capture.kernels:
         warnings.append("CUDA was available but the window launched no kernel")
     window = window_totals(operators, unattributed, wall)

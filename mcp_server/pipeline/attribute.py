@@ -86,7 +86,8 @@ def attribute_kernels(
                 detail=f"fused: {', '.join(origin.aten_ops)}",
             )
             module_path = origin.module_path
-            call = calls.setdefault(("fused", kernel.ordinal), _Call(triton, kernel.ordinal, module_path, origin=origin))
+            fused = _Call(triton, kernel.ordinal, module_path, origin=origin)
+            call = calls.setdefault(("fused", kernel.ordinal), fused)
         else:
             attribution = Attribution(method=AttributionMethod.UNATTRIBUTED, confidence=Confidence.NONE)
             call = None
@@ -142,7 +143,7 @@ def join_counters(
     if not deduplicated:
         if len(records) != len(kernels):
             problems.append(f"ncu profiled {len(records)} kernels, the timeline has {len(kernels)} in the window")
-        for kernel, record in zip(kernels, records):
+        for kernel, record in zip(kernels, records, strict=False):
             if not _same_kernel(kernel, record):
                 problems.append(f"launch {kernel.ordinal}: timeline ran {kernel.name!r}, ncu profiled {record.name!r}")
                 continue
@@ -162,7 +163,9 @@ def join_counters(
             continue
         record = queue.pop(0)
         if not _same_kernel(kernel, record):
-            problems.append(f"launch {kernel.ordinal}: timeline ran {kernel.name[:60]!r}, ncu profiled {record.name[:60]!r}")
+            problems.append(
+                f"launch {kernel.ordinal}: timeline ran {kernel.name[:60]!r}, ncu profiled {record.name[:60]!r}"
+            )
             continue
         first[config] = kernel.ordinal
         by_config[config] = record

@@ -6,8 +6,10 @@ Every child runs in its own process group and is killed with it on timeout, erro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +23,8 @@ from mcp_server.errors import CaptureFailed, UsageError, WorkloadError
 from mcp_server.schema.manifest import PassRecord
 
 HARNESS = Path(__file__).with_name("harness.py")
+CONTRACT_DEF = re.compile(r"^def get_model_and_input\b", re.MULTILINE)
+SCRIPT_WINDOW = re.compile(r"\bNvtxCapture\s*\(")
 COMPILE_MODES = ("eager", "inductor", "cudagraphs")
 Progress = Callable[[str], None]
 
@@ -51,7 +55,7 @@ class CaptureRequest:
         if self.workload.suffix != ".py":
             raise WorkloadError(f"workload is not a .py file: {self.workload}", "pass a Python file")
         source = self.workload.read_text(encoding="utf-8", errors="replace")
-        if "def get_model_and_input" not in source and "NvtxCapture" not in source:
+        if not (CONTRACT_DEF.search(source) or SCRIPT_WINDOW.search(source)):
             raise WorkloadError(
                 f"{self.workload} defines no get_model_and_input() and uses no NvtxCapture window",
                 "add `def get_model_and_input(): return model, inputs` (see README: workload contract)",
@@ -91,10 +95,8 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=5)
     except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
 
 

@@ -38,6 +38,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__":
+    # Run as a script, this file's folder leads sys.path: drop it so engine modules never shadow the stdlib.
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
 MEASURE_RANGE = "operator_profiler::measure"
 MODULE_RANGE_PREFIX = "module:"
 HARNESS_RESULT = "harness.json"
@@ -391,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch  # noqa: F401
     except ImportError as exc:
-        result.update(status="error", error={"kind": "no_torch", "message": f"{sys.executable} cannot import torch: {exc}"})
+        message = f"{sys.executable} cannot import torch: {exc}"
+        result.update(status="error", error={"kind": "no_torch", "message": message})
         _write_json(run_dir / HARNESS_RESULT, result)
         return EXIT_NO_TORCH
     result["environment"] = _environment()
@@ -405,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             if not callable(getattr(module, "get_model_and_input", None)):
                 raise _ContractError(f"{args.workload} defines no callable get_model_and_input()")
             run_contract(module, args, result, run_dir)
-        elif "NvtxCapture" in module_source:
+        elif re.search(r"\bNvtxCapture\s*\(", module_source):
             result["workload_kind"] = "script"
             result["phase"] = "script"
             sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

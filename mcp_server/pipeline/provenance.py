@@ -34,7 +34,7 @@ class KernelOrigin(BaseModel):
             return None
         parts = [p.split(".") for p in self.module_paths]
         common: list[str] = []
-        for level in zip(*parts):
+        for level in zip(*parts, strict=False):
             if len(set(level)) != 1:
                 break
             common.append(level[0])

@@ -1,0 +1,37 @@
+"""Write the JSON Schemas of the files the tool produces into schemas/ (run: python -m mcp_server.schema.export)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from mcp_server.schema.manifest import RunManifest
+from mcp_server.schema.profile import OperatorAttributedProfile
+
+SCHEMAS: dict[str, type[BaseModel]] = {
+    "profile.schema.json": OperatorAttributedProfile,
+    "manifest.schema.json": RunManifest,
+}
+
+
+def schema_text(model: type[BaseModel]) -> str:
+    """The model's JSON Schema as stable, indented text."""
+    return json.dumps(model.model_json_schema(), indent=1, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write every schema into the folder given (default: ./schemas)."""
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0]) if args else Path("schemas")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, model in SCHEMAS.items():
+        (out / name).write_text(schema_text(model), encoding="utf-8")
+        print(out / name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""An arbitrary script (no get_model_and_input) that marks its own measured window with NvtxCapture."""
+
+import torch
+
+from mcp_server.pipeline.harness import NvtxCapture
+
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+x = torch.randn(8, 16)
+with torch.no_grad(), NvtxCapture(warmup_iters=2, warmup_fn=lambda: model(x)):
+    model(x)
