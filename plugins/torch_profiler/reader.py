@@ -160,12 +160,13 @@ def _kernels(
         warnings.append(f"{missing} kernels have no launching runtime call in the trace; ordered by GPU start")
     rows.sort(key=lambda r: (r[0], r[1]))
     by_thread: dict[int, list[int]] = defaultdict(list)
-    for idx, (launch_ts, _, _, launch) in enumerate(rows):
+    for idx, (_, _, _, launch) in enumerate(rows):
         if launch is not None:
             by_thread[int(launch["tid"])].append(idx)
     stacks: dict[int, list[Frame]] = {}
     for tid, indices in by_thread.items():
-        for idx, stack in zip(indices, enclosing_stacks(ranges.get(tid, []), [rows[i][0] for i in indices])):
+        points = [rows[i][0] for i in indices]
+        for idx, stack in zip(indices, enclosing_stacks(ranges.get(tid, []), points), strict=True):
             stacks[idx] = stack
     kernels = []
     for idx, (launch_ts, start, event, launch) in enumerate(rows):
