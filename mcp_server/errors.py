@@ -34,3 +34,7 @@ class BackendUnavailable(ProfilerError):
 
 class CaptureFailed(ProfilerError):
     """A profiler tool ran but produced no usable output."""
+
+
+class CancelledCapture(ProfilerError):
+    """The capture was cancelled (Ctrl-C or a cancelled request); its children were stopped."""

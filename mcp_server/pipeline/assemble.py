@@ -99,6 +99,7 @@ def assemble_torch(run_dir: Path, manifest: RunManifest) -> OperatorAttributedPr
     if not capture.kernels:
         warnings.append("CUDA was available but the window launched no kernel")
     window = window_totals(operators, unattributed, wall)
+    window.gpu_elapsed_ns = harness.get("window", {}).get("gpu_elapsed_ns")
     return OperatorAttributedProfile(
         capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed, warnings=warnings
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mcp_server.pipeline.provenance import KernelOrigin
+from mcp_server.pipeline.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance
 from mcp_server.schema.profile import (
     Attribution,
     AttributionMethod,
@@ -31,6 +31,7 @@ class _Call:
     module_path: str | None
     op_frame: Frame | None = None
     origin: KernelOrigin | None = None
+    graph_call: tuple[object, ...] | None = None
     kernels: list[KernelRecord] = field(default_factory=list)
 
 
@@ -52,7 +53,7 @@ def _triton_name(stack: list[Frame], kernel: TraceKernel, origins: dict[str, Ker
 
 def attribute_kernels(
     kernels: list[TraceKernel],
-    origins: dict[str, KernelOrigin],
+    provenance: Provenance,
     window_start_ns: int,
     counters: Callable[[int], tuple[dict[str, Metric], int | None]] | None = None,
     high_confidence_links: bool = True,
@@ -63,6 +64,7 @@ def attribute_kernels(
     `high_confidence_links`: the stack comes from the same capture as the tool's own launch correlation
     (Kineto); NVTX stacks (nsys) give medium confidence.
     """
+    origins = provenance.kernels
     calls: dict[tuple[object, ...], _Call] = {}
     unattributed: list[KernelRecord] = []
     for kernel in kernels:
@@ -78,7 +80,11 @@ def attribute_kernels(
                 launch_op=ops[-1].name,
             )
             key: tuple[object, ...] = ("op", kernel.launch_thread, ops[0].start_ns, ops[0].name)
-            call = calls.setdefault(key, _Call(ops[0].name, kernel.ordinal, module_path, op_frame=ops[0]))
+            graph = next((f for f in kernel.stack if f.name.startswith(GRAPH_CALL_PREFIX)), None)
+            graph_key = (kernel.launch_thread, graph.start_ns) if graph is not None else None
+            call = calls.setdefault(
+                key, _Call(ops[0].name, kernel.ordinal, module_path, op_frame=ops[0], graph_call=graph_key)
+            )
         elif triton is not None:
             origin = origins[triton]
             attribution = Attribution(
@@ -103,7 +109,41 @@ def attribute_kernels(
             unattributed.append(record)
         else:
             call.kernels.append(record)
-    return _operators(sorted(calls.values(), key=lambda c: c.first_ordinal)), unattributed
+    ordered = sorted(calls.values(), key=lambda c: c.first_ordinal)
+    _extern_module_paths(ordered, provenance.extern_calls)
+    return _operators(ordered), unattributed
+
+
+def _extern_module_paths(calls: list[_Call], sequences: list[list[ExternCall]]) -> None:
+    """Give library-kernel operator calls inside a compiled graph the module of their FX source node.
+
+    Within one call of a compiled graph, its extern calls run in the order of the generated call(); the
+    generated module whose extern sequence matches the observed operator sequence supplies the paths.
+    """
+    groups: dict[tuple[object, ...], list[_Call]] = {}
+    for call in calls:
+        if call.graph_call is not None and call.origin is None:
+            groups.setdefault(call.graph_call, []).append(call)
+    for group in groups.values():
+        for sequence in sequences:
+            matched = _in_order(group, sequence)
+            if matched is not None:
+                for call, extern in zip(group, matched, strict=True):
+                    call.module_path = call.module_path or extern.module_path
+                break
+
+
+def _in_order(group: list[_Call], sequence: list[ExternCall]) -> list[ExternCall] | None:
+    """The extern calls the group's operators are, in order (some externs may launch no kernel), or None."""
+    matched, position = [], 0
+    for call in group:
+        while position < len(sequence) and sequence[position].operator_name != call.name:
+            position += 1
+        if position == len(sequence):
+            return None
+        matched.append(sequence[position])
+        position += 1
+    return matched
 
 
 def _operators(calls: list[_Call]) -> list[OperatorRecord]:
@@ -130,52 +170,73 @@ def _operators(calls: list[_Call]) -> list[OperatorRecord]:
 
 
 def join_counters(
-    kernels: list[TraceKernel], records: list[CounterRecord], deduplicated: bool
+    kernels: list[TraceKernel], records: list[CounterRecord], deduplicated: bool, filtered: bool = False
 ) -> tuple[dict[int, tuple[dict[str, Metric], int | None]], list[str]]:
     """Match ncu records to timeline kernels; return ordinal -> (metrics, propagated_from) and mismatches.
 
-    Without deduplication the i-th ncu record is the i-th launch in the window, and names must agree.
-    With per-launch-config deduplication each (name, grid, block) was replayed once, at its first launch;
-    every later identical launch gets a copy marked with the ordinal it was propagated from.
+    ncu profiles in launch order, so each record is matched to the next timeline launch, in order, with the
+    same kernel (name, grid, block). Without deduplication or filters every launch must be matched in turn:
+    a skipped launch is a mismatch between the two captures and is reported. With per-launch-config
+    deduplication each configuration was replayed once, at its first launch, and every later identical
+    launch gets a copy of its counters marked with the ordinal they were propagated from.
     """
     problems: list[str] = []
     joined: dict[int, tuple[dict[str, Metric], int | None]] = {}
-    if not deduplicated:
-        if len(records) != len(kernels):
-            problems.append(f"ncu profiled {len(records)} kernels, the timeline has {len(kernels)} in the window")
-        for kernel, record in zip(kernels, records, strict=False):
-            if not _same_kernel(kernel, record):
-                problems.append(f"launch {kernel.ordinal}: timeline ran {kernel.name!r}, ncu profiled {record.name!r}")
-                continue
-            joined[kernel.ordinal] = (record.metrics, None)
-        return joined, problems
-    first: dict[tuple[object, ...], int] = {}
-    queue = list(records)
-    by_config: dict[tuple[object, ...], CounterRecord] = {}
-    for kernel in kernels:
-        config = (kernel.name, kernel.grid, kernel.block)
-        if config in first:
-            source = first[config]
-            joined[kernel.ordinal] = (by_config[config].metrics, source)
+    source_of: dict[tuple[object, ...], int] = {}
+    position = 0
+    for record in records:
+        j = position
+        while j < len(kernels) and not _same_kernel(kernels[j], record):
+            if not (deduplicated or filtered):
+                problems.append(
+                    f"launch {kernels[j].ordinal}: timeline ran {_short(kernels[j].name)}, "
+                    f"ncu profiled {_short(record.name)} next"
+                )
+            j += 1
+        if j == len(kernels):
+            problems.append(f"ncu record {record.ordinal} ({_short(record.name)}) matched no later launch")
             continue
-        if not queue:
-            problems.append(f"launch {kernel.ordinal} ({kernel.name[:60]}): no ncu record left to match")
-            continue
-        record = queue.pop(0)
-        if not _same_kernel(kernel, record):
+        joined[kernels[j].ordinal] = (record.metrics, None)
+        source_of.setdefault(_config(kernels[j]), kernels[j].ordinal)
+        position = j + 1
+    if deduplicated:
+        # ncu keys a launch configuration on the function's base name: template instances share counters.
+        by_base = {}
+        for config, ordinal in source_of.items():
+            by_base.setdefault(_base_config(config), ordinal)
+        for kernel in kernels:
+            source = source_of.get(_config(kernel)) or by_base.get(_base_config(_config(kernel)))
+            if kernel.ordinal not in joined and source is not None:
+                joined[kernel.ordinal] = (joined[source][0], source)
+    if not filtered:
+        missing = [k for k in kernels if k.ordinal not in joined]
+        if missing:
             problems.append(
-                f"launch {kernel.ordinal}: timeline ran {kernel.name[:60]!r}, ncu profiled {record.name[:60]!r}"
+                f"{len(missing)} window launches have no ncu counters (first: {missing[0].ordinal} "
+                f"{_short(missing[0].name)})"
             )
-            continue
-        first[config] = kernel.ordinal
-        by_config[config] = record
-        joined[kernel.ordinal] = (record.metrics, None)
-    if queue:
-        problems.append(f"{len(queue)} ncu records matched no launch in the timeline window")
     return joined, problems
 
 
+def _short(name: str) -> str:
+    return repr(name if len(name) <= 60 else name[:59] + "…")
+
+
+def _config(kernel: TraceKernel) -> tuple[object, ...]:
+    return (kernel.name, kernel.grid, kernel.block)
+
+
+def _base_config(config: tuple[object, ...]) -> tuple[object, ...]:
+    """(function base name without template arguments or parameters, grid, block)."""
+    name = str(config[0]).split("(", 1)[0].split("<", 1)[0].strip().split(" ")[-1]
+    return (name, *config[1:])
+
+
 def _same_kernel(kernel: TraceKernel, record: CounterRecord) -> bool:
+    """Same function (mangled names when both tools give one) and, when both are known, same grid and block."""
+    for mine, theirs in ((kernel.grid, record.grid), (kernel.block, record.block)):
+        if mine is not None and theirs is not None and tuple(mine) != tuple(theirs):
+            return False
     if kernel.mangled_name and record.mangled_name:
         return kernel.mangled_name == record.mangled_name
     short = record.name.split("(", 1)[0].strip()

@@ -13,13 +13,14 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mcp_server.errors import CaptureFailed, UsageError, WorkloadError
+from mcp_server.errors import CancelledCapture, CaptureFailed, UsageError, WorkloadError
 from mcp_server.schema.manifest import PassRecord
 
 HARNESS = Path(__file__).with_name("harness.py")
@@ -46,6 +47,7 @@ class CaptureRequest:
     seed: int = 0
     train_step: bool = False
     timeout_s: float = 600.0
+    gpu_lock: Path | None = None
     script_args: list[str] = field(default_factory=list)
 
     def check(self) -> None:
@@ -83,27 +85,37 @@ def harness_command(req: CaptureRequest, profiler: str, pass_dir: Path) -> list[
     ]
     if req.train_step:
         cmd.append("--train-step")
+    if req.gpu_lock is not None:
+        cmd += ["--gpu-lock", str(req.gpu_lock)]
     for arg in req.script_args:
         cmd += ["--script-arg", arg]
     return cmd
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is not None:
-        return
+    """Stop the child and anything it left behind in its process group (e.g. compile workers)."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=5)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
-def run_child(cmd: list[str], log_path: Path, timeout_s: float, progress: Progress = _quiet) -> tuple[int, bool]:
+def run_child(
+    cmd: list[str],
+    log_path: Path,
+    timeout_s: float,
+    progress: Progress = _quiet,
+    cancel: threading.Event | None = None,
+) -> tuple[int, bool]:
     """Run `cmd` in its own process group, streaming its output to `log_path` and `progress`.
 
-    Returns (exit code, timed out). The child and everything it started are gone when this returns.
+    Returns (exit code, timed out). Setting `cancel` stops the child early (CancelledCapture). The child and
+    everything it started are gone when this returns.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
@@ -129,6 +141,8 @@ def run_child(cmd: list[str], log_path: Path, timeout_s: float, progress: Progre
                 if time.monotonic() > deadline:
                     timed_out = True
                     break
+                if cancel is not None and cancel.is_set():
+                    raise CancelledCapture("capture cancelled", "")
                 time.sleep(0.05)
         finally:
             _kill_group(proc)
@@ -169,6 +183,7 @@ def run_pass(
     profiler: str,
     prefix: list[str] | None = None,
     progress: Progress = _quiet,
+    cancel: threading.Event | None = None,
 ) -> tuple[PassRecord, dict]:
     """Run one harness pass into RUN_DIR/<name>/, optionally under a profiler prefix; return record and result."""
     pass_dir = req.run_dir / name
@@ -176,7 +191,7 @@ def run_pass(
     (pass_dir / "harness.json").unlink(missing_ok=True)
     cmd = [*(prefix or []), *harness_command(req, profiler, pass_dir)]
     started, t0 = now_iso(), time.monotonic()
-    code, timed_out = run_child(cmd, pass_dir / "output.log", req.timeout_s, progress)
+    code, timed_out = run_child(cmd, pass_dir / "output.log", req.timeout_s, progress, cancel)
     wall = time.monotonic() - t0
     if timed_out:
         raise CaptureFailed(

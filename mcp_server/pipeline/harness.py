@@ -79,6 +79,7 @@ class _Window:
         self.profiler = profiler
         self.run_dir = run_dir
         self.wall_time_ns = 0
+        self.gpu_elapsed_ns: int | None = None
         self._stack: list[Any] = []
 
     def __enter__(self) -> _Window:
@@ -98,6 +99,9 @@ class _Window:
             torch.cuda.profiler.start()
             torch.cuda.nvtx.range_push(MEASURE_RANGE)
             self._enter(torch.autograd.profiler.emit_nvtx(record_shapes=True))
+        if self.cuda:
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._events[0].record()
         self._t0 = time.perf_counter_ns()
         return self
 
@@ -109,7 +113,9 @@ class _Window:
         import torch
 
         if self.cuda:
+            self._events[1].record()
             torch.cuda.synchronize()
+            self.gpu_elapsed_ns = round(self._events[0].elapsed_time(self._events[1]) * 1e6)
         self.wall_time_ns = time.perf_counter_ns() - self._t0
         while self._stack:
             self._stack.pop().__exit__(None, None, None)
@@ -134,9 +140,11 @@ class NvtxCapture:
         self.warmup_iters = warmup_iters
         self.warmup_fn = warmup_fn
         run_dir = cfg.get("run_dir")
+        self._lock_path = Path(cfg["gpu_lock"]) if cfg.get("gpu_lock") else None
         self._window = _Window(cfg.get("profiler", "nvtx"), Path(run_dir) if run_dir else None)
 
     def __enter__(self) -> NvtxCapture:
+        self._lock = _GpuLock(self._lock_path)
         if self.warmup_fn is not None:
             for _ in range(self.warmup_iters):
                 self.warmup_fn()
@@ -145,8 +153,10 @@ class NvtxCapture:
 
     def __exit__(self, *exc: object) -> None:
         self._window.__exit__(*exc)
+        self._lock.release()
         if exc[0] is None and self._window.run_dir is not None:
-            _write_json(self._window.run_dir / "window.json", {"wall_time_ns": self._window.wall_time_ns})
+            window = {"wall_time_ns": self._window.wall_time_ns, "gpu_elapsed_ns": self._window.gpu_elapsed_ns}
+            _write_json(self._window.run_dir / "window.json", window)
 
 
 def _seed(seed: int) -> None:
@@ -301,10 +311,37 @@ def _describe_placement(model: Any, args: tuple[Any, ...]) -> dict[str, Any]:
     return {"parameter_devices": param_devices, "input_devices": input_devices}
 
 
+class _GpuLock:
+    """An exclusive lock file held from model building to the end of the window.
+
+    Two passes of one run (nsys and ncu) start together so their imports overlap, but never build, warm up
+    or measure at the same time: neither's kernels can disturb the other's window.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self._file = None
+        if path is not None:
+            import fcntl
+
+            self._file = open(path, "a+")  # noqa: SIM115 - held across phases, closed in release()
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self._file is not None:
+            import fcntl
+
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+
 def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], run_dir: Path) -> None:
     """Build, compile, warm up and measure a `get_model_and_input()` workload."""
     import torch
 
+    result["phase"] = "waiting for the GPU lock"
+    lock = _GpuLock(args.gpu_lock)
+    result["phase"] = "build"
     model, inputs = module.get_model_and_input()
     call_args, call_kwargs = _as_call(inputs)
     result["placement"] = _describe_placement(model, call_args)
@@ -346,7 +383,10 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
             step()
     if hooks is not None:
         hooks.remove()
-    result["window"] = {"wall_time_ns": window.wall_time_ns, "iters": args.iters}
+    lock.release()
+    result["window"] = {
+        "wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns, "iters": args.iters
+    }
     result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
     if backend is not None:
         _write_json(run_dir / PROVENANCE_FILE, _inductor_provenance(backend, run_dir))
@@ -369,6 +409,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-step", action="store_true")
+    parser.add_argument("--gpu-lock", type=Path, help="lock file held from model building to the window's end")
     parser.add_argument("--script-arg", action="append", default=[], help="argument passed to a script workload")
     return parser.parse_args(argv)
 
@@ -402,7 +443,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NO_TORCH
     result["environment"] = _environment()
     _seed(args.seed)
-    os.environ[ENV_CONFIG] = json.dumps({"profiler": args.profiler, "run_dir": str(run_dir)})
+    os.environ[ENV_CONFIG] = json.dumps(
+        {"profiler": args.profiler, "run_dir": str(run_dir), "gpu_lock": str(args.gpu_lock or "")}
+    )
     try:
         module_source = args.workload.read_text(encoding="utf-8")
         if re.search(r"^def get_model_and_input\b", module_source, re.MULTILINE):
@@ -444,4 +487,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown (CUDA/Inductor shutdown takes seconds); every result is already on disk.
+    os._exit(exit_code)

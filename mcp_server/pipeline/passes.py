@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -13,25 +14,28 @@ from plugins.ncu.command import capture_command as ncu_capture
 from plugins.nsys.command import capture_command as nsys_capture
 from plugins.nsys.command import export_command, find_nsys
 
+Cancel = threading.Event | None
 NSYS_REPORT = "report.nsys-rep"
 NSYS_SQLITE = "report.sqlite"
 NCU_REPORT = "report.ncu-rep"
 
 
-def torch_pass(req: CaptureRequest, progress: Progress = _quiet) -> tuple[PassRecord, dict]:
+def torch_pass(req: CaptureRequest, progress: Progress = _quiet, cancel: Cancel = None) -> tuple[PassRecord, dict]:
     """Run the window under torch.profiler (Kineto): RUN_DIR/torch/kineto_trace.json."""
     progress("torch.profiler pass: running the workload")
-    return run_pass(req, "torch", "torch", progress=progress)
+    return run_pass(req, "torch", "torch", progress=progress, cancel=cancel)
 
 
-def nsys_pass(req: CaptureRequest, progress: Progress = _quiet, extra_trace: tuple[str, ...] = ()) -> PassRecord:
+def nsys_pass(
+    req: CaptureRequest, progress: Progress = _quiet, extra_trace: tuple[str, ...] = (), cancel: Cancel = None
+) -> PassRecord:
     """Run the window under nsys and export SQLite: RUN_DIR/nsys/report.sqlite."""
     nsys = find_nsys()
     if nsys is None:
         raise BackendUnavailable("nsys not found", "install Nsight Systems or set NSYS=/path/to/nsys")
     pass_dir = req.run_dir / "nsys"
     progress("nsys pass: recording the measured window's timeline")
-    record, _ = run_pass(req, "nsys", "nvtx", nsys_capture(nsys, pass_dir / "report", extra_trace), progress)
+    record, _ = run_pass(req, "nsys", "nvtx", nsys_capture(nsys, pass_dir / "report", extra_trace), progress, cancel)
     report = pass_dir / NSYS_REPORT
     if not report.is_file():
         leftovers = sorted(p.name for p in pass_dir.glob("report*"))
@@ -42,7 +46,8 @@ def nsys_pass(req: CaptureRequest, progress: Progress = _quiet, extra_trace: tup
         )
     progress("nsys pass: exporting SQLite")
     t0 = time.monotonic()
-    code, _ = run_child(export_command(nsys, report, pass_dir / NSYS_SQLITE), pass_dir / "export.log", req.timeout_s)
+    export = export_command(nsys, report, pass_dir / NSYS_SQLITE)
+    code, _ = run_child(export, pass_dir / "export.log", req.timeout_s, cancel=cancel)
     if code != 0 or not (pass_dir / NSYS_SQLITE).is_file():
         raise CaptureFailed(f"nsys export failed (exit {code})", f"read {pass_dir / 'export.log'}")
     record.artifacts += [f"nsys/{NSYS_REPORT}", f"nsys/{NSYS_SQLITE}"]
@@ -50,7 +55,9 @@ def nsys_pass(req: CaptureRequest, progress: Progress = _quiet, extra_trace: tup
     return record
 
 
-def ncu_pass(req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet) -> PassRecord:
+def ncu_pass(
+    req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet, cancel: Cancel = None
+) -> PassRecord:
     """Replay the window's kernels under ncu: RUN_DIR/ncu/report.ncu-rep."""
     ncu = find_ncu()
     if ncu is None:
@@ -58,7 +65,7 @@ def ncu_pass(req: CaptureRequest, options: NcuOptions, progress: Progress = _qui
     pass_dir = req.run_dir / "ncu"
     progress("ncu pass: replaying the window's kernels for hardware counters")
     try:
-        record, _ = run_pass(req, "ncu", "nvtx", ncu_capture(ncu, pass_dir / "report", options), progress)
+        record, _ = run_pass(req, "ncu", "nvtx", ncu_capture(ncu, pass_dir / "report", options), progress, cancel)
     except CaptureFailed as exc:
         _raise_if_permission(pass_dir)
         raise exc

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mcp_server.errors import BackendUnavailable
+from mcp_server.errors import BackendUnavailable, CancelledCapture
 from mcp_server.pipeline.assemble import assemble, write_profile
 from mcp_server.pipeline.capture import CaptureRequest, Progress, _quiet, now_iso
 from mcp_server.pipeline.passes import NcuOptions, ncu_pass, nsys_pass, torch_pass
 from mcp_server.pipeline.rundir import prepare_run_dir, read_manifest, write_manifest
-from mcp_server.schema.manifest import RunManifest
+from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from plugins.ncu.command import find_ncu
 from plugins.nsys.command import find_nsys
@@ -82,13 +84,51 @@ def capture(
     if backend == "torch":
         record, _ = torch_pass(req, progress)
         manifest.passes.append(record)
-    else:
+    elif ncu is None:
         manifest.passes.append(nsys_pass(req, progress))
-        write_manifest(req.run_dir, manifest)
-        if ncu is not None:
-            manifest.passes.append(ncu_pass(req, ncu, progress))
+    else:
+        manifest.passes += _timeline_and_counters(req, ncu, progress)
     write_manifest(req.run_dir, manifest)
     return manifest
+
+
+def _timeline_and_counters(req: CaptureRequest, ncu: NcuOptions, progress: Progress) -> list[PassRecord]:
+    """Run the nsys and ncu passes at once: imports overlap, a lock file serialises their GPU phases."""
+    locked = replace(req, gpu_lock=req.run_dir / ".gpu.lock")
+    cancel = threading.Event()
+    jobs: dict[str, Callable[[], PassRecord]] = {
+        "nsys": lambda: nsys_pass(locked, _tagged("nsys", progress), cancel=cancel),
+        "ncu": lambda: ncu_pass(locked, ncu, _tagged("ncu", progress), cancel=cancel),
+    }
+    results: dict[str, PassRecord] = {}
+    errors: dict[str, BaseException] = {}
+
+    def work(name: str) -> None:
+        try:
+            results[name] = jobs[name]()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after both passes stopped
+            errors[name] = exc
+            cancel.set()
+
+    threads = [threading.Thread(target=work, args=(name,), name=f"pass-{name}") for name in jobs]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        cancel.set()
+        for thread in threads:
+            thread.join()
+        raise
+    real = [e for e in errors.values() if not isinstance(e, CancelledCapture)]
+    if real or errors:
+        raise (real or list(errors.values()))[0]
+    return [results["nsys"], results["ncu"]]
+
+
+def _tagged(name: str, progress: Progress) -> Progress:
+    return lambda line: progress(f"[{name}] {line}")
 
 
 def map_counters(req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet) -> RunManifest:

@@ -17,6 +17,8 @@ from pydantic import BaseModel, Field
 PROVENANCE_FILE = "inductor_provenance.json"
 _ORIGIN = re.compile(r"Source Nodes: \[([^\]]*)\], Original ATen: \[([^\]]*)\]")
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.\w+\(")
+_EXTERN_CALL = re.compile(r"^\s+(?:\w+ = )?(?:extern_kernels\.(\w+)|torch\.ops\.(\w+)\.(\w+)\.\w+)\(")
+GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"
 
 
 class KernelOrigin(BaseModel):
@@ -68,19 +70,61 @@ def parse_generated_code(source: str) -> dict[str, tuple[list[str], list[str]]]:
     return kernels
 
 
-def load_provenance(pass_dir: Path) -> dict[str, KernelOrigin]:
-    """Kernel name -> origin for every kernel Inductor generated in a pass (empty when not compiled)."""
+class ExternCall(BaseModel):
+    """One call of a library kernel (cuBLAS, cuDNN...) or fallback op in a generated graph's call()."""
+
+    operator_name: str
+    source_nodes: list[str] = Field(default_factory=list)
+    module_path: str | None = None
+
+
+def parse_extern_calls(source: str) -> list[ExternCall]:
+    """The extern/fallback operator calls of a generated module's call(), in call order."""
+    calls: list[ExternCall] = []
+    nodes: list[str] = []
+    for line in source.splitlines():
+        origin = _ORIGIN.search(line)
+        if origin:
+            nodes = [n.strip() for n in origin.group(1).split(",") if n.strip()]
+            continue
+        match = _EXTERN_CALL.match(line)
+        if match:
+            name = f"aten::{match.group(1)}" if match.group(1) else f"{match.group(2)}::{match.group(3)}"
+            calls.append(ExternCall(operator_name=name, source_nodes=nodes))
+            nodes = []
+        elif line.strip() and not line.lstrip().startswith("#"):
+            nodes = []
+    return calls
+
+
+class Provenance(BaseModel):
+    """Everything the harness gathered about Inductor's generated code in one pass."""
+
+    kernels: dict[str, KernelOrigin] = Field(default_factory=dict)
+    extern_calls: list[list[ExternCall]] = Field(default_factory=list, description="Per generated module.")
+
+
+def load_provenance(pass_dir: Path) -> Provenance:
+    """Origins of every kernel and extern call Inductor generated in a pass (empty when not compiled)."""
     index = pass_dir / PROVENANCE_FILE
     if not index.is_file():
-        return {}
+        return Provenance()
     data = json.loads(index.read_text(encoding="utf-8"))
     node_modules: dict[str, dict[str, str]] = data.get("node_modules", {})
     origins: dict[str, KernelOrigin] = {}
+    externs: list[list[ExternCall]] = []
     for rel in data.get("generated_code", []):
         code = pass_dir / rel
         if not code.is_file():
             continue
-        for name, (nodes, atens) in parse_generated_code(code.read_text(encoding="utf-8")).items():
+        source = code.read_text(encoding="utf-8")
+        calls = parse_extern_calls(source)
+        for call in calls:
+            last = next((n for n in reversed(call.source_nodes) if n in node_modules), None)
+            call.module_path = node_modules[last]["module_path"] if last else None
+        if calls:
+            externs.append(calls)
+        for name, (nodes, atens) in parse_generated_code(source).items():
             paths = sorted({node_modules[n]["module_path"] for n in nodes if n in node_modules})
             known = origins.get(name)
             if known is None:
@@ -88,4 +132,4 @@ def load_provenance(pass_dir: Path) -> dict[str, KernelOrigin]:
             else:
                 known.aten_ops = sorted(set(known.aten_ops) | set(atens))
                 known.module_paths = sorted(set(known.module_paths) | set(paths))
-    return origins
+    return Provenance(kernels=origins, extern_calls=externs)

@@ -155,6 +155,10 @@ class WindowTotals(_Model):
     high_confidence_kernel_time_pct: float | None = None
     operator_count: int = 0
     cpu_operator_time_ns: int | None = Field(default=None, description="Sum of top-level CPU op time, ns.")
+    gpu_elapsed_ns: int | None = Field(
+        default=None, description="GPU time between CUDA events around the window, ns (idle gaps included)."
+    )
+    kernels_with_counters: int | None = Field(default=None, description="Window kernels that carry ncu counters.")
 
 
 class OperatorAttributedProfile(_Model):

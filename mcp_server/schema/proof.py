@@ -1,0 +1,280 @@
+"""Pydantic models of the proof files: comparison.json, bench.json and validation_report.json.
+
+These are what `compare`, `bench` and `validate` write and what reports quote. Every time is in ns (field
+names say so), every ratio says which way it points: `ratio` is optimized / baseline (below 1 is better for a
+time), `speedup` is baseline / optimized (above 1 is better).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+COMPARISON_VERSION = "1.0"
+BENCH_VERSION = "1.0"
+VALIDATION_VERSION = "1.0"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- comparison.json
+
+
+class ProfileSummary(_Model):
+    """What one side of a comparison is: where and how its profile was captured."""
+
+    path: str | None = None
+    workload: str
+    device_type: str
+    device_name: str | None = None
+    gpu_used: bool
+    compile_mode: str
+    run_mode: str
+    iters: int
+    torch_version: str
+    tool: str
+
+
+class TotalDelta(_Model):
+    """One window-level quantity on both sides."""
+
+    name: str = Field(description="e.g. 'gpu_kernel_time_ns', 'window_wall_time_ns', 'kernel_count'.")
+    baseline: float | None = None
+    optimized: float | None = None
+    delta: float | None = Field(default=None, description="optimized - baseline.")
+    ratio: float | None = Field(default=None, description="optimized / baseline.")
+    speedup: float | None = Field(default=None, description="baseline / optimized (time quantities only).")
+
+
+class OperatorMetrics(_Model):
+    """One side of an operator delta (summed over the operators of a fused group)."""
+
+    time_ns: int = Field(description="On the comparison's time basis: GPU kernel time, or CPU time without a GPU.")
+    kernel_count: int = 0
+    dram_bytes: float | None = Field(default=None, description="DRAM bytes read + written, where ncu measured them.")
+    cpu_total_time_ns: int | None = None
+    cpu_self_time_ns: int | None = None
+    counters: dict[str, float] = Field(
+        default_factory=dict, description="Key ncu ratios present on this side (time-weighted over a group)."
+    )
+
+
+class OperatorDelta(_Model):
+    """One matched, fused, appeared or disappeared operator."""
+
+    status: Literal["matched", "fused", "appeared", "disappeared"]
+    match_rule: Literal["name_module_order", "fused_names", "fused_module", "none"] = Field(
+        description="How the two sides were tied: same (name, module path, call order); an optimized fused "
+        "operator absorbing baseline operators named in its fused_operators; or by module path alone."
+    )
+    operator_name: str = Field(description="The optimized side's name (the baseline's when disappeared).")
+    module_path: str | None = None
+    call_order: int = Field(description="Nth call of (operator_name, module_path) on its side (0-based).")
+    baseline_operator_ids: list[str] = Field(default_factory=list)
+    optimized_operator_ids: list[str] = Field(default_factory=list)
+    absorbed_operators: list[str] = Field(
+        default_factory=list, description="Names of the baseline operators a fused operator absorbed, in order."
+    )
+    baseline: OperatorMetrics | None = None
+    optimized: OperatorMetrics | None = None
+    time_delta_ns: int = Field(description="optimized - baseline time (a missing side counts as 0).")
+    time_ratio: float | None = Field(default=None, description="optimized / baseline time.")
+
+
+class ModuleDelta(_Model):
+    """Per nn.Module path (exact path, not rolled up): time, launches and DRAM bytes on both sides."""
+
+    module_path: str = Field(description="'<no module>' for operators without one, '<unattributed>' for kernels.")
+    baseline_time_ns: int = 0
+    optimized_time_ns: int = 0
+    time_delta_ns: int = 0
+    time_ratio: float | None = None
+    baseline_kernel_count: int = 0
+    optimized_kernel_count: int = 0
+    baseline_operator_count: int = 0
+    optimized_operator_count: int = 0
+    baseline_dram_bytes: float | None = None
+    optimized_dram_bytes: float | None = None
+
+
+class KernelDelta(_Model):
+    """Launches and time of one kernel name on both sides."""
+
+    kernel_name: str
+    status: Literal["appeared", "disappeared", "changed", "unchanged"] = Field(
+        description="appeared/disappeared: present on one side only; changed: launch count differs."
+    )
+    baseline_count: int = 0
+    optimized_count: int = 0
+    baseline_time_ns: int = 0
+    optimized_time_ns: int = 0
+
+
+class Comparison(_Model):
+    """comparison.json: an optimized profile against its baseline."""
+
+    comparison_version: str = COMPARISON_VERSION
+    time_basis: Literal["gpu_kernel_time", "cpu_time"] = Field(
+        description="gpu_kernel_time: sums of kernel durations; cpu_time: CPU operator times (CPU-only profiles)."
+    )
+    baseline: ProfileSummary
+    optimized: ProfileSummary
+    allow_mismatch: bool = False
+    mismatches: list[str] = Field(
+        default_factory=list, description="Why the profiles are not like for like (only with allow_mismatch)."
+    )
+    totals: list[TotalDelta] = Field(default_factory=list)
+    match_counts: dict[str, int] = Field(default_factory=dict, description="Operator entries per status.")
+    operators: list[OperatorDelta] = Field(default_factory=list)
+    modules: list[ModuleDelta] = Field(default_factory=list)
+    kernels: list[KernelDelta] = Field(default_factory=list)
+    new_casts: list[str] = Field(default_factory=list, description="Cast/copy operators only the optimized side has.")
+    warnings: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- bench.json
+
+
+class ClockReading(_Model):
+    """One GPU's clocks as nvidia-smi reported them."""
+
+    gpu_index: int
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+
+
+class ClockObservation(_Model):
+    """Clocks observed around (and during) the timed runs; the bench never changes them."""
+
+    source: Literal["nvidia-smi", "unavailable"]
+    before: list[ClockReading] = Field(default_factory=list)
+    during: list[ClockReading] = Field(default_factory=list, description="Read when the first timed round began.")
+    after: list[ClockReading] = Field(default_factory=list)
+    note: str | None = None
+
+
+class TimingSummary(_Model):
+    """Statistics of one side's timed calls, ns per call."""
+
+    samples: int
+    median_ns: float
+    mean_ns: float
+    min_ns: float
+    max_ns: float
+    stdev_ns: float
+    p10_ns: float
+    p90_ns: float
+
+
+class BenchSide(_Model):
+    """One workload's timings."""
+
+    workload: str
+    how_run: str = Field(description="e.g. 'eager', 'torch.compile (inductor)', 'optimize()'.")
+    first_call_ns: int = Field(description="The first call (compilation included), not part of the samples.")
+    warmup_time_ns: int = Field(description="All warm-up calls, the first included.")
+    summary: TimingSummary
+    samples_ns: list[list[int]] = Field(description="Raw per-call times, one list per round, in call order.")
+
+
+class SpeedupEstimate(_Model):
+    """baseline median / optimized median, with a percentile-bootstrap confidence interval."""
+
+    point: float
+    ci_low: float
+    ci_high: float
+    ci_level: float = 0.95
+    resamples: int
+    bootstrap_seed: int
+    method: str = "percentile bootstrap of the ratio of medians, each side resampled with replacement"
+    significant: bool = Field(description="The interval excludes 1.0.")
+
+
+class BenchResult(_Model):
+    """bench.json: interleaved timings of a baseline and an optimized workload in one process."""
+
+    bench_version: str = BENCH_VERSION
+    baseline: BenchSide
+    optimized: BenchSide
+    speedup: SpeedupEstimate
+    device_type: str
+    device_name: str | None = None
+    timer: Literal["cuda_event", "perf_counter"]
+    torch_version: str
+    cuda_version: str | None = None
+    python_version: str
+    python_executable: str
+    warmup: int
+    reps: int = Field(description="Timed calls per side per round.")
+    rounds: int
+    input_sets: int = Field(description="Distinct input sets rotated through, per side.")
+    seed: int
+    baseline_mode: str
+    orders: list[list[str]] = Field(description="Which side went first in each round: ['baseline', 'optimized'], ...")
+    clocks: ClockObservation
+    started_at: str
+    finished_at: str
+    wall_time_s: float
+    warnings: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- validation_report.json
+
+
+class OutputError(_Model):
+    """One output tensor (or value) of one call, optimized against baseline."""
+
+    seed: int
+    input_set: str = Field(description="'a': the workload's own inputs for this seed; 'b': fresh random ones.")
+    output: str = Field(description="Where in the output structure, e.g. 'out', 'out[0]', \"out['logits']\".")
+    shape: list[int] | None = None
+    dtype: str | None = None
+    tolerance_class: str | None = Field(default=None, description="float32, tf32, bfloat16, float16, float64, exact")
+    max_abs_error: float | None = None
+    max_rel_error: float | None = Field(
+        default=None, description="max |opt - ref| / (|ref| + atol/rtol): the allclose margin as a ratio of rtol."
+    )
+    rtol: float | None = None
+    atol: float | None = None
+    passed: bool
+    note: str | None = None
+
+
+class CheckResult(_Model):
+    """One named check of the validation."""
+
+    name: str
+    status: Literal["pass", "fail", "skip"]
+    passed: bool = Field(description="False only for status 'fail'.")
+    detail: str
+    outputs: list[OutputError] = Field(default_factory=list)
+
+
+class ValidationReport(_Model):
+    """validation_report.json: is the optimized workload right, and is its speedup plausible."""
+
+    validation_version: str = VALIDATION_VERSION
+    baseline: str
+    optimized: str
+    python_executable: str
+    torch_version: str | None = None
+    device_type: str | None = None
+    device_name: str | None = None
+    seeds: list[int]
+    backend_name: str | None = None
+    backend_calls: int | None = Field(default=None, description="Times the registered backend compiled a graph.")
+    applied_passes: dict[str, int] = Field(default_factory=dict, description="FX pass -> times applied.")
+    tolerances: dict[str, float] = Field(default_factory=dict, description="rtol per tolerance class used.")
+    atol_override: float | None = None
+    precision_note: str | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    speedup: float | None = None
+    max_plausible_speedup: float | None = None
+    checks: list[CheckResult]
+    passed: bool
+    failed_checks: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
