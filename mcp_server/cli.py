@@ -12,6 +12,8 @@ from mcp_server.pipeline.capture import COMPILE_MODES, CaptureRequest
 from mcp_server.pipeline.passes import NcuOptions
 from mcp_server.pipeline.profiling import BACKENDS, build_profile, capture, choose_backend, map_counters
 from mcp_server.pipeline.rundir import default_run_dir, read_manifest
+from mcp_server.preflight import format_report as format_preflight
+from mcp_server.preflight import preflight
 from mcp_server.schema.io import load_profile
 from mcp_server.summary import format_top_operators, format_window
 
@@ -131,6 +133,13 @@ def cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    """Check GPU, driver, torch/CUDA, nsys, ncu and counter permission; exit 1 if any check failed."""
+    report = preflight(args.python, quick=args.quick)
+    print(format_preflight(report))
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
@@ -155,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ncu_options(p)
     p = sub.add_parser("assemble", help="rebuild RUN_DIR/profile.json from its raw artifacts (no GPU needed)")
     p.add_argument("run_dir", type=Path)
+    p = sub.add_parser("preflight", help="check GPU, driver, torch/CUDA, nsys, ncu and counter permission")
+    p.add_argument("--python", default=sys.executable, help="interpreter that will run workloads (%(default)s)")
+    p.add_argument("--quick", action="store_true", help="skip starting that interpreter and the tools (seconds)")
     p = sub.add_parser("summary", help="print the top-operators table of a profile.json")
     p.add_argument("profile", type=Path)
     p.add_argument("--top", type=_positive, default=10, help="how many operators (default 10)")
@@ -174,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_map(args)
         if args.command == "assemble":
             return cmd_assemble(args)
+        if args.command == "preflight":
+            return cmd_preflight(args)
         if args.command == "summary":
             return cmd_summary(args)
     except ProfilerError as exc:

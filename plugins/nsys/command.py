@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 from plugins.tools import find_executable
@@ -40,3 +42,27 @@ def capture_command(nsys: str, report_base: Path, extra_trace: tuple[str, ...] =
 def export_command(nsys: str, report: Path, sqlite: Path) -> list[str]:
     """Export an .nsys-rep to SQLite."""
     return [nsys, "export", "--type=sqlite", "--force-overwrite=true", f"--output={sqlite}", str(report)]
+
+
+def importer_problems(nsys: str, timeout_s: float = 20.0) -> list[str]:
+    """Libraries nsys's report importer (QdstrmImporter) cannot load; empty when fine or not checkable.
+
+    A bundled nsys whose importer lacks a library (libdw.so.1, typically) records a capture but leaves only a
+    .qdstrm behind instead of the .nsys-rep. A wrapper script (not an ELF binary) is not checked.
+    """
+    real = Path(nsys).resolve()
+    try:
+        if real.read_bytes()[:4] != b"\x7fELF":
+            return []
+    except OSError:
+        return []
+    candidates = [real.parent / "QdstrmImporter", real.parent.parent / "host-linux-x64" / "QdstrmImporter"]
+    importer = next((c for c in candidates if c.is_file()), None)
+    ldd = shutil.which("ldd")
+    if importer is None or ldd is None:
+        return []
+    try:
+        proc = subprocess.run([ldd, str(importer)], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return sorted({line.split("=>")[0].strip() for line in proc.stdout.splitlines() if "not found" in line})

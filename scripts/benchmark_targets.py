@@ -1,0 +1,100 @@
+"""Measure the pipeline's targets on a GPU machine: end-to-end `run` wall time, attribution coverage,
+counter coverage, and per-operator time against the window's GPU time measured without any profiler.
+
+    python scripts/benchmark_targets.py --out "$OUT" [--workloads conv_block,gpt2] [--modes eager,inductor]
+
+For each workload and mode: (1) a harness pass with no profiler measures the window's GPU time between two
+CUDA events; (2) `operator-profiler run` is timed as a user runs it, as a child process; (3) its
+profile.json gives coverage and the sum of per-operator durations. Prints a table; writes targets.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mcp_server.pipeline.capture import CaptureRequest, run_pass  # noqa: E402
+from mcp_server.schema.io import load_profile  # noqa: E402
+
+ALL = ",".join([
+    "conv_block", "gpt2", "embedding_projection", "mlp_activations", "sdpa_attention", "depthwise_separable_conv",
+    "lstm_sequence_encoder",
+])
+
+
+def measure(workload: str, mode: str, work: Path) -> dict[str, object]:
+    """One row of the targets table."""
+    path = REPO / "examples" / workload / f"{workload}.py"
+    row: dict[str, object] = {"workload": workload, "mode": mode}
+    timing_dir = work / f"{workload}_{mode}_timing"
+    _, result = run_pass(CaptureRequest(workload=path, run_dir=timing_dir, compile_mode=mode), "timing", "none")
+    row["no_profiler_gpu_elapsed_ns"] = result["window"].get("gpu_elapsed_ns")
+    run_dir = work / f"{workload}_{mode}"
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "mcp_server.cli", "run", str(path), "--compile-mode", mode, "-o", str(run_dir), "-q"],
+        capture_output=True, text=True, check=False,
+    )
+    row["run_wall_s"] = round(time.monotonic() - t0, 1)
+    if proc.returncode != 0:
+        row["error"] = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+        return row
+    profile = load_profile(run_dir / "profile.json")
+    win = profile.window
+    op_time = sum(op.aggregated.total_duration_ns for op in profile.operators)
+    row.update(
+        kernels=win.kernel_count,
+        attributed_pct=round(win.attributed_kernel_time_pct or 0.0, 3),
+        kernels_with_counters=win.kernels_with_counters,
+        operator_time_ns=op_time,
+        gpu_busy_ns=win.gpu_busy_time_ns,
+        profiled_gpu_elapsed_ns=win.gpu_elapsed_ns,
+        warnings=profile.warnings,
+        passes={p["name"]: p["wall_time_s"] for p in json.loads((run_dir / "manifest.json").read_text())["passes"]},
+    )
+    elapsed = row["no_profiler_gpu_elapsed_ns"]
+    if elapsed:
+        row["operator_time_vs_unprofiled_pct"] = round(100.0 * (op_time - elapsed) / elapsed, 2)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/op_targets"))
+    parser.add_argument("--workloads", default=ALL)
+    parser.add_argument("--modes", default="eager,inductor")
+    args = parser.parse_args()
+    os.environ.setdefault("OPERATOR_PROFILER_EXAMPLE_SCALE", "full")
+    shutil.rmtree(args.work, ignore_errors=True)
+    rows = []
+    for workload in args.workloads.split(","):
+        for mode in args.modes.split(","):
+            row = measure(workload, mode, args.work)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "targets.json").write_text(json.dumps(rows, indent=1))
+    print(f"\n{'workload':26s} {'mode':9s} {'run s':>6s} {'kernels':>7s} {'attrib %':>8s} {'counters':>8s} "
+          f"{'op time us':>10s} {'unprof. us':>10s} {'diff %':>7s}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['workload']:26s} {r['mode']:9s} {r['run_wall_s']:6.1f} ERROR {r['error']}")
+            continue
+        unprof = (r["no_profiler_gpu_elapsed_ns"] or 0) / 1e3
+        print(f"{r['workload']:26s} {r['mode']:9s} {r['run_wall_s']:6.1f} {r['kernels']:7d} {r['attributed_pct']:8.2f} "
+              f"{r['kernels_with_counters']:8d} {r['operator_time_ns'] / 1e3:10.1f} {unprof:10.1f} "
+              f"{r.get('operator_time_vs_unprofiled_pct', float('nan')):7.2f}")
+
+
+if __name__ == "__main__":
+    main()
