@@ -7,6 +7,10 @@ import sys
 from pathlib import Path
 
 from mcp_server import __version__
+from mcp_server.bench import bench, load_bench_result
+from mcp_server.bench import summary_line as bench_line
+from mcp_server.compare import compare_paths, write_comparison
+from mcp_server.compare import summary_line as compare_line
 from mcp_server.errors import ProfilerError, UsageError
 from mcp_server.pipeline.capture import COMPILE_MODES, CaptureRequest
 from mcp_server.pipeline.passes import NcuOptions
@@ -16,10 +20,15 @@ from mcp_server.preflight import format_report as format_preflight
 from mcp_server.preflight import preflight
 from mcp_server.schema.io import load_profile
 from mcp_server.summary import format_top_operators, format_window
+from mcp_server.validate import parse_tolerances, render_checks, validate
 
 
 def _progress(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
+
+
+def _silent(_: str) -> None:
+    """Progress sink for --quiet."""
 
 
 def _stage(line: str) -> None:
@@ -97,7 +106,7 @@ def cmd_profile(args: argparse.Namespace, argv: list[str], with_ncu: bool = Fals
     backend = choose_backend(args.backend)
     _stage(f"backend: {'nsys + ncu' if backend == 'nsys' else 'torch.profiler'}"
            + (" (auto)" if args.backend == "auto" else "") + f"; run directory: {run_dir}")
-    progress = (lambda _: None) if args.quiet else _progress
+    progress = _silent if args.quiet else _progress
     capture(req, backend, ["operator-profiler", *argv], progress,
             ncu=_ncu_options(args) if (with_ncu and backend == "nsys") else None)
     return _report(req.run_dir)
@@ -140,6 +149,47 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Per-operator and per-module deltas of two profiles: comparison.json and comparison.md."""
+    comparison = compare_paths(args.baseline, args.optimized, args.allow_mismatch)
+    paths = write_comparison(comparison, args.output or args.optimized.parent)
+    print(compare_line(comparison))
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Interleaved timing of two workloads; the speedup with its confidence interval."""
+    out = args.output or default_run_dir(args.optimized, suffix="bench")
+    result = bench(
+        args.baseline, args.optimized, python=args.python, warmup=args.warmup, reps=args.reps, rounds=args.rounds,
+        input_sets=args.input_sets, seed=args.seed, baseline_mode=args.baseline_mode, out_dir=out,
+        timeout_s=args.timeout, progress=_silent if args.quiet else _progress,
+    )
+    print(bench_line(result))
+    print(f"wrote {out / 'bench.json'}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Numerical and behavioural checks of an optimized workload; exit 1 when a check fails."""
+    speedup = args.speedup
+    if args.bench is not None:
+        speedup = load_bench_result(args.bench).speedup.point
+    out = args.output or args.optimized.parent
+    seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
+    report = validate(
+        args.baseline, args.optimized, python=args.python, seeds=seeds, rtol=args.rtol, atol=args.atol,
+        tolerances=parse_tolerances(args.tolerance or []), run_tests=not args.no_tests, speedup=speedup,
+        max_plausible_speedup=args.max_plausible_speedup, out_dir=out, timeout_s=args.timeout,
+        progress=_silent if args.quiet else _progress,
+    )
+    print(render_checks(report))
+    print(f"wrote {out / 'validation_report.json'}")
+    return 0 if report.passed else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
@@ -164,6 +214,41 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ncu_options(p)
     p = sub.add_parser("assemble", help="rebuild RUN_DIR/profile.json from its raw artifacts (no GPU needed)")
     p.add_argument("run_dir", type=Path)
+    p = sub.add_parser("compare", help="per-operator deltas of two profile.json (comparison.json + .md)")
+    p.add_argument("baseline", type=Path)
+    p.add_argument("optimized", type=Path)
+    p.add_argument("--output", "-o", type=Path, help="folder for comparison.json/.md (default: beside OPTIMIZED)")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="compare profiles of different devices or input shapes anyway")
+    p = sub.add_parser("bench", help="time two workloads interleaved; speedup with a 95%% confidence interval")
+    p.add_argument("baseline", type=Path)
+    p.add_argument("optimized", type=Path)
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs both (%(default)s)")
+    p.add_argument("--warmup", type=_positive, default=5, help="warm-up calls per side (default 5)")
+    p.add_argument("--reps", type=_positive, default=20, help="timed calls per side per round (default 20)")
+    p.add_argument("--rounds", type=_positive, default=6, help="interleaved rounds (default 6)")
+    p.add_argument("--input-sets", type=_positive, default=4, help="input sets rotated between calls (default 4)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--baseline-mode", choices=("eager", "inductor"), default="eager",
+                   help="run the baseline eagerly or under torch.compile (default eager)")
+    p.add_argument("--output", "-o", type=Path, help="folder for bench.json (default ./op_runs/<name>-bench-<time>)")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--quiet", "-q", action="store_true")
+    p = sub.add_parser("validate", help="check an optimized workload against its baseline (validation_report.json)")
+    p.add_argument("baseline", type=Path)
+    p.add_argument("optimized", type=Path)
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs both (%(default)s)")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for fresh inputs (default 0,1,2)")
+    p.add_argument("--rtol", type=float, help="relative tolerance for every dtype")
+    p.add_argument("--atol", type=float, help="absolute tolerance for every dtype")
+    p.add_argument("--tolerance", action="append", help="per-dtype-class tolerance, e.g. bfloat16=2e-2 (repeatable)")
+    p.add_argument("--no-tests", action="store_true", help="do not run the workload's generated pytest file")
+    p.add_argument("--speedup", type=float, help="measured speedup to check for plausibility")
+    p.add_argument("--bench", type=Path, help="bench.json whose speedup to check for plausibility")
+    p.add_argument("--max-plausible-speedup", type=float, help="roofline bound above which a speedup is suspect")
+    p.add_argument("--output", "-o", type=Path, help="folder for validation_report.json (default: beside OPTIMIZED)")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--quiet", "-q", action="store_true")
     p = sub.add_parser("preflight", help="check GPU, driver, torch/CUDA, nsys, ncu and counter permission")
     p.add_argument("--python", default=sys.executable, help="interpreter that will run workloads (%(default)s)")
     p.add_argument("--quick", action="store_true", help="skip starting that interpreter and the tools (seconds)")
@@ -186,6 +271,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_map(args)
         if args.command == "assemble":
             return cmd_assemble(args)
+        if args.command == "compare":
+            return cmd_compare(args)
+        if args.command == "bench":
+            return cmd_bench(args)
+        if args.command == "validate":
+            return cmd_validate(args)
         if args.command == "preflight":
             return cmd_preflight(args)
         if args.command == "summary":

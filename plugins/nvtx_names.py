@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from functools import lru_cache
 
 from mcp_server.schema.records import Frame
 
@@ -26,6 +28,8 @@ SIZES_FIELD = "sizes = "
 ANNOTATION_NAMESPACES = frozenset({"operator_profiler"})
 
 _OP_HEAD = re.compile(r"^(?P<ns>[A-Za-z_]\w*)::\S+$")
+# `sizes = [[2, 3], [], [8]]`: one flat list of dims per input.
+_SIZES = re.compile(re.escape(FIELD_SEPARATOR + SIZES_FIELD) + r"(\[(?:\[[^\[\]]*\](?:, )?)*\])")
 
 
 def range_name(text: str) -> str:
@@ -33,45 +37,42 @@ def range_name(text: str) -> str:
     return text.split(FIELD_SEPARATOR, 1)[0]
 
 
+@lru_cache(maxsize=65536)
+def _kind(head: str) -> str:
+    if head.startswith(MODULE_PREFIX):
+        return "module"
+    match = _OP_HEAD.match(head)
+    return "op" if match and match.group("ns") not in ANNOTATION_NAMESPACES else "annotation"
+
+
 def is_operator(head: str) -> bool:
     """True for a PyTorch operator name like `aten::addmm` (a namespace, `::`, no spaces; not a marker)."""
-    match = _OP_HEAD.match(head)
-    return bool(match) and match.group("ns") not in ANNOTATION_NAMESPACES
+    return _kind(head) == "op"
+
+
+@lru_cache(maxsize=65536)
+def _shapes(field: str) -> tuple[tuple[int, ...] | None, ...] | None:
+    try:
+        value = json.loads(field)
+    except ValueError:
+        return None
+    if not isinstance(value, list):
+        return None
+    return tuple(
+        tuple(dims) if isinstance(dims, list) and all(type(d) is int for d in dims) else None for dims in value
+    )
 
 
 def parse_sizes(text: str) -> list[list[int] | None] | None:
     """The `sizes = [[...], ...]` field of an emit_nvtx range: one dims list per input, None where unparseable.
 
-    Returns None when the text has no sizes field or it is not a well-formed list.
+    Returns None when the text has no sizes field or it is not a well-formed list of dims lists.
     """
-    marker = FIELD_SEPARATOR + SIZES_FIELD
-    at = text.find(marker)
-    if at < 0:
+    match = _SIZES.search(text)
+    if match is None:
         return None
-    begin = at + len(marker)
-    if begin >= len(text) or text[begin] != "[":
-        return None
-    depth = 0
-    for pos in range(begin, len(text)):
-        char = text[pos]
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-            if depth == 0:
-                break
-    else:
-        return None
-    try:
-        value = json.loads(text[begin : pos + 1])
-    except ValueError:
-        return None
-    if not isinstance(value, list):
-        return None
-    return [
-        [int(d) for d in dims] if isinstance(dims, list) and all(isinstance(d, int) for d in dims) else None
-        for dims in value
-    ]
+    shapes = _shapes(match.group(1))
+    return None if shapes is None else [None if dims is None else list(dims) for dims in shapes]
 
 
 def parse_range(text: str, start_ns: int | None = None, end_ns: int | None = None) -> Frame:
@@ -83,7 +84,9 @@ def parse_range(text: str, start_ns: int | None = None, end_ns: int | None = Non
     (for a Triton launch range, the kernel name; its `sizes` are kept as `input_shapes` too).
     """
     if text.startswith(MODULE_PREFIX):
-        return Frame(name=text[len(MODULE_PREFIX) :], kind="module", start_ns=start_ns, end_ns=end_ns)
-    head = range_name(text)
-    kind = "op" if is_operator(head) else "annotation"
-    return Frame(name=head, kind=kind, input_shapes=parse_sizes(text), start_ns=start_ns, end_ns=end_ns)
+        name, kind, shapes = text[len(MODULE_PREFIX) :], "module", None
+    else:
+        name = sys.intern(range_name(text))  # a million frames share a few hundred operator names
+        kind = _kind(name)
+        shapes = parse_sizes(text) if FIELD_SEPARATOR in text else None
+    return Frame(name=name, kind=kind, input_shapes=shapes, start_ns=start_ns, end_ns=end_ns)

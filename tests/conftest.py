@@ -13,6 +13,9 @@ EXAMPLE_NAMES = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
 
 os.environ.setdefault("OPERATOR_PROFILER_EXAMPLE_SCALE", "small")
 
+# Generated tests of optimized workloads are run by `validate` (tests/test_validate.py), not collected here.
+collect_ignore_glob = ["workloads/test_*.py"]
+
 
 @pytest.fixture()
 def example():

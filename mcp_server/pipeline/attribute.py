@@ -174,15 +174,16 @@ def join_counters(
 ) -> tuple[dict[int, tuple[dict[str, Metric], int | None]], list[str]]:
     """Match ncu records to timeline kernels; return ordinal -> (metrics, propagated_from) and mismatches.
 
-    ncu profiles in launch order, so each record is matched to the next timeline launch, in order, with the
-    same kernel (name, grid, block). Without deduplication or filters every launch must be matched in turn:
-    a skipped launch is a mismatch between the two captures and is reported. With per-launch-config
-    deduplication each configuration was replayed once, at its first launch, and every later identical
-    launch gets a copy of its counters marked with the ordinal they were propagated from.
+    ncu replays in launch order, so each record belongs to the next timeline launch, at or after the
+    previous match, of the same kernel (mangled name, grid, block). Without deduplication or filters every
+    launch must be matched in turn: a launch passed over is a disagreement between the captures and is
+    reported. With per-launch-config deduplication, ncu replayed a launch only when it judged its
+    configuration new; each launch it passed over gets the counters of the nearest replayed launch of the
+    same configuration (the earlier one when there is one), marked `propagated_from`. Every record that
+    matches no launch, and every launch left without counters, is reported, never papered over.
     """
     problems: list[str] = []
     joined: dict[int, tuple[dict[str, Metric], int | None]] = {}
-    source_of: dict[tuple[object, ...], int] = {}
     position = 0
     for record in records:
         j = position
@@ -194,28 +195,36 @@ def join_counters(
                 )
             j += 1
         if j == len(kernels):
-            problems.append(f"ncu record {record.ordinal} ({_short(record.name)}) matched no later launch")
+            problems.append(f"ncu record {record.ordinal} ({_short(record.name)}) matches no later window launch")
             continue
         joined[kernels[j].ordinal] = (record.metrics, None)
-        source_of.setdefault(_config(kernels[j]), kernels[j].ordinal)
         position = j + 1
     if deduplicated:
-        # ncu keys a launch configuration on the function's base name: template instances share counters.
-        by_base = {}
-        for config, ordinal in source_of.items():
-            by_base.setdefault(_base_config(config), ordinal)
-        for kernel in kernels:
-            source = source_of.get(_config(kernel)) or by_base.get(_base_config(_config(kernel)))
-            if kernel.ordinal not in joined and source is not None:
-                joined[kernel.ordinal] = (joined[source][0], source)
+        _propagate(kernels, joined)
     if not filtered:
         missing = [k for k in kernels if k.ordinal not in joined]
         if missing:
             problems.append(
-                f"{len(missing)} window launches have no ncu counters (first: {missing[0].ordinal} "
+                f"{len(missing)} window launches have no ncu counters (first: launch {missing[0].ordinal} "
                 f"{_short(missing[0].name)})"
             )
     return joined, problems
+
+
+def _propagate(kernels: list[TraceKernel], joined: dict[int, tuple[dict[str, Metric], int | None]]) -> None:
+    """Copy counters to launches ncu passed over from the nearest replayed launch of the same configuration."""
+    replayed: dict[tuple[object, ...], list[int]] = {}
+    for kernel in kernels:
+        if kernel.ordinal in joined:
+            replayed.setdefault(_config(kernel), []).append(kernel.ordinal)
+    for kernel in kernels:
+        if kernel.ordinal in joined:
+            continue
+        sources = replayed.get(_config(kernel))
+        if sources:
+            earlier = [s for s in sources if s < kernel.ordinal]
+            source = earlier[-1] if earlier else sources[0]
+            joined[kernel.ordinal] = (joined[source][0], source)
 
 
 def _short(name: str) -> str:
@@ -223,13 +232,7 @@ def _short(name: str) -> str:
 
 
 def _config(kernel: TraceKernel) -> tuple[object, ...]:
-    return (kernel.name, kernel.grid, kernel.block)
-
-
-def _base_config(config: tuple[object, ...]) -> tuple[object, ...]:
-    """(function base name without template arguments or parameters, grid, block)."""
-    name = str(config[0]).split("(", 1)[0].split("<", 1)[0].strip().split(" ")[-1]
-    return (name, *config[1:])
+    return (kernel.mangled_name or kernel.name, kernel.grid, kernel.block)
 
 
 def _same_kernel(kernel: TraceKernel, record: CounterRecord) -> bool:
@@ -239,5 +242,4 @@ def _same_kernel(kernel: TraceKernel, record: CounterRecord) -> bool:
             return False
     if kernel.mangled_name and record.mangled_name:
         return kernel.mangled_name == record.mangled_name
-    short = record.name.split("(", 1)[0].strip()
-    return kernel.name == record.name or short in kernel.name or kernel.name.split("(", 1)[0].endswith(short)
+    return " ".join(kernel.name.split()) == " ".join(record.name.split())

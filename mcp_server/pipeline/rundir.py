@@ -18,10 +18,10 @@ MANIFEST = "manifest.json"
 PROFILE = "profile.json"
 
 
-def default_run_dir(workload: Path, root: Path | None = None) -> Path:
-    """`./op_runs/<workload>-<YYYYmmdd-HHMMSS>[-N]`: a fresh directory per run, never shared."""
+def default_run_dir(workload: Path, root: Path | None = None, suffix: str | None = None) -> Path:
+    """`./op_runs/<workload>[-suffix]-<YYYYmmdd-HHMMSS>[-N]`: a fresh directory per run, never shared."""
     base = (root or Path.cwd()) / "op_runs"
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", workload.stem)
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", workload.stem) + (f"-{suffix}" if suffix else "")
     name = f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     candidate, n = base / name, 1
     while candidate.exists():

@@ -10,10 +10,14 @@ from pydantic import BaseModel
 
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
+from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "profile.schema.json": OperatorAttributedProfile,
     "manifest.schema.json": RunManifest,
+    "comparison.schema.json": Comparison,
+    "bench.schema.json": BenchResult,
+    "validation_report.schema.json": ValidationReport,
 }
 
 

@@ -66,9 +66,10 @@ class OperatorDelta(_Model):
     """One matched, fused, appeared or disappeared operator."""
 
     status: Literal["matched", "fused", "appeared", "disappeared"]
-    match_rule: Literal["name_module_order", "fused_names", "fused_module", "none"] = Field(
-        description="How the two sides were tied: same (name, module path, call order); an optimized fused "
-        "operator absorbing baseline operators named in its fused_operators; or by module path alone."
+    match_rule: Literal["name_module_order", "renamed", "fused_names", "fused_module", "none"] = Field(
+        description="How the two sides were tied: same (name, module path, call order); same module path and "
+        "operator family under another name (aten::conv2d / aten::convolution); an optimized fused operator "
+        "absorbing baseline operators named in its fused_operators; or by module path alone."
     )
     operator_name: str = Field(description="The optimized side's name (the baseline's when disappeared).")
     module_path: str | None = None
@@ -203,6 +204,7 @@ class BenchResult(_Model):
     device_type: str
     device_name: str | None = None
     timer: Literal["cuda_event", "perf_counter"]
+    cpu_threads: int | None = Field(default=None, description="torch.get_num_threads() in the child.")
     torch_version: str
     cuda_version: str | None = None
     python_version: str
@@ -235,7 +237,7 @@ class OutputError(_Model):
     tolerance_class: str | None = Field(default=None, description="float32, tf32, bfloat16, float16, float64, exact")
     max_abs_error: float | None = None
     max_rel_error: float | None = Field(
-        default=None, description="max |opt - ref| / (|ref| + atol/rtol): the allclose margin as a ratio of rtol."
+        default=None, description="max |opt - ref| / (|ref| + atol/rtol): at most rtol exactly when allclose passes."
     )
     rtol: float | None = None
     atol: float | None = None

@@ -1,0 +1,116 @@
+"""The proof children (bench, validate) and how the engine starts them.
+
+The scripts in this folder (`bench_child.py`, `validate_child.py`, and `_proof_child_common.py` they share)
+run under the workload's own interpreter and need only the standard library and torch; this module, on the
+engine's side, never imports torch. A child writes its result as JSON to the path given with `--out`, whatever
+happens; the engine reads it and turns a child's error into a typed error with a remedy.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mcp_server.errors import UsageError, WorkloadError
+from mcp_server.pipeline.capture import run_child
+
+PROOF_DIR = Path(__file__).resolve().parent
+Progress = Callable[[str], None]
+LOG_TAIL_LINES = 5
+
+
+def _quiet(_: str) -> None:
+    """Default progress sink."""
+
+
+def check_python(python: str) -> str:
+    """The interpreter to run children with: an existing file, or a name found on PATH."""
+    if python.startswith("-"):
+        raise UsageError(f"--python value {python!r} looks like an option", "pass the path of a Python interpreter")
+    if Path(python).is_file():
+        return python
+    found = shutil.which(python)
+    if found is None:
+        raise UsageError(f"python interpreter not found: {python}", "pass --python PATH to an interpreter with torch")
+    return found
+
+
+def check_workload(path: Path, role: str) -> Path:
+    """Resolve a workload file and check it follows the contract, naming the file that is wrong."""
+    path = Path(path)
+    if str(path).startswith("-"):
+        raise UsageError(f"{role} workload {str(path)!r} looks like an option", "pass the path of a .py file")
+    if not path.is_file():
+        raise WorkloadError(f"{role} workload not found: {path}", "pass the path of an existing .py file")
+    if path.suffix != ".py":
+        raise WorkloadError(f"{role} workload is not a .py file: {path}", "pass a Python file")
+    if "get_model_and_input" not in path.read_text(encoding="utf-8", errors="replace"):
+        raise WorkloadError(
+            f"{role} workload {path} neither defines nor imports get_model_and_input()",
+            "add `def get_model_and_input(): return model, inputs` (see docs/optimized-workload-contract.md)",
+        )
+    return path.resolve()
+
+
+def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last non-empty lines of a child's log, joined with ' | '."""
+    if not log_path.is_file():
+        return ""
+    text = [ln.strip() for ln in log_path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    return " | ".join(text[-lines:])
+
+
+def run_proof_child(
+    script: str,
+    args: list[str],
+    python: str,
+    work_dir: Path,
+    name: str,
+    timeout_s: float,
+    progress: Progress = _quiet,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any]:
+    """Run `PROOF_DIR/script args --out WORK_DIR/<name>_child.json` under `python`; return its JSON result.
+
+    Setting `cancel` stops the child (CancelledCapture). Raises WorkloadError when the child timed out, wrote
+    nothing, or reports that torch is missing or the baseline itself failed; a result with status 'ok' (a
+    validation verdict included) is returned as is.
+    """
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out = work_dir / f"{name}_child.json"
+    log = work_dir / f"{name}_child.log"
+    out.unlink(missing_ok=True)
+    cmd = [python, str(PROOF_DIR / script), *args, "--out", str(out)]
+    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel)
+    if timed_out:
+        raise WorkloadError(
+            f"the {name} child ran past its {timeout_s:.0f} s limit and was stopped",
+            f"raise --timeout or shrink the workload; its output is in {log}",
+        )
+    if not out.is_file():
+        tail = log_tail(log)
+        raise WorkloadError(
+            f"the {name} child exited with code {code} and wrote no result"
+            + (f" (last lines: {tail})" if tail else ""),
+            f"read {log}",
+        )
+    try:
+        result = json.loads(out.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"the {name} child wrote unreadable JSON to {out}: {exc}", f"read {log}") from exc
+    if result.get("status") == "error":
+        error = result.get("error", {})
+        kind, message = error.get("kind"), error.get("message", "unknown error")
+        if kind == "no_torch":
+            raise WorkloadError(message, "pass --python PATH to an interpreter that has torch, or install torch there")
+        tail = [ln.strip() for ln in str(error.get("traceback_tail", "")).strip().splitlines() if ln.strip()]
+        where = f" (last lines: {' | '.join(tail[-3:])})" if tail else ""
+        raise WorkloadError(
+            f"{message}{where}",
+            error.get("remedy") or f"fix the workload; the child's full output is in {log}",
+        )
+    return result

@@ -1,0 +1,168 @@
+"""validate: a correct optimized workload passes; deliberately wrong ones fail with the right check named.
+
+Every validation runs the real child process on the tiny workloads in tests/workloads/ (CPU). Each workload
+is validated once per module (the runs are shared by the tests that read them) and concurrently, two at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from mcp_server.errors import UsageError, WorkloadError
+from mcp_server.schema.proof import ValidationReport
+from mcp_server.validate import (
+    VALIDATION_JSON,
+    generated_test_path,
+    load_validation_report,
+    parse_tolerances,
+    render_checks,
+    speedup_check,
+    validate,
+)
+
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+BASELINE = WORKLOADS / "tiny_mlp.py"
+CORRECT = WORKLOADS / "tiny_mlp_optimized.py"
+WRONG = {
+    "numerics": WORKLOADS / "tiny_mlp_wrong_numerics_optimized.py",
+    "cached": WORKLOADS / "tiny_mlp_wrong_cached_optimized.py",
+    "mutation": WORKLOADS / "tiny_mlp_wrong_mutation_optimized.py",
+    "uncalled": WORKLOADS / "tiny_mlp_wrong_uncalled_optimized.py",
+}
+SEEDS = (0, 1)
+
+
+def _check(report: ValidationReport, name: str):
+    return next(c for c in report.checks if c.name == name)
+
+
+@pytest.fixture(scope="module")
+def correct_dir(tmp_path_factory) -> Path:
+    """Where the correct workload's validation writes its report and logs."""
+    return tmp_path_factory.mktemp("correct")
+
+
+@pytest.fixture(scope="module")
+def reports(correct_dir) -> dict[str, ValidationReport]:
+    """Validate the correct workload (with its pytest file and a plausible speedup) and every wrong one."""
+    jobs = {
+        "correct": dict(optimized=CORRECT, seeds=(0, 1, 2), run_tests=True, speedup=1.3, max_plausible_speedup=4.0,
+                        out_dir=correct_dir),
+        "loose": dict(optimized=WRONG["numerics"], seeds=(0,), run_tests=False, tolerances={"float32": 0.05}),
+        **{name: dict(optimized=path, seeds=SEEDS, run_tests=False) for name, path in WRONG.items()},
+    }
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(validate, BASELINE, python=sys.executable, **job) for name, job in jobs.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.slow
+def test_correct_optimized_workload_passes_every_check(reports):
+    report = reports["correct"]
+    assert report.passed, render_checks(report)
+    assert report.failed_checks == []
+    assert {c.name: c.status for c in report.checks} == {
+        "contract": "pass", "backend_registered": "pass", "backend_invoked": "pass", "fx_passes": "pass",
+        "runs": "pass", "shapes_dtypes": "pass", "finite": "pass", "numerics": "pass", "input_mutation": "pass",
+        "output_aliasing": "pass", "output_caching": "pass", "pytest": "pass", "speedup_plausible": "pass",
+    }
+    assert report.backend_name == "tiny_mlp_opt" and report.backend_calls >= 1
+    assert report.applied_passes == {"relu_to_functional": 1, "fuse_mul_add_to_addcmul": 1}
+    assert report.seeds == [0, 1, 2] and report.device_type in ("cpu", "cuda")
+    numerics = _check(report, "numerics")
+    assert len(numerics.outputs) == 6  # 3 seeds x 2 input sets x 1 output
+    for output in numerics.outputs:
+        assert output.passed and output.tolerance_class == "float32" and output.rtol == 1e-4  # no conv: no TF32
+        assert output.shape == [8, 4] and output.dtype == "torch.float32"
+        assert output.max_abs_error is not None and output.max_rel_error < 1e-4
+    assert report.max_rel_error < 1e-4
+    assert "test_tiny_mlp_optimized.py passed" in _check(report, "pytest").detail
+
+
+@pytest.mark.slow
+def test_report_and_logs_are_written_to_out_dir(reports, correct_dir):
+    written = correct_dir / VALIDATION_JSON
+    assert load_validation_report(written) == reports["correct"]
+    assert json.loads(written.read_text())["passed"] is True
+    assert {"validate_child.json", "validate_child.log", "pytest_child.log"} <= {p.name for p in correct_dir.iterdir()}
+
+
+@pytest.mark.slow
+def test_a_pass_that_changes_numerics_fails_numerics(reports):
+    report = reports["numerics"]
+    assert not report.passed
+    assert "numerics" in report.failed_checks
+    assert report.max_rel_error > 1e-3  # the output is scaled by 1.01
+    failing = [o for o in _check(report, "numerics").outputs if not o.passed]
+    assert len(failing) == 2 * len(SEEDS)
+    assert _check(report, "backend_invoked").passed and _check(report, "input_mutation").passed
+    assert report.applied_passes["scale_outputs"] >= 1
+
+
+@pytest.mark.slow
+def test_tolerances_are_configurable(reports):
+    report = reports["loose"]
+    assert _check(report, "numerics").passed
+    assert report.tolerances["float32"] == 0.05
+
+
+@pytest.mark.slow
+def test_cached_outputs_fail_output_caching(reports):
+    report = reports["cached"]
+    assert not report.passed
+    assert "output_caching" in report.failed_checks
+    assert "same memory" in _check(report, "output_caching").detail
+
+
+@pytest.mark.slow
+def test_input_mutation_fails_input_mutation(reports):
+    report = reports["mutation"]
+    assert not report.passed
+    assert report.failed_checks == ["input_mutation"]
+    assert "input[0]" in _check(report, "input_mutation").detail
+    assert _check(report, "numerics").passed  # the outputs are right: only the caller's input is clobbered
+
+
+@pytest.mark.slow
+def test_a_backend_that_is_never_called_fails_backend_invoked(reports):
+    report = reports["uncalled"]
+    assert not report.passed
+    assert "backend_invoked" in report.failed_checks
+    assert "returned the model itself" in _check(report, "backend_invoked").detail
+    assert _check(report, "backend_registered").passed
+    assert report.backend_calls == 0
+
+
+def test_speedup_above_the_roofline_bound_is_suspect():
+    check = speedup_check(12.0, 3.0)
+    assert check.status == "fail" and check.detail.startswith("suspect")
+    assert speedup_check(2.0, 3.0).passed
+    assert speedup_check(None, 3.0).status == "skip" and speedup_check(2.0, None).status == "skip"
+
+
+def test_tolerance_options_parse():
+    assert parse_tolerances(["float32=1e-3", "bfloat16=0.02"]) == {"float32": 1e-3, "bfloat16": 0.02}
+    with pytest.raises(UsageError, match="CLASS=RTOL"):
+        parse_tolerances(["float32"])
+    with pytest.raises(UsageError, match="unknown tolerance class"):
+        parse_tolerances(["fp8=0.1"])
+
+
+def test_generated_test_file_sits_beside_the_workload():
+    assert generated_test_path(CORRECT) == WORKLOADS / "test_tiny_mlp_optimized.py"
+
+
+def test_bad_options_are_refused_before_anything_runs(tmp_path):
+    with pytest.raises(UsageError, match="tolerance class"):
+        validate(BASELINE, CORRECT, tolerances={"float8": 0.1})
+    with pytest.raises(UsageError, match="seed"):
+        validate(BASELINE, CORRECT, seeds=())
+    with pytest.raises(UsageError, match="--rtol"):
+        validate(BASELINE, CORRECT, rtol=-1.0)
+    with pytest.raises(WorkloadError, match="not found"):
+        validate(BASELINE, tmp_path / "nope_optimized.py")
