@@ -48,6 +48,7 @@ class CaptureRequest:
     train_step: bool = False
     timeout_s: float = 600.0
     gpu_lock: Path | None = None
+    gpu_lock_after: Path | None = None
     script_args: list[str] = field(default_factory=list)
 
     def check(self) -> None:
@@ -87,6 +88,8 @@ def harness_command(req: CaptureRequest, profiler: str, pass_dir: Path) -> list[
         cmd.append("--train-step")
     if req.gpu_lock is not None:
         cmd += ["--gpu-lock", str(req.gpu_lock)]
+    if req.gpu_lock_after is not None:
+        cmd += ["--gpu-lock-after", str(req.gpu_lock_after)]
     for arg in req.script_args:
         cmd += ["--script-arg", arg]
     return cmd

@@ -141,10 +141,11 @@ class NvtxCapture:
         self.warmup_fn = warmup_fn
         run_dir = cfg.get("run_dir")
         self._lock_path = Path(cfg["gpu_lock"]) if cfg.get("gpu_lock") else None
+        self._lock_after = Path(cfg["gpu_lock_after"]) if cfg.get("gpu_lock_after") else None
         self._window = _Window(cfg.get("profiler", "nvtx"), Path(run_dir) if run_dir else None)
 
     def __enter__(self) -> NvtxCapture:
-        self._lock = _GpuLock(self._lock_path)
+        self._lock = _GpuLock(self._lock_path, self._lock_after)
         if self.warmup_fn is not None:
             for _ in range(self.warmup_iters):
                 self.warmup_fn()
@@ -318,13 +319,18 @@ class _GpuLock:
     or measure at the same time: neither's kernels can disturb the other's window.
     """
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, after: Path | None = None) -> None:
         self._file = None
-        if path is not None:
-            import fcntl
+        if path is None:
+            return
+        while after is not None and not after.exists():
+            time.sleep(0.05)  # the other pass takes the GPU first and marks it taken
+        import fcntl
 
-            self._file = open(path, "a+")  # noqa: SIM115 - held across phases, closed in release()
-            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+        self._file = open(path, "a+")  # noqa: SIM115 - held across phases, closed in release()
+        fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+        if after is None:
+            path.with_suffix(".taken").touch()
 
     def release(self) -> None:
         if self._file is not None:
@@ -340,7 +346,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
     import torch
 
     result["phase"] = "waiting for the GPU lock"
-    lock = _GpuLock(args.gpu_lock)
+    lock = _GpuLock(args.gpu_lock, args.gpu_lock_after)
     result["phase"] = "build"
     model, inputs = module.get_model_and_input()
     call_args, call_kwargs = _as_call(inputs)
@@ -410,6 +416,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-step", action="store_true")
     parser.add_argument("--gpu-lock", type=Path, help="lock file held from model building to the window's end")
+    parser.add_argument("--gpu-lock-after", type=Path, help="take the lock only once this file exists")
     parser.add_argument("--script-arg", action="append", default=[], help="argument passed to a script workload")
     return parser.parse_args(argv)
 
@@ -444,7 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     result["environment"] = _environment()
     _seed(args.seed)
     os.environ[ENV_CONFIG] = json.dumps(
-        {"profiler": args.profiler, "run_dir": str(run_dir), "gpu_lock": str(args.gpu_lock or "")}
+        {
+            "profiler": args.profiler, "run_dir": str(run_dir), "gpu_lock": str(args.gpu_lock or ""),
+            "gpu_lock_after": str(args.gpu_lock_after or ""),
+        }
     )
     try:
         module_source = args.workload.read_text(encoding="utf-8")

@@ -72,33 +72,44 @@ def capture(
     command_line: list[str],
     progress: Progress = _quiet,
     ncu: NcuOptions | None = None,
+    cancel: threading.Event | None = None,
 ) -> RunManifest:
     """Run the backend's capture passes into req.run_dir and write manifest.json after each pass.
 
-    nsys backend: the nsys timeline pass, then (unless `ncu` is None) the ncu counter pass.
+    nsys backend: the nsys timeline pass and (unless `ncu` is None) the ncu counter pass, started together.
+    Setting `cancel` stops every child early (CancelledCapture).
     """
     req.check()
     prepare_run_dir(req.run_dir)
     manifest = new_manifest(req, backend, command_line)
     write_manifest(req.run_dir, manifest)
     if backend == "torch":
-        record, _ = torch_pass(req, progress)
+        record, _ = torch_pass(req, progress, cancel)
         manifest.passes.append(record)
     elif ncu is None:
-        manifest.passes.append(nsys_pass(req, progress))
+        manifest.passes.append(nsys_pass(req, progress, cancel=cancel))
     else:
-        manifest.passes += _timeline_and_counters(req, ncu, progress)
+        manifest.passes += _timeline_and_counters(req, ncu, progress, cancel)
     write_manifest(req.run_dir, manifest)
     return manifest
 
 
-def _timeline_and_counters(req: CaptureRequest, ncu: NcuOptions, progress: Progress) -> list[PassRecord]:
-    """Run the nsys and ncu passes at once: imports overlap, a lock file serialises their GPU phases."""
-    locked = replace(req, gpu_lock=req.run_dir / ".gpu.lock")
+def _timeline_and_counters(
+    req: CaptureRequest, ncu: NcuOptions, progress: Progress, outer: threading.Event | None
+) -> list[PassRecord]:
+    """Run the nsys and ncu passes at once: imports overlap, a lock file serialises their GPU phases.
+
+    The nsys pass takes the GPU first (it compiles with a cold cache; ncu then finds it warm and replays).
+    """
+    lock = req.run_dir / ".gpu.lock"
+    lock.unlink(missing_ok=True)
+    first = replace(req, gpu_lock=lock)
+    second = replace(req, gpu_lock=lock, gpu_lock_after=lock.with_suffix(".taken"))
+    lock.with_suffix(".taken").unlink(missing_ok=True)
     cancel = threading.Event()
     jobs: dict[str, Callable[[], PassRecord]] = {
-        "nsys": lambda: nsys_pass(locked, _tagged("nsys", progress), cancel=cancel),
-        "ncu": lambda: ncu_pass(locked, ncu, _tagged("ncu", progress), cancel=cancel),
+        "nsys": lambda: nsys_pass(first, _tagged("nsys", progress), cancel=cancel),
+        "ncu": lambda: ncu_pass(second, ncu, _tagged("ncu", progress), cancel=cancel),
     }
     results: dict[str, PassRecord] = {}
     errors: dict[str, BaseException] = {}
@@ -114,8 +125,11 @@ def _timeline_and_counters(req: CaptureRequest, ncu: NcuOptions, progress: Progr
     for thread in threads:
         thread.start()
     try:
-        for thread in threads:
-            thread.join()
+        while any(t.is_alive() for t in threads):
+            if outer is not None and outer.is_set():
+                cancel.set()
+            for thread in threads:
+                thread.join(timeout=0.2)
     except KeyboardInterrupt:
         cancel.set()
         for thread in threads:
@@ -131,11 +145,13 @@ def _tagged(name: str, progress: Progress) -> Progress:
     return lambda line: progress(f"[{name}] {line}")
 
 
-def map_counters(req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet) -> RunManifest:
+def map_counters(
+    req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet, cancel: threading.Event | None = None
+) -> RunManifest:
     """Add the ncu pass to an existing run directory (the `map` stage)."""
     manifest = read_manifest(req.run_dir)
     manifest.passes = [p for p in manifest.passes if p.name != "ncu"]
-    manifest.passes.append(ncu_pass(req, options, progress))
+    manifest.passes.append(ncu_pass(req, options, progress, cancel))
     write_manifest(req.run_dir, manifest)
     return manifest
 
