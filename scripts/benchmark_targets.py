@@ -73,6 +73,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/op_targets"))
     parser.add_argument("--workloads", default=ALL)
     parser.add_argument("--modes", default="eager,inductor")
+    parser.add_argument("--pack", action="append", default=[],
+                        help="also bring back <workload>_<mode>'s run directory as a tar.xz in --out (repeatable)")
     args = parser.parse_args()
     os.environ.setdefault("OPERATOR_PROFILER_EXAMPLE_SCALE", "full")
     shutil.rmtree(args.work, ignore_errors=True)
@@ -83,7 +85,13 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "targets.json").write_text(json.dumps(rows, indent=1))
+    suffix = "_".join(args.modes.split(","))
+    (args.out / f"targets_{suffix}.json").write_text(json.dumps(rows, indent=1))
+    for name in args.pack:
+        for rep in (args.work / name).glob("*/report.nsys-rep"):
+            rep.unlink()
+        subprocess.run(["tar", "-cJf", str(args.out / f"{name}.tar.xz"), "-C", str(args.work), name],
+                       check=True, env={**os.environ, "XZ_OPT": "-6"})
     print(f"\n{'workload':26s} {'mode':9s} {'run s':>6s} {'kernels':>7s} {'attrib %':>8s} {'counters':>8s} "
           f"{'op time us':>10s} {'unprof. us':>10s} {'diff %':>7s}")
     for r in rows:
