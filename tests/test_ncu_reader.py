@@ -1,66 +1,96 @@
-"""ncu report → counter records with units and NVTX stacks, on recorded H100 reports (ncu 2025.3.1)."""
+"""ncu report → counter records with units and NVTX stacks, on recorded H200 reports (ncu 2025.3.1).
+
+The reports were written by `ncu --kernel-name-base demangled --filter-mode per-launch-config --launch-count 1`
+restricted to the measure range. Expected values are read from the report with `ncu_report` directly and from
+the nsys export of the same run with SQL (tests/fixtures_util.py), and pinned below.
+"""
 
 from __future__ import annotations
 
 import math
-import sqlite3
 
 import pytest
-from fixtures_util import extract_fixture
+from fixtures_util import NSYS_RUNS, match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
 
 from plugins.ncu.command import default_metrics
-from plugins.ncu.reader import NcuReportError, read_ncu_report
+from plugins.ncu.reader import NcuCapture, NcuReportError, read_ncu_report
 from plugins.nsys.reader import read_nsys_sqlite
 from plugins.nvtx_names import MEASURE_RANGE
 
 ncu_report = pytest.importorskip("ncu_report")
 
-WORKLOADS = ["conv_block_eager", "conv_block_inductor", "gpt2_eager", "gpt2_inductor"]
-# ncu ran with --filter-mode per-launch-config --launch-count 1: one record per launch configuration.
-RECORDS = {"conv_block_eager": 14, "conv_block_inductor": 19, "gpt2_eager": 22, "gpt2_inductor": 18}
-# Unique (demangled name, grid, block) among the same workload's nsys window kernels.
-DEMANGLED_CONFIGS = {"conv_block_eager": 14, "conv_block_inductor": 19, "gpt2_eager": 23, "gpt2_inductor": 18}
+# Profiled kernels per report (count of ncu_report actions).
+RECORDS = {"conv_block_eager": 17, "conv_block_inductor": 21, "gpt2_eager": 23, "gpt2_inductor": 21}
+# Distinct (demangled name, grid, block) among the same run's nsys window kernels.
+CONFIGS = {"conv_block_eager": 14, "conv_block_inductor": 19, "gpt2_eager": 23, "gpt2_inductor": 18}
+# ncu profiled the first launch of every configuration, and also these later launches whose (demangled name, grid,
+# block, registers, shared memory) equal an earlier profiled launch's: its per-launch-config grouping is finer than
+# that (nsys launch ordinals).
+REPROFILED = {
+    "conv_block_eager": [3, 10, 17], "conv_block_inductor": [6, 13], "gpt2_eager": [], "gpt2_inductor": [7, 17, 28],
+}
 PERCENT_KEYS = [
     "dram_throughput_pct", "memory_throughput_pct", "sm_throughput_pct", "l1_throughput_pct", "l2_throughput_pct",
     "l1_hit_rate_pct", "l2_hit_rate_pct", "tensor_pipe_active_pct", "tensor_hmma_active_pct",
     "achieved_occupancy_pct", "theoretical_occupancy_pct", "issue_active_pct",
 ]
-# `l1tex__throughput.avg.pct_of_peak_sustained_active` is relative to *active* cycles and passes 100 on tiny kernels.
-OVER_100 = {("conv_block_inductor", 1, "l1_throughput_pct"), ("gpt2_eager", 12, "l1_throughput_pct")}
+# `l1tex__throughput.avg.pct_of_peak_sustained_active` is relative to *active* cycles and passes 100 on tiny kernels:
+# gpt2 eager's record 13 (a 1-block cuBLAS scal_kernel) reads 138.6 %.
+OVER_100 = {("gpt2_eager", 13, "l1_throughput_pct")}
 
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory):
-    """workload -> extracted run folder (nsys/, ncu/, torch/ passes)."""
-    return {w: extract_fixture(f"h100_{w}", tmp_path_factory) for w in WORKLOADS}
+    """workload -> extracted nsys + ncu run directory."""
+    return {w: run_dir(w, tmp_path_factory) for w in NSYS_RUNS}
 
 
 @pytest.fixture(scope="session")
-def reports(runs):
+def reports(runs) -> dict[str, NcuCapture]:
     """workload -> NcuCapture with the default metrics."""
     return {w: read_ncu_report(run / "ncu" / "report.ncu-rep") for w, run in runs.items()}
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
-def test_records_and_no_missing_metric(reports, workload):
+@pytest.fixture(scope="session")
+def raw_actions(runs):
+    """workload -> the report's actions read with ncu_report, with every default metric."""
+    names = list(default_metrics().values())
+    return {w: raw_ncu_actions(run / "ncu" / "report.ncu-rep", names) for w, run in runs.items()}
+
+
+@pytest.mark.parametrize("workload", NSYS_RUNS)
+def test_records_and_no_missing_metric(reports, raw_actions, workload):
     report = reports[workload]
+    assert len(raw_actions[workload]) == RECORDS[workload]
     assert len(report.records) == RECORDS[workload]
     assert [r.ordinal for r in report.records] == list(range(RECORDS[workload]))
     assert report.missing_metrics == []
     assert report.warnings == []
-    assert report.device_name == "NVIDIA H100 80GB HBM3"
+    assert report.device_name == "NVIDIA H200"
     assert report.ncu_version == "2025.3.1"
     for record in report.records:
         assert set(record.metrics) == set(default_metrics())
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("workload", NSYS_RUNS)
+def test_every_value_and_unit_is_the_reports_own(reports, raw_actions, workload):
+    """Record by record, metric by metric: value and unit equal what ncu_report returns for the action."""
+    names = default_metrics()
+    for record, action in zip(reports[workload].records, raw_actions[workload], strict=True):
+        assert (record.name, record.mangled_name, record.grid, record.block) == (
+            action.demangled, action.mangled, action.grid, action.block
+        )
+        got = {key: (m.value, m.unit) for key, m in record.metrics.items()}
+        assert got == {key: action.values[name] for key, name in names.items()}
+
+
+@pytest.mark.parametrize("workload", NSYS_RUNS)
 def test_units_and_ranges(reports, workload):
     over = set()
     for r in reports[workload].records:
         m = r.metrics
         assert m["duration"].unit == "ns" and m["duration"].value > 0
-        assert m["dram_bytes_read"].unit == "byte" and m["dram_bytes_read"].value > 0
+        assert m["dram_bytes_read"].unit == "byte" and m["dram_bytes_read"].value >= 0
         assert m["dram_bytes_write"].unit == "byte"
         assert m["inst_executed"].unit == "inst" and m["inst_executed"].value > 0
         assert m["registers_per_thread"].unit == "register/thread"
@@ -74,7 +104,7 @@ def test_units_and_ranges(reports, workload):
     assert over == {o for o in OVER_100 if o[0] == workload}
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("workload", NSYS_RUNS)
 def test_stacks_start_at_the_measure_range(reports, workload):
     for r in reports[workload].records:
         assert (r.stack[0].kind, r.stack[0].name) == ("annotation", MEASURE_RANGE)
@@ -84,46 +114,47 @@ def test_stacks_start_at_the_measure_range(reports, workload):
             assert (r.stack[-1].kind, r.stack[-1].name) == ("annotation", r.name)
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
-def test_records_are_first_launches_of_each_config_in_nsys(runs, reports, workload):
-    """ncu replayed the first launch of each (function name, grid, block), in launch order, with its stack."""
+@pytest.mark.parametrize("workload", NSYS_RUNS)
+def test_records_are_nsys_launches_in_launch_order(runs, reports, raw_actions, workload):
+    """Each record is a later nsys launch of the same config than the previous one: its name, geometry, registers,
+    shared memory and NVTX stack are that launch's; every config's first launch was profiled."""
     nsys_db = runs[workload] / "nsys" / "report.sqlite"
-    kernels = read_nsys_sqlite(nsys_db).kernels
-    with sqlite3.connect(nsys_db) as conn:
-        short = dict(conn.execute(
-            "SELECT k.correlationId, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName"
-        ))
+    raw = raw_window_kernels(nsys_db)
+    matched = match_in_launch_order(raw_actions[workload], raw)
     first: dict[tuple, int] = {}
-    for k in kernels:
-        first.setdefault((short[k.correlation_id], k.grid, k.block), k.ordinal)
-    assert len({(k.name, k.grid, k.block) for k in kernels}) == DEMANGLED_CONFIGS[workload]
-    assert len(first) == RECORDS[workload]
+    for i, k in enumerate(raw):
+        first.setdefault(k.config, i)
+    assert len(first) == CONFIGS[workload]
+    assert set(first.values()) <= set(matched)
+    assert sorted(set(matched) - set(first.values())) == REPROFILED[workload]
+    for j in REPROFILED[workload]:
+        earlier = first[raw[j].config]
+        assert (raw[j].registers, raw[j].static_smem, raw[j].dynamic_smem) == (
+            raw[earlier].registers, raw[earlier].static_smem, raw[earlier].dynamic_smem
+        )
 
-    actions = ncu_report.load_report(str(runs[workload] / "ncu" / "report.ncu-rep")).range_by_idx(0)
-    records = reports[workload].records
-    assert [(actions.action_by_idx(r.ordinal).name(), r.grid, r.block) for r in records] == list(first)
-    for record, ordinal in zip(records, first.values(), strict=True):
-        kernel = kernels[ordinal]
-        assert (record.name, record.mangled_name) == (kernel.name, kernel.mangled_name)
+    kernels = read_nsys_sqlite(nsys_db).kernels
+    for record, j in zip(reports[workload].records, matched, strict=True):
+        kernel = kernels[j]
+        assert (record.name, record.mangled_name) == (raw[j].demangled, raw[j].mangled)
         frames = [(f.kind, f.name, f.input_shapes) for f in record.stack]
         assert frames == [(f.kind, f.name, f.input_shapes) for f in kernel.stack]
-        assert record.metrics["registers_per_thread"].value == kernel.registers_per_thread
-        smem = record.metrics["shared_mem_static_bytes"].value + record.metrics["shared_mem_dynamic_bytes"].value
-        assert smem == kernel.shared_memory_bytes
+        assert record.metrics["registers_per_thread"].value == raw[j].registers
+        assert record.metrics["shared_mem_static_bytes"].value == raw[j].static_smem
+        assert record.metrics["shared_mem_dynamic_bytes"].value == raw[j].dynamic_smem
 
 
-def test_template_instances_sharing_a_function_name_are_profiled_once(runs, reports):
-    """gpt2 eager: the copy kernel has no record of its own; ncu grouped it with the add kernel (same config)."""
-    kernels = read_nsys_sqlite(runs["gpt2_eager"] / "nsys" / "report.sqlite").kernels
-    profiled = {(r.name, r.grid, r.block) for r in reports["gpt2_eager"].records}
-    unprofiled = {(k.name, k.grid, k.block) for k in kernels} - profiled
-    assert len(unprofiled) == 1
-    ((name, grid, block),) = unprofiled
-    assert "direct_copy_kernel_cuda" in name and (grid, block) == ((8, 1, 1), (128, 1, 1))
-    assert [k.ordinal for k in kernels if k.name == name] == [7, 8, 14, 16, 34, 35, 41, 43]
-    add = reports["gpt2_eager"].records[2]
-    assert "CUDAFunctor_add" in add.name and (add.grid, add.block) == ((8, 1, 1), (128, 1, 1))
-    assert name.split("<")[0] == add.name.split("<")[0] == "void at::native::elementwise_kernel"
+def test_template_instances_sharing_a_function_name_are_profiled_apart(runs, reports):
+    """gpt2 eager: the copy and the add kernel share function name, grid and block; keyed on the demangled name,
+    ncu profiles each (the run before --kernel-name-base demangled grouped them and left the copy without a record)."""
+    raw = raw_window_kernels(runs["gpt2_eager"] / "nsys" / "report.sqlite")
+    copy = [i for i, k in enumerate(raw) if "direct_copy_kernel_cuda" in k.demangled]
+    assert copy == [7, 8, 14, 16, 34, 35, 41, 43]
+    add = [i for i, k in enumerate(raw) if "CUDAFunctor_add" in k.demangled and k.grid == (8, 1, 1)]
+    assert {raw[i].short for i in copy + add} == {"elementwise_kernel"}
+    assert {(raw[i].grid, raw[i].block) for i in copy + add} == {((8, 1, 1), (128, 1, 1))}
+    profiled = {r.name for r in reports["gpt2_eager"].records}
+    assert raw[copy[0]].demangled in profiled and raw[add[0]].demangled in profiled
 
 
 def test_chosen_metrics_and_a_name_ncu_does_not_know(runs):

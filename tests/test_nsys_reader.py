@@ -1,4 +1,8 @@
-"""nsys SQLite export → window kernels in launch order with NVTX stacks, on recorded H100 captures."""
+"""nsys SQLite export → window kernels in launch order with NVTX stacks, on recorded H200 captures.
+
+Every expected number is read from the export with plain SQL (tests/fixtures_util.py) and pinned below, so a
+change of the fixtures and a change of the reader both show.
+"""
 
 from __future__ import annotations
 
@@ -7,45 +11,81 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from fixtures_util import extract_fixture
+from fixtures_util import NSYS_RUNS, raw_enclosing_ranges, raw_measure_range, raw_window_kernels, run_dir
 
-from plugins.nsys.reader import NsysExportError, decode_global_tid, read_nsys_sqlite, tables
+from plugins.nsys.reader import NsysCapture, NsysExportError, decode_global_tid, read_nsys_sqlite, tables
 from plugins.nvtx_names import MEASURE_RANGE
 
-WORKLOADS = ["conv_block_eager", "conv_block_inductor", "gpt2_eager", "gpt2_inductor"]
-
-# Counted in the recorded exports (nsys 2025.3.1, torch 2.11, H100): every kernel of each capture was launched
-# inside the measure range, on the main thread, on stream 7.
+# Counted with SQL in the recorded exports (nsys 2025.3.1, torch 2.11, H200): every kernel of each capture was
+# launched inside the measure range, from the measure range's thread, on device 0, stream 7.
 EXPECTED = {
     "conv_block_eager": dict(
-        kernels=23, memcpy=0, memset=0, memcpy_bytes=0, sync=1, window=(16379926, 19820287), nvtx=136,
-        thread=534, kernel_time_ns=61473,
+        kernels=23, memcpy=0, memset=0, memcpy_bytes=0, sync=3, window=(11053910, 13687196), nvtx=136,
+        thread=514, kernel_time_ns=57152,
     ),
     "conv_block_inductor": dict(
-        kernels=23, memcpy=0, memset=0, memcpy_bytes=0, sync=1, window=(16671107, 21403502), nvtx=41,
-        thread=1040, kernel_time_ns=59395,
+        kernels=23, memcpy=0, memset=0, memcpy_bytes=0, sync=3, window=(13581734, 15839825), nvtx=41,
+        thread=1000, kernel_time_ns=54880,
     ),
     "gpt2_eager": dict(
-        kernels=59, memcpy=2, memset=8, memcpy_bytes=8192, sync=1, window=(11729683, 15987724), nvtx=320,
-        thread=1698, kernel_time_ns=164738,
+        kernels=59, memcpy=2, memset=8, memcpy_bytes=8192, sync=3, window=(10681155, 17629099), nvtx=320,
+        thread=1713, kernel_time_ns=148192,
     ),
     "gpt2_inductor": dict(
-        kernels=34, memcpy=0, memset=0, memcpy_bytes=0, sync=1, window=(16878086, 21684209), nvtx=36,
-        thread=2389, kernel_time_ns=72961,
+        kernels=34, memcpy=0, memset=0, memcpy_bytes=0, sync=3, window=(14466912, 16916260), nvtx=36,
+        thread=2340, kernel_time_ns=66080,
     ),
 }
 
 
+def _db(run: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_dir(run, tmp_path_factory) / "nsys" / "report.sqlite"
+
+
 @pytest.fixture(scope="session")
-def captures(tmp_path_factory):
+def exports(tmp_path_factory) -> dict[str, Path]:
+    """workload -> path of its recorded nsys SQLite export."""
+    return {w: _db(w, tmp_path_factory) for w in NSYS_RUNS}
+
+
+@pytest.fixture(scope="session")
+def captures(exports) -> dict[str, NsysCapture]:
     """workload -> NsysCapture of its recorded nsys pass."""
-    return {
-        w: read_nsys_sqlite(extract_fixture(f"h100_{w}", tmp_path_factory) / "nsys" / "report.sqlite")
-        for w in WORKLOADS
-    }
+    return {w: read_nsys_sqlite(path) for w, path in exports.items()}
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
+def _count(conn: sqlite3.Connection, table: str, column: str | None, window: tuple[int, int]) -> tuple[int, int]:
+    """(rows, sum of `column` or 0) of an activity table whose launching runtime call lies in the window."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+        return 0, 0
+    rows, total = conn.execute(
+        f"SELECT COUNT(*), {f'COALESCE(SUM(m.{column}), 0)' if column else '0'} FROM {table} m "
+        "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId WHERE r.start BETWEEN ? AND ?",
+        window,
+    ).fetchone()
+    return rows, total
+
+
+@pytest.mark.parametrize("workload", NSYS_RUNS)
+def test_pinned_numbers_are_those_of_the_raw_export(exports, workload):
+    """The pinned expectations, recomputed with SQL from the export itself."""
+    want = EXPECTED[workload]
+    kernels = raw_window_kernels(exports[workload])
+    with sqlite3.connect(f"file:{exports[workload]}?mode=ro", uri=True) as conn:
+        start, end, tid = raw_measure_range(conn)
+        assert (start, end) == want["window"] and tid & 0xFFFFFF == want["thread"]
+        all_kernels = conn.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+        assert all_kernels == len(kernels) == want["kernels"]  # the capture range held the window only
+        memcpy = _count(conn, "CUPTI_ACTIVITY_KIND_MEMCPY", "bytes", (start, end))
+        assert memcpy == (want["memcpy"], want["memcpy_bytes"])
+        assert _count(conn, "CUPTI_ACTIVITY_KIND_MEMSET", None, (start, end))[0] == want["memset"]
+        assert conn.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION").fetchone()[0] == want["sync"]
+        assert conn.execute("SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType = 59").fetchone()[0] == want["nvtx"]
+    assert sum(k.end - k.start for k in kernels) == want["kernel_time_ns"]
+    assert {(k.device, k.stream, k.global_tid) for k in kernels} == {(0, 7, tid)}
+
+
+@pytest.mark.parametrize("workload", NSYS_RUNS)
 def test_counts_and_window(captures, workload):
     capture, want = captures[workload], EXPECTED[workload]
     assert len(capture.kernels) == want["kernels"]
@@ -59,33 +99,41 @@ def test_counts_and_window(captures, workload):
     assert sum(k.duration_ns for k in capture.kernels) == want["kernel_time_ns"]
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
-def test_kernels_in_launch_order_inside_window(captures, workload):
-    capture = captures[workload]
-    start, end = capture.window_start_ns, capture.window_end_ns
-    assert [k.ordinal for k in capture.kernels] == list(range(len(capture.kernels)))
-    launches = [k.launch_start_ns for k in capture.kernels]
-    assert launches == sorted(launches)
-    for k in capture.kernels:
-        assert start <= k.launch_start_ns <= end
-        assert k.duration_ns > 0 and k.start_ns > k.launch_start_ns
-        assert k.name and k.mangled_name and k.correlation_id is not None
-        assert (k.device_id, k.stream_id, k.launch_thread) == (0, 7, EXPECTED[workload]["thread"])
-        assert len(k.grid) == 3 and len(k.block) == 3 and min(k.grid + k.block) >= 1
-        assert k.registers_per_thread > 0 and k.shared_memory_bytes >= 0
+@pytest.mark.parametrize("workload", NSYS_RUNS)
+def test_every_kernel_equals_its_raw_row_in_launch_order(exports, captures, workload):
+    """Kernel by kernel, in launch order: the reader's record is the export's row (no kernel dropped or moved)."""
+    raw = raw_window_kernels(exports[workload])
+    got = [
+        (k.ordinal, k.correlation_id, k.name, k.mangled_name, k.start_ns, k.duration_ns, k.device_id, k.stream_id,
+         k.grid, k.block, k.registers_per_thread, k.shared_memory_bytes, k.launch_thread, k.launch_start_ns)
+        for k in captures[workload].kernels
+    ]
+    want = [
+        (i, r.correlation_id, r.demangled, r.mangled, r.start, r.end - r.start, r.device, r.stream, r.grid, r.block,
+         r.registers, r.static_smem + r.dynamic_smem, r.global_tid & 0xFFFFFF, r.api_start)
+        for i, r in enumerate(raw)
+    ]
+    assert got == want
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("workload", NSYS_RUNS)
+def test_stacks_are_the_ranges_enclosing_each_launch(exports, captures, workload):
+    """Each kernel's frames are the push/pop ranges open on its thread at its launch call, outermost first."""
+    raw = raw_window_kernels(exports[workload])
+    with sqlite3.connect(f"file:{exports[workload]}?mode=ro", uri=True) as conn:
+        for kernel, row in zip(captures[workload].kernels, raw, strict=True):
+            ranges = raw_enclosing_ranges(conn, row.global_tid, row.api_start)
+            want = [(s, e, text.removeprefix("module:").split(", ")[0]) for s, e, text in ranges]
+            assert [(f.start_ns, f.end_ns, f.name) for f in kernel.stack] == want
+
+
+@pytest.mark.parametrize("workload", NSYS_RUNS)
 def test_every_stack_starts_at_the_measure_range(captures, workload):
     capture = captures[workload]
     for k in capture.kernels:
         outer = k.stack[0]
         assert (outer.kind, outer.name) == ("annotation", MEASURE_RANGE)
         assert (outer.start_ns, outer.end_ns) == (capture.window_start_ns, capture.window_end_ns)
-        for frame in k.stack:
-            assert frame.start_ns <= k.launch_start_ns <= frame.end_ns
-        starts = [f.start_ns for f in k.stack]
-        assert starts == sorted(starts)
 
 
 @pytest.mark.parametrize("workload", ["conv_block_eager", "gpt2_eager"])
@@ -95,6 +143,8 @@ def test_eager_kernels_have_operator_and_module_frames(captures, workload):
     without_module = [k.ordinal for k in kernels if not any(f.kind == "module" for f in k.stack)]
     # gpt2's token + position embedding add runs in the root module's forward, which has no hook range.
     assert without_module == ([2] if workload == "gpt2_eager" else [])
+    if workload == "gpt2_eager":
+        assert [f.name for f in kernels[2].stack] == [MEASURE_RANGE, "aten::add"]
 
 
 def test_eager_stack_content(captures):
@@ -116,8 +166,10 @@ def test_eager_stack_content(captures):
 
 
 @pytest.mark.parametrize(("workload", "triton", "extern"), [("conv_block_inductor", 16, 7), ("gpt2_inductor", 17, 17)])
-def test_inductor_triton_kernels_sit_in_their_launch_range(captures, workload, triton, extern):
+def test_inductor_triton_kernels_sit_in_their_launch_range(exports, captures, workload, triton, extern):
     kernels = captures[workload].kernels
+    raw = raw_window_kernels(exports[workload])
+    assert sum(1 for r in raw if r.demangled.startswith("triton_")) == triton
     triton_kernels = [k for k in kernels if k.name.startswith("triton_")]
     assert len(triton_kernels) == triton and len(kernels) - triton == extern
     for k in kernels:
@@ -134,8 +186,11 @@ def test_inductor_triton_kernels_sit_in_their_launch_range(captures, workload, t
     )
 
 
-def test_decode_global_tid():
-    assert decode_global_tid(281483935744534) == (534, 534)
+def test_decode_global_tid(exports):
+    with sqlite3.connect(f"file:{exports['conv_block_eager']}?mode=ro", uri=True) as conn:
+        _, _, global_tid = raw_measure_range(conn)
+    assert global_tid == 281483600200194
+    assert decode_global_tid(global_tid) == (514, 514)
     assert decode_global_tid((4242 << 24) | 4243) == (4242, 4243)
 
 

@@ -1,8 +1,11 @@
-"""NVTX range names → frames, on range texts copied from the recorded H100 captures (torch 2.11)."""
+"""NVTX range names → frames, on range texts copied from the recorded H200 captures (torch 2.11)."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
+from fixtures_util import NSYS_RUNS, run_dir
 
 from plugins.nvtx_names import MEASURE_RANGE, is_operator, parse_range, parse_sizes, range_name
 
@@ -13,7 +16,7 @@ CONV2D = (
 )
 ADDMM = (
     "aten::addmm, op_id = 105, sizes = [[10], [2, 32], [32, 10], [], []], input_op_ids = "
-    "[(0,-1), (99,0), (0,-1), (0,-1), (0,-1)]"
+    "[(0,-1), (99,0), (102,0), (0,-1), (0,-1)]"
 )
 EMPTY = (
     "aten::empty, op_id = 9, sizes = [[], [], [], [], [], []], input_op_ids = "
@@ -27,12 +30,34 @@ TRITON_PER = (
     "triton_per_fused__softmax_bitwise_not_exp_masked_fill_mul_prepare_softmax_online_slice_sub_view_3, op_id = 11, "
     "sizes = [[2, 2, 16, 16], [1, 1, 64, 64], [], []], input_op_ids = [(0,-1), (0,-1), (0,-1), (0,-1)]"
 )
-COMPILED_FX = "## Call CompiledFxGraph ft52k6ipexvfqz2ut3oxqeebpekiqcatzrqbfjdfsfl3mcs3mm5n ##, op_id = 5"
-# torch's emit_nvtx format when autograd records a sequence number (training); the fixtures are inference runs.
+COMPILED_FX = "## Call CompiledFxGraph flreczkgjow5isz5bpq5bkotmzsykwemmug7ltv34lveappmn3au ##, op_id = 5"
+# torch's emit_nvtx format when autograd records a sequence number (training); the nsys fixtures are inference runs.
 LINEAR_SEQ = (
     "aten::linear, seq = 12, op_id = 34, sizes = [[4, 128, 768], [2304, 768], [2304]], "
     "input_op_ids = [(33,0), (0,-1), (0,-1)]"
 )
+
+
+COPIED = {
+    "CONV2D": CONV2D, "ADDMM": ADDMM, "EMPTY": EMPTY, "TRITON": TRITON, "TRITON_PER": TRITON_PER,
+    "COMPILED_FX": COMPILED_FX, "AOT": "AOTDispatcher Runtime Wrapper Prologue, op_id = 4",
+    "DYNAMO": "TorchDynamo Cache Lookup, op_id = 1", "REGION": "Torch-Compiled Region: 0/0, op_id = 2",
+    "MODULE": "module:features.0.conv", "MEASURE": MEASURE_RANGE,
+}
+
+
+def test_copied_texts_are_in_the_recorded_captures(tmp_path_factory):
+    """Every text above said to be copied from the fixtures occurs verbatim among their NVTX ranges."""
+    texts: set[str] = set()
+    for run in NSYS_RUNS:
+        db = run_dir(run, tmp_path_factory) / "nsys" / "report.sqlite"
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            rows = conn.execute(
+                "SELECT COALESCE(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId"
+            )
+            texts.update(row[0] for row in rows)
+    assert [name for name, text in COPIED.items() if text not in texts] == []
+    assert LINEAR_SEQ not in texts  # the training format is torch's, not recorded here
 
 
 def test_module_range():
@@ -67,7 +92,7 @@ def test_operator_range(text, name, shapes):
     [
         (MEASURE_RANGE, "operator_profiler::measure"),
         ("Torch-Compiled Region: 0/0, op_id = 2", "Torch-Compiled Region: 0/0"),
-        (COMPILED_FX, "## Call CompiledFxGraph ft52k6ipexvfqz2ut3oxqeebpekiqcatzrqbfjdfsfl3mcs3mm5n ##"),
+        (COMPILED_FX, "## Call CompiledFxGraph flreczkgjow5isz5bpq5bkotmzsykwemmug7ltv34lveappmn3au ##"),
         ("TorchDynamo Cache Lookup, op_id = 1", "TorchDynamo Cache Lookup"),
         ("AOTDispatcher Runtime Wrapper Prologue, op_id = 4", "AOTDispatcher Runtime Wrapper Prologue"),
         (TRITON, "triton_poi_fused_convolution_0"),

@@ -185,10 +185,12 @@ def join_counters(
     problems: list[str] = []
     joined: dict[int, tuple[dict[str, Metric], int | None]] = {}
     position = 0
+    replayed_configs: set[tuple[object, ...]] = set()
     for record in records:
         j = position
         while j < len(kernels) and not _same_kernel(kernels[j], record):
-            if not (deduplicated or filtered):
+            # Passing over a launch is expected only for a configuration ncu already replayed.
+            if not filtered and not (deduplicated and _config(kernels[j]) in replayed_configs):
                 problems.append(
                     f"launch {kernels[j].ordinal}: timeline ran {_short(kernels[j].name)}, "
                     f"ncu profiled {_short(record.name)} next"
@@ -198,6 +200,7 @@ def join_counters(
             problems.append(f"ncu record {record.ordinal} ({_short(record.name)}) matches no later window launch")
             continue
         joined[kernels[j].ordinal] = (record.metrics, None)
+        replayed_configs.add(_config(kernels[j]))
         position = j + 1
     if deduplicated:
         _propagate(kernels, joined)

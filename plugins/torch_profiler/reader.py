@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
+from decimal import ROUND_HALF_EVEN, Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,9 @@ def classify(name: str) -> str:
     return "annotation"
 
 
-def _ns(us: float) -> int:
-    return round(float(us) * trace_format()["time_unit_ns"])
+def _ns(us: Decimal | float | int) -> int:
+    """Microseconds (parsed exactly as Decimal) to integer nanoseconds."""
+    return int((Decimal(us) * trace_format()["time_unit_ns"]).to_integral_value(ROUND_HALF_EVEN))
 
 
 def _triple(value: Any) -> tuple[int, int, int] | None:
@@ -112,7 +114,7 @@ def read_kineto_trace(path: Path) -> KinetoCapture:
     """Parse a Kineto chrome trace into kernels (launch order) and top-level CPU operators."""
     fmt = trace_format()
     cats, argn = fmt["categories"], fmt["args"]
-    trace = json.loads(Path(path).read_text(encoding="utf-8"))
+    trace = json.loads(Path(path).read_text(encoding="utf-8"), parse_float=Decimal)
     capture = KinetoCapture()
     ranges: dict[int, list[Frame]] = defaultdict(list)
     launches: dict[int, dict[str, Any]] = {}

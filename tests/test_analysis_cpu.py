@@ -1,0 +1,58 @@
+"""Real runs on this CPU machine: a CPU-only profile analysed, and the peak microbenchmark child."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from mcp_server.analysis import analyze_profile, format_summary, measure_peaks
+from mcp_server.analysis.devices import MEASURED_SOURCE
+from mcp_server.errors import BackendUnavailable
+from mcp_server.schema.analysis import Bottleneck
+from mcp_server.schema.io import load_profile
+
+
+def test_cpu_only_profile_gives_cpu_hotspots_and_says_no_gpu(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mcp_server.cli", "profile", str(REPO / "tests" / "workloads" / "tiny_mlp.py"),
+         "--backend", "torch", "-o", str(run), "-q"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    profile = load_profile(run / "profile.json")
+    assert profile.capture_metadata.gpu_used is False
+    out = tmp_path / "analysis"
+    analysis = analyze_profile(profile, out)
+    assert not analysis.gpu_data and not analysis.counters and analysis.device is None
+    assert analysis.kernels == [] and analysis.timeline is None and analysis.opportunities == []
+    assert analysis.diagnosis.root_cause.startswith("No GPU data exists")
+    assert analysis.diagnosis.bottleneck == Bottleneck.UNKNOWN
+    names = {op.operator_name for op in profile.operators}
+    assert {h.operator_name for h in analysis.cpu_hotspots} == names
+    self_times = [h.cpu_self_time_ns for h in analysis.cpu_hotspots]
+    assert self_times == sorted(self_times, reverse=True)
+    assert sum(h.share_of_self_time_pct for h in analysis.cpu_hotspots) == pytest.approx(100.0)
+    assert (out / "analysis.json").is_file() and (out / "time_by_operator.png").is_file()
+    assert not (out / "trace.json").exists() and not (out / "roofline.png").exists()
+    assert any("trace.json not written" in n for n in analysis.notes)
+    text = format_summary(analysis)
+    assert "NO GPU DATA" in text and analysis.cpu_hotspots[0].operator_name in text
+
+
+def test_microbenchmark_refuses_without_cuda():
+    with pytest.raises(BackendUnavailable) as info:
+        measure_peaks(sys.executable, timeout_s=120)
+    assert "no CUDA device" in info.value.message and "devices.yaml" in info.value.remedy
+
+
+def test_microbenchmark_measures_this_cpu():
+    spec = measure_peaks(sys.executable, timeout_s=120, allow_cpu=True, size=128)
+    assert spec.measured and spec.source == MEASURED_SOURCE and spec.name.startswith("cpu")
+    # A 128^3 matmul is 4.19 MFLOP: at least 1 MFLOP/s and at most 10 TFLOP/s on any CPU that runs this suite.
+    assert 1e6 < spec.peak_flop_per_s["fp32"] < 1e13
+    assert 1e6 < spec.dram_bandwidth_bytes_per_s < 1e13
+    assert spec.peak_clock_mhz == {} and "below theoretical peaks" in spec.notes[0]

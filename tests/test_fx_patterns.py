@@ -1,0 +1,402 @@
+"""knowledge/fx_patterns: each pass really rewrites Dynamo's graph and keeps eager numerics (CPU, small models).
+
+Each test captures the FX graph Dynamo hands a torch.compile backend, counts call targets before and after
+the pass, runs the rewritten graph on the same inputs and parameters, and compares with the eager model.
+The passes also go through AOTAutograd (`aot_eager`) as they would inside an optimized workload's backend.
+cuda_graphs can only be checked structurally on a CPU (configuration keys, output cloning): the replay
+itself needs CUDA and is tested only where CUDA is available.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import operator
+import sys
+from collections import Counter
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import REPO
+from torch import fx, nn
+
+PATTERNS = REPO / "knowledge" / "fx_patterns"
+NAMES = ("conv_bn_fold", "qkv_fusion", "sdpa_substitution", "dtype_autocast", "channels_last", "cuda_graphs",
+         "inductor_config")
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"fx_pattern_{name}", PATTERNS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def dynamo_graph(model: nn.Module, *inputs: torch.Tensor) -> tuple[fx.GraphModule, list[Any]]:
+    """The single graph Dynamo traces for `model(*inputs)` and the real values of its placeholders."""
+    graphs: list[tuple[fx.GraphModule, list[Any]]] = []
+
+    def record(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        graphs.append((gm, list(example_inputs)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=record, fullgraph=True)(*inputs)
+    assert len(graphs) == 1
+    return graphs[0]
+
+
+def targets(gm: fx.GraphModule) -> Counter:
+    """How often each call target (function or method name) appears."""
+    return Counter(n.target for n in gm.graph.nodes if n.op in ("call_function", "call_method"))
+
+
+def run_graph(gm: fx.GraphModule, values: list[Any]) -> torch.Tensor:
+    with torch.no_grad():
+        out = gm(*values)
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def through_aot_eager(model: nn.Module, fx_pass: Any, *inputs: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The model compiled by a backend that applies `fx_pass` then delegates to aot_eager; (output, applied)."""
+    applied = []
+
+    def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        applied.append(fx_pass(gm))
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend=backend)(*inputs)
+    return out, sum(applied)
+
+
+def _randomize_bn(model: nn.Module) -> None:
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.2, 0.2)
+
+
+class ConvBNReLU(nn.Module):
+    def __init__(self, bias: bool) -> None:
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1, bias=bias), nn.BatchNorm2d(8)
+        self.c2, self.b2 = nn.Conv2d(8, 8, 3, padding=1, groups=2, bias=bias), nn.BatchNorm2d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b2(self.c2(F.relu(self.b1(self.c1(x)), inplace=True)))
+
+
+class Attention(nn.Module):
+    """Hand-written multi-head attention with separate q/k/v projections."""
+
+    def __init__(self, dim: int = 16, heads: int = 2, scale_op: str = "div", masked: bool = False) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.out = (nn.Linear(dim, dim) for _ in range(4))
+        self.heads, self.scale_op, self.masked = heads, scale_op, masked
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = (p(x).view(b, n, self.heads, d // self.heads).transpose(1, 2) for p in (self.q, self.k, self.v))
+        scores = q @ k.transpose(-2, -1)
+        head = d // self.heads
+        scores = scores / math.sqrt(head) if self.scale_op == "div" else scores * 0.3
+        if mask is not None:
+            scores = scores + mask
+        attn = torch.softmax(scores, dim=-1)
+        return self.out((attn @ v).transpose(1, 2).reshape(b, n, d))
+
+
+# --------------------------------------------------------------------------- the files themselves
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pattern_has_code_docstring_and_note(name: str) -> None:
+    module = _load(name)
+    doc = module.__doc__ or ""
+    for topic in ("When to apply", "Trigger metrics", "Expected gain"):
+        assert topic in doc or topic.lower() in doc.lower(), f"{name}.py docstring lacks '{topic}'"
+    note = (PATTERNS / f"{name}.md").read_text(encoding="utf-8")
+    assert f"{name}.py" in note and "IR level" in note
+
+
+# --------------------------------------------------------------------------- conv_bn_fold
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_bn_fold_removes_batch_norms_and_keeps_numerics(bias: bool) -> None:
+    fold = _load("conv_bn_fold")
+    torch.manual_seed(0)
+    model = ConvBNReLU(bias).eval()
+    _randomize_bn(model)
+    x = torch.randn(2, 3, 10, 10)
+    gm, values = dynamo_graph(model, x)
+    before = targets(gm)
+    assert before[F.batch_norm] == 2 and before[torch.conv2d] == 2
+    assert fold.fold_conv_bn(gm) == 2
+    after = targets(gm)
+    assert after[F.batch_norm] == 0 and after[torch.conv2d] == 2 and after[torch.rsqrt] == 2
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(run_graph(gm, values), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_bn_fold_keeps_parameters_as_inputs() -> None:
+    fold = _load("conv_bn_fold")
+    torch.manual_seed(0)
+    model = ConvBNReLU(False).eval()
+    x = torch.randn(1, 3, 6, 6)
+    gm, values = dynamo_graph(model, x)
+    fold.fold_conv_bn(gm)
+    _randomize_bn(model)  # new statistics and weights, same tensors: the folded graph must follow them
+    model.c1.weight.data.mul_(-2.0)
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(run_graph(gm, values), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_bn_fold_leaves_training_batch_norm() -> None:
+    fold = _load("conv_bn_fold")
+    gm, _ = dynamo_graph(ConvBNReLU(False).train(), torch.randn(2, 3, 6, 6))
+    assert fold.fold_conv_bn(gm) == 0
+    assert targets(gm)[F.batch_norm] == 2
+
+
+def test_conv_bn_fold_on_the_conv_block_example(example) -> None:
+    fold = _load("conv_bn_fold")
+    spec = importlib.util.spec_from_file_location("conv_block_for_fold", example("conv_block"))
+    conv_block = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conv_block)
+    torch.manual_seed(0)
+    model, (x,) = conv_block.get_model_and_input()
+    _randomize_bn(model)
+    with torch.no_grad():
+        expected = model(x)
+    out, applied = through_aot_eager(model, fold.fold_conv_bn, x)
+    assert applied == 6
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- qkv_fusion
+
+
+def test_qkv_fusion_makes_one_gemm_of_three() -> None:
+    qkv = _load("qkv_fusion")
+    torch.manual_seed(0)
+    model = Attention().eval()
+    x = torch.randn(2, 5, 16)
+    gm, values = dynamo_graph(model, x)
+    linear = torch._C._nn.linear
+    assert targets(gm)[linear] == 4
+    assert qkv.fuse_parallel_linears(gm) == 1
+    after = targets(gm)
+    assert F.linear is linear and after[linear] == 2, "q/k/v became one linear; the output projection stays"
+    assert after[torch.cat] == 2 and after[torch.split] == 1 and after[operator.getitem] == 3
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(run_graph(gm, values), expected, rtol=1e-4, atol=1e-5)
+    out, applied = through_aot_eager(model, qkv.fuse_parallel_linears, x)
+    assert applied == 1
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_qkv_fusion_needs_a_shared_input() -> None:
+    qkv = _load("qkv_fusion")
+
+    class TwoInputs(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return self.a(x) + self.b(y)
+
+    gm, _ = dynamo_graph(TwoInputs(), torch.randn(2, 4), torch.randn(2, 4))
+    assert qkv.fuse_parallel_linears(gm) == 0
+
+
+# --------------------------------------------------------------------------- sdpa_substitution
+
+
+@pytest.mark.parametrize(("scale_op", "masked"), [("div", False), ("mul", True)])
+def test_sdpa_substitution_replaces_matmul_softmax_matmul(scale_op: str, masked: bool) -> None:
+    sdpa = _load("sdpa_substitution")
+    torch.manual_seed(0)
+    model = Attention(scale_op=scale_op).eval()
+    x = torch.randn(2, 6, 16)
+    args = (x, torch.randn(1, 1, 6, 6)) if masked else (x,)
+    gm, values = dynamo_graph(model, *args)
+    before = targets(gm)
+    assert before[operator.matmul] == 2 and before[torch.softmax] == 1
+    assert sdpa.substitute_sdpa(gm) == 1
+    after = targets(gm)
+    assert after[F.scaled_dot_product_attention] == 1
+    assert after[operator.matmul] == 0 and after[torch.softmax] == 0
+    node = next(n for n in gm.graph.nodes if n.target is F.scaled_dot_product_attention)
+    assert (node.kwargs["attn_mask"] is not None) == masked
+    assert node.kwargs["scale"] == (None if scale_op == "div" else 0.3)
+    with torch.no_grad():
+        expected = model(*args)
+    torch.testing.assert_close(run_graph(gm, values), expected, rtol=1e-4, atol=1e-5)
+    out, applied = through_aot_eager(model, sdpa.substitute_sdpa, *args)
+    assert applied == 1
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_sdpa_substitution_ignores_softmax_over_another_dim() -> None:
+    sdpa = _load("sdpa_substitution")
+
+    class NotAttention(nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(q @ k.transpose(-2, -1), dim=1) @ v
+
+    gm, _ = dynamo_graph(NotAttention(), *(torch.randn(2, 4, 4, 8) for _ in range(3)))
+    assert sdpa.substitute_sdpa(gm) == 0
+    assert targets(gm)[torch.softmax] == 1
+
+
+# --------------------------------------------------------------------------- dtype_autocast
+
+
+def test_dtype_autocast_casts_gemms_to_bf16_inside_the_graph() -> None:
+    autocast = _load("dtype_autocast")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).eval()
+    x = torch.randn(16, 32)
+    gm, values = dynamo_graph(model, x)
+    assert targets(gm)["to"] == 0
+    assert autocast.cast_compute_to_bf16(gm) == 2
+    assert targets(gm)["to"] == 2 * 3 + 2, "input, weight, bias cast down and the result cast back, per linear"
+    for node in gm.graph.nodes:
+        if node.target is torch._C._nn.linear:
+            assert all(a.op == "call_method" and a.target == "to" and a.args[1] is torch.bfloat16 for a in node.args)
+    got = run_graph(gm, values)
+    with torch.no_grad():
+        expected = model(x)
+    assert got.dtype == torch.float32
+    assert not torch.equal(got, expected), "bf16 arithmetic must show in the result"
+    rms = expected.pow(2).mean().sqrt().item()
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * rms)
+    assert torch.get_float32_matmul_precision() == "highest", "the pass must not touch global precision"
+
+
+# --------------------------------------------------------------------------- channels_last
+
+
+class _ConvInputs(fx.Interpreter):
+    """Runs a graph and records whether each conv2d saw channels-last input and weight."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.seen: list[bool] = []
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        if target is torch.conv2d:
+            self.seen.append(all(t.is_contiguous(memory_format=torch.channels_last) for t in args[:2]))
+        return super().call_function(target, args, kwargs)
+
+
+def test_channels_last_pass_converts_conv_inputs() -> None:
+    channels_last = _load("channels_last")
+    torch.manual_seed(0)
+    model = ConvBNReLU(True).eval()
+    x = torch.randn(2, 3, 8, 8)
+    gm, values = dynamo_graph(model, x)
+    assert channels_last.convert_convs_to_channels_last(gm) == 2
+    assert targets(gm)["contiguous"] == 4
+    runner = _ConvInputs(gm)
+    with torch.no_grad():
+        got = runner.run(*values)[0]
+        expected = model(x)
+    assert runner.seen == [True, True]
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_channels_last_model_keeps_state_dict_names() -> None:
+    channels_last = _load("channels_last")
+    model = ConvBNReLU(True).eval()
+    names = list(model.state_dict())
+    converted, (x,) = channels_last.channels_last_model(model, (torch.randn(1, 3, 4, 4),))
+    assert list(converted.state_dict()) == names
+    assert converted.c1.weight.is_contiguous(memory_format=torch.channels_last)
+    assert x.is_contiguous(memory_format=torch.channels_last)
+
+
+# --------------------------------------------------------------------------- cuda_graphs (structural on CPU)
+
+
+def test_cuda_graph_options_are_valid_inductor_config() -> None:
+    cuda_graphs = _load("cuda_graphs")
+    import torch._inductor.config as config
+
+    options = cuda_graphs.cuda_graph_options()
+    assert options == {"triton.cudagraphs": True}
+    assert config.triton.cudagraphs is False
+    with config.patch(options):
+        assert config.triton.cudagraphs is True
+    assert config.triton.cudagraphs is False
+
+
+def test_clone_outputs_survives_static_output_buffers() -> None:
+    """A CUDA graph replays into the same output buffer; the wrapper must hand out fresh copies."""
+    cuda_graphs = _load("cuda_graphs")
+    static = torch.zeros(3)
+
+    def replay(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        static.copy_(x * 2)
+        return static, 7
+
+    safe = cuda_graphs.clone_outputs(replay)
+    first, tag = safe(torch.ones(3))
+    second, _ = safe(torch.full((3,), 5.0))
+    assert tag == 7
+    assert first.data_ptr() != static.data_ptr() != second.data_ptr()
+    torch.testing.assert_close(first, torch.full((3,), 2.0))
+    torch.testing.assert_close(second, torch.full((3,), 10.0))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA: only checked structurally on CPU")
+def test_cuda_graph_backend_replays_on_gpu() -> None:
+    cuda_graphs = _load("cuda_graphs")
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4)).cuda().eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=cuda_graphs.cuda_graph_backend)
+    xs = [torch.randn(8, 16, device="cuda") for _ in range(4)]
+    with torch.no_grad():
+        outs = [compiled(x) for x in xs]
+        for x, out in zip(xs, outs, strict=True):
+            torch.testing.assert_close(out, model(x))
+
+
+# --------------------------------------------------------------------------- inductor_config
+
+
+@pytest.mark.parametrize("bottleneck", ["compute", "memory", "launch"])
+def test_inductor_presets_are_real_options(bottleneck: str) -> None:
+    inductor = _load("inductor_config")
+    import torch._inductor.config as config
+
+    options = inductor.inductor_options(bottleneck)
+    assert options and "freezing" not in options
+    with config.patch(options):
+        for key, value in options.items():
+            obj: Any = config
+            for part in key.split("."):
+                obj = getattr(obj, part)
+            assert obj == value
+
+
+def test_inductor_config_rejects_unknown_names() -> None:
+    inductor = _load("inductor_config")
+    with pytest.raises(KeyError, match="no_such_knob"):
+        inductor.check_options({"no_such_knob": True})
+    with pytest.raises(ValueError, match="unknown bottleneck"):
+        inductor.inductor_options("io")

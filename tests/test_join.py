@@ -1,0 +1,308 @@
+"""The nsys/Kineto ↔ ncu join and the attribution ladder, on small inline kernels and counter records."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcp_server.pipeline.attribute import attribute_kernels, join_counters
+from mcp_server.pipeline.provenance import ExternCall, KernelOrigin, Provenance
+from mcp_server.schema.profile import AttributionMethod, Confidence, Metric
+from mcp_server.schema.records import CounterRecord, Frame, TraceKernel
+
+G1, G2 = (4, 1, 1), (8, 1, 1)
+B1, B2 = (128, 1, 1), (256, 1, 1)
+MEASURE = Frame(name="operator_profiler::measure", kind="annotation", start_ns=0, end_ns=10_000)
+
+
+def kernel(ordinal: int, name: str, grid: tuple[int, int, int] = G1, block: tuple[int, int, int] = B1,
+           mangled: str | None = None, stack: list[Frame] | None = None, linked: str | None = None) -> TraceKernel:
+    """A timeline kernel launched at 1000 + 100 * ordinal, running 10 ns."""
+    return TraceKernel(
+        ordinal=ordinal, name=name, mangled_name=mangled, start_ns=1000 + 100 * ordinal, duration_ns=10,
+        grid=grid, block=block, launch_thread=7, launch_start_ns=990 + 100 * ordinal,
+        stack=stack if stack is not None else [MEASURE], linked_op=linked,
+    )
+
+
+def record(ordinal: int, name: str, value: float, grid: tuple[int, int, int] = G1, block: tuple[int, int, int] = B1,
+           mangled: str | None = None) -> CounterRecord:
+    """An ncu record whose `duration` counter carries `value`, to tell records apart."""
+    return CounterRecord(
+        ordinal=ordinal, name=name, mangled_name=mangled, grid=grid, block=block,
+        metrics={"duration": Metric(value=value, unit="ns")},
+    )
+
+
+def values(joined: dict[int, tuple[dict[str, Metric], int | None]]) -> dict[int, tuple[float, int | None]]:
+    """launch -> (duration counter, propagated_from)."""
+    return {o: (metrics["duration"].value, source) for o, (metrics, source) in joined.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# join_counters
+
+
+@pytest.mark.parametrize("deduplicated", [False, True])
+def test_in_order_join_is_exact(deduplicated):
+    kernels = [kernel(0, "A"), kernel(1, "B"), kernel(2, "C")]
+    records = [record(0, "A", 1.0), record(1, "B", 2.0), record(2, "C", 3.0)]
+    joined, problems = join_counters(kernels, records, deduplicated)
+    assert values(joined) == {0: (1.0, None), 1: (2.0, None), 2: (3.0, None)}
+    assert problems == []
+
+
+def test_swapped_records_are_reported_and_the_launch_gets_no_counters():
+    kernels = [kernel(0, "A"), kernel(1, "B")]
+    joined, problems = join_counters(kernels, [record(0, "B", 2.0), record(1, "A", 1.0)], deduplicated=False)
+    assert values(joined) == {1: (2.0, None)}  # B's counters on B's launch; A's launch left without any
+    assert len(problems) == 3
+    assert "launch 0" in problems[0] and "'A'" in problems[0] and "'B'" in problems[0]
+    assert "ncu record 1 ('A') matches no later window launch" in problems[1]
+    assert "1 window launches have no ncu counters" in problems[2] and "launch 0" in problems[2]
+
+
+def test_a_swap_in_a_longer_sequence_never_puts_counters_on_another_kernel():
+    kernels = [kernel(i, name) for i, name in enumerate("ABCD")]
+    records = [record(0, "A", 1.0), record(1, "C", 3.0), record(2, "B", 2.0), record(3, "D", 4.0)]
+    joined, problems = join_counters(kernels, records, deduplicated=False)
+    assert values(joined) == {0: (1.0, None), 2: (3.0, None), 3: (4.0, None)}
+    names = {r.metrics["duration"].value: r.name for r in records}
+    assert all(names[metrics["duration"].value] == kernels[o].name for o, (metrics, _) in joined.items())
+    assert any("launch 1" in p and "'B'" in p for p in problems)
+    assert any("ncu record 2 ('B') matches no later window launch" in p for p in problems)
+    assert any("have no ncu counters" in p and "launch 1" in p for p in problems)
+
+
+def test_a_swap_of_configurations_seen_once_is_reported_under_deduplication():
+    kernels = [kernel(0, "A"), kernel(1, "B"), kernel(2, "C")]
+    records = [record(0, "A", 1.0), record(1, "C", 3.0), record(2, "B", 2.0)]
+    joined, problems = join_counters(kernels, records, deduplicated=True)
+    assert values(joined) == {0: (1.0, None), 2: (3.0, None)}
+    assert len(problems) == 3
+    assert "launch 1: timeline ran 'B', ncu profiled 'C' next" in problems[0]
+    assert "ncu record 2 ('B') matches no later window launch" in problems[1]
+    assert "1 window launches have no ncu counters" in problems[2] and "launch 1" in problems[2]
+
+
+def test_a_swap_is_reported_under_deduplication_when_the_skipped_configuration_recurs():
+    kernels = [kernel(0, "A"), kernel(1, "B"), kernel(2, "C"), kernel(3, "B")]
+    records = [record(0, "A", 1.0), record(1, "C", 3.0), record(2, "B", 2.0)]  # ncu: C before the first B
+    _, problems = join_counters(kernels, records, deduplicated=True)
+    assert problems != []
+
+
+def test_deduplicated_launches_take_the_nearest_earlier_replay_of_their_configuration():
+    kernels = [
+        kernel(0, "A"), kernel(1, "X"), kernel(2, "A"), kernel(3, "Y"), kernel(4, "A"), kernel(5, "A", grid=G2),
+        kernel(6, "X"), kernel(7, "A", grid=G2),
+    ]
+    # ncu replayed launch 2 again (same configuration as launch 0): launch 4 must copy launch 2, not launch 0.
+    records = [
+        record(0, "A", 10.0), record(1, "X", 20.0), record(2, "A", 30.0), record(3, "Y", 40.0),
+        record(4, "A", 50.0, grid=G2),
+    ]
+    joined, problems = join_counters(kernels, records, deduplicated=True)
+    assert values(joined) == {
+        0: (10.0, None), 1: (20.0, None), 2: (30.0, None), 3: (40.0, None), 4: (30.0, 2), 5: (50.0, None),
+        6: (20.0, 1), 7: (50.0, 5),
+    }
+    assert problems == []
+
+
+def test_deduplication_never_crosses_configurations():
+    kernels = [kernel(0, "A"), kernel(1, "A", block=B2)]
+    joined, problems = join_counters(kernels, [record(0, "A", 1.0)], deduplicated=True)
+    assert values(joined) == {0: (1.0, None)}
+    assert problems == ["1 window launches have no ncu counters (first: launch 1 'A')"]
+
+
+def test_filtered_subset_reports_no_false_mismatch():
+    kernels = [kernel(i, name) for i, name in enumerate("ABCDE")]
+    joined, problems = join_counters(kernels, [record(0, "B", 2.0), record(1, "D", 4.0)], False, filtered=True)
+    assert values(joined) == {1: (2.0, None), 3: (4.0, None)}
+    assert problems == []
+
+
+@pytest.mark.parametrize(("deduplicated", "filtered"), [(False, False), (True, False), (False, True)])
+def test_a_record_that_matches_nothing_is_reported(deduplicated, filtered):
+    kernels = [kernel(0, "A"), kernel(1, "B")]
+    joined, problems = join_counters(kernels, [record(0, "A", 1.0), record(1, "Z", 9.0)], deduplicated, filtered)
+    assert values(joined) == {0: (1.0, None)}
+    assert any("ncu record 1 ('Z') matches no later window launch" in p for p in problems)
+    assert any("'B'" in p for p in problems) != filtered  # launch 1 unmatched: reported unless filtered
+
+
+def test_kernel_identity_uses_mangled_names_when_both_have_one():
+    kernels = [
+        kernel(0, "void f<float>(float *)", mangled="_Z1fIfEvPT_"),
+        kernel(1, "void f<float>(float *)", mangled="_Z1fIdEvPT_"),
+        kernel(2, "void   g<int>(int *)"),
+    ]
+    records = [
+        record(0, "f", 1.0, mangled="_Z1fIfEvPT_"),  # ncu's short name, same function: joined
+        record(1, "void f<float>(float *)", 2.0, mangled="_Z1fIhEvPT_"),  # same text, another function: not
+        record(2, "void g<int>(int *)", 3.0),  # no mangled name: demangled names, whitespace normalised
+    ]
+    joined, problems = join_counters(kernels, records, deduplicated=False)
+    assert values(joined) == {0: (1.0, None), 2: (3.0, None)}
+    assert any("matches no later window launch" in p for p in problems)
+
+
+def test_grid_and_block_must_agree():
+    kernels = [kernel(0, "A", grid=G1), kernel(1, "A", grid=G2)]
+    joined, problems = join_counters(kernels, [record(0, "A", 2.0, grid=G2)], deduplicated=False)
+    assert values(joined) == {1: (2.0, None)}
+    assert any("launch 0" in p for p in problems)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# attribute_kernels
+
+
+def frame(name: str, kind: str, start: int, end: int, shapes: list[list[int] | None] | None = None) -> Frame:
+    return Frame(name=name, kind=kind, start_ns=start, end_ns=end, input_shapes=shapes)
+
+
+CONV_STACK = [
+    MEASURE,
+    frame("features.0", "module", 5, 300),
+    frame("features.0.conv", "module", 10, 200),
+    frame("aten::conv2d", "op", 20, 190, [[2, 3, 8, 8], [8, 3, 3, 3]]),
+    frame("aten::convolution", "op", 25, 185),
+    frame("aten::cudnn_convolution", "op", 30, 180),
+]
+GRAPH = [
+    MEASURE,
+    frame("Torch-Compiled Region: 0/0", "annotation", 50, 9000),
+    frame("## Call CompiledFxGraph abc ##", "annotation", 60, 8000),
+]
+FUSED = "triton_poi_fused_add_relu_0"
+ORIGINS = Provenance(
+    kernels={
+        FUSED: KernelOrigin(
+            kernel_name=FUSED, aten_ops=["aten::add", "aten::relu"], source_nodes=["add", "relu"],
+            module_paths=["block.act", "block.add"],
+        )
+    }
+)
+
+
+def test_kineto_linked_op_is_high_confidence():
+    conv = kernel(0, "sm80_conv", stack=CONV_STACK, linked="aten::cudnn_convolution")
+    operators, unattributed = attribute_kernels([conv], Provenance(), window_start_ns=1000)
+    assert unattributed == []
+    (op,) = operators
+    assert (op.operator_id, op.operator_name, op.call_index) == ("aten::conv2d#0", "aten::conv2d", 0)
+    assert (op.module_path, op.is_fused, op.fused_operators) == ("features.0.conv", False, [])
+    assert op.input_shapes == [[2, 3, 8, 8], [8, 3, 3, 3]]
+    (k,) = op.kernels
+    assert (k.attribution.method, k.attribution.confidence) == (AttributionMethod.KINETO_CORRELATION, Confidence.HIGH)
+    assert k.attribution.launch_op == "aten::cudnn_convolution"
+    assert (k.kernel_id, k.start_ns, k.duration_ns, k.module_path) == (0, 0, 10, "features.0.conv")
+
+
+@pytest.mark.parametrize(("linked", "links"), [("aten::mm", True), ("aten::cudnn_convolution", False), (None, True)])
+def test_nvtx_enclosure_alone_is_medium_confidence(linked, links):
+    """An NVTX stack (nsys), or a Kineto link that is not the innermost op of the stack, gives medium confidence."""
+    conv = kernel(0, "sm80_conv", stack=CONV_STACK, linked=linked)
+    (op,), _ = attribute_kernels([conv], Provenance(), window_start_ns=1000, high_confidence_links=links)
+    attribution = op.kernels[0].attribution
+    assert (attribution.method, attribution.confidence) == (AttributionMethod.NVTX_ENCLOSURE, Confidence.MEDIUM)
+    assert (op.operator_name, attribution.launch_op, op.module_path) == (
+        "aten::conv2d", "aten::cudnn_convolution", "features.0.conv"
+    )
+
+
+@pytest.mark.parametrize("style", ["nsys", "kineto"])
+def test_triton_kernel_with_provenance_is_a_fused_operator(style):
+    """nsys: the kernel sits in its launch range; Kineto: torch.profiler also links it to that range."""
+    launch = [*GRAPH, frame(FUSED, "annotation", 100, 150)]
+    linked = FUSED if style == "kineto" else None
+    kernels = [kernel(0, FUSED, stack=launch, linked=linked), kernel(1, FUSED, stack=launch, linked=linked)]
+    operators, unattributed = attribute_kernels(kernels, ORIGINS, window_start_ns=1000)
+    assert unattributed == []
+    assert [op.operator_id for op in operators] == [f"{FUSED}#0", f"{FUSED}#1"]  # one call per launch
+    for op in operators:
+        assert (op.operator_name, op.is_fused, op.fused_operators) == (FUSED, True, ["aten::add", "aten::relu"])
+        assert op.module_path == "block"
+        attribution = op.kernels[0].attribution
+        assert (attribution.method, attribution.confidence) == (
+            AttributionMethod.INDUCTOR_PROVENANCE, Confidence.MEDIUM
+        )
+        assert "aten::add" in attribution.detail and "aten::relu" in attribution.detail
+
+
+def test_triton_kernel_found_by_its_own_name_without_a_launch_range():
+    (op,), _ = attribute_kernels([kernel(0, FUSED, stack=GRAPH)], ORIGINS, window_start_ns=1000)
+    assert (op.operator_id, op.is_fused) == (f"{FUSED}#0", True)
+
+
+def test_a_kernel_with_nothing_to_go_on_is_unattributed_and_kept():
+    kernels = [
+        kernel(0, "mystery_kernel", stack=[MEASURE]),
+        kernel(1, "triton_poi_fused_x_9", stack=[*GRAPH, frame("triton_poi_fused_x_9", "annotation", 90, 95)]),
+        kernel(2, "no_stack", stack=[]),
+    ]
+    operators, unattributed = attribute_kernels(kernels, ORIGINS, window_start_ns=1000)
+    assert operators == []
+    assert [k.kernel_id for k in unattributed] == [0, 1, 2]
+    for k in unattributed:
+        assert (k.attribution.method, k.attribution.confidence) == (AttributionMethod.UNATTRIBUTED, Confidence.NONE)
+        assert k.duration_ns == 10
+
+
+def test_operator_identity_counts_calls_of_a_name_in_window_order():
+    """The outermost op is the operator (one call = one outermost range), the innermost is each kernel's launch_op."""
+    mm = frame("aten::mm", "op", 120, 190)
+    first_linear = [MEASURE, frame("fc1", "module", 90, 260), frame("aten::linear", "op", 100, 250)]
+    relu = [MEASURE, frame("act", "module", 290, 360), frame("aten::relu", "op", 300, 350)]
+    second_linear = [MEASURE, frame("fc2", "module", 390, 560), frame("aten::linear", "op", 400, 550)]
+    kernels = [
+        kernel(0, "gemm", stack=[*first_linear, frame("aten::matmul", "op", 110, 200), mm]),
+        kernel(1, "bias", stack=[*first_linear, frame("aten::add_", "op", 210, 240)]),
+        kernel(2, "relu", stack=[*relu]),
+        kernel(3, "gemm2", stack=[*second_linear, frame("aten::addmm", "op", 410, 540)]),
+        kernel(4, "div", stack=[MEASURE, frame("aten::div", "op", 600, 700), frame("aten::div", "op", 610, 690)]),
+    ]
+    operators, unattributed = attribute_kernels(kernels, Provenance(), window_start_ns=0, high_confidence_links=False)
+    assert unattributed == []
+    assert [(op.operator_id, op.call_index, op.module_path) for op in operators] == [
+        ("aten::linear#0", 0, "fc1"), ("aten::relu#0", 0, "act"), ("aten::linear#1", 1, "fc2"),
+        ("aten::div#0", 0, None),
+    ]
+    assert [[k.kernel_id for k in op.kernels] for op in operators] == [[0, 1], [2], [3], [4]]
+    assert [[k.attribution.launch_op for k in op.kernels] for op in operators] == [
+        ["aten::mm", "aten::add_"], ["aten::relu"], ["aten::addmm"], ["aten::div"],
+    ]
+    assert all(op.operator_id == f"{op.operator_name}#{op.call_index}" for op in operators)
+
+
+def test_counters_and_propagation_reach_the_kernel_records():
+    kernels = [kernel(0, "A", stack=CONV_STACK), kernel(1, "A", stack=CONV_STACK)]
+    joined = {0: ({"duration": Metric(value=5.0, unit="ns")}, None), 1: ({"duration": Metric(value=5.0, unit="ns")}, 0)}
+    (op,), _ = attribute_kernels(kernels, Provenance(), 1000, counters=lambda o: joined[o])
+    assert [(k.metrics["duration"].value, k.metrics["duration"].unit, k.propagated_from) for k in op.kernels] == [
+        (5.0, "ns", None), (5.0, "ns", 0)
+    ]
+
+
+def test_library_kernels_in_a_compiled_graph_take_their_fx_node_module():
+    """Extern convolutions under a graph call have no module range: the generated call()'s order names them."""
+    conv = [frame("aten::convolution", "op", 0, 0), frame("aten::cudnn_convolution", "op", 0, 0)]
+    kernels = [
+        kernel(0, FUSED, stack=[*GRAPH, frame(FUSED, "annotation", 100, 150)]),
+        kernel(1, "conv_a", stack=[*GRAPH, *(f.model_copy(update={"start_ns": 200, "end_ns": 290}) for f in conv)]),
+        kernel(2, "conv_b", stack=[*GRAPH, *(f.model_copy(update={"start_ns": 300, "end_ns": 390}) for f in conv)]),
+    ]
+    provenance = ORIGINS.model_copy(update={"extern_calls": [
+        [ExternCall(operator_name="aten::mm", module_path="other.fc")],
+        [
+            ExternCall(operator_name="aten::convolution", module_path="features.0.conv"),
+            ExternCall(operator_name="aten::addmm", module_path="classifier"),  # launched no kernel here
+            ExternCall(operator_name="aten::convolution", module_path="features.1.conv"),
+        ],
+    ]})
+    operators, _ = attribute_kernels(kernels, provenance, 0, high_confidence_links=False)
+    assert [(op.operator_id, op.module_path) for op in operators] == [
+        (f"{FUSED}#0", "block"), ("aten::convolution#0", "features.0.conv"), ("aten::convolution#1", "features.1.conv"),
+    ]

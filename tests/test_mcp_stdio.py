@@ -1,0 +1,175 @@
+"""The MCP server as a separate process over stdio: the SDK's stdio client, the MCP Inspector's CLI (an
+independent client, when Node is available), cancellation across the wire, and start-up time."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from conftest import REPO
+from mcp import Client, StdioServerParameters
+
+FIXTURE = REPO / "tests" / "fixtures" / "h200_conv_block_eager.tar.xz"
+TOOLS = {"preflight", "profile", "map", "assemble", "analyze", "compare", "bench", "validate", "top_operators",
+         "operator_detail", "kernel_detail"}
+ENGINE_MODULES = ("torch", "mcp_server.tools.actions", "mcp_server.pipeline.profiling", "mcp_server.pipeline.capture",
+                  "mcp_server.bench", "mcp_server.validate", "mcp_server.compare", "mcp_server.preflight", "plugins",
+                  "mcp_server.analysis", "matplotlib")
+STARTUP_LIMIT_S = 1.0
+INSPECTOR = "@modelcontextprotocol/inspector"
+NPM_TROUBLE = ("npm error", "npm ERR!", "ENOTFOUND", "ETIMEDOUT", "ENOTCACHED", "EAI_AGAIN", "ECONNREFUSED")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project folder holding a recorded H200 run directory (conv_block_eager, nsys+ncu)."""
+    root = tmp_path_factory.mktemp("stdio_project")
+    with tarfile.open(FIXTURE, "r:xz") as tar:
+        tar.extractall(root, filter="data")
+    return root
+
+
+def server_params(project: Path) -> StdioServerParameters:
+    """`python -m mcp_server` started in the project folder (its working directory is the client's)."""
+    env = {k: v for k, v in os.environ.items() if k != "CLAUDE_PROJECT_DIR"}
+    env["OPERATOR_PROFILER_PYTHON"] = sys.executable
+    return StdioServerParameters(command=sys.executable, args=["-m", "mcp_server"], cwd=str(project), env=env)
+
+
+def test_stdio_round_trip(project: Path):
+    said: list[str] = []
+
+    async def session() -> tuple[set[str], dict[str, Any], dict[str, Any], str]:
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            said.append(message or "")
+
+        async with Client(server_params(project)) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            run = await client.call_tool("assemble", {"run_dir": "conv_block_eager"}, progress_callback=on_progress)
+            top = await client.call_tool("top_operators", {"profile": "conv_block_eager", "limit": 2})
+            missing = await client.call_tool("profile", {"workload": "nowhere.py"})
+            assert missing.is_error
+            return names, run.structured_content, top.structured_content, missing.content[0].text
+
+    names, run, top, missing = anyio.run(session)
+    assert names == TOOLS
+    assert run["run_dir"] == str(project / "conv_block_eager") and run["window"]["kernel_count"] == 23
+    assert Path(run["profile_path"]).is_file()
+    assert said == [f"assemble: {project / 'conv_block_eager'}", "assembling profile.json"]
+    assert top["operators"][0]["operator_name"] == run["top_operators"][0]["operator_name"]
+    assert f"workload not found: {project / 'nowhere.py'}" in missing and "relative paths resolve against" in missing
+
+
+def slow_workload(project: Path, name: str) -> Path:
+    """A workload that writes its pid to <name>.pid, then sleeps in get_model_and_input(); returns the pid file."""
+    pid_file = project / f"{name}.pid"
+    (project / f"{name}.py").write_text(
+        "import os, time\nfrom pathlib import Path\nimport torch\n\n\ndef get_model_and_input():\n"
+        f"    Path({str(pid_file)!r}).write_text(str(os.getpid()))\n    time.sleep(120)\n"
+        "    return torch.nn.Identity(), (torch.zeros(1),)\n"
+    )
+    return pid_file
+
+
+async def wait_for_pid(pid_file: Path) -> int:
+    with anyio.fail_after(60):
+        while not pid_file.is_file() or not pid_file.read_text():
+            await anyio.sleep(0.05)
+    return int(pid_file.read_text())
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting for its parent to reap it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+async def wait_gone(pid: int, within_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and alive(pid):
+        await anyio.sleep(0.1)
+    return not alive(pid)
+
+
+def test_cancelling_over_stdio_kills_the_workload(project: Path):
+    pid_file = slow_workload(project, "stdio_slow")
+
+    async def session() -> tuple[int, bool, set[str]]:
+        async with Client(server_params(project)) as client:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "profile", {"workload": "stdio_slow.py"})
+                pid = await wait_for_pid(pid_file)
+                tg.cancel_scope.cancel()
+            dead = await wait_gone(pid)
+            still_serving = {t.name for t in (await client.list_tools()).tools}
+            return pid, dead, still_serving
+
+    pid, dead, names = anyio.run(session)
+    assert dead, f"the workload's process {pid} outlived the cancelled request"
+    assert names == TOOLS, "the server keeps serving after a cancelled call"
+
+
+def test_sigterm_to_the_server_stops_its_workloads(project: Path):
+    pid_file = slow_workload(project, "stdio_sigterm")
+    seen: dict[str, Any] = {}
+
+    async def session() -> None:
+        async with Client(server_params(project)) as client, anyio.create_task_group() as tg:
+            async def call() -> None:
+                with contextlib.suppress(Exception):  # the server dies under this call
+                    await client.call_tool("profile", {"workload": "stdio_sigterm.py"})
+
+            tg.start_soon(call)
+            seen["pid"] = await wait_for_pid(pid_file)
+            seen["server"] = int(Path(f"/proc/{seen['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            os.kill(seen["server"], signal.SIGTERM)
+            seen["workload_gone"] = await wait_gone(seen["pid"])
+            seen["server_gone"] = await wait_gone(seen["server"])
+            tg.cancel_scope.cancel()
+
+    anyio.run(session)
+    assert seen["workload_gone"], f"the workload {seen['pid']} outlived its server {seen['server']} (SIGTERM)"
+    assert seen["server_gone"]
+
+
+def _inspector(project: Path, *args: str) -> dict[str, Any]:
+    """Run the MCP Inspector's CLI against `python -m mcp_server`; skip when npm cannot provide it."""
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.skip("npx (Node.js) is not installed: the MCP Inspector CLI check needs it")
+    cmd = [npx, "--prefer-offline", "--yes", INSPECTOR, "--cli", sys.executable, "-m", "mcp_server", *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=project, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"npx could not fetch or start {INSPECTOR} within 240 s")
+    if proc.returncode != 0 and any(t in proc.stderr for t in NPM_TROUBLE):
+        pytest.skip(f"npm could not provide {INSPECTOR}: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def test_mcp_inspector_cli_lists_and_calls_tools(project: Path):
+    listed = _inspector(project, "--method", "tools/list")
+    assert {t["name"] for t in listed["tools"]} == TOOLS
+    assert all("outputSchema" in t for t in listed["tools"])
+    called = _inspector(project, "--method", "tools/call", "--tool-name", "assemble",
+                        "--tool-arg", "run_dir=conv_block_eager_torch", "--tool-arg", "top=3")
+    assert not called.get("isError"), called
+    content = called["structuredContent"]
+    assert content["backend"] == "torch" and content["interpreter"]["source"] == "manifest"
+    assert content["profile"]["profile_path"] == str(project / "conv_block_eager_torch" / "profile.json")
+    assert len(content["top_operators"]) == 3
