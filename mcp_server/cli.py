@@ -149,6 +149,18 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    """Roofline, bottleneck classes, stalls, timeline health and ranked opportunities of a profile."""
+    from mcp_server.analysis import analyze_profile, format_summary
+
+    profile = load_profile(args.profile)
+    out = args.output or args.profile.parent / "analysis"
+    analysis = analyze_profile(profile, out, profile_path=args.profile.resolve(), measure=not args.no_microbench)
+    print(format_summary(analysis))
+    print(f"\nanalysis: {out / 'analysis.json'}")
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Per-operator and per-module deltas of two profiles: comparison.json and comparison.md."""
     comparison = compare_paths(args.baseline, args.optimized, args.allow_mismatch)
@@ -214,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ncu_options(p)
     p = sub.add_parser("assemble", help="rebuild RUN_DIR/profile.json from its raw artifacts (no GPU needed)")
     p.add_argument("run_dir", type=Path)
+    p = sub.add_parser("analyze", help="diagnose a profile: roofline, bottlenecks, stalls, ranked opportunities")
+    p.add_argument("profile", type=Path)
+    p.add_argument("--output", "-o", type=Path, help="folder for analysis.json, charts, trace (default: beside it)")
+    p.add_argument("--no-microbench", action="store_true",
+                   help="for a GPU missing from knowledge/devices.yaml, do not measure its peaks")
     p = sub.add_parser("compare", help="per-operator deltas of two profile.json (comparison.json + .md)")
     p.add_argument("baseline", type=Path)
     p.add_argument("optimized", type=Path)
@@ -271,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_map(args)
         if args.command == "assemble":
             return cmd_assemble(args)
+        if args.command == "analyze":
+            return cmd_analyze(args)
         if args.command == "compare":
             return cmd_compare(args)
         if args.command == "bench":

@@ -42,14 +42,13 @@ def _write_payload(path: Path, tmp_path: Path, tool: str = "Write") -> dict:
 
 
 @pytest.fixture()
-def profile_file(tmp_path: Path) -> Path:
+def profile_file(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real profile.json (assembled from the recorded conv_block eager run) in a workload folder."""
-    from fixtures_util import FIXTURES  # noqa: F401 - same archives the other tests replay
     from test_render import assembled_profile
 
     target = tmp_path / "conv_block" / "profile.json"
     target.parent.mkdir()
-    shutil.copy(assembled_profile("conv_block_eager", tmp_path / "fixture"), target)
+    shutil.copy(assembled_profile("conv_block_eager", tmp_path / "fixture", tmp_path_factory), target)
     return target
 
 

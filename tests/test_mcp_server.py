@@ -23,15 +23,15 @@ from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import load_profile
 from mcp_server.schema.tools import ProfileRun
 from mcp_server.server import server
-from mcp_server.tools.interpreter import PYTHON_ENV, choose_python
+from mcp_server.tools.interpreter import PYTHON_ENV, Interpreter, choose_python
 from mcp_server.tools.paths import PROJECT_ENV
 from mcp_server.tools.runner import run_engine
 from plugins.ncu.command import find_ncu
 
 FIXTURES = REPO / "tests" / "fixtures"
 WORKLOADS = REPO / "tests" / "workloads"
-TOOLS = {"preflight", "profile", "map", "assemble", "analyze", "compare", "bench", "validate", "top_operators",
-         "operator_detail", "kernel_detail"}
+TOOLS = {"preflight", "profile", "map", "assemble", "analyze", "compare", "bench", "validate", "report",
+         "top_operators", "operator_detail", "kernel_detail"}
 READ_ONLY = {"preflight", "top_operators", "operator_detail", "kernel_detail"}
 SLOW_WORKLOAD = """\
 import time
@@ -328,6 +328,23 @@ def test_compare_recorded_eager_and_inductor_runs(gpu_runs, project: Path):
     assert result["baseline"]["torch_version"] == "2.11.0+cu130"
 
 
+def test_report_from_the_recorded_runs(gpu_runs, project: Path):
+    for mode in ("eager", "inductor"):
+        ok(call("assemble", {"run_dir": str(gpu_runs[mode])}))
+    analysis = ok(call("analyze", {"profile": str(gpu_runs["eager"]), "measure": False}))
+    comparison = ok(call("compare", {"baseline": str(gpu_runs["eager"]), "optimized": str(gpu_runs["inductor"])}))
+    result = ok(call("report", {"baseline_profile": str(gpu_runs["eager"]),
+                                "optimized_profile": str(gpu_runs["inductor"]),
+                                "analysis": analysis["analysis_path"], "comparison": comparison["comparison_path"]}))
+    out = Path(result["out_dir"])
+    assert out.parent == project / "op_runs" and out.name.startswith("conv_block-report-")
+    assert result["files"] == [result["report_path"]] and result["optimized_workload_path"] is None
+    text = Path(result["report_path"]).read_text()
+    assert "no bench.json: no speedup is claimed" in text and "NVIDIA H200" in text
+    missing = error_text(call("report", {"baseline_profile": str(gpu_runs["eager"]), "bench_json": "nowhere.json"}))
+    assert "bench result not found" in missing and "pass the bench.json" in missing
+
+
 def test_map_without_ncu_says_how_to_get_it(gpu_runs):
     if find_ncu() is not None:
         pytest.skip("ncu is installed here: map would really replay (a GPU test)")
@@ -392,7 +409,11 @@ def test_preflight_names_the_interpreter_and_its_torch(two_runs):
 def test_interpreter_choice_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(PROJECT_ENV, str(tmp_path))
     monkeypatch.delenv(PYTHON_ENV, raising=False)
-    assert choose_python() == choose_python().__class__(shutil.which("python3"), "PATH")
+    if shutil.which("python3") is None:
+        with pytest.raises(UsageError, match="no python3 on PATH"):
+            choose_python()
+    else:
+        assert choose_python() == Interpreter(shutil.which("python3"), "PATH")
     venv = tmp_path / ".venv" / "bin" / "python"
     venv.parent.mkdir(parents=True)
     venv.symlink_to(sys.executable)

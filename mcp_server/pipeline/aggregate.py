@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
 from mcp_server.schema.profile import (
     AggregatedMetrics,
     AttributionMethod,
@@ -33,6 +37,31 @@ _FLOPS = {
 }
 
 
+M = TypeVar("M", bound=BaseModel)
+_set = object.__setattr__
+
+
+def trusted_model(cls: type[M], fields_set: set[str], **values: Any) -> M:
+    """`cls(**values)` for values already of their fields' types, without validating them again.
+
+    Like `model_construct`, but every field must be given and `fields_set` is used as it is (callers share
+    one set between many records whose every field is set). Setting the fields one by one gives instances of
+    a class a shared-key `__dict__`, a third of a plain dict's size: it matters for a million records.
+    """
+    if len(values) != len(cls.model_fields):
+        raise TypeError(f"{cls.__name__}: every field must be given, missing {set(cls.model_fields) - set(values)}")
+    model = cls.__new__(cls)
+    for name, value in values.items():
+        _set(model, name, value)
+    _set(model, "__pydantic_fields_set__", fields_set)
+    _set(model, "__pydantic_extra__", None)
+    _set(model, "__pydantic_private__", None)
+    return model
+
+
+_COUNTED = frozenset({"kernel_count", "total_duration_ns", "dominant_kernel"})
+
+
 def kernel_flops(kernel: KernelRecord) -> dict[str, float]:
     """FLOPs by precision from one kernel's counters (empty without counters)."""
     flops: dict[str, float] = {}
@@ -45,13 +74,33 @@ def kernel_flops(kernel: KernelRecord) -> dict[str, float]:
 
 def aggregate(kernels: list[KernelRecord]) -> AggregatedMetrics:
     """The aggregated block of one operator call."""
-    agg = AggregatedMetrics(kernel_count=len(kernels), total_duration_ns=sum(k.duration_ns for k in kernels))
-    if not kernels:
+    total = 0
+    dominant: KernelRecord | None = None
+    with_counters = False
+    for kernel in kernels:
+        duration = kernel.duration_ns
+        total += duration
+        if dominant is None or duration > dominant.duration_ns:
+            dominant = kernel
+        with_counters = with_counters or bool(kernel.metrics)
+    if dominant is None or with_counters:
+        return _aggregate_counters(kernels, total, dominant)
+    return trusted_model(
+        AggregatedMetrics, set(_COUNTED), total_duration_ns=total, kernel_count=len(kernels),
+        dominant_kernel=dominant.kernel_name, dram_bytes_read=None, dram_bytes_written=None,
+        achieved_occupancy_pct=None, tensor_core_active_pct=None, l1_hit_rate_pct=None, l2_hit_rate_pct=None,
+        sm_throughput_pct=None, dram_throughput_pct=None, flops_by_precision={},
+        arithmetic_intensity_flop_per_byte=None, cpu_self_time_ns=None, cpu_total_time_ns=None,
+    )
+
+
+def _aggregate_counters(kernels: list[KernelRecord], total: int, dominant: KernelRecord | None) -> AggregatedMetrics:
+    """The aggregated block of a call without kernels, or with counters on some of them."""
+    agg = AggregatedMetrics(kernel_count=len(kernels), total_duration_ns=total)
+    if dominant is None:
         return agg
-    agg.dominant_kernel = max(kernels, key=lambda k: k.duration_ns).kernel_name
+    agg.dominant_kernel = dominant.kernel_name
     with_counters = [k for k in kernels if k.metrics]
-    if not with_counters:
-        return agg
     for field, key in (("dram_bytes_read", "dram_bytes_read"), ("dram_bytes_written", "dram_bytes_write")):
         values = [k.metrics[key].value for k in with_counters if key in k.metrics]
         if values:
@@ -86,16 +135,52 @@ def busy_time_ns(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
+def _union_ns(starts: list[int], ends: list[int]) -> int:
+    """busy_time_ns of the intervals [starts[i], ends[i]), none of them reversed, from the two sorted bounds."""
+    starts.sort()
+    ends.sort()
+    total = active = i = 0
+    opened = 0
+    count = len(starts)
+    for end in ends:
+        while i < count and starts[i] <= end:
+            if active == 0:
+                opened = starts[i]
+            active += 1
+            i += 1
+        active -= 1
+        if active == 0:
+            total += end - opened
+    return total
+
+
 def window_totals(operators: list[OperatorRecord], unattributed: list[KernelRecord], wall_time_ns: int) -> WindowTotals:
     """Totals over the window: kernel time, GPU busy time, attributed and high-confidence shares."""
-    kernels = [k for op in operators for k in op.kernels] + unattributed
-    kernel_time = sum(k.duration_ns for k in kernels)
-    attributed = sum(k.duration_ns for k in kernels if k.attribution.method != AttributionMethod.UNATTRIBUTED)
-    high = sum(k.duration_ns for k in kernels if k.attribution.confidence == Confidence.HIGH)
+    kernel_time = attributed = high = 0
+    starts: list[int] = []
+    ends: list[int] = []
+    reversed_interval = False
+    for kernels in [op.kernels for op in operators] + [unattributed]:
+        for k in kernels:
+            duration, attribution = k.duration_ns, k.attribution
+            kernel_time += duration
+            if attribution.method != AttributionMethod.UNATTRIBUTED:
+                attributed += duration
+            if attribution.confidence == Confidence.HIGH:
+                high += duration
+            starts.append(k.start_ns)
+            ends.append(k.start_ns + duration)
+            reversed_interval = reversed_interval or duration < 0
+    if not starts:
+        busy = None
+    elif reversed_interval:
+        busy = busy_time_ns(list(zip(starts, ends, strict=True)))
+    else:
+        busy = _union_ns(starts, ends)
     return WindowTotals(
         wall_time_ns=wall_time_ns,
-        gpu_busy_time_ns=busy_time_ns([(k.start_ns, k.start_ns + k.duration_ns) for k in kernels]) if kernels else None,
-        kernel_count=len(kernels),
+        gpu_busy_time_ns=busy,
+        kernel_count=len(starts),
         kernel_time_ns=kernel_time,
         attributed_kernel_time_pct=100.0 * attributed / kernel_time if kernel_time else None,
         high_confidence_kernel_time_pct=100.0 * high / kernel_time if kernel_time else None,

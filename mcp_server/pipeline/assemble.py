@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mcp_server.errors import ProfileFormatError
-from mcp_server.pipeline.aggregate import aggregate, window_totals
-from mcp_server.pipeline.attribute import attribute_kernels
+from mcp_server.pipeline.aggregate import window_totals
+from mcp_server.pipeline.attribute import attribute_stream
 from mcp_server.pipeline.provenance import load_provenance
 from mcp_server.pipeline.rundir import PROFILE, read_manifest
-from mcp_server.schema.io import write_model_atomic
+from mcp_server.schema.io import write_model_streaming
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import (
     AggregatedMetrics,
@@ -91,9 +94,7 @@ def assemble_torch(run_dir: Path, manifest: RunManifest) -> OperatorAttributedPr
         return OperatorAttributedProfile(capture_metadata=meta, window=window, operators=operators, warnings=warnings)
     origins = load_provenance(run_dir / "torch")
     start = capture.window_start_ns or min((k.start_ns for k in capture.kernels), default=0)
-    operators, unattributed = attribute_kernels(capture.kernels, origins, start)
-    for op in operators:
-        op.aggregated = aggregate(op.kernels)
+    operators, unattributed = attribute_stream(capture.kernels, origins, start)
     if unattributed:
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
     if not capture.kernels:
@@ -110,17 +111,32 @@ def assemble(run_dir: Path) -> OperatorAttributedProfile:
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     names = {p.name for p in manifest.passes}
-    if "nsys" in names:
-        from mcp_server.pipeline.assemble_nsys import assemble_nsys
+    with _gc_paused():
+        if "nsys" in names:
+            from mcp_server.pipeline.assemble_nsys import assemble_nsys
 
-        return assemble_nsys(run_dir, manifest)
-    if "torch" in names:
-        return assemble_torch(run_dir, manifest)
+            return assemble_nsys(run_dir, manifest)
+        if "torch" in names:
+            return assemble_torch(run_dir, manifest)
     raise ProfileFormatError(f"{run_dir} holds no capture pass", "re-run `operator-profiler profile`")
 
 
 def write_profile(run_dir: Path, profile: OperatorAttributedProfile, name: str = PROFILE) -> Path:
-    """Atomically write profile.json into the run directory."""
+    """Atomically write profile.json into the run directory (operator by operator: a profile may hold millions)."""
     path = Path(run_dir) / name
-    write_model_atomic(path, profile)
+    with _gc_paused():
+        write_model_streaming(path, profile, ("operators", "unattributed_kernels"))
     return path
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic collector while millions of acyclic records are built or written: it would walk them all,
+    over and over, for nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -2,64 +2,81 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from mcp_server.errors import ProfileFormatError
-from mcp_server.pipeline.aggregate import aggregate, window_totals
+from mcp_server.pipeline.aggregate import window_totals
 from mcp_server.pipeline.assemble import _harness, capture_metadata
-from mcp_server.pipeline.attribute import attribute_kernels, join_counters
+from mcp_server.pipeline.attribute import Counters, attribute_stream, join_counters
 from mcp_server.pipeline.passes import NCU_REPORT, NSYS_SQLITE
 from mcp_server.pipeline.provenance import load_provenance
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from plugins.ncu.command import default_metrics
 from plugins.ncu.reader import NcuReportError, read_ncu_report
-from plugins.nsys.reader import NsysExportError, read_nsys_sqlite
+from plugins.nsys.reader import NsysExportError, NsysWindow, WindowKernel
 
 _FILTER_FLAGS = ("--kernel-name", "--launch-skip")
 
 
 def assemble_nsys(run_dir: Path, manifest: RunManifest) -> OperatorAttributedProfile:
-    """Profile from the nsys pass (durations at real clocks, NVTX stacks) and the ncu pass (counters)."""
+    """Profile from the nsys pass (durations at real clocks, NVTX stacks) and the ncu pass (counters).
+
+    Without an ncu pass the window's kernels stream from the export straight into their operator calls, so a
+    capture of a million kernels never holds more than its profile.
+    """
     harness = _harness(run_dir, "nsys")
     try:
-        timeline = read_nsys_sqlite(run_dir / "nsys" / NSYS_SQLITE)
+        with NsysWindow(run_dir / "nsys" / NSYS_SQLITE) as timeline:
+            return _assemble(run_dir, manifest, harness, timeline)
     except NsysExportError as exc:
         raise ProfileFormatError(str(exc), "re-run `operator-profiler profile --backend nsys`") from exc
-    warnings = list(harness.get("warnings", [])) + timeline.warnings
-    counters = None
+
+
+def _assemble(run_dir: Path, manifest: RunManifest, harness: dict, timeline: NsysWindow) -> OperatorAttributedProfile:
+    kernels: Iterable[WindowKernel] = timeline.kernels()
+    counter_warnings: list[str] = []
+    counters: Counters | None = None
     ncu_pass = next((p for p in manifest.passes if p.name == "ncu"), None)
     if ncu_pass is not None:
+        kernels = list(kernels)  # the join looks ahead along the launches
+        timeline.check_activity_tables()
         try:
             report = read_ncu_report(run_dir / "ncu" / NCU_REPORT, default_metrics())
         except NcuReportError as exc:
             raise ProfileFormatError(str(exc), "install ncu-report matching the ncu that wrote the report") from exc
         if report.missing_metrics:
-            warnings.append(f"ncu returned no value for {len(report.missing_metrics)} requested metrics: "
-                            f"{', '.join(report.missing_metrics)}")
-        warnings += report.warnings
+            counter_warnings.append(f"ncu returned no value for {len(report.missing_metrics)} requested metrics: "
+                                    f"{', '.join(report.missing_metrics)}")
+        counter_warnings += report.warnings
         deduplicated = "per-launch-config" in ncu_pass.command
         filtered = any(flag in ncu_pass.command for flag in _FILTER_FLAGS) or (
             "--launch-count" in ncu_pass.command and not deduplicated
         )
-        joined, problems = join_counters(timeline.kernels, report.records, deduplicated, filtered)
-        warnings += [f"nsys/ncu mismatch: {p}" for p in problems]
+        joined, problems = join_counters(kernels, report.records, deduplicated, filtered)
+        counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems]
         counters = lambda ordinal: joined.get(ordinal, ({}, None))  # noqa: E731
     tool = "nsys+ncu" if ncu_pass is not None else "nsys"
     meta = capture_metadata(manifest, harness, tool)
-    start = timeline.window_start_ns or min((k.start_ns for k in timeline.kernels), default=0)
-    operators, unattributed = attribute_kernels(
-        timeline.kernels, load_provenance(run_dir / "nsys"), start, counters, high_confidence_links=False
+    start = timeline.window_start_ns
+    if not start:  # no measure range (or one at 0): the earliest window kernel
+        kernels = list(kernels)
+        start = min((k.start_ns for k in kernels), default=0)
+    operators, unattributed = attribute_stream(
+        kernels, load_provenance(run_dir / "nsys"), start, counters, high_confidence_links=False
     )
-    for op in operators:
-        op.aggregated = aggregate(op.kernels)
+    del kernels
+    timeline.check_activity_tables()
+    warnings = list(harness.get("warnings", [])) + timeline.warnings + counter_warnings
     if unattributed:
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
     window = window_totals(operators, unattributed, harness.get("window", {}).get("wall_time_ns", 0))
     window.gpu_elapsed_ns = harness.get("window", {}).get("gpu_elapsed_ns")
     if ncu_pass is not None:
-        kernels = [k for op in operators for k in op.kernels] + unattributed
-        window.kernels_with_counters = sum(1 for k in kernels if k.metrics)
+        window.kernels_with_counters = sum(1 for op in operators for k in op.kernels if k.metrics) + sum(
+            1 for k in unattributed if k.metrics
+        )
     return OperatorAttributedProfile(
         capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed,
         warnings=warnings,

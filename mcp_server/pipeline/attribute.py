@@ -3,15 +3,22 @@
 The confidence ladder (DESIGN.md): Kineto External-id correlation (high) -> NVTX enclosure (medium) ->
 Inductor provenance (medium) -> unattributed (kept, never dropped). An operator call is the outermost
 operator range enclosing the launch; the innermost one is kept as the kernel's `launch_op`.
+
+Kernels are consumed one at a time (a list or a stream of a million), and their records are built without
+re-validating values the readers already typed: every kernel of one call shares one `Attribution`, every
+kernel record one (complete) fields-set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from mcp_server.pipeline.aggregate import aggregate, trusted_model
 from mcp_server.pipeline.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance
 from mcp_server.schema.profile import (
+    AggregatedMetrics,
     Attribution,
     AttributionMethod,
     Confidence,
@@ -19,31 +26,62 @@ from mcp_server.schema.profile import (
     Metric,
     OperatorRecord,
 )
-from mcp_server.schema.records import CounterRecord, Frame, TraceKernel
+from mcp_server.schema.records import CounterRecord, TraceKernel
+
+Counters = Callable[[int], tuple[dict[str, Metric], int | None]]
 
 
-@dataclass
+class FrameLike(Protocol):
+    """What attribution reads of an enclosing range: `Frame`, or the nsys reader's light `NvtxRange`."""
+
+    name: str
+    kind: str
+    start_ns: int | None
+    input_shapes: list[list[int] | None] | None
+    input_dtypes: list[str | None] | None
+
+
+class KernelLike(Protocol):
+    """What attribution reads of a timeline kernel: `TraceKernel`, or the nsys reader's light `WindowKernel`."""
+
+    ordinal: int
+    name: str
+    mangled_name: str | None
+    start_ns: int
+    duration_ns: int
+    device_id: int | None
+    stream_id: int | None
+    correlation_id: int | None
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+    registers_per_thread: int | None
+    shared_memory_bytes: int | None
+    launch_thread: int | None
+    stack: Sequence[FrameLike]
+    linked_op: str | None
+
+
+@dataclass(slots=True)
 class _Call:
     """Kernels of one operator call, before they become an OperatorRecord."""
 
     name: str
     first_ordinal: int
     module_path: str | None
-    op_frame: Frame | None = None
+    input_shapes: list[list[int] | None] | None = None
+    input_dtypes: list[str | None] | None = None
     origin: KernelOrigin | None = None
     graph_call: tuple[object, ...] | None = None
     kernels: list[KernelRecord] = field(default_factory=list)
 
 
-def _module_path(stack: list[Frame]) -> str | None:
+def _module_path(stack: Sequence[FrameLike]) -> str | None:
     modules = [f.name for f in stack if f.kind == "module"]
     return modules[-1] if modules else None
 
 
-def _triton_name(stack: list[Frame], kernel: TraceKernel, origins: dict[str, KernelOrigin]) -> str | None:
-    """The generated kernel's name: the kernel's own name or its launch marker range's name."""
-    if kernel.name in origins:
-        return kernel.name
+def _triton_range(stack: Sequence[FrameLike], origins: dict[str, KernelOrigin]) -> str | None:
+    """The innermost launch marker range naming a generated kernel."""
     for frame in reversed(stack):
         head = frame.name.split(",", 1)[0].strip()
         if frame.kind == "annotation" and head in origins:
@@ -51,11 +89,94 @@ def _triton_name(stack: list[Frame], kernel: TraceKernel, origins: dict[str, Ker
     return None
 
 
+class _StackFacts:
+    """What attribution needs of one stack, worked out once for all the kernels launched under it."""
+
+    __slots__ = ("outer_op", "launch_op", "module_path", "graph", "triton")
+
+    def __init__(self, stack: Sequence[FrameLike], origins: dict[str, KernelOrigin]) -> None:
+        ops = [f for f in stack if f.kind == "op"]
+        self.outer_op = ops[0] if ops else None
+        self.launch_op = ops[-1].name if ops else None
+        self.module_path = _module_path(stack)
+        self.graph = next((f for f in stack if f.name.startswith(GRAPH_CALL_PREFIX)), None) if ops else None
+        self.triton = None if ops else _triton_range(stack, origins)
+
+
+_KERNEL_FIELDS = frozenset(KernelRecord.model_fields)
+_BUILT_KERNEL_FIELDS = frozenset({
+    "kernel_id", "kernel_name", "mangled_name", "device_id", "stream_id", "correlation_id", "start_ns", "duration_ns",
+    "grid", "block", "registers_per_thread", "shared_memory_bytes", "module_path", "attribution", "metrics",
+    "propagated_from",
+})
+if _KERNEL_FIELDS != _BUILT_KERNEL_FIELDS:  # a schema change must reach _kernel_record
+    raise ImportError(f"_kernel_record sets {sorted(_BUILT_KERNEL_FIELDS)}, KernelRecord has {sorted(_KERNEL_FIELDS)}")
+_OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
+_set = object.__setattr__
+
+
+def _kernel_record(
+    kernel: KernelLike, start_ns: int, module_path: str | None, attribution: Attribution,
+    metrics: dict[str, Metric], propagated: int | None, fields_set: set[str],
+) -> KernelRecord:
+    """KernelRecord(...) of already typed values, without validation (a million of them: about 2 us each)."""
+    record = KernelRecord.__new__(KernelRecord)
+    _set(record, "kernel_id", kernel.ordinal)
+    _set(record, "kernel_name", kernel.name)
+    _set(record, "mangled_name", kernel.mangled_name)
+    _set(record, "device_id", kernel.device_id)
+    _set(record, "stream_id", kernel.stream_id)
+    _set(record, "correlation_id", kernel.correlation_id)
+    _set(record, "start_ns", start_ns)
+    _set(record, "duration_ns", kernel.duration_ns)
+    _set(record, "grid", kernel.grid)
+    _set(record, "block", kernel.block)
+    _set(record, "registers_per_thread", kernel.registers_per_thread)
+    _set(record, "shared_memory_bytes", kernel.shared_memory_bytes)
+    _set(record, "module_path", module_path)
+    _set(record, "attribution", attribution)
+    _set(record, "metrics", metrics)
+    _set(record, "propagated_from", propagated)
+    _set(record, "__pydantic_fields_set__", fields_set)
+    _set(record, "__pydantic_extra__", None)
+    _set(record, "__pydantic_private__", None)
+    return record
+
+
+class _Attributions:
+    """One Attribution per distinct (method, confidence, launch_op, detail), built as attribute_kernels always has."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[Any, ...], Attribution] = {}
+        self.none = Attribution(method=AttributionMethod.UNATTRIBUTED, confidence=Confidence.NONE)
+
+    def operator(self, launch_op: str, linked: bool) -> Attribution:
+        key = ("op", launch_op, linked)
+        found = self.known.get(key)
+        if found is None:
+            found = self.known[key] = Attribution(
+                method=AttributionMethod.KINETO_CORRELATION if linked else AttributionMethod.NVTX_ENCLOSURE,
+                confidence=Confidence.HIGH if linked else Confidence.MEDIUM,
+                launch_op=launch_op,
+            )
+        return found
+
+    def fused(self, origin: KernelOrigin) -> Attribution:
+        detail = f"fused: {', '.join(origin.aten_ops)}"
+        key = ("fused", detail)
+        found = self.known.get(key)
+        if found is None:
+            found = self.known[key] = Attribution(
+                method=AttributionMethod.INDUCTOR_PROVENANCE, confidence=Confidence.MEDIUM, detail=detail
+            )
+        return found
+
+
 def attribute_kernels(
     kernels: list[TraceKernel],
     provenance: Provenance,
     window_start_ns: int,
-    counters: Callable[[int], tuple[dict[str, Metric], int | None]] | None = None,
+    counters: Counters | None = None,
     high_confidence_links: bool = True,
 ) -> tuple[list[OperatorRecord], list[KernelRecord]]:
     """Group kernels into operator calls; return (operators in window order, unattributed kernels).
@@ -64,54 +185,82 @@ def attribute_kernels(
     `high_confidence_links`: the stack comes from the same capture as the tool's own launch correlation
     (Kineto); NVTX stacks (nsys) give medium confidence.
     """
+    return attribute_stream(kernels, provenance, window_start_ns, counters, high_confidence_links, aggregated=False)
+
+
+def attribute_stream(
+    kernels: Iterable[KernelLike],
+    provenance: Provenance,
+    window_start_ns: int,
+    counters: Counters | None = None,
+    high_confidence_links: bool = True,
+    aggregated: bool = True,
+) -> tuple[list[OperatorRecord], list[KernelRecord]]:
+    """`attribute_kernels` over any iterable of kernels (a reader's stream), in one pass.
+
+    With `aggregated`, each operator also carries `aggregate(op.kernels)`, as the assemblers set it.
+    """
     origins = provenance.kernels
     calls: dict[tuple[object, ...], _Call] = {}
     unattributed: list[KernelRecord] = []
+    attributions = _Attributions()
+    fields_set = set(_KERNEL_FIELDS)  # every field is set: shared, it can never change
+    facts: _StackFacts | None = None
+    last_stack: Sequence[FrameLike] | None = None
+    last_key: tuple[object, ...] | None = None
+    call: _Call | None = None
     for kernel in kernels:
-        ops = [f for f in kernel.stack if f.kind == "op"]
-        module_path = _module_path(kernel.stack)
-        metrics, propagated = counters(kernel.ordinal) if counters else ({}, None)
-        triton = _triton_name(kernel.stack, kernel, origins) if not ops else None
-        if ops:
-            linked = high_confidence_links and kernel.linked_op == ops[-1].name
-            attribution = Attribution(
-                method=AttributionMethod.KINETO_CORRELATION if linked else AttributionMethod.NVTX_ENCLOSURE,
-                confidence=Confidence.HIGH if linked else Confidence.MEDIUM,
-                launch_op=ops[-1].name,
-            )
-            key: tuple[object, ...] = ("op", kernel.launch_thread, ops[0].start_ns, ops[0].name)
-            graph = next((f for f in kernel.stack if f.name.startswith(GRAPH_CALL_PREFIX)), None)
-            graph_key = (kernel.launch_thread, graph.start_ns) if graph is not None else None
-            call = calls.setdefault(
-                key, _Call(ops[0].name, kernel.ordinal, module_path, op_frame=ops[0], graph_call=graph_key)
-            )
-        elif triton is not None:
-            origin = origins[triton]
-            attribution = Attribution(
-                method=AttributionMethod.INDUCTOR_PROVENANCE, confidence=Confidence.MEDIUM,
-                detail=f"fused: {', '.join(origin.aten_ops)}",
-            )
-            module_path = origin.module_path
-            fused = _Call(triton, kernel.ordinal, module_path, origin=origin)
-            call = calls.setdefault(("fused", kernel.ordinal), fused)
+        stack = kernel.stack
+        if stack is not last_stack or facts is None:
+            facts, last_stack = _StackFacts(stack, origins), stack
+        if counters is not None:
+            metrics, propagated = counters(kernel.ordinal)
+            metrics = dict(metrics)
         else:
-            attribution = Attribution(method=AttributionMethod.UNATTRIBUTED, confidence=Confidence.NONE)
-            call = None
-        record = KernelRecord(
-            kernel_id=kernel.ordinal, kernel_name=kernel.name, mangled_name=kernel.mangled_name,
-            device_id=kernel.device_id, stream_id=kernel.stream_id, correlation_id=kernel.correlation_id,
-            start_ns=kernel.start_ns - window_start_ns, duration_ns=kernel.duration_ns,
-            grid=kernel.grid, block=kernel.block, registers_per_thread=kernel.registers_per_thread,
-            shared_memory_bytes=kernel.shared_memory_bytes, module_path=module_path,
-            attribution=attribution, metrics=metrics, propagated_from=propagated,
+            metrics, propagated = {}, None
+        outer = facts.outer_op
+        module_path = facts.module_path
+        if outer is not None:
+            launch_op = facts.launch_op
+            attribution = attributions.operator(launch_op, high_confidence_links and kernel.linked_op == launch_op)
+            key: tuple[object, ...] = ("op", kernel.launch_thread, outer.start_ns, outer.name)
+            if key != last_key:
+                call = calls.get(key)
+                if call is None:
+                    graph = facts.graph
+                    graph_key = (kernel.launch_thread, graph.start_ns) if graph is not None else None
+                    call = calls[key] = _Call(
+                        outer.name, kernel.ordinal, module_path, _copy_shapes(outer.input_shapes),
+                        None if outer.input_dtypes is None else list(outer.input_dtypes), graph_call=graph_key,
+                    )
+                last_key = key
+        else:
+            triton = kernel.name if kernel.name in origins else facts.triton
+            last_key = None
+            if triton is not None:
+                origin = origins[triton]
+                attribution = attributions.fused(origin)
+                module_path = origin.module_path
+                fused = _Call(triton, kernel.ordinal, module_path, origin=origin)
+                call = calls.setdefault(("fused", kernel.ordinal), fused)
+            else:
+                attribution, call = attributions.none, None
+        record = _kernel_record(
+            kernel, kernel.start_ns - window_start_ns, module_path, attribution, metrics, propagated, fields_set
         )
         if call is None:
             unattributed.append(record)
         else:
             call.kernels.append(record)
     ordered = sorted(calls.values(), key=lambda c: c.first_ordinal)
+    calls.clear()
     _extern_module_paths(ordered, provenance.extern_calls)
-    return _operators(ordered), unattributed
+    return _operators(ordered, aggregated), unattributed
+
+
+def _copy_shapes(shapes: list[list[int] | None] | None) -> list[list[int] | None] | None:
+    """A copy of a frame's input shapes, as validating them into an OperatorRecord makes."""
+    return None if shapes is None else [None if dims is None else list(dims) for dims in shapes]
 
 
 def _extern_module_paths(calls: list[_Call], sequences: list[list[ExternCall]]) -> None:
@@ -146,31 +295,48 @@ def _in_order(group: list[_Call], sequence: list[ExternCall]) -> list[ExternCall
     return matched
 
 
-def _operators(calls: list[_Call]) -> list[OperatorRecord]:
+def _operators(calls: list[_Call], aggregated: bool) -> list[OperatorRecord]:
+    """OperatorRecords of the calls in window order, as OperatorRecord(...) builds them (no re-validation).
+
+    With `aggregated`, `aggregated` is set as the assemblers set it.
+    """
     seen: dict[str, int] = {}
     operators = []
+    complete = set(_OPERATOR_FIELDS)  # every field set: shared, it can never change
+    given = _OPERATOR_FIELDS - {"aggregated"}
     for call in calls:
         index = seen.get(call.name, 0)
         seen[call.name] = index + 1
-        frame = call.op_frame
         operators.append(
-            OperatorRecord(
+            trusted_model(
+                OperatorRecord, complete if aggregated else set(given),
                 operator_id=f"{call.name}#{index}",
                 operator_name=call.name,
                 call_index=index,
                 module_path=call.module_path,
-                input_shapes=frame.input_shapes if frame else None,
-                input_dtypes=frame.input_dtypes if frame else None,
+                input_shapes=call.input_shapes,
+                input_dtypes=call.input_dtypes,
                 is_fused=call.origin is not None,
                 fused_operators=list(call.origin.aten_ops) if call.origin else [],
                 kernels=call.kernels,
+                aggregated=aggregate(call.kernels) if aggregated else AggregatedMetrics(),
             )
         )
     return operators
 
 
+class LaunchLike(Protocol):
+    """What the ncu join reads of a timeline kernel."""
+
+    ordinal: int
+    name: str
+    mangled_name: str | None
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+
+
 def join_counters(
-    kernels: list[TraceKernel], records: list[CounterRecord], deduplicated: bool, filtered: bool = False
+    kernels: Sequence[LaunchLike], records: list[CounterRecord], deduplicated: bool, filtered: bool = False
 ) -> tuple[dict[int, tuple[dict[str, Metric], int | None]], list[str]]:
     """Match ncu records to timeline kernels; return ordinal -> (metrics, propagated_from) and mismatches.
 
@@ -214,7 +380,7 @@ def join_counters(
     return joined, problems
 
 
-def _propagate(kernels: list[TraceKernel], joined: dict[int, tuple[dict[str, Metric], int | None]]) -> None:
+def _propagate(kernels: Sequence[LaunchLike], joined: dict[int, tuple[dict[str, Metric], int | None]]) -> None:
     """Copy counters to launches ncu passed over from the nearest replayed launch of the same configuration."""
     replayed: dict[tuple[object, ...], list[int]] = {}
     for kernel in kernels:
@@ -234,11 +400,11 @@ def _short(name: str) -> str:
     return repr(name if len(name) <= 60 else name[:59] + "…")
 
 
-def _config(kernel: TraceKernel) -> tuple[object, ...]:
+def _config(kernel: LaunchLike) -> tuple[object, ...]:
     return (kernel.mangled_name or kernel.name, kernel.grid, kernel.block)
 
 
-def _same_kernel(kernel: TraceKernel, record: CounterRecord) -> bool:
+def _same_kernel(kernel: LaunchLike, record: CounterRecord) -> bool:
     """Same function (mangled names when both tools give one) and, when both are known, same grid and block."""
     for mine, theirs in ((kernel.grid, record.grid), (kernel.block, record.block)):
         if mine is not None and theirs is not None and tuple(mine) != tuple(theirs):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
@@ -18,6 +19,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "comparison.schema.json": Comparison,
     "bench.schema.json": BenchResult,
     "validation_report.schema.json": ValidationReport,
+    "analysis.schema.json": Analysis,
 }
 
 

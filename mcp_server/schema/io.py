@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mcp_server.errors import ProfileFormatError
 from mcp_server.schema.profile import SCHEMA_VERSION, OperatorAttributedProfile
@@ -36,6 +37,51 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def write_model_atomic(path: Path, model: BaseModel) -> None:
     """Atomically write a pydantic model as JSON."""
     write_text_atomic(path, model.model_dump_json(indent=1) + "\n")
+
+
+def write_model_streaming(path: Path, model: BaseModel, fields: Sequence[str], chunk: int = 2048) -> None:
+    """Atomically write a pydantic model as `write_model_atomic` does, byte for byte, without ever holding its JSON.
+
+    The top-level list fields named in `fields` (e.g. a profile's million kernels) are serialised `chunk` items
+    at a time, indented as they sit in the whole document, and written as they come.
+    """
+    path = Path(path)
+    skeleton = model.model_copy(update={name: [] for name in fields}).model_dump_json(indent=1) + "\n"
+    newline = os.linesep.encode()
+    pieces: list[tuple[int, str]] = []
+    for name in fields:
+        marker = f'\n "{name}": []'
+        at = skeleton.find(marker)  # a top-level key: nested keys sit deeper, strings hold no raw newline
+        if at < 0 or skeleton.find(marker, at + 1) >= 0:
+            raise ValueError(f"{type(model).__name__}.{name} is not a top-level list field")
+        pieces.append((at + len(marker) - 1, name))
+    pieces.sort()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+
+            def write(data: bytes) -> None:
+                handle.write(data if newline == b"\n" else data.replace(b"\n", newline))
+
+            done = 0
+            for at, name in pieces:  # `at` is the `]` of the field's empty list in the skeleton
+                write(skeleton[done:at].encode("utf-8"))
+                done = at
+                items = getattr(model, name)
+                if not items:
+                    continue
+                adapter = TypeAdapter(type(model).model_fields[name].annotation)
+                for first in range(0, len(items), chunk):
+                    # `[\n {...},\n {...}\n]` one level deeper: drop the brackets, indent every line once more.
+                    body = adapter.dump_json(items[first : first + chunk], indent=1)[2:-2]
+                    write((b"\n " if first == 0 else b",\n ") + body.replace(b"\n", b"\n "))
+                write(b"\n ")
+            write(skeleton[done:].encode("utf-8"))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _major(version: str) -> str:

@@ -3,18 +3,25 @@
 Each kernel is tied to the CUDA API call that launched it (runtime or driver, by correlation id), which gives
 its launching thread, its launch time and so its launch order. Only kernels launched inside the
 `operator_profiler::measure` NVTX range are kept. The stack of NVTX push/pop ranges that enclose each launch
-on its thread (outermost first) is rebuilt by sorting each thread's ranges once and sweeping them along the
-launches (never kernels x ranges); only ranges that enclose a launch are parsed. Every table and column name
+on its thread (outermost first) is rebuilt by one sweep: the kernels stream out of one query in launch order,
+the ranges out of another in start order (outer first), and each range is pushed onto its thread's stack once
+the launches reach its start and dropped once it has closed. Memory holds the ranges open at the current
+launch, never the whole table, and only ranges that enclose a launch are parsed. Every table and column name
 comes from tables.yaml beside this module.
+
+`read_nsys_sqlite` returns the whole window as pydantic records; `NsysWindow` streams it as light
+`WindowKernel`s for the assembly of very large captures.
 """
 
 from __future__ import annotations
 
 import gc
 import sqlite3
+import sys
 from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,7 +30,15 @@ import yaml
 from pydantic import BaseModel, Field
 
 from mcp_server.schema.records import Frame, TraceKernel
-from plugins.nvtx_names import MEASURE_RANGE, parse_range, range_name
+from plugins.nvtx_names import (
+    FIELD_SEPARATOR,
+    MEASURE_RANGE,
+    MODULE_PREFIX,
+    is_operator,
+    parse_range,
+    parse_sizes,
+    range_name,
+)
 
 TABLES_FILE = Path(__file__).with_name("tables.yaml")
 _OPEN_END = 2**63 - 1  # a push/pop range still open when the capture stopped
@@ -91,112 +106,120 @@ class _Schema:
             )
 
 
-class _Range:
-    """One NVTX push/pop range; its `Frame` is built only if a kernel launch falls inside it."""
+class NvtxRange:
+    """One NVTX push/pop range: a light frame, classified (as `parse_range` does) only once it encloses a launch.
 
-    __slots__ = ("start", "end", "text", "frame")
+    Carries the attributes of `Frame` that attribution reads (`name`, `kind`, `start_ns`, `input_shapes`,
+    `input_dtypes`); `as_frame()` gives the pydantic `Frame` itself.
+    """
 
-    def __init__(self, start: int, end: int, text: str) -> None:
-        self.start = start
-        self.end = end
+    __slots__ = ("start_ns", "end", "text", "min_end", "name", "kind", "input_shapes", "_frame")
+    input_dtypes = None  # NVTX ranges carry no dtypes
+
+    def __init__(self, start: int, end: int, text: str, min_end: int) -> None:
+        self.start_ns = start
+        self.end = end  # _OPEN_END while open
         self.text = text
-        self.frame: Frame | None = None
+        self.min_end = min_end  # smallest end of this range and those below it on its thread's stack
+        self.kind: str | None = None
+        self._frame: Frame | None = None
+
+    def classify(self) -> None:
+        """Name, kind and input shapes from the range text (the classification of `plugins.nvtx_names`)."""
+        text = self.text
+        if text.startswith(MODULE_PREFIX):
+            self.name, self.kind, self.input_shapes = sys.intern(text[len(MODULE_PREFIX) :]), "module", None
+        else:
+            self.name = sys.intern(range_name(text))
+            self.kind = "op" if is_operator(self.name) else "annotation"
+            self.input_shapes = parse_sizes(text) if FIELD_SEPARATOR in text else None
 
     def as_frame(self) -> Frame:
-        if self.frame is None:
-            end = None if self.end == _OPEN_END else self.end
-            self.frame = parse_range(self.text, self.start, end)
-        return self.frame
+        if self._frame is None:
+            self._frame = parse_range(self.text, self.start_ns, None if self.end == _OPEN_END else self.end)
+        return self._frame
 
 
-class _ThreadSweep:
-    """The ranges of one thread, visited at its launch times in increasing order (one pass, amortised O(1))."""
+class _RangeFeed:
+    """The push/pop ranges of every thread in start order, pushed onto per-thread stacks as launch time advances.
 
-    __slots__ = ("pending", "next", "open")
+    `enclosing(thread, t)` must be called with non-decreasing `t`. Ranges are counted as they stream by; `drain()`
+    counts the rest once the last launch is past.
+    """
 
-    def __init__(self, ranges: list[_Range]) -> None:
-        self.pending: list[_Range | None] = list(ranges)  # sorted by start, outer first
-        self.next = 0
-        self.open: list[_Range] = []  # nested push/pop ranges: innermost last
+    def __init__(self, rows: Iterator[tuple[Any, ...]], strings: _Strings) -> None:
+        self.rows = rows
+        self.strings = strings  # StringIds values of registered texts, for rows whose text is NULL
+        self.next_row = next(rows, None)
+        self.stacks: dict[int, list[NvtxRange]] = {}
+        self.cached: dict[int, tuple[NvtxRange, int, tuple[NvtxRange, ...]]] = {}
+        self.count = 0
+        self.open_count = 0
 
-    def enclosing(self, t: int) -> list[Frame]:
-        """Frames of the ranges with start <= t <= end, outermost first; `t` must not decrease between calls."""
-        pending, open_ranges = self.pending, self.open
-        while self.next < len(pending):
-            new = pending[self.next]
-            if new is None or new.start > t:
-                break
-            pending[self.next] = None  # held by `open` while it is open; freed once it closes
-            self.next += 1
-            while open_ranges and open_ranges[-1].end < new.start:
-                open_ranges.pop()
-            open_ranges.append(new)
-        while open_ranges and open_ranges[-1].end < t:
-            open_ranges.pop()
-        # The filter also drops an outer range that closed before an inner one (mis-nested domains).
-        return [r.as_frame() for r in open_ranges if r.end >= t]
+    def _advance(self, t: int) -> None:
+        """Push every range that starts at or before `t`."""
+        row, rows, stacks, strings = self.next_row, self.rows, self.stacks, self.strings
+        count = open_count = 0
+        while row is not None and row[0] <= t:
+            start, end, thread, text, text_id = row
+            count += 1
+            if end is None:
+                open_count += 1
+                end = _OPEN_END
+            if text is None:
+                text = strings[text_id]
+            stack = stacks.get(thread)
+            if stack is None:
+                stack = stacks[thread] = []
+            while stack and stack[-1].end < start:
+                stack.pop()
+            below = stack[-1].min_end if stack else end
+            stack.append(NvtxRange(start, end, text or "", below if below < end else end))
+            row = next(rows, None)
+        self.next_row = row
+        self.count += count
+        self.open_count += open_count
 
+    def enclosing(self, thread: int, t: int) -> tuple[NvtxRange, ...]:
+        """The ranges of `thread` with start <= t <= end, outermost first, classified.
 
-def _launch_subquery(schema: _Schema) -> str | None:
-    """SQL of (corr, thread, api_start): the earliest API call per correlation id over runtime and driver tables."""
-    parts = []
-    for api in tables()["launch_apis"]:
-        if not schema.has(api["table"]):
-            if api.get("optional"):
-                continue
-            raise NsysExportError(
-                f"no {api['table']} table in the export; profile with nsys --trace=cuda so launches are recorded"
-            )
-        schema.require(api["table"], api["correlation_id"], api["thread"], api["start"])
-        parts.append(
-            f"SELECT {_q(api['correlation_id'])} AS corr, {_q(api['thread'])} AS thread, "
-            f"{_q(api['start'])} AS api_start FROM {_q(api['table'])}"
-        )
-    if not parts:
-        return None
-    # SQLite returns the bare column `thread` from the row holding MIN(api_start).
-    return f"SELECT corr, thread, MIN(api_start) AS api_start FROM ({' UNION ALL '.join(parts)}) GROUP BY corr"
+        While a thread's stack is unchanged the same tuple is returned, so callers can cache per stack.
+        """
+        if self.next_row is not None and self.next_row[0] <= t:
+            self._advance(t)
+        stack = self.stacks.get(thread)
+        if not stack:
+            return ()
+        while stack and stack[-1].end < t:
+            stack.pop()
+        if not stack:
+            return ()
+        top = stack[-1]
+        if top.min_end < t:
+            # An outer range closed before an inner one (mis-nested domains): keep only those still open.
+            found = tuple(r for r in stack if r.end >= t)
+        else:
+            cached = self.cached.get(thread)
+            if cached is not None and cached[0] is top and cached[1] == len(stack):
+                return cached[2]
+            found = tuple(stack)
+            self.cached[thread] = (top, len(stack), found)
+        for r in found:
+            if r.kind is None:
+                r.classify()
+        return found
 
-
-def _read_nvtx(schema: _Schema) -> tuple[dict[int, list[_Range]], list[tuple[int, int, int]], int, int]:
-    """Push/pop ranges per thread (sorted by start, outer first), the measure ranges, range and open-range counts."""
-    spec, strings = tables()["nvtx"], tables()["strings"]
-    if not schema.has(spec["table"]):
-        return {}, [], 0, 0
-    schema.require(spec["table"], spec["start"], spec["end"], spec["event_type"], spec["thread"])
-    cols = schema.columns(spec["table"])
-    has_text, has_text_id = spec["text"] in cols, spec["text_id"] in cols and schema.has(strings["table"])
-    if has_text and has_text_id:
-        text_sql, join = f"COALESCE(n.{_q(spec['text'])}, s.{_q(strings['value'])})", True
-    elif has_text_id:
-        text_sql, join = f"s.{_q(strings['value'])}", True
-    elif has_text:
-        text_sql, join = f"n.{_q(spec['text'])}", False
-    else:
-        raise NsysExportError(f"{spec['table']} has neither {spec['text']} nor {spec['text_id']}; re-export with nsys")
-    join_sql = (
-        f" LEFT JOIN {_q(strings['table'])} s ON s.{_q(strings['id'])} = n.{_q(spec['text_id'])}" if join else ""
-    )
-    sql = (
-        f"SELECT n.{_q(spec['start'])}, n.{_q(spec['end'])}, n.{_q(spec['thread'])}, {text_sql} "
-        f"FROM {_q(spec['table'])} n{join_sql} WHERE n.{_q(spec['event_type'])} = ?"
-    )
-    by_thread: dict[int, list[_Range]] = {}
-    measure: list[tuple[int, int, int]] = []
-    count = open_count = 0
-    for start, end, thread, text in schema.conn.execute(sql, (spec["push_pop_event_type"],)):
-        count += 1
-        if end is None:
-            open_count += 1
-            end = _OPEN_END
-        text = text or ""
-        if range_name(text) == MEASURE_RANGE:
-            measure.append((start, end, thread))
-        by_thread.setdefault(thread, []).append(_Range(start, end, text))
-    for ranges in by_thread.values():
-        ranges.sort(key=lambda r: (r.start, -r.end))
-    measure.sort()
-    return by_thread, measure, count, open_count
+    def drain(self) -> None:
+        """Count the ranges after the last launch (no stack needs them)."""
+        self.stacks.clear()
+        self.cached.clear()
+        row = self.next_row
+        while row is not None:
+            self.count += 1
+            if row[1] is None:
+                self.open_count += 1
+            row = next(self.rows, None)
+        self.next_row = None
 
 
 class _Windows:
@@ -220,30 +243,147 @@ class _Windows:
         return i >= 0 and t <= self.ends[i]
 
 
-def _count_in_window(schema: _Schema, key: str, launches: str | None, windows: _Windows) -> tuple[int, int]:
-    """(rows, bytes) of an activity table whose launching call (or, without one, GPU start) is in the window."""
-    spec = tables()[key]
-    if not schema.has(spec["table"]):
-        return 0, 0
-    schema.require(spec["table"], spec["start"], spec["correlation_id"], *([spec["bytes"]] if "bytes" in spec else []))
-    bytes_sql = f"m.{_q(spec['bytes'])}" if "bytes" in spec else "0"
-    if launches:
-        sql = (
-            f"SELECT COALESCE(l.api_start, m.{_q(spec['start'])}), {bytes_sql} FROM {_q(spec['table'])} m "
-            f"LEFT JOIN ({launches}) l ON l.corr = m.{_q(spec['correlation_id'])}"
+@dataclass(slots=True)
+class WindowKernel:
+    """One window kernel as `NsysWindow` streams it: `TraceKernel`'s fields, its stack as `NvtxRange`s."""
+
+    ordinal: int
+    name: str
+    mangled_name: str | None
+    start_ns: int
+    duration_ns: int
+    device_id: int | None
+    stream_id: int | None
+    correlation_id: int | None
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    registers_per_thread: int | None
+    shared_memory_bytes: int | None
+    launch_thread: int | None
+    launch_start_ns: int | None
+    stack: tuple[NvtxRange, ...]
+    linked_op: str | None = None
+
+    def trace_kernel(self) -> TraceKernel:
+        """The pydantic record `read_nsys_sqlite` returns."""
+        return TraceKernel(
+            ordinal=self.ordinal, name=self.name, mangled_name=self.mangled_name, start_ns=self.start_ns,
+            duration_ns=self.duration_ns, device_id=self.device_id, stream_id=self.stream_id,
+            correlation_id=self.correlation_id, grid=self.grid, block=self.block,
+            registers_per_thread=self.registers_per_thread, shared_memory_bytes=self.shared_memory_bytes,
+            launch_thread=self.launch_thread, launch_start_ns=self.launch_start_ns,
+            stack=[r.as_frame() for r in self.stack],
         )
-    else:
-        sql = f"SELECT m.{_q(spec['start'])}, {bytes_sql} FROM {_q(spec['table'])} m"
-    count = total = 0
-    for when, size in schema.conn.execute(sql):
-        if not windows or windows.contains(when):
-            count += 1
-            total += size or 0
-    return count, total
+
+
+def _launch_subquery(schema: _Schema, only: str | None = None) -> str | None:
+    """SQL of (corr, thread, api_start): the earliest API call per correlation id over runtime and driver tables.
+
+    `only`: SQL of a set of correlation ids to restrict it to (the same rows for those ids, much less work).
+    """
+    parts = []
+    for api in tables()["launch_apis"]:
+        if not schema.has(api["table"]):
+            if api.get("optional"):
+                continue
+            raise NsysExportError(
+                f"no {api['table']} table in the export; profile with nsys --trace=cuda so launches are recorded"
+            )
+        schema.require(api["table"], api["correlation_id"], api["thread"], api["start"])
+        where = f" WHERE {_q(api['correlation_id'])} IN ({only})" if only else ""
+        parts.append(
+            f"SELECT {_q(api['correlation_id'])} AS corr, {_q(api['thread'])} AS thread, "
+            f"{_q(api['start'])} AS api_start FROM {_q(api['table'])}{where}"
+        )
+    if not parts:
+        return None
+    # SQLite returns the bare column `thread` from the row holding MIN(api_start).
+    return f"SELECT corr, thread, MIN(api_start) AS api_start FROM ({' UNION ALL '.join(parts)}) GROUP BY corr"
+
+
+class _NvtxSql:
+    """The SQL that reads NVTX push/pop ranges, after checking the table's columns."""
+
+    def __init__(self, schema: _Schema) -> None:
+        spec, strings = tables()["nvtx"], tables()["strings"]
+        self.present = schema.has(spec["table"])
+        if not self.present:
+            return
+        schema.require(spec["table"], spec["start"], spec["end"], spec["event_type"], spec["thread"])
+        cols = schema.columns(spec["table"])
+        self.has_text = spec["text"] in cols
+        self.has_text_id = spec["text_id"] in cols and schema.has(strings["table"])
+        if not (self.has_text or self.has_text_id):
+            raise NsysExportError(
+                f"{spec['table']} has neither {spec['text']} nor {spec['text_id']}; re-export with nsys"
+            )
+        self.schema, self.spec, self.strings = schema, spec, strings
+        self.table = _q(spec["table"])
+        self.where = f"n.{_q(spec['event_type'])} = ?"
+        self.push_pop = spec["push_pop_event_type"]
+
+    def measure_ranges(self) -> list[tuple[int, int, int]]:
+        """(start, end, thread) of the ranges named `operator_profiler::measure`, sorted; open ends as _OPEN_END.
+
+        The text of a range is its `text`, else the StringIds value of its `textId` (a registered string).
+        """
+        spec, strings = self.spec, self.strings
+        text, text_id = f"n.{_q(spec['text'])}", f"n.{_q(spec['text_id'])}"
+        # range_name(text) == MEASURE_RANGE: the text is the name, or the name followed by `, ` and fields.
+        named = "({0} = ? OR substr({0}, 1, ?) = ?)"
+        prefix = MEASURE_RANGE + ", "
+        match_args = (MEASURE_RANGE, len(prefix), prefix)
+        registered = (
+            f"{text_id} IN (SELECT {_q(strings['id'])} FROM {_q(strings['table'])} "
+            f"WHERE {named.format(_q(strings['value']))})"
+        )
+        if self.has_text and self.has_text_id:
+            match = f"(({text} IS NOT NULL AND {named.format(text)}) OR ({text} IS NULL AND {registered}))"
+            args = match_args + match_args
+        elif self.has_text_id:
+            match, args = registered, match_args
+        else:
+            match, args = named.format(text), match_args
+        sql = (
+            f"SELECT n.{_q(spec['start'])}, n.{_q(spec['end'])}, n.{_q(spec['thread'])} FROM {self.table} n "
+            f"WHERE {self.where} AND {match}"
+        )
+        rows = self.schema.conn.execute(sql, (self.push_pop, *args)).fetchall()
+        return sorted((start, _OPEN_END if end is None else end, thread) for start, end, thread in rows)
+
+    def ranges(self) -> Iterator[tuple[Any, ...]]:
+        """(start, end, thread, text, textId) of every push/pop range: by start, then end descending, then table order.
+
+        nsys writes the table in that order already; the SQL sort runs only where it does not.
+        """
+        spec = self.spec
+        start, end = f"n.{_q(spec['start'])}", f"n.{_q(spec['end'])}"
+        text = f"n.{_q(spec['text'])}" if self.has_text else "NULL"
+        text_id = f"n.{_q(spec['text_id'])}" if self.has_text_id else "NULL"
+        thread = f"n.{_q(spec['thread'])}"
+        select = f"SELECT {start}, {end}, {thread}, {text}, {text_id} FROM {self.table} n WHERE {self.where}"
+        end_key = f"COALESCE({end}, {_OPEN_END})"
+        conn = self.schema.conn
+        try:
+            # The first push/pop range, in table order, that starts before the previous one, or with it and ends later.
+            unsorted = conn.execute(
+                f"SELECT 1 FROM (SELECT {start} AS s, {end_key} AS e, LAG({start}) OVER w AS ps, "
+                f"LAG({end_key}) OVER w AS pe FROM {self.table} n WHERE {self.where} WINDOW w AS (ORDER BY n.rowid)) "
+                "WHERE s < ps OR (s = ps AND e > pe) LIMIT 1",
+                (self.push_pop,),
+            ).fetchone()
+        except sqlite3.OperationalError:  # no window functions, or no rowid: let SQLite sort
+            unsorted = True
+        try:
+            order = "n.rowid" if unsorted is None else f"{start}, {end_key} DESC, n.rowid"
+            return conn.execute(f"{select} ORDER BY {order}", (self.push_pop,))
+        except sqlite3.OperationalError:  # a view: no rowid to break ties with
+            return conn.execute(f"{select} ORDER BY {start}, {end_key} DESC", (self.push_pop,))
 
 
 def _kernel_sql(schema: _Schema, launches: str | None) -> str:
-    spec, strings = tables()["kernel"], tables()["strings"]
+    """Window-candidate kernel rows in launch order, with StringIds references (not values) for the names."""
+    spec = tables()["kernel"]
     cols = schema.columns(spec["table"])
     name_col = next((c for c in spec["name"] if c in cols), None)
     if name_col is None:
@@ -252,26 +392,213 @@ def _kernel_sql(schema: _Schema, launches: str | None) -> str:
         spec["table"], spec["start"], spec["end"], spec["device_id"], spec["stream_id"], spec["correlation_id"],
         *spec["grid"], *spec["block"], spec["registers_per_thread"], *spec["shared_memory"],
     )
-    sid, sval = _q(strings["id"]), _q(strings["value"])
-    st = _q(strings["table"])
     k = {key: f"k.{_q(spec[key])}" for key in ("start", "end", "device_id", "stream_id", "correlation_id")}
-    mangled = f"sm.{sval}" if spec["mangled_name"] in cols else "NULL"
+    mangled = f"k.{_q(spec['mangled_name'])}" if spec["mangled_name"] in cols else "NULL"
     select = [
-        k["start"], k["end"], k["device_id"], k["stream_id"], k["correlation_id"], f"sn.{sval}", mangled,
+        k["start"], k["end"], k["device_id"], k["stream_id"], k["correlation_id"], f"k.{_q(name_col)}", mangled,
         *(f"k.{_q(c)}" for c in spec["grid"]), *(f"k.{_q(c)}" for c in spec["block"]),
         f"k.{_q(spec['registers_per_thread'])}", " + ".join(f"k.{_q(c)}" for c in spec["shared_memory"]),
         "l.thread" if launches else "NULL", "l.api_start" if launches else "NULL",
     ]
-    sql = (
-        f"SELECT {', '.join(select)} FROM {_q(spec['table'])} k "
-        f"LEFT JOIN {st} sn ON sn.{sid} = k.{_q(name_col)} "
-    )
-    if spec["mangled_name"] in cols:
-        sql += f"LEFT JOIN {st} sm ON sm.{sid} = k.{_q(spec['mangled_name'])} "
+    sql = f"SELECT {', '.join(select)} FROM {_q(spec['table'])} k "
     if launches:
         sql += f"LEFT JOIN ({launches}) l ON l.corr = {k['correlation_id']} "
         return sql + f"ORDER BY COALESCE(l.api_start, {k['start']}), {k['start']}, {k['correlation_id']}"
     return sql + f"ORDER BY {k['start']}, {k['correlation_id']}"
+
+
+class _Strings:
+    """StringIds values by id, looked up on first use (an export may hold millions of strings; kernels use few)."""
+
+    def __init__(self, schema: _Schema) -> None:
+        strings = tables()["strings"]
+        self.sql = f"SELECT {_q(strings['value'])} FROM {_q(strings['table'])} WHERE {_q(strings['id'])} = ?"
+        self.conn = schema.conn
+        self.values: dict[Any, str | None] = {None: None}
+
+    def __getitem__(self, sid: Any) -> str | None:
+        try:
+            return self.values[sid]
+        except KeyError:
+            row = self.conn.execute(self.sql, (sid,)).fetchone()
+            value = self.values[sid] = None if row is None else row[0]
+            return value
+
+
+class NsysWindow:
+    """An nsys export opened for one pass over its measured window.
+
+    The window's bounds are known on opening; `kernels()` then streams the window kernels in launch order, each
+    with the NVTX ranges enclosing its launch, holding only what the current launch needs. `warnings` and
+    `nvtx_range_count` are complete once `kernels()` is exhausted. Use as a context manager.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"nsys SQLite export not found: {path} (run `nsys export --type=sqlite` first)")
+        self.path = path
+        self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            with self._sqlite_errors():
+                self._open()
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def __enter__(self) -> NsysWindow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def _sqlite_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise NsysExportError(
+                f"{self.path} is not a readable SQLite file ({exc}); re-run `nsys export --type=sqlite`"
+            ) from exc
+
+    def _open(self) -> None:
+        cfg = tables()
+        self.schema = schema = _Schema(self.conn)
+        if not schema.has(cfg["strings"]["table"]):
+            raise NsysExportError(f"{self.path} has no {cfg['strings']['table']} table: not an nsys SQLite export")
+        self.nvtx = _NvtxSql(schema)
+        self.measure = self.nvtx.measure_ranges() if self.nvtx.present else []
+        self.windows = _Windows(self.measure)
+        self.window_start_ns = self.windows.starts[0] if self.windows else None
+        self.window_end_ns = None if not self.windows or self.windows.ends[-1] == _OPEN_END else self.windows.ends[-1]
+        self.launches = _launch_subquery(schema)
+        self.has_kernels = schema.has(cfg["kernel"]["table"])
+        self.kernel_sql = _kernel_sql(schema, self.launches) if self.has_kernels else None
+        self.nvtx_range_count = 0
+        self._warnings: list[str] = []
+        self._open_count = 0
+        self._consumed = False
+
+    @property
+    def warnings(self) -> list[str]:
+        """The reader's warnings, in the order `read_nsys_sqlite` gives them."""
+        found = []
+        if not self.windows:
+            found.append(f"no '{MEASURE_RANGE}' NVTX range in the capture: every kernel is kept")
+        elif len(self.measure) > 1:
+            found.append(
+                f"{len(self.measure)} '{MEASURE_RANGE}' ranges in the capture: kernels of all of them are kept"
+            )
+        if self._open_count:
+            found.append(
+                f"{self._open_count} NVTX push/pop range(s) never ended (still open when the capture stopped)"
+            )
+        if not self.has_kernels:
+            found.append(f"no {tables()['kernel']['table']} table: the capture recorded no kernels")
+        return found + self._warnings
+
+    def kernels(self) -> Iterator[WindowKernel]:
+        """The window kernels in launch order (one pass)."""
+        if self._consumed:
+            raise RuntimeError("NsysWindow.kernels() streams the window once")
+        self._consumed = True
+        with self._sqlite_errors():
+            strings = _Strings(self.schema)
+            feed = _RangeFeed(self.nvtx.ranges() if self.nvtx.present else iter(()), strings)
+            if self.kernel_sql is not None:
+                yield from self._stream(feed, strings)
+            feed.drain()
+            self.nvtx_range_count, self._open_count = feed.count, feed.open_count
+
+    def _stream(self, feed: _RangeFeed, strings: _Strings) -> Iterator[WindowKernel]:
+        windows, measure = self.windows, self.measure
+        measure_threads = {thread for _, _, thread in measure}
+        shapes: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+        threads: dict[int, int] = {}
+        ordinal = outside = unlaunched = foreign = 0
+        for row in self.conn.execute(self.kernel_sql):
+            start, end, device, stream, corr, name, mangled, gx, gy, gz, bx, by, bz, regs, smem, thread, api_start = row
+            if api_start is None:
+                unlaunched += 1
+            if windows and not windows.contains(api_start if api_start is not None else start):
+                outside += 1
+                continue
+            stack: tuple[NvtxRange, ...] = ()
+            if thread is not None and api_start is not None:
+                stack = feed.enclosing(thread, api_start)
+                if measure and thread not in measure_threads:
+                    foreign += 1
+            grid, block = (gx, gy, gz), (bx, by, bz)
+            tid = None
+            if thread is not None:
+                tid = threads.get(thread)
+                if tid is None:
+                    tid = threads[thread] = decode_global_tid(thread)[1]
+            yield WindowKernel(
+                ordinal, strings[name] or "", strings[mangled], start, end - start, device, stream, corr,
+                shapes.setdefault(grid, grid), shapes.setdefault(block, block), regs, smem, tid, api_start, stack,
+            )
+            ordinal += 1
+        if outside:
+            self._warnings.append(f"{outside} kernel(s) launched outside the '{MEASURE_RANGE}' range were dropped")
+        if unlaunched:
+            self._warnings.append(
+                f"{unlaunched} kernel(s) have no launching API call in the export: ordered and windowed by GPU start"
+            )
+        if foreign:
+            self._warnings.append(
+                f"{foreign} window kernel(s) were launched from a thread other than the measure range's"
+            )
+
+    def check_activity_tables(self) -> None:
+        """Raise NsysExportError where `activity_counts` would, without counting (assembly does not need counts)."""
+        for key in ("memcpy", "memset"):
+            spec = tables()[key]
+            if self.schema.has(spec["table"]):
+                self.schema.require(
+                    spec["table"], spec["start"], spec["correlation_id"], *([spec["bytes"]] if "bytes" in spec else [])
+                )
+
+    def activity_counts(self) -> tuple[int, int, int, int]:
+        """(memcpy count, memcpy bytes, memset count, synchronization records) of the window / capture."""
+        with self._sqlite_errors():
+            memcpy_count, memcpy_bytes = self._count_in_window("memcpy")
+            memset_count, _ = self._count_in_window("memset")
+            sync_table = tables()["synchronization"]["table"]
+            sync_count = (
+                self.conn.execute(f"SELECT COUNT(*) FROM {_q(sync_table)}").fetchone()[0]
+                if self.schema.has(sync_table) else 0
+            )
+        return memcpy_count, memcpy_bytes, memset_count, sync_count
+
+    def _count_in_window(self, key: str) -> tuple[int, int]:
+        """(rows, bytes) of an activity table whose launching call (or, without one, GPU start) is in the window."""
+        spec, schema = tables()[key], self.schema
+        if not schema.has(spec["table"]):
+            return 0, 0
+        schema.require(
+            spec["table"], spec["start"], spec["correlation_id"], *([spec["bytes"]] if "bytes" in spec else [])
+        )
+        bytes_sql = f"m.{_q(spec['bytes'])}" if "bytes" in spec else "0"
+        corr = _q(spec["correlation_id"])
+        launches = _launch_subquery(schema, f"SELECT {corr} FROM {_q(spec['table'])}") if self.launches else None
+        if launches:
+            sql = (
+                f"SELECT COALESCE(l.api_start, m.{_q(spec['start'])}), {bytes_sql} FROM {_q(spec['table'])} m "
+                f"LEFT JOIN ({launches}) l ON l.corr = m.{corr}"
+            )
+        else:
+            sql = f"SELECT m.{_q(spec['start'])}, {bytes_sql} FROM {_q(spec['table'])} m"
+        count = total = 0
+        windows = self.windows
+        for when, size in self.conn.execute(sql):
+            if not windows or windows.contains(when):
+                count += 1
+                total += size or 0
+        return count, total
 
 
 def read_nsys_sqlite(path: Path) -> NsysCapture:
@@ -281,19 +608,20 @@ def read_nsys_sqlite(path: Path) -> NsysCapture:
     e.g. the nodes of one CUDA graph launch) and kept only if that call starts inside an
     `operator_profiler::measure` range; without such a range every kernel is kept and a warning says so.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"nsys SQLite export not found: {path} (run `nsys export --type=sqlite` first)")
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        with _gc_paused():
-            return _read(_Schema(conn), path)
-    except sqlite3.DatabaseError as exc:
-        raise NsysExportError(
-            f"{path} is not a readable SQLite file ({exc}); re-run `nsys export --type=sqlite`"
-        ) from exc
-    finally:
-        conn.close()
+    with _gc_paused(), NsysWindow(path) as window:
+        kernels = [k.trace_kernel() for k in window.kernels()]
+        memcpy_count, memcpy_bytes, memset_count, sync_count = window.activity_counts()
+        return NsysCapture(
+            kernels=kernels,
+            memcpy_count=memcpy_count,
+            memset_count=memset_count,
+            memcpy_bytes=memcpy_bytes,
+            sync_count=sync_count,
+            window_start_ns=window.window_start_ns,
+            window_end_ns=window.window_end_ns,
+            nvtx_range_count=window.nvtx_range_count,
+            warnings=window.warnings,
+        )
 
 
 @contextmanager
@@ -306,103 +634,3 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def _read(schema: _Schema, path: Path) -> NsysCapture:
-    cfg = tables()
-    warnings: list[str] = []
-    if not schema.has(cfg["strings"]["table"]):
-        raise NsysExportError(f"{path} has no {cfg['strings']['table']} table: not an nsys SQLite export")
-    by_thread, measure, nvtx_count, open_count = _read_nvtx(schema)
-    windows = _Windows(measure)
-    if not windows:
-        warnings.append(f"no '{MEASURE_RANGE}' NVTX range in the capture: every kernel is kept")
-    elif len(measure) > 1:
-        warnings.append(f"{len(measure)} '{MEASURE_RANGE}' ranges in the capture: kernels of all of them are kept")
-    if open_count:
-        warnings.append(f"{open_count} NVTX push/pop range(s) never ended (still open when the capture stopped)")
-    launches = _launch_subquery(schema)
-
-    kernels: list[TraceKernel] = []
-    if not schema.has(cfg["kernel"]["table"]):
-        warnings.append(f"no {cfg['kernel']['table']} table: the capture recorded no kernels")
-    else:
-        kernels = _read_kernels(schema, launches, windows, by_thread, measure, warnings)
-
-    memcpy_count, memcpy_bytes = _count_in_window(schema, "memcpy", launches, windows)
-    memset_count, _ = _count_in_window(schema, "memset", launches, windows)
-    sync_table = cfg["synchronization"]["table"]
-    sync_count = schema.conn.execute(f"SELECT COUNT(*) FROM {_q(sync_table)}").fetchone()[0] if schema.has(
-        sync_table
-    ) else 0
-    return NsysCapture(
-        kernels=kernels,
-        memcpy_count=memcpy_count,
-        memset_count=memset_count,
-        memcpy_bytes=memcpy_bytes,
-        sync_count=sync_count,
-        window_start_ns=windows.starts[0] if windows else None,
-        window_end_ns=None if not windows or windows.ends[-1] == _OPEN_END else windows.ends[-1],
-        nvtx_range_count=nvtx_count,
-        warnings=warnings,
-    )
-
-
-def _read_kernels(
-    schema: _Schema,
-    launches: str | None,
-    windows: _Windows,
-    by_thread: dict[int, list[_Range]],
-    measure: list[tuple[int, int, int]],
-    warnings: list[str],
-) -> list[TraceKernel]:
-    """Window kernels in launch order, each with the NVTX ranges enclosing its launch call on its thread.
-
-    Consumes `by_thread`.
-    """
-    sweeps = {thread: _ThreadSweep(ranges) for thread, ranges in by_thread.items()}
-    by_thread.clear()  # the sweeps own the ranges now and drop each one once it has closed
-    measure_threads = {thread for _, _, thread in measure}
-    kernels: list[TraceKernel] = []
-    outside = unlaunched = foreign = 0
-    for row in schema.conn.execute(_kernel_sql(schema, launches)):
-        (start, end, device, stream, corr, name, mangled, gx, gy, gz, bx, by, bz, regs, smem, thread, api_start) = row
-        if api_start is None:
-            unlaunched += 1
-        if windows and not windows.contains(api_start if api_start is not None else start):
-            outside += 1
-            continue
-        stack: list[Frame] = []
-        if thread is not None and api_start is not None:
-            if thread in sweeps:
-                stack = sweeps[thread].enclosing(api_start)
-            if measure and thread not in measure_threads:
-                foreign += 1
-        kernels.append(
-            TraceKernel(
-                ordinal=len(kernels),
-                name=name or "",
-                mangled_name=mangled,
-                start_ns=start,
-                duration_ns=end - start,
-                device_id=device,
-                stream_id=stream,
-                correlation_id=corr,
-                grid=(gx, gy, gz),
-                block=(bx, by, bz),
-                registers_per_thread=regs,
-                shared_memory_bytes=smem,
-                launch_thread=None if thread is None else decode_global_tid(thread)[1],
-                launch_start_ns=api_start,
-                stack=stack,
-            )
-        )
-    if outside:
-        warnings.append(f"{outside} kernel(s) launched outside the '{MEASURE_RANGE}' range were dropped")
-    if unlaunched:
-        warnings.append(
-            f"{unlaunched} kernel(s) have no launching API call in the export: ordered and windowed by GPU start"
-        )
-    if foreign:
-        warnings.append(f"{foreign} window kernel(s) were launched from a thread other than the measure range's")
-    return kernels

@@ -1,0 +1,262 @@
+"""Pattern detectors: FP32 GEMMs/convs on CUDA cores, unfused attention, tiny-kernel swarms, a host-bound
+window, unfolded batch norms, layout conversions, host syncs, separate q/k/v projections, register spills.
+
+Each returns `Finding`s with the operators, modules and kernels involved and `metric=value` triggers; names
+come from patterns.yaml and thresholds from knowledge/bottleneck_rules.yaml.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mcp_server.analysis.rules import matches, patterns, rule
+from mcp_server.analysis.timeline import Placed
+from mcp_server.schema.analysis import Finding, TimelineHealth
+from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord
+
+_LOW_PRECISION = re.compile(r"bfloat16|half|float16|float8|double|int", re.IGNORECASE)
+
+
+def _v(kernel: KernelRecord, key: str) -> float | None:
+    metric = kernel.metrics.get(key)
+    return metric.value if metric is not None else None
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _uniq(values: list[str | None]) -> list[str]:
+    return list(dict.fromkeys(v for v in values if v))
+
+
+def _op_kind(op: OperatorRecord | None, kernel: KernelRecord) -> str | None:
+    """'matmul' or 'conv' when the kernel belongs to a GEMM/conv operator (or was launched by one)."""
+    names = [op.operator_name if op and not op.is_fused else None, kernel.attribution.launch_op]
+    if any(matches("conv_ops", n) for n in names):
+        return "conv"
+    if any(matches("matmul_ops", n) for n in names):
+        return "matmul"
+    return None
+
+
+def _fp32_on_cuda_cores(kernel: KernelRecord) -> bool:
+    """True when the kernel does FP32 math on CUDA cores: by its counters when it has them, else by its name."""
+    named = matches("fp32_cuda_core_kernels", kernel.kernel_name) and not matches("tensor_core_kernels",
+                                                                                  kernel.kernel_name)
+    if not kernel.metrics:
+        return named
+    tensor_flop = sum(_v(kernel, k) or 0.0 for k in kernel.metrics if k.startswith("flop_tensor_"))
+    ffma = _v(kernel, "inst_ffma") or 0.0
+    tensor_pipe = _v(kernel, "tensor_pipe_active_pct")
+    low = tensor_pipe is not None and tensor_pipe < rule("tensor", "low_tensor_pipe_pct")
+    return tensor_flop == 0 and ffma > 0 and (low or named)
+
+
+def _fp32_triggers(members: list[Placed]) -> list[str]:
+    kernels = [p.kernel for p in members]
+    if not any(k.metrics for k in kernels):
+        return [f"kernel={_short(kernels[0].kernel_name, 48)}"]
+    pipe = max((_v(k, "tensor_pipe_active_pct") or 0.0) for k in kernels)
+    ffma = sum((_v(k, "inst_ffma") or 0.0) for k in kernels)
+    return [f"tensor_pipe_active_pct_max={pipe:.1f}", f"inst_ffma={ffma:.0f}", "flop_tensor=0"]
+
+
+def fp32_tensor_core_candidates(profile: OperatorAttributedProfile, placed: list[Placed]) -> list[Finding]:
+    """GEMMs and convolutions running FP32 on CUDA cores, where TF32/BF16 tensor cores would serve."""
+    groups: dict[str, list[Placed]] = {"matmul": [], "conv": []}
+    for p in placed:
+        kind = _op_kind(p.op, p.kernel)
+        if kind is None or (p.op and any(_LOW_PRECISION.search(d or "") for d in (p.op.input_dtypes or [])[:2])):
+            continue
+        if _fp32_on_cuda_cores(p.kernel):
+            groups[kind].append(p)
+    findings = []
+    for kind, members in groups.items():
+        if not members:
+            continue
+        time_ns = sum(p.kernel.duration_ns for p in members)
+        nchw = kind == "conv" and any(matches("nchw_conv_kernels", p.kernel.kernel_name) for p in members)
+        if kind == "matmul":
+            detail = ("FP32 GEMMs run on CUDA cores (torch.backends.cuda.matmul.allow_tf32 is False by default): "
+                      "torch.set_float32_matmul_precision('high') uses TF32 tensor cores, BF16 autocast halves the "
+                      "bytes too.")
+        else:
+            detail = ("FP32 convolutions run on CUDA cores" + (" in NCHW layout" if nchw else "") + ": cuDNN picks "
+                      "TF32 tensor-core kernels for channels_last inputs (allow_tf32 is on for cuDNN by default); "
+                      "BF16 autocast goes further.")
+        findings.append(Finding(
+            kind=f"fp32_{kind}", title=f"{len(members)} FP32 {kind} kernels on CUDA cores",
+            operators=_uniq([p.op.operator_id if p.op else None for p in members]),
+            module_paths=_uniq([p.kernel.module_path or (p.op.module_path if p.op else None) for p in members]),
+            kernel_ids=[p.kernel.kernel_id for p in members],
+            triggers=[*_fp32_triggers(members), f"kernel_time_ns={time_ns}", f"kernels={len(members)}"]
+            + (["layout=NCHW"] if nchw else []),
+            detail=detail,
+        ))
+    return findings
+
+
+def _layer_key(module: str) -> str:
+    return re.sub(r"\.\d+(?=\.|$)", ".#", module)
+
+
+def _has_softmax(op: OperatorRecord) -> bool:
+    return (matches("softmax_ops", op.operator_name) or any(matches("softmax_ops", f) for f in op.fused_operators)
+            or any(matches("softmax_kernels", k.kernel_name) for k in op.kernels))
+
+
+def unfused_attention(profile: OperatorAttributedProfile) -> list[Finding]:
+    """Attention computed as matmul + softmax + matmul in one module, or SDPA running its math path."""
+    by_module: dict[str, list[OperatorRecord]] = {}
+    for op in profile.operators:
+        if op.module_path:
+            by_module.setdefault(op.module_path, []).append(op)
+
+    def fused(ops: list[OperatorRecord]) -> bool:
+        return any(matches("fused_attention_kernels", k.kernel_name) for o in ops for k in o.kernels)
+
+    def has_mm(ops: list[OperatorRecord]) -> bool:
+        return any(matches("attention_matmul_ops", o.operator_name) for o in ops)
+
+    hits = {m for m, ops in by_module.items() if has_mm(ops) and any(_has_softmax(o) for o in ops) and not fused(ops)}
+    keys = {_layer_key(m) for m in hits}
+    hits |= {m for m, ops in by_module.items() if _layer_key(m) in keys and has_mm(ops) and not fused(ops)}
+    findings = []
+    if hits:
+        ops = [o for m in sorted(hits) for o in by_module[m]]
+        kernels = [k for o in ops for k in o.kernels]
+        findings.append(Finding(
+            kind="unfused_attention", title=f"attention as separate matmul/softmax kernels in {len(hits)} modules",
+            operators=[o.operator_id for o in ops], module_paths=sorted(hits),
+            kernel_ids=[k.kernel_id for k in kernels],
+            triggers=[f"modules={len(hits)}", f"attention_kernels={len(kernels)}",
+                      f"attention_kernel_time_ns={sum(k.duration_ns for k in kernels)}", "fused_attention_kernel=none"],
+            detail="Attention runs as bmm + scale + mask + softmax + bmm (several kernels and launches per layer); "
+                   "torch.nn.functional.scaled_dot_product_attention runs one fused flash/efficient kernel.",
+        ))
+    math_path = [o for o in profile.operators if matches("sdpa_ops", o.operator_name) and o.kernels
+                 and not any(matches("fused_attention_kernels", k.kernel_name) for k in o.kernels)]
+    if math_path:
+        kernels = [k for o in math_path for k in o.kernels]
+        findings.append(Finding(
+            kind="sdpa_math_path", title=f"{len(math_path)} scaled_dot_product_attention calls on the math path",
+            operators=[o.operator_id for o in math_path], module_paths=_uniq([o.module_path for o in math_path]),
+            kernel_ids=[k.kernel_id for k in kernels],
+            triggers=[f"sdpa_kernels={len(kernels)}", "fused_attention_kernel=none"],
+            detail="SDPA fell back to its math implementation (dtype, mask or head size unsupported by the flash/"
+                   "efficient kernels): check dtype (FP16/BF16), head dim and the attn_mask.",
+        ))
+    return findings
+
+
+def window_findings(profile: OperatorAttributedProfile, health: TimelineHealth) -> list[Finding]:
+    """A host-bound window and a swarm of tiny kernels."""
+    findings = []
+    util = health.gpu_utilization_pct
+    if health.kernel_count and util < rule("timeline", "low_utilisation_pct"):
+        findings.append(Finding(
+            kind="host_bound_window", title=f"GPU busy {util:.1f} % of the window",
+            triggers=[f"gpu_utilization_pct={util:.1f}", f"idle_ns={health.idle_ns}",
+                      f"launch_bound_kernel_pct={health.launch_bound_kernel_pct or 0:.0f}",
+                      f"mean_gap_ns={health.mean_gap_ns or 0:.0f}"],
+            detail="The GPU waits for the host between kernels: Python dispatch and launch overhead dominate.",
+        ))
+    tiny_pct = health.tiny_kernel_pct or 0.0
+    if health.kernel_count and tiny_pct > rule("launch", "swarm_tiny_kernel_pct"):
+        findings.append(Finding(
+            kind="tiny_kernel_swarm", title=f"{health.tiny_kernel_count} of {health.kernel_count} kernels are tiny",
+            triggers=[f"tiny_kernel_pct={tiny_pct:.0f}", f"kernel_count={health.kernel_count}",
+                      f"mean_kernel_ns={health.mean_kernel_ns or 0:.0f}"],
+            detail="Most kernels run shorter than a launch costs: fusion (torch.compile) and CUDA graphs remove them.",
+        ))
+    return findings
+
+
+def structural_findings(profile: OperatorAttributedProfile, placed: list[Placed]) -> list[Finding]:
+    """Unfolded batch norms, layout conversions, host syncs, separate q/k/v projections, register spills."""
+    findings: list[Finding] = []
+    ops = profile.operators
+    inference = profile.capture_metadata.run_mode == "inference"
+    pairs = [(a, b) for a, b in zip(ops, ops[1:], strict=False)
+             if matches("conv_ops", a.operator_name) and matches("batch_norm_ops", b.operator_name)]
+    if inference and pairs:
+        bn_kernels = [k for _, b in pairs for k in b.kernels]
+        findings.append(Finding(
+            kind="conv_bn_unfolded", title=f"{len(pairs)} batch norms after convolutions run at inference",
+            operators=[b.operator_id for _, b in pairs], module_paths=_uniq([b.module_path for _, b in pairs]),
+            kernel_ids=[k.kernel_id for k in bn_kernels],
+            triggers=[f"conv_bn_pairs={len(pairs)}", f"bn_kernel_time_ns={sum(k.duration_ns for k in bn_kernels)}"],
+            detail="In eval mode a BatchNorm after a conv is an affine map: fold it into the conv's weights and bias.",
+        ))
+    fused_bn = [o for o in ops if o.is_fused and any(matches("batch_norm_ops", f) for f in o.fused_operators)]
+    if inference and fused_bn:
+        findings.append(Finding(
+            kind="bn_not_frozen", title=f"{len(fused_bn)} compiled kernels still compute batch norm",
+            operators=[o.operator_id for o in fused_bn], module_paths=_uniq([o.module_path for o in fused_bn]),
+            kernel_ids=[k.kernel_id for o in fused_bn for k in o.kernels],
+            triggers=[f"fused_bn_kernels={len(fused_bn)}"],
+            detail="Inductor fused the batch norm into pointwise kernels but did not fold it into the conv weights: "
+                   "torch._inductor.config.freezing = True folds it at compile time (inference only).",
+        ))
+    layout = [p for p in placed if matches("layout_copy_kernels", p.kernel.kernel_name)]
+    if layout:
+        findings.append(Finding(
+            kind="layout_conversion", title=f"{len(layout)} kernels only convert conv inputs/weights to channels_last",
+            operators=_uniq([p.op.operator_id if p.op else None for p in layout]),
+            module_paths=_uniq([p.kernel.module_path for p in layout]), kernel_ids=[p.kernel.kernel_id for p in layout],
+            triggers=[f"layout_kernels={len(layout)}", f"kernel_time_ns={sum(p.kernel.duration_ns for p in layout)}"],
+            detail="Inductor re-lays out NCHW tensors for channels_last convolutions on every call: convert the model "
+                   "and input to torch.channels_last once.",
+        ))
+    syncs = [o for o in ops if matches("sync_ops", o.operator_name)]
+    if syncs:
+        findings.append(Finding(
+            kind="host_sync", title=f"{len(syncs)} operators make the host wait for the GPU",
+            operators=[o.operator_id for o in syncs], module_paths=_uniq([o.module_path for o in syncs]),
+            kernel_ids=[k.kernel_id for o in syncs for k in o.kernels], triggers=[f"sync_ops={len(syncs)}"],
+            detail="item()/nonzero()/data-dependent shapes synchronise: keep values on the GPU or move them out of "
+                   "the hot loop.",
+        ))
+    findings += _qkv(ops)
+    spills = [p for p in placed if (_v(p.kernel, "local_spill_bytes_ld") or 0) + (_v(p.kernel, "local_spill_bytes_st")
+                                                                                   or 0) > 0]
+    if spills:
+        findings.append(Finding(
+            kind="register_spills", title=f"{len(spills)} kernels spill registers to local memory",
+            operators=_uniq([p.op.operator_id if p.op else None for p in spills]),
+            module_paths=_uniq([p.kernel.module_path for p in spills]), kernel_ids=[p.kernel.kernel_id for p in spills],
+            triggers=[f"kernels_with_spills={len(spills)}"],
+            detail="Local-memory spills add memory traffic; for generated kernels lower the block size or tile.",
+        ))
+    return findings
+
+
+def _qkv(ops: list[OperatorRecord]) -> list[Finding]:
+    modules = {o.module_path for o in ops if o.module_path and matches("matmul_ops", o.operator_name)}
+    hits: list[str] = []
+    for triple in patterns().get("qkv_module_suffixes", []):
+        for module in modules:
+            parent, _, leaf = module.rpartition(".")
+            if leaf == triple[0] and all((f"{parent}.{s}" if parent else s) in modules for s in triple[1:]):
+                hits.append(parent or "(root)")
+    if not hits:
+        return []
+    members = [o for o in ops if o.module_path and o.module_path.rpartition(".")[0] in hits
+               and matches("matmul_ops", o.operator_name)]
+    return [Finding(
+        kind="separate_qkv", title=f"separate q/k/v projections in {len(hits)} modules",
+        operators=[o.operator_id for o in members], module_paths=sorted(hits),
+        kernel_ids=[k.kernel_id for o in members for k in o.kernels], triggers=[f"qkv_modules={len(hits)}"],
+        detail="Three projections of the same input: one GEMM with concatenated weights does the work of three.",
+    )]
+
+
+def fusible_kernels(placed: list[Placed]) -> set[int]:
+    """Kernels torch.compile would fuse: element-wise, normalisation, reduction and copy kernels of eager
+    operators (not GEMMs or convolutions, not fused attention, not host-syncing ops)."""
+    return {
+        p.kernel.kernel_id for p in placed
+        if p.op is not None and not p.op.is_fused and _op_kind(p.op, p.kernel) is None
+        and not matches("fused_attention_kernels", p.kernel.kernel_name) and not matches("sync_ops", p.op.operator_name)
+    }

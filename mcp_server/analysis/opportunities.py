@@ -1,0 +1,231 @@
+"""Ranked opportunities: each finding becomes a change with an Amdahl-bounded estimate of end-to-end saving.
+
+Two kinds of saving, both upper bounds and labelled estimates:
+- removing launches (fusion, folding, graphs, SDPA): a removed kernel gives back at most its *pitch*, the time
+  from its start to the next kernel's start (its run plus the idle gap after it); the pitches of a window sum
+  to less than the window, so no estimate can exceed it;
+- speeding a kernel up (TF32/BF16, channels_last): a kernel shrinks at most to its new roofline time (counts
+  over the new peak, at the clock it ran at) and not below `estimates.kernel_floor_ns`; the window shortens only
+  by what kernels on the GPU's critical path save (the next kernel started within `timeline.critical_gap_ns`
+  of their end) — in a host-bound window that is almost nothing, and the estimate says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mcp_server.analysis.devices import peak_at_clock
+from mcp_server.analysis.rules import rule
+from mcp_server.analysis.shapes import gemm_flops_and_bytes
+from mcp_server.analysis.timeline import Placed
+from mcp_server.schema.analysis import DeviceSpec, Finding, KernelAnalysis, Opportunity, TimelineHealth
+from mcp_server.schema.profile import OperatorAttributedProfile
+
+PATTERNS = "knowledge/fx_patterns/{}.py"
+NOT_ADDITIVE = "; overlaps other launch-removing changes: savings are not additive"
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:.1f} us"
+
+
+def _pitch(placed: dict[int, Placed], ids: Iterable[int]) -> int:
+    return sum(placed[i].pitch_ns for i in ids if i in placed)
+
+
+def _duration(placed: dict[int, Placed], ids: Iterable[int]) -> int:
+    return sum(placed[i].kernel.duration_ns for i in ids if i in placed)
+
+
+def _removal(placed: dict[int, Placed], groups: list[list[int]], keep_one: bool) -> tuple[int, int]:
+    """(end-to-end, kernel-time) savings when each group's kernels go away (or become one kernel)."""
+    floor = rule("estimates", "kernel_floor_ns") if keep_one else 0
+    e2e = sum(max(0, _pitch(placed, g) - floor) for g in groups)
+    kernel = sum(max(0, _duration(placed, g) - floor) for g in groups)
+    return int(e2e), int(kernel)
+
+
+def _speedup(placed: dict[int, Placed], analyses: dict[int, KernelAnalysis], ids: list[int],
+             device: DeviceSpec | None, target: str, bytes_ratio: float) -> tuple[int, int]:
+    """(end-to-end, kernel-time) savings when kernels move to the `target` precision's roof."""
+    floor = rule("estimates", "kernel_floor_ns")
+    e2e = kernel_total = 0.0
+    for kid in ids:
+        p, ka = placed.get(kid), analyses.get(kid)
+        if p is None:
+            continue
+        t = p.kernel.duration_ns
+        new = min(t, floor)
+        roof = ka.roofline if ka else None
+        model = gemm_flops_and_bytes(p.op) if p.op is not None and not p.kernel.metrics else None
+        if model and device:
+            # No counters: the operator's model FLOPs and minimum bytes at the new peak (published clock).
+            peak, bandwidth = peak_at_clock(device, target, None), device.dram_bandwidth_bytes_per_s
+            if peak:
+                seconds = max(model[0] / peak, model[1] * bytes_ratio / bandwidth if bandwidth else 0.0)
+                new = min(t, max(floor, seconds * 1e9))
+        elif roof and device and roof.ncu_duration_ns and roof.flop > 0:
+            peak = peak_at_clock(device, target, roof.sm_clock_mhz)
+            bandwidth = device.dram_bandwidth_bytes_per_s
+            if peak:
+                seconds = roof.flop / peak
+                if bandwidth and roof.dram_bytes:
+                    seconds = max(seconds, roof.dram_bytes * bytes_ratio / bandwidth)
+                new = min(t, max(floor, t * seconds * 1e9 / roof.ncu_duration_ns))
+        saving = t - new
+        kernel_total += saving
+        e2e += saving if p.critical else 0.0
+    return int(e2e), int(kernel_total)
+
+
+def _target_precision(device: DeviceSpec | None) -> str:
+    if device and "tf32_tensor" in device.peak_flop_per_s:
+        return "tf32_tensor"
+    return "bf16_tensor"
+
+
+def _chains(placed: list[Placed], fusible: set[int]) -> list[list[int]]:
+    chains, run = [], []
+    for p in placed:
+        if p.kernel.kernel_id in fusible:
+            run.append(p.kernel.kernel_id)
+        else:
+            if len(run) > 1:
+                chains.append(run)
+            run = []
+    if len(run) > 1:
+        chains.append(run)
+    return chains
+
+
+def _runs(profile: OperatorAttributedProfile, finding: Finding) -> list[list[int]]:
+    """Kernel ids of the finding grouped into runs of consecutive operators (one attention block per run).
+
+    Runs, not module paths: Inductor reuses one generated kernel across layers and its provenance then names
+    the first layer's module for every layer."""
+    wanted = set(finding.kernel_ids)
+    groups: list[list[int]] = []
+    open_run = False
+    for op in profile.operators:
+        ids = [k.kernel_id for k in op.kernels if k.kernel_id in wanted]
+        if ids and open_run:
+            groups[-1].extend(ids)
+        elif ids:
+            groups.append(ids)
+        open_run = bool(ids)
+    return groups
+
+
+def build_opportunities(
+    profile: OperatorAttributedProfile, placed: list[Placed], analyses: dict[int, KernelAnalysis],
+    findings: list[Finding], health: TimelineHealth, device: DeviceSpec | None, fusible: set[int],
+) -> list[Opportunity]:
+    """Opportunities from the findings, ranked by estimated end-to-end saving."""
+    by_id = {p.kernel.kernel_id: p for p in placed}
+    window = max(health.window_ns, 1)
+    mode = profile.capture_metadata.compile_mode
+    kinds = {f.kind: f for f in findings}
+    out: list[Opportunity] = []
+
+    def add(title: str, cls: str, finding_kinds: list[str], e2e: int, kernel: int, label: str,
+            ops: list[str] | None = None, modules: list[str] | None = None, triggers: list[str] | None = None,
+            knowledge: str | None = None) -> None:
+        found = [kinds[k] for k in finding_kinds if k in kinds]
+        out.append(Opportunity(
+            rank=0, title=title, change_class=cls,
+            operators=ops if ops is not None else _merge(f.operators for f in found),
+            module_paths=modules if modules is not None else _merge(f.module_paths for f in found),
+            triggers=triggers if triggers is not None else _merge(f.triggers for f in found),
+            kernel_time_saving_ns=kernel, estimated_saving_ns=e2e, estimated_saving_pct=100.0 * e2e / window,
+            estimate_label=label, knowledge=knowledge or PATTERNS.format(cls), findings=[f.kind for f in found],
+        ))
+
+    host_bound = "host_bound_window" in kinds or "tiny_kernel_swarm" in kinds
+    if host_bound and mode != "cudagraphs" and placed:
+        gap = rule("estimates", "graph_kernel_gap_ns")
+        e2e = sum(max(0, p.gap_before_ns - gap) for p in placed[1:])
+        title = ("Capture the window in CUDA graphs: torch.compile(mode='reduce-overhead')" if mode == "eager"
+                 else "Replay the compiled graph with CUDA graphs: mode='reduce-overhead'")
+        add(title, "cuda_graphs", ["host_bound_window", "tiny_kernel_swarm"], int(e2e), 0,
+            f"estimate (upper bound): every idle gap between kernels shrinks to ~{_us(gap)} under graph replay "
+            f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); gaps were "
+            f"inflated by profiler instrumentation{NOT_ADDITIVE}", modules=["(whole window)"])
+    if host_bound and mode == "eager" and fusible:
+        chains = _chains(placed, fusible)
+        e2e = sum(_pitch(by_id, c[1:]) for c in chains)
+        kernel = sum(max(0, _duration(by_id, c) - max(by_id[i].kernel.duration_ns for i in c)) for c in chains)
+        n = sum(len(c) for c in chains)
+        add(f"Fuse {n} element-wise/normalisation kernels into ~{len(chains)} with torch.compile (Inductor)",
+            "inductor_config", ["tiny_kernel_swarm", "host_bound_window"], e2e, kernel,
+            "estimate (upper bound): each run of consecutive element-wise/normalisation kernels becomes one kernel "
+            f"and gives back the launches it removes{NOT_ADDITIVE}", modules=["(whole window)"],
+            triggers=[*kinds.get("tiny_kernel_swarm", kinds.get("host_bound_window")).triggers,
+                      f"fusible_kernels={n}", f"fusion_groups={len(chains)}"])
+    target = _target_precision(device)
+    for kind, cls in (("fp32_matmul", "dtype_autocast"), ("fp32_conv", "channels_last")):
+        finding = kinds.get(kind)
+        if finding is None:
+            continue
+        if kind == "fp32_conv" and "layout=NCHW" not in finding.triggers:
+            cls = "dtype_autocast"
+        e2e, kernel = _speedup(by_id, analyses, finding.kernel_ids, device, target, 1.0)
+        what = "GEMMs" if kind == "fp32_matmul" else "convolutions"
+        if kind == "fp32_matmul":
+            how = "torch.set_float32_matmul_precision('high') (TF32) or BF16 autocast"
+        elif cls == "channels_last":
+            how = "channels_last lets cuDNN pick TF32 kernels; BF16 autocast goes further"
+        else:
+            how = "BF16 autocast (cuDNN chose FP32 kernels for these shapes although TF32 is allowed)"
+        later = (f"; the GPU waits on the host after these kernels, so the {_us(kernel)} of kernel time counts "
+                 "end to end only once launch overhead is removed") if e2e < kernel / 2 else ""
+        add(f"Run {len(finding.kernel_ids)} FP32 {what} on tensor cores: {how}", cls, [kind], e2e, kernel,
+            f"estimate (upper bound): each kernel shrinks to its {target.replace('_', ' ')} roofline time (counter "
+            "FLOPs and bytes, or model FLOPs from shapes without counters), not below "
+            f"{_us(rule('estimates', 'kernel_floor_ns'))}; only kernels on the GPU critical path shorten the "
+            f"window{later}")
+    for kind in ("unfused_attention", "sdpa_math_path"):
+        if kind in kinds:
+            groups = _runs(profile, kinds[kind])
+            e2e, kernel = _removal(by_id, groups, keep_one=True)
+            add(f"Replace {len(groups)} attention blocks by F.scaled_dot_product_attention (one fused kernel each)",
+                "sdpa_substitution", [kind], e2e, kernel,
+                "estimate (upper bound): each attention block's kernels and the idle time between them become one "
+                f"fused kernel of at least {_us(rule('estimates', 'kernel_floor_ns'))}")
+    removals = (("conv_bn_unfolded", "conv_bn_fold", "Fold {n} batch norms into the preceding convolutions"),
+                ("layout_conversion", "channels_last", "Convert model and input to channels_last once ({n} copies)"),
+                ("separate_qkv", "qkv_fusion", "Fuse separate q/k/v projections into one GEMM ({n} kernels)"))
+    for kind, cls, title in removals:
+        finding = kinds.get(kind)
+        if finding is None:
+            continue
+        ids = finding.kernel_ids if kind != "separate_qkv" else _qkv_removable(profile, finding)
+        e2e, kernel = _removal(by_id, [[i] for i in ids], keep_one=False)
+        add(title.format(n=len(ids)), cls, [kind], e2e, kernel,
+            "estimate (upper bound): the removed kernels give back their run time and the idle time after them")
+    busy = max(health.gpu_busy_ns, 1)
+    keep = [o for o in out if o.estimated_saving_pct >= rule("estimates", "min_saving_pct")
+            or 100.0 * o.kernel_time_saving_ns / busy >= rule("estimates", "min_kernel_saving_pct")]
+    keep.sort(key=lambda o: (-o.estimated_saving_ns, -o.kernel_time_saving_ns))
+    keep = keep[: int(rule("estimates", "max_opportunities"))]
+    for rank, opportunity in enumerate(keep, 1):
+        opportunity.rank = rank
+    return keep
+
+
+def _merge(lists: Iterable[list[str]]) -> list[str]:
+    return list(dict.fromkeys(v for values in lists for v in values))
+
+
+def _qkv_removable(profile: OperatorAttributedProfile, finding: Finding) -> list[int]:
+    """Kernels of the k and v projections (the q projection's GEMM stays, widened)."""
+    wanted = set(finding.operators)
+    seen: set[str] = set()
+    ids = []
+    for op in profile.operators:
+        if op.operator_id not in wanted or not op.module_path:
+            continue
+        parent = op.module_path.rpartition(".")[0]
+        if parent in seen:
+            ids += [k.kernel_id for k in op.kernels]
+        seen.add(parent)
+    return ids

@@ -1,0 +1,186 @@
+"""The diagnosis in words: per-stage rows, the window's bottleneck with its root cause, CPU-only analyses and
+the compact terminal summary (`format_summary`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from mcp_server.analysis.rules import rule
+from mcp_server.schema.analysis import (
+    Analysis,
+    Bottleneck,
+    Configuration,
+    CpuHotspot,
+    Diagnosis,
+    KernelAnalysis,
+    OperatorAnalysis,
+    StageRow,
+    TimelineHealth,
+)
+from mcp_server.schema.profile import OperatorAttributedProfile
+
+STAGES = 12
+SUMMARY_STAGES = 8
+NO_GPU = "No GPU data exists: CUDA was not available to the workload, so the profile holds CPU operator times only."
+
+
+def _us(ns: float | None) -> str:
+    if ns is None:
+        return "-"
+    return f"{ns / 1e6:.3f} ms" if ns >= 1e6 else f"{ns / 1e3:.1f} us"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _weighted(kernels: list[KernelAnalysis], field: str) -> float | None:
+    pairs = [(getattr(k, field), max(k.duration_ns, 1)) for k in kernels if getattr(k, field) is not None]
+    return sum(v * w for v, w in pairs) / sum(w for _, w in pairs) if pairs else None
+
+
+def stage_rows(operators: list[OperatorAnalysis], kernels: list[KernelAnalysis], limit: int = STAGES) -> list[StageRow]:
+    """Operators grouped by module path (operator name when none), longest first."""
+    groups: dict[str, list[OperatorAnalysis]] = {}
+    for op in operators:
+        groups.setdefault(op.module_path or op.operator_name, []).append(op)
+    by_op: dict[str, list[KernelAnalysis]] = {}
+    for k in kernels:
+        by_op.setdefault(k.operator_id or "", []).append(k)
+    unattributed = by_op.get("", [])
+    total = sum(k.duration_ns for k in kernels) or 1
+    rows = []
+    for label, ops in groups.items():
+        mine = [k for op in ops for k in by_op.get(op.operator_id, [])]
+        time: Counter[Bottleneck] = Counter()
+        for k in mine:
+            time[k.bottleneck] += k.duration_ns
+        longest = max(ops, key=lambda o: o.duration_ns)
+        duration = sum(k.duration_ns for k in mine)
+        rows.append(StageRow(
+            label=label, operators=[o.operator_id for o in ops], kernel_count=len(mine), duration_ns=duration,
+            share_of_kernel_time_pct=100.0 * duration / total, tensor_pipe_pct=_weighted(mine, "tensor_pipe_pct"),
+            dram_throughput_pct=_weighted(mine, "dram_throughput_pct"),
+            achieved_occupancy_pct=_weighted(mine, "achieved_occupancy_pct"),
+            bottleneck=time.most_common(1)[0][0] if time else Bottleneck.UNKNOWN, key_issue=longest.key_issue,
+        ))
+    if unattributed:
+        duration = sum(k.duration_ns for k in unattributed)
+        rows.append(StageRow(label="(unattributed)", kernel_count=len(unattributed), duration_ns=duration,
+                             share_of_kernel_time_pct=100.0 * duration / total,
+                             tensor_pipe_pct=_weighted(unattributed, "tensor_pipe_pct"),
+                             dram_throughput_pct=_weighted(unattributed, "dram_throughput_pct"),
+                             achieved_occupancy_pct=_weighted(unattributed, "achieved_occupancy_pct")))
+    return sorted(rows, key=lambda r: -r.duration_ns)[:limit]
+
+
+def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: list[OperatorAnalysis],
+             counters: bool) -> Diagnosis:
+    """The window's bottleneck and its root cause in at most two sentences."""
+    util = health.gpu_utilization_pct
+    if not kernels:
+        return Diagnosis(bottleneck=Bottleneck.HOST, root_cause="The window launched no GPU kernel: all its time "
+                         "is host work.", triggers=["kernel_count=0"])
+    if util < rule("timeline", "low_utilisation_pct"):
+        tiny = (health.tiny_kernel_pct or 0) > rule("launch", "swarm_tiny_kernel_pct")
+        waited = (health.launch_bound_kernel_pct or 0) >= 50
+        cls = Bottleneck.LAUNCH_OVERHEAD if tiny or waited else Bottleneck.HOST
+        head = health.idle_by_cause_ns.get("head", 0)
+        cause = (f"The GPU is busy {util:.1f} % of the {_us(health.window_ns)} window: its {health.kernel_count} "
+                 f"kernels run {_us(health.mean_kernel_ns)} on average but wait {_us(health.mean_gap_ns)} on average "
+                 f"for the host to launch them ({_us(head)} pass before the first one). The host — Python dispatch "
+                 "and kernel launches, inflated here by profiler instrumentation — is the critical path, so faster "
+                 "kernels barely shorten the window.")
+        return Diagnosis(bottleneck=cls, root_cause=cause, triggers=[
+            f"gpu_utilization_pct={util:.1f}", f"mean_kernel_ns={health.mean_kernel_ns or 0:.0f}",
+            f"mean_gap_ns={health.mean_gap_ns or 0:.0f}", f"tiny_kernel_pct={health.tiny_kernel_pct or 0:.0f}",
+            f"launch_bound_kernel_pct={health.launch_bound_kernel_pct or 0:.0f}"])
+    time: Counter[Bottleneck] = Counter()
+    for k in kernels:
+        time[k.bottleneck] += k.duration_ns
+    cls, ns = time.most_common(1)[0]
+    share = 100.0 * ns / max(sum(time.values()), 1)
+    top = max((o for o in operators if o.bottleneck == cls), key=lambda o: o.duration_ns, default=None)
+    lead = f", led by {top.operator_id} ({top.module_path or '-'}): {top.key_issue}" if top and top.key_issue else ""
+    second = ("" if counters else " Kernels carry no hardware counters (torch backend), so classes beyond launch "
+              "overhead are unknown: profile with --backend nsys for roofline and stalls.")
+    cause = f"The GPU is busy {util:.1f} % of the window and {share:.0f} % of kernel time is {cls.value}-bound{lead}."
+    return Diagnosis(bottleneck=cls, root_cause=cause + second,
+                     triggers=[f"gpu_utilization_pct={util:.1f}", f"{cls.value}_kernel_time_pct={share:.0f}"])
+
+
+def cpu_only_analysis(profile: OperatorAttributedProfile, config: Configuration) -> Analysis:
+    """A CPU-only profile: no GPU numbers, CPU-operator hotspots by self time."""
+    groups: dict[str, list] = {}
+    for op in profile.operators:
+        groups.setdefault(op.operator_name, []).append(op)
+    total = sum(op.aggregated.cpu_self_time_ns or 0 for op in profile.operators) or 1
+    hotspots = sorted((
+        CpuHotspot(operator_name=name, module_paths=sorted({o.module_path for o in ops if o.module_path})[:5],
+                   calls=len(ops), cpu_self_time_ns=sum(o.aggregated.cpu_self_time_ns or 0 for o in ops),
+                   cpu_total_time_ns=sum(o.aggregated.cpu_total_time_ns or 0 for o in ops),
+                   share_of_self_time_pct=100.0 * sum(o.aggregated.cpu_self_time_ns or 0 for o in ops) / total)
+        for name, ops in groups.items()), key=lambda h: -h.cpu_self_time_ns)
+    top = hotspots[0] if hotspots else None
+    cause = NO_GPU + (f" The CPU hotspot is {top.operator_name} ({top.share_of_self_time_pct:.0f} % of CPU self time)."
+                      if top else "")
+    return Analysis(
+        configuration=config, gpu_data=False, counters=False, diagnosis=Diagnosis(
+            bottleneck=Bottleneck.UNKNOWN, root_cause=cause, triggers=["gpu_used=false"]),
+        cpu_hotspots=hotspots[:15], notes=[NO_GPU, "roofline, bottleneck classes, stalls and GPU timeline need a "
+                                           "CUDA run: profile on a machine with an NVIDIA GPU"],
+    )
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [c.ljust(w) if i in (0, len(row) - 2, len(row) - 1) else c.rjust(w)
+                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("-" * len(lines[0]))
+    return lines
+
+
+def _clip(text: str | None, width: int) -> str:
+    text = text or "-"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_summary(analysis: Analysis) -> str:
+    """Compact terminal summary: configuration, per-stage table, bottleneck, top-3 opportunities."""
+    c = analysis.configuration
+    lines = [f"configuration: {c.device} ({c.device_source}) | compile {c.compile_mode} | {c.run_mode} | "
+             f"dtype {c.dtype or 'unknown'} | {c.tool} | {c.iters} iteration(s)"]
+    if not analysis.gpu_data:
+        lines += ["NO GPU DATA: " + analysis.diagnosis.root_cause, "", "CPU hotspots (self time):"]
+        rows = [["operator", "calls", "CPU self", "CPU total", "share"]]
+        rows += [[_clip(h.operator_name, 40), str(h.calls), _us(h.cpu_self_time_ns), _us(h.cpu_total_time_ns),
+                  f"{h.share_of_self_time_pct:.1f} %"] for h in analysis.cpu_hotspots[:8]]
+        return "\n".join(lines + _table(rows))
+    t = analysis.timeline
+    if t is not None:
+        lines.append(f"window: {_us(t.window_ns)} ({t.window_source}); GPU busy {_us(t.gpu_busy_ns)} = "
+                     f"{t.gpu_utilization_pct:.1f} %; {t.kernel_count} kernels, mean {_us(t.mean_kernel_ns)}, "
+                     f"{t.tiny_kernel_count} shorter than {_us(rule('launch', 'tiny_kernel_ns'))}")
+    rows = [["stage (module / operator)", "time", "share", "TC %", "DRAM %", "occ %", "bottleneck", "key issue"]]
+    for s in analysis.stages[:SUMMARY_STAGES]:
+        rows.append([_clip(s.label, 34), _us(s.duration_ns), f"{s.share_of_kernel_time_pct:.1f} %",
+                     _pct(s.tensor_pipe_pct), _pct(s.dram_throughput_pct), _pct(s.achieved_occupancy_pct),
+                     s.bottleneck.value, _clip(s.key_issue, 60)])
+    lines += ["", *_table(rows), "", f"bottleneck: {analysis.diagnosis.bottleneck.value} — "
+              f"{analysis.diagnosis.root_cause}", "", "top opportunities (estimates, upper bounds):"]
+    if not analysis.opportunities:
+        lines.append("  none above the reporting threshold")
+    for o in analysis.opportunities[:3]:
+        lines.append(f"  {o.rank}. {o.title}")
+        lines.append(f"     estimated saving ≤ {_us(o.estimated_saving_ns)} end to end ({o.estimated_saving_pct:.1f} % "
+                     f"of the window), kernel time ≤ {_us(o.kernel_time_saving_ns)}: {o.estimate_label}")
+        lines.append(f"     triggers: {', '.join(o.triggers[:5])}")
+        lines.append(f"     how: {o.knowledge}")
+    if analysis.device is None:
+        lines.append("")
+        lines += [n for n in analysis.notes if n.startswith("unknown GPU")]
+    return "\n".join(lines)

@@ -1,0 +1,182 @@
+"""Timeline health of the measured window: utilisation, idle gaps and their likely causes, streams.
+
+Kernels are placed on the window's GPU timeline (start_ns is relative to the window start). A gap is time
+when no kernel runs on any stream. Its likely cause: `head` (before the first kernel: host work before the
+first launch), `tail` (after the last one), `host_sync` (after a kernel of an op that makes the host wait,
+patterns.yaml sync_ops), `launch_bound` (the next kernel runs shorter than the GPU waited for it) or
+`host_overhead` (the host was late, the next kernel ran longer than the wait). profile.json carries no
+memcpy/sync API records, so memcpy and explicit syncs are seen only through operator names.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from mcp_server.analysis.rules import matches, rule
+from mcp_server.pipeline.aggregate import busy_time_ns
+from mcp_server.schema.analysis import Gap, OperatorKernelCount, StreamUsage, TimelineHealth
+from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord
+
+INSTRUMENTATION_NOTE = (
+    "gaps were measured under {tool}, which records a range per operator (and per module in eager mode): that "
+    "host time inflates the gaps, so gap-based estimates are upper bounds; confirm with `operator-profiler bench`"
+)
+
+
+@dataclass
+class Placed:
+    """A kernel on the window timeline with its neighbourhood."""
+
+    kernel: KernelRecord
+    op: OperatorRecord | None
+    gap_before_ns: int
+    gap_after_ns: int
+    pitch_ns: int  # from this kernel's start to the next kernel's start (its own duration for the last one)
+    critical: bool  # the next kernel followed within timeline.critical_gap_ns: the GPU was the critical path
+    prev_id: int | None = None
+
+    @property
+    def end_ns(self) -> int:
+        return self.kernel.start_ns + self.kernel.duration_ns
+
+
+def window_length(profile: OperatorAttributedProfile) -> tuple[int, str]:
+    """Window length on the GPU clock (CUDA events) when recorded, else host wall time; never shorter than
+    the kernels it holds."""
+    win = profile.window
+    kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
+    last_end = max((k.start_ns + k.duration_ns for k in kernels), default=0)
+    if win.gpu_elapsed_ns:
+        length, source = win.gpu_elapsed_ns, "CUDA events around the window"
+    else:
+        length, source = win.wall_time_ns, "host wall time of the window"
+    if last_end > length:
+        return last_end, f"{source} ({length / 1e6:.3f} ms) + lead-in to the last kernel's end"
+    return length, source
+
+
+def place_kernels(profile: OperatorAttributedProfile, window_ns: int) -> list[Placed]:
+    """Every kernel of the window in start order, with the GPU idle time before and after it."""
+    owners: list[tuple[KernelRecord, OperatorRecord | None]] = [(k, op) for op in profile.operators for k in op.kernels]
+    owners += [(k, None) for k in profile.unattributed_kernels]
+    owners.sort(key=lambda pair: (pair[0].start_ns, pair[0].kernel_id))
+    critical_gap = rule("timeline", "critical_gap_ns")
+    placed: list[Placed] = []
+    max_end, holder = 0, None
+    for kernel, op in owners:
+        gap = max(0, kernel.start_ns - max_end)
+        if placed:
+            placed[-1].gap_after_ns = gap
+            placed[-1].pitch_ns = kernel.start_ns - placed[-1].kernel.start_ns
+            placed[-1].critical = gap <= critical_gap
+        placed.append(Placed(kernel, op, gap, 0, kernel.duration_ns, False, holder))
+        if kernel.start_ns + kernel.duration_ns >= max_end:
+            max_end, holder = kernel.start_ns + kernel.duration_ns, kernel.kernel_id
+    if placed:
+        tail = max(0, window_ns - max_end)
+        placed[-1].gap_after_ns = tail
+        placed[-1].critical = tail <= critical_gap
+    return placed
+
+
+def _is_sync(op: OperatorRecord | None, kernel: KernelRecord | None) -> bool:
+    launch = kernel.attribution.launch_op if kernel is not None else None
+    return matches("sync_ops", op.operator_name if op else None) or matches("sync_ops", launch)
+
+
+def idle_gaps(placed: list[Placed], window_ns: int) -> list[Gap]:
+    if not placed:
+        return []
+    by_id = {p.kernel.kernel_id: p for p in placed}
+    ratio = rule("launch", "launch_bound_gap_ratio")
+    gaps = []
+    first = placed[0]
+    if first.gap_before_ns > 0:
+        gaps.append(Gap(start_ns=0, duration_ns=first.gap_before_ns, before_kernel_id=first.kernel.kernel_id,
+                        cause="head"))
+    for p in placed[1:]:
+        if p.gap_before_ns <= 0:
+            continue
+        prev = by_id.get(p.prev_id) if p.prev_id is not None else None
+        if prev is not None and _is_sync(prev.op, prev.kernel):
+            cause = "host_sync"
+        elif p.gap_before_ns >= ratio * max(p.kernel.duration_ns, 1):
+            cause = "launch_bound"
+        else:
+            cause = "host_overhead"
+        gaps.append(Gap(start_ns=p.kernel.start_ns - p.gap_before_ns, duration_ns=p.gap_before_ns,
+                        after_kernel_id=p.prev_id, before_kernel_id=p.kernel.kernel_id, cause=cause))
+    last = placed[-1]
+    if last.gap_after_ns > 0:
+        end = max(p.end_ns for p in placed)
+        gaps.append(Gap(start_ns=end, duration_ns=last.gap_after_ns, after_kernel_id=last.kernel.kernel_id,
+                        cause="tail"))
+    return gaps
+
+
+def _streams(placed: list[Placed]) -> tuple[list[StreamUsage], int]:
+    groups: dict[int | None, list[Placed]] = {}
+    for p in placed:
+        groups.setdefault(p.kernel.stream_id, []).append(p)
+    usage = [
+        StreamUsage(stream_id=sid, kernel_count=len(ps),
+                    busy_ns=busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in ps]))
+        for sid, ps in sorted(groups.items(), key=lambda item: -len(item[1]))
+    ]
+    union = busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in placed])
+    overlap = sum(u.busy_ns for u in usage) - union if len(usage) > 1 else 0
+    return usage, max(0, overlap)
+
+
+def _per_operator(profile: OperatorAttributedProfile) -> list[OperatorKernelCount]:
+    groups: dict[str, list[OperatorRecord]] = {}
+    for op in profile.operators:
+        groups.setdefault(op.operator_name, []).append(op)
+    rows = [
+        OperatorKernelCount(operator_name=name, calls=len(ops), kernels=sum(len(o.kernels) for o in ops),
+                            kernel_time_ns=sum(k.duration_ns for o in ops for k in o.kernels))
+        for name, ops in groups.items()
+    ]
+    if profile.unattributed_kernels:
+        rows.append(OperatorKernelCount(operator_name="(unattributed)", calls=0,
+                                        kernels=len(profile.unattributed_kernels),
+                                        kernel_time_ns=sum(k.duration_ns for k in profile.unattributed_kernels)))
+    return sorted(rows, key=lambda r: -r.kernel_time_ns)
+
+
+def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], window_ns: int,
+                    window_source: str) -> TimelineHealth:
+    """Utilisation, gaps by cause, kernel statistics and stream usage of the window."""
+    durations = [p.kernel.duration_ns for p in placed]
+    busy = busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in placed]) if placed else 0
+    tiny = sum(1 for d in durations if d < rule("launch", "tiny_kernel_ns"))
+    ratio = rule("launch", "launch_bound_gap_ratio")
+    waited = sum(1 for p in placed if p.gap_before_ns >= ratio * max(p.kernel.duration_ns, 1))
+    gaps = idle_gaps(placed, window_ns)
+    by_cause: dict[str, int] = {}
+    for gap in gaps:
+        by_cause[gap.cause] = by_cause.get(gap.cause, 0) + gap.duration_ns
+    inner = [g.duration_ns for g in gaps if g.cause not in ("head", "tail")]
+    streams, overlap = _streams(placed)
+    notes = []
+    if placed:
+        notes.append(INSTRUMENTATION_NOTE.format(tool=profile.capture_metadata.tool))
+    if "lead-in" in window_source:
+        notes.append("kernel times count from the window's opening range, which starts before the CUDA events "
+                     "are recorded: the window is extended to the last kernel's end, and the head gap includes "
+                     "that lead-in")
+    if busy > window_ns:
+        notes.append("kernels overlap beyond the window length: streams ran concurrently")
+    return TimelineHealth(
+        window_ns=window_ns, window_source=window_source, wall_time_ns=profile.window.wall_time_ns, gpu_busy_ns=busy,
+        gpu_utilization_pct=min(100.0, 100.0 * busy / window_ns) if window_ns else 0.0,
+        idle_ns=max(0, window_ns - busy), kernel_count=len(placed), kernel_time_ns=sum(durations),
+        mean_kernel_ns=statistics.fmean(durations) if durations else None,
+        median_kernel_ns=float(statistics.median(durations)) if durations else None,
+        tiny_kernel_count=tiny, tiny_kernel_pct=100.0 * tiny / len(placed) if placed else None,
+        launch_bound_kernel_pct=100.0 * waited / len(placed) if placed else None,
+        mean_gap_ns=statistics.fmean(inner) if inner else None, idle_by_cause_ns=by_cause,
+        largest_gaps=sorted(gaps, key=lambda g: -g.duration_ns)[: int(rule("timeline", "largest_gaps"))],
+        streams=streams, multi_stream_overlap_ns=overlap, kernels_per_operator=_per_operator(profile), notes=notes,
+    )

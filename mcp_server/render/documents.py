@@ -1,0 +1,184 @@
+"""One view model per document (report.md, OPTIMIZED_WORKLOAD.md, proposal.md, implementation.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from mcp_server.render.inputs import ReportInputs
+from mcp_server.render.repro import CommandView, optimized_workload_path, plan_commands, report_commands, show_path
+from mcp_server.render.views import (
+    IR_LEVEL_HOW,
+    ClockView,
+    DeviceView,
+    HotspotView,
+    ItemView,
+    Note,
+    OperatorChange,
+    ResidualView,
+    SpeedupView,
+    TotalView,
+    ValidationView,
+    clock_views,
+    consistency_notes,
+    device_view,
+    diagnosis_text,
+    hotspots,
+    item_views,
+    operator_changes,
+    residual_from_analysis,
+    residual_views,
+    speedup_view,
+    totals_view,
+    validation_view,
+)
+from mcp_server.validate import generated_test_path
+
+
+class WindowView(BaseModel):
+    wall_time_ns: int
+    kernel_count: int
+    kernel_time_ns: int
+    attributed_pct: float | None
+    compile_mode: str
+    run_mode: str
+    iters: int
+    gpu_used: bool
+
+
+class ReportView(BaseModel):
+    """report.md."""
+
+    workload: str
+    optimized_workload: str | None
+    device: DeviceView
+    clocks: list[ClockView]
+    speedup: SpeedupView | None
+    validation: ValidationView | None
+    totals: list[TotalView]
+    operators: list[OperatorChange]
+    applied: list[ItemView]
+    not_applied: list[ItemView]
+    applied_unplanned: dict[str, int] = Field(default_factory=dict)
+    residual: list[ResidualView]
+    commands: list[CommandView]
+    notes: list[Note]
+    files: list[str]
+
+
+class OptimizedWorkloadView(BaseModel):
+    """OPTIMIZED_WORKLOAD.md."""
+
+    name: str
+    workload: str
+    optimized_workload: str
+    test_file: str
+    backend_name: str | None
+    applied_passes: dict[str, int]
+    items: list[ItemView]
+    validation: ValidationView | None
+    speedup: SpeedupView | None
+    commands: list[CommandView]
+    notes: list[Note]
+
+
+class PlanView(BaseModel):
+    """proposal.md and implementation.md."""
+
+    workload: str
+    optimized_workload: str
+    test_file: str
+    backend_name: str
+    device: DeviceView
+    window: WindowView
+    hotspots: list[HotspotView]
+    items: list[ItemView]
+    not_proposed: list[str]
+    diagnosis: str | None = None
+    opportunities: list[ResidualView] = Field(default_factory=list)
+    ir_levels: dict[str, str]
+    precision_change: bool
+    commands: list[CommandView]
+
+
+def _window(inputs: ReportInputs) -> WindowView:
+    meta, win = inputs.baseline.capture_metadata, inputs.baseline.window
+    return WindowView(
+        wall_time_ns=win.wall_time_ns, kernel_count=win.kernel_count, kernel_time_ns=win.kernel_time_ns,
+        attributed_pct=win.attributed_kernel_time_pct, compile_mode=meta.compile_mode, run_mode=meta.run_mode,
+        iters=meta.iters, gpu_used=meta.gpu_used,
+    )
+
+
+def _optimized_workload(inputs: ReportInputs) -> str | None:
+    for candidate in (
+        inputs.validation.optimized if inputs.validation else None,
+        inputs.bench.optimized.workload if inputs.bench else None,
+        inputs.optimizations.optimized_workload if inputs.optimizations else None,
+        inputs.optimized.capture_metadata.workload if inputs.optimized else None,
+    ):
+        if candidate:
+            return candidate
+    return None
+
+
+def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> ReportView:
+    """Everything report.md states, decided from the files."""
+    items = item_views(inputs.optimizations, inputs.validation) if inputs.optimizations else []
+    planned = {i.pass_name for i in items}
+    applied_passes = inputs.validation.applied_passes if inputs.validation else {}
+    optimized = _optimized_workload(inputs)
+    files = [show_path(p, project_dir) for p in (
+        inputs.baseline_path, inputs.optimized_path, inputs.analysis_path, inputs.comparison_path,
+        inputs.bench_path, inputs.validation_path, inputs.optimizations_path) if p is not None]
+    return ReportView(
+        workload=show_path(inputs.baseline.capture_metadata.workload, project_dir),
+        optimized_workload=show_path(optimized, project_dir) if optimized else None,
+        device=device_view(inputs.baseline), clocks=clock_views(inputs),
+        speedup=speedup_view(inputs.bench) if inputs.bench else None,
+        validation=validation_view(inputs.validation) if inputs.validation else None,
+        totals=totals_view(inputs.comparison) if inputs.comparison else [],
+        operators=operator_changes(inputs.comparison) if inputs.comparison else [],
+        applied=[i for i in items if i.applied], not_applied=[i for i in items if not i.applied],
+        applied_unplanned={k: v for k, v in applied_passes.items() if k not in planned},
+        residual=residual_views(inputs, items), commands=report_commands(inputs, out_dir, project_dir),
+        notes=consistency_notes(inputs), files=files,
+    )
+
+
+def build_optimized_workload_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> OptimizedWorkloadView:
+    """What OPTIMIZED_WORKLOAD.md states: how to use the optimized workload, what it changes, how it was proven."""
+    optimized = _optimized_workload(inputs)
+    if optimized is None:
+        raise ValueError("OPTIMIZED_WORKLOAD.md needs an optimized workload: pass validation, bench or optimizations")
+    commands = [c for c in report_commands(inputs, out_dir, project_dir) if c.argv[1] in ("validate", "bench")]
+    notes = [n for n in consistency_notes(inputs) if n.about in ("bench", "validation")]
+    return OptimizedWorkloadView(
+        name=Path(optimized).stem, workload=show_path(inputs.baseline.capture_metadata.workload, project_dir),
+        optimized_workload=show_path(optimized, project_dir),
+        test_file=show_path(generated_test_path(Path(optimized)), project_dir),
+        backend_name=inputs.validation.backend_name if inputs.validation else None,
+        applied_passes=inputs.validation.applied_passes if inputs.validation else {},
+        items=item_views(inputs.optimizations, inputs.validation) if inputs.optimizations else [],
+        validation=validation_view(inputs.validation) if inputs.validation else None,
+        speedup=speedup_view(inputs.bench) if inputs.bench else None, commands=commands, notes=notes,
+    )
+
+
+def build_plan_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> PlanView:
+    """What proposal.md and implementation.md state, from the baseline profile and optimizations.json."""
+    plan = inputs.optimizations
+    if plan is None:
+        raise ValueError("proposal.md and implementation.md need optimizations.json")
+    commands = plan_commands(inputs, plan, out_dir, project_dir)
+    optimized = show_path(plan.optimized_workload or optimized_workload_path(plan.workload), project_dir)
+    return PlanView(
+        workload=show_path(plan.workload, project_dir), optimized_workload=optimized,
+        test_file=show_path(generated_test_path(Path(optimized)), project_dir),
+        backend_name=f"{Path(plan.workload).stem}_opt", device=device_view(inputs.baseline), window=_window(inputs),
+        hotspots=hotspots(inputs.baseline), items=item_views(plan), not_proposed=plan.not_proposed,
+        diagnosis=diagnosis_text(inputs.analysis) if inputs.analysis else None,
+        opportunities=residual_from_analysis(inputs.analysis, []) if inputs.analysis else [],
+        ir_levels=IR_LEVEL_HOW, precision_change=any(i.precision_change for i in plan.items), commands=commands,
+    )

@@ -1,0 +1,82 @@
+"""The files a report is rendered from, loaded and validated once.
+
+Only the baseline profile is required. Every other file is optional, and a report says plainly which
+ones it had: no bench.json means no speedup is claimed, no validation_report.json means nothing is said to be
+right.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from mcp_server.bench import load_bench_result
+from mcp_server.errors import ProfileFormatError
+from mcp_server.schema.analysis import Analysis
+from mcp_server.schema.io import load_profile
+from mcp_server.schema.optimizations import OptimizationPlan, load_optimizations
+from mcp_server.schema.profile import OperatorAttributedProfile
+from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
+from mcp_server.validate import load_validation_report
+
+
+@dataclass
+class ReportInputs:
+    """Loaded inputs of a report, with the path each came from (for reproduction commands)."""
+
+    baseline: OperatorAttributedProfile
+    baseline_path: Path
+    optimized: OperatorAttributedProfile | None = None
+    optimized_path: Path | None = None
+    analysis: Analysis | None = None
+    analysis_path: Path | None = None
+    comparison: Comparison | None = None
+    comparison_path: Path | None = None
+    bench: BenchResult | None = None
+    bench_path: Path | None = None
+    validation: ValidationReport | None = None
+    validation_path: Path | None = None
+    optimizations: OptimizationPlan | None = None
+    optimizations_path: Path | None = None
+
+
+def _load_model(path: Path, model: type[BaseModel], what: str, remedy: str) -> Any:
+    if not path.is_file():
+        raise ProfileFormatError(f"{what} not found: {path}", remedy)
+    try:
+        return model.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise ProfileFormatError(f"{path} is not a valid {what}: {exc.error_count()} errors", remedy) from exc
+
+
+def load_inputs(
+    baseline_profile: Path,
+    optimized_profile: Path | None = None,
+    analysis: Path | None = None,
+    comparison: Path | None = None,
+    bench: Path | None = None,
+    validation: Path | None = None,
+    optimizations: Path | None = None,
+) -> ReportInputs:
+    """Load and validate every given file; a missing or malformed file raises ProfileFormatError."""
+    inputs = ReportInputs(baseline=load_profile(baseline_profile), baseline_path=Path(baseline_profile))
+    if optimized_profile is not None:
+        inputs.optimized, inputs.optimized_path = load_profile(optimized_profile), Path(optimized_profile)
+    if analysis is not None:
+        inputs.analysis = _load_model(Path(analysis), Analysis, "analysis.json", "run `analyze` on the profile")
+        inputs.analysis_path = Path(analysis)
+    if comparison is not None:
+        inputs.comparison = _load_model(
+            Path(comparison), Comparison, "comparison.json", "run `operator-profiler compare` on the two profiles"
+        )
+        inputs.comparison_path = Path(comparison)
+    if bench is not None:
+        inputs.bench, inputs.bench_path = load_bench_result(Path(bench)), Path(bench)
+    if validation is not None:
+        inputs.validation, inputs.validation_path = load_validation_report(Path(validation)), Path(validation)
+    if optimizations is not None:
+        inputs.optimizations, inputs.optimizations_path = load_optimizations(Path(optimizations)), Path(optimizations)
+    return inputs

@@ -1,0 +1,181 @@
+"""Reproduction commands: the `operator-profiler` command lines that recreate each file of a report.
+
+Every command is built from what the files themselves record (workload paths, compile mode, iterations,
+seeds, interpreter, bench settings), using only subcommands and flags of `mcp_server.cli.build_parser()`, so
+it works as printed. Paths under the project directory are printed relative to it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from mcp_server.pipeline.rundir import MANIFEST, PROFILE
+from mcp_server.render.inputs import ReportInputs
+from mcp_server.schema.optimizations import OptimizationPlan
+from mcp_server.schema.profile import OperatorAttributedProfile
+from mcp_server.schema.proof import BenchResult, ValidationReport
+from mcp_server.validate import TOLERANCE_CLASSES
+
+PROGRAM = "operator-profiler"
+
+
+class CommandView(BaseModel):
+    """One command line and what it reproduces."""
+
+    purpose: str
+    argv: list[str]
+
+    @property
+    def line(self) -> str:
+        """The command as a shell line (each argument quoted where needed)."""
+        return shlex.join(self.argv)
+
+
+def show_path(path: str | Path, project_dir: Path) -> str:
+    """`path` relative to `project_dir` when it lies under it, else as given (resolved when it exists)."""
+    candidate = Path(path)
+    absolute = candidate if candidate.is_absolute() else (project_dir / candidate)
+    try:
+        return str(absolute.resolve().relative_to(project_dir.resolve()))
+    except ValueError:
+        return str(candidate)
+
+
+def rerun_dir(profile_path: Path) -> Path:
+    """The run directory a re-capture writes: the profile's own run directory (a folder with manifest.json),
+    else `<stem>_run/` beside a copied profile (DIR/profile_optimized.json -> DIR/profile_optimized_run/)."""
+    if profile_path.name == PROFILE and (profile_path.parent / MANIFEST).is_file():
+        return profile_path.parent
+    return profile_path.parent / f"{profile_path.stem}_run"
+
+
+def profile_command(profile: OperatorAttributedProfile, run_dir: Path, project_dir: Path, purpose: str) -> CommandView:
+    """`run` (nsys + ncu) or `profile --backend torch`, with the capture settings the profile records."""
+    meta = profile.capture_metadata
+    if meta.tool.startswith("nsys"):
+        argv = [PROGRAM, "run", show_path(meta.workload, project_dir)]
+    else:
+        argv = [PROGRAM, "profile", show_path(meta.workload, project_dir), "--backend", "torch"]
+    argv += [
+        "--compile-mode", meta.compile_mode, "--warmup-iters", str(meta.warmup_iters), "--iters", str(meta.iters),
+        "--seed", str(meta.seed), "--python", meta.python_executable, "--output", show_path(run_dir, project_dir),
+    ]
+    if meta.run_mode == "train_step":
+        argv.append("--train-step")
+    return CommandView(purpose=purpose, argv=argv)
+
+
+def bench_command(bench: BenchResult, out_dir: Path, project_dir: Path) -> CommandView:
+    """`bench` with the settings bench.json records."""
+    argv = [
+        PROGRAM, "bench", show_path(bench.baseline.workload, project_dir),
+        show_path(bench.optimized.workload, project_dir), "--python", bench.python_executable,
+        "--warmup", str(bench.warmup), "--reps", str(bench.reps), "--rounds", str(bench.rounds),
+        "--input-sets", str(bench.input_sets), "--seed", str(bench.seed), "--baseline-mode", bench.baseline_mode,
+        "--output", show_path(out_dir, project_dir),
+    ]
+    return CommandView(purpose="time both workloads interleaved: the speedup and its interval (bench.json)", argv=argv)
+
+
+def validate_command(
+    report: ValidationReport, out_dir: Path, project_dir: Path, bench_path: Path | None
+) -> CommandView:
+    """`validate` with the seeds and tolerances validation_report.json records."""
+    argv = [
+        PROGRAM, "validate", show_path(report.baseline, project_dir), show_path(report.optimized, project_dir),
+        "--python", report.python_executable, "--seeds", ",".join(str(s) for s in report.seeds),
+    ]
+    for name, rtol in sorted(report.tolerances.items()):
+        if name not in TOLERANCE_CLASSES:
+            continue
+        argv += ["--tolerance", f"{name}={rtol:g}"]
+    if report.atol_override is not None:
+        argv += ["--atol", f"{report.atol_override:g}"]
+    if report.max_plausible_speedup is not None:
+        argv += ["--max-plausible-speedup", f"{report.max_plausible_speedup:g}"]
+    if report.speedup is not None and bench_path is not None:
+        argv += ["--bench", show_path(bench_path, project_dir)]
+    elif report.speedup is not None:
+        argv += ["--speedup", f"{report.speedup:g}"]
+    argv += ["--output", show_path(out_dir, project_dir)]
+    return CommandView(purpose="check the optimized workload against the baseline (validation_report.json)", argv=argv)
+
+
+def report_command(inputs: ReportInputs, out_dir: Path, project_dir: Path, plan: bool = False) -> CommandView:
+    """`report` over the same files."""
+    argv = [PROGRAM, "report", show_path(inputs.baseline_path, project_dir)]
+    for flag, path in (
+        ("--optimized-profile", inputs.optimized_path), ("--analysis", inputs.analysis_path),
+        ("--comparison", inputs.comparison_path), ("--bench", inputs.bench_path),
+        ("--validation", inputs.validation_path), ("--optimizations", inputs.optimizations_path),
+    ):
+        if path is not None:
+            argv += [flag, show_path(path, project_dir)]
+    if plan:
+        argv.append("--plan")
+    argv += ["--output", show_path(out_dir, project_dir)]
+    what = "proposal.md and implementation.md" if plan else "report.md and OPTIMIZED_WORKLOAD.md"
+    return CommandView(purpose=f"render {what} again from these files", argv=argv)
+
+
+def report_commands(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> list[CommandView]:
+    """Every step of the loop that produced the report's inputs, in order, then the report itself.
+
+    Re-captured profiles land in `rerun_dir(...)/profile.json`, and the compare command reads those.
+    """
+    meta = inputs.baseline.capture_metadata
+    commands = [CommandView(purpose="check GPU, driver, torch/CUDA, nsys, ncu and counter permission",
+                            argv=[PROGRAM, "preflight", "--python", meta.python_executable])]
+    base_run = rerun_dir(inputs.baseline_path)
+    commands.append(profile_command(inputs.baseline, base_run, project_dir, "profile the baseline"))
+    if inputs.optimized is not None and inputs.optimized_path is not None:
+        opt_run = rerun_dir(inputs.optimized_path)
+        commands.append(profile_command(inputs.optimized, opt_run, project_dir, "profile the optimized workload"))
+        argv = [PROGRAM, "compare", show_path(base_run / PROFILE, project_dir),
+                show_path(opt_run / PROFILE, project_dir)]
+        if inputs.comparison is not None and inputs.comparison.allow_mismatch:
+            argv.append("--allow-mismatch")
+        if inputs.comparison_path is not None:
+            argv += ["--output", show_path(inputs.comparison_path.parent, project_dir)]
+        commands.append(CommandView(purpose="per-operator deltas of the two profiles above (comparison.json)",
+                                    argv=argv))
+    proof: list[CommandView] = []
+    if inputs.validation is not None and inputs.validation_path is not None:
+        proof.append(validate_command(inputs.validation, inputs.validation_path.parent, project_dir,
+                                      inputs.bench_path))
+    if inputs.bench is not None and inputs.bench_path is not None:
+        bench = bench_command(inputs.bench, inputs.bench_path.parent, project_dir)
+        # validate reads bench.json for its plausibility check, so bench runs first when validate used it.
+        uses_bench = inputs.validation is not None and inputs.validation.speedup is not None
+        proof = [bench, *proof] if uses_bench else [*proof, bench]
+    commands += proof
+    commands.append(report_command(inputs, out_dir, project_dir))
+    return commands
+
+
+def plan_commands(
+    inputs: ReportInputs, plan: OptimizationPlan, out_dir: Path, project_dir: Path
+) -> list[CommandView]:
+    """What to run once the plan is implemented: validate, bench, profile, compare; then the report."""
+    meta = inputs.baseline.capture_metadata
+    baseline = show_path(plan.workload, project_dir)
+    optimized = show_path(plan.optimized_workload or optimized_workload_path(plan.workload), project_dir)
+    tolerance: list[str] = []
+    if any(item.precision_change for item in plan.items):
+        tolerance = ["--tolerance", "float32=1e-2"]
+    return [
+        CommandView(purpose="check the optimized workload (validation_report.json)",
+                    argv=[PROGRAM, "validate", baseline, optimized, "--python", meta.python_executable, *tolerance]),
+        CommandView(purpose="measure the speedup with its interval (bench.json)",
+                    argv=[PROGRAM, "bench", baseline, optimized, "--python", meta.python_executable]),
+        report_command(inputs, out_dir, project_dir, plan=True),
+    ]
+
+
+def optimized_workload_path(workload: str) -> str:
+    """`<dir>/<name>_optimized.py` beside the baseline `<dir>/<name>.py`."""
+    path = Path(workload)
+    return str(path.with_name(f"{path.stem}_optimized.py"))

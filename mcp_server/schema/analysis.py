@@ -1,0 +1,282 @@
+"""`Analysis`: the analysis.json that `operator-profiler analyze` writes beside its charts and trace.
+
+A pure function of one profile.json (and the device table): roofline per kernel and per operator, bottleneck
+classes, warp-stall breakdowns, timeline health, detected patterns and ranked opportunities. Every quantity
+carries its unit in its field name (`_ns`, `_bytes`, `_pct`, `_flop`, `_per_s`); every saving is an estimate
+and says so in `estimate_label`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ANALYSIS_SCHEMA_VERSION = "1.0"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Bottleneck(str, Enum):
+    """What limits a kernel, an operator or the window."""
+
+    COMPUTE = "compute"
+    MEMORY = "memory"
+    LATENCY = "latency"
+    LAUNCH_OVERHEAD = "launch_overhead"
+    HOST = "host"
+    UNKNOWN = "unknown"
+
+
+class DeviceSpec(_Model):
+    """The peaks every percentage is relative to, and where they come from."""
+
+    key: str | None = Field(default=None, description="Entry of knowledge/devices.yaml, None when measured.")
+    name: str = Field(description="Marketing name, e.g. 'NVIDIA H200 SXM 141GB'.")
+    reported_name: str | None = Field(default=None, description="The name torch reported for the profiled GPU.")
+    measured: bool = Field(default=False, description="True when the peaks were measured by microbenchmark.")
+    source: str = Field(description="Datasheet/whitepaper the numbers come from, or 'measured by microbenchmark'.")
+    architecture: str | None = None
+    sm_count: int | None = None
+    base_clock_mhz: float | None = None
+    boost_clock_mhz: float | None = None
+    peak_flop_per_s: dict[str, float] = Field(
+        default_factory=dict, description="Dense peak FLOP/s per precision key (fp32, tf32_tensor, bf16_tensor...)."
+    )
+    peak_clock_mhz: dict[str, float] = Field(
+        default_factory=dict, description="SM clock each peak is quoted at (to rescale to the clock a kernel ran at)."
+    )
+    dram_bandwidth_bytes_per_s: float | None = None
+    l2_bytes: int | None = None
+    memory_bytes: int | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class Roofline(_Model):
+    """Roofline numbers of one kernel or one operator, from ncu counts over ncu's own duration."""
+
+    flop: float = Field(default=0.0, description="FLOPs from counters (tensor ops + CUDA-core, FMA = 2).")
+    flop_by_precision: dict[str, float] = Field(default_factory=dict)
+    dram_bytes: float | None = Field(default=None, description="DRAM bytes read + written.")
+    arithmetic_intensity_flop_per_byte: float | None = None
+    ncu_duration_ns: float | None = Field(
+        default=None, description="gpu__time_duration under ncu replay (base clocks), the time base of the rates."
+    )
+    achieved_flop_per_s: float | None = None
+    achieved_dram_bytes_per_s: float | None = None
+    sm_clock_mhz: float | None = Field(default=None, description="SM clock during the ncu replay (cycles/duration).")
+    precision: str | None = Field(default=None, description="Precision whose roof applies (the most utilised one).")
+    compute_pct_of_peak: float | None = Field(default=None, description="Achieved FLOP/s over the precision's peak.")
+    dram_pct_of_peak: float | None = Field(default=None, description="Achieved DRAM bytes/s over peak bandwidth.")
+    ridge_flop_per_byte: float | None = Field(default=None, description="Peak FLOP/s / DRAM bandwidth, same precision.")
+    roof: str | None = Field(default=None, description="'compute' or 'memory': which side of the ridge the point is.")
+    pct_of_roof: float | None = Field(default=None, description="Achieved over attainable at this intensity, <= 100.")
+    artifact: str | None = Field(
+        default=None, description="Set when a rate exceeded its peak (a measurement artifact)."
+    )
+
+
+class StallBreakdown(_Model):
+    """Warp-stall reasons of one kernel: warps stalled per issued instruction, by reason."""
+
+    per_issue: dict[str, float] = Field(description="Reason -> average warps stalled on it per issue-active cycle.")
+    share_pct: dict[str, float] = Field(description="Reason -> share of the collected stall reasons, %.")
+    dominant: str | None = None
+    dominant_share_pct: float | None = None
+    issue_active_pct: float | None = None
+    flagged: bool = Field(default=False, description="Nsight Compute's rule would flag the dominant stall.")
+    cause: str | None = None
+    fix: str | None = None
+
+
+class KernelAnalysis(_Model):
+    """One window kernel: its timing, roofline, class and stalls."""
+
+    kernel_id: int
+    kernel_name: str
+    operator_id: str | None = None
+    operator_name: str | None = None
+    module_path: str | None = None
+    stream_id: int | None = None
+    start_ns: int
+    duration_ns: int = Field(description="Duration at real clocks (nsys/Kineto).")
+    gap_before_ns: int | None = Field(default=None, description="GPU idle time just before this kernel, ns.")
+    gap_after_ns: int | None = Field(default=None, description="GPU idle time just after this kernel, ns.")
+    has_counters: bool = False
+    propagated_from: int | None = None
+    roofline: Roofline | None = None
+    tensor_pipe_pct: float | None = None
+    dram_throughput_pct: float | None = None
+    sm_throughput_pct: float | None = None
+    memory_throughput_pct: float | None = None
+    achieved_occupancy_pct: float | None = None
+    theoretical_occupancy_pct: float | None = None
+    waves_per_sm: float | None = None
+    grid_blocks: int | None = None
+    bottleneck: Bottleneck = Bottleneck.UNKNOWN
+    reasons: list[str] = Field(default_factory=list, description="`metric=value` triggers behind the class.")
+    stalls: StallBreakdown | None = None
+
+
+class OperatorAnalysis(_Model):
+    """One operator call rolled up from its kernels."""
+
+    operator_id: str
+    operator_name: str
+    module_path: str | None = None
+    is_fused: bool = False
+    kernel_count: int = 0
+    duration_ns: int = 0
+    share_of_kernel_time_pct: float = 0.0
+    roofline: Roofline | None = None
+    tensor_pipe_pct: float | None = None
+    dram_throughput_pct: float | None = None
+    achieved_occupancy_pct: float | None = None
+    bottleneck: Bottleneck = Bottleneck.UNKNOWN
+    key_issue: str | None = None
+    cpu_self_time_ns: int | None = None
+    cpu_total_time_ns: int | None = None
+
+
+class StageRow(_Model):
+    """A row of the summary's per-stage table: one module (or operator when no module is known)."""
+
+    label: str
+    operators: list[str] = Field(default_factory=list)
+    kernel_count: int = 0
+    duration_ns: int = 0
+    share_of_kernel_time_pct: float = 0.0
+    tensor_pipe_pct: float | None = None
+    dram_throughput_pct: float | None = None
+    achieved_occupancy_pct: float | None = None
+    bottleneck: Bottleneck = Bottleneck.UNKNOWN
+    key_issue: str | None = None
+
+
+class Gap(_Model):
+    """One idle stretch of the GPU inside the window."""
+
+    start_ns: int
+    duration_ns: int
+    after_kernel_id: int | None = None
+    before_kernel_id: int | None = None
+    cause: str = Field(description="head, tail, launch_bound, host_sync, host_overhead.")
+
+
+class StreamUsage(_Model):
+    stream_id: int | None
+    kernel_count: int
+    busy_ns: int
+
+
+class OperatorKernelCount(_Model):
+    operator_name: str
+    calls: int
+    kernels: int
+    kernel_time_ns: int
+
+
+class TimelineHealth(_Model):
+    """How well the window keeps the GPU busy."""
+
+    window_ns: int = Field(description="Window length on the GPU clock (CUDA events), else host wall time.")
+    window_source: str
+    wall_time_ns: int
+    gpu_busy_ns: int
+    gpu_utilization_pct: float = Field(description="Busy (union of kernels) over window, 0-100.")
+    idle_ns: int
+    kernel_count: int
+    kernel_time_ns: int
+    mean_kernel_ns: float | None = None
+    median_kernel_ns: float | None = None
+    tiny_kernel_count: int = 0
+    tiny_kernel_pct: float | None = Field(default=None, description="% of kernels shorter than the tiny threshold.")
+    launch_bound_kernel_pct: float | None = Field(
+        default=None, description="% of kernels whose preceding idle gap is longer than the kernel itself."
+    )
+    mean_gap_ns: float | None = None
+    idle_by_cause_ns: dict[str, int] = Field(default_factory=dict)
+    largest_gaps: list[Gap] = Field(default_factory=list)
+    streams: list[StreamUsage] = Field(default_factory=list)
+    multi_stream_overlap_ns: int = 0
+    kernels_per_operator: list[OperatorKernelCount] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class Finding(_Model):
+    """A detected pattern (FP32 matmul on CUDA cores, unfused attention, tiny-kernel swarm...)."""
+
+    kind: str
+    title: str
+    operators: list[str] = Field(default_factory=list, description="operator_ids involved.")
+    module_paths: list[str] = Field(default_factory=list)
+    kernel_ids: list[int] = Field(default_factory=list)
+    triggers: list[str] = Field(default_factory=list, description="`metric=value` evidence.")
+    detail: str
+
+
+class Opportunity(_Model):
+    """A ranked change with its evidence, an Amdahl-bounded estimate, and where to read how."""
+
+    rank: int
+    title: str
+    change_class: str = Field(description="Pattern name, e.g. cuda_graphs, dtype_autocast, sdpa_substitution.")
+    operators: list[str] = Field(default_factory=list)
+    module_paths: list[str] = Field(default_factory=list)
+    triggers: list[str] = Field(default_factory=list)
+    kernel_time_saving_ns: int = Field(default=0, description="Estimate: GPU kernel time removed (upper bound).")
+    estimated_saving_ns: int = Field(description="Estimate: end-to-end window time saved (upper bound).")
+    estimated_saving_pct: float = Field(description="Estimate: end-to-end saving as % of the window.")
+    estimate_label: str = Field(description="Says it is an estimate and what bounds it.")
+    knowledge: str = Field(description="Pointer into knowledge/, e.g. knowledge/fx_patterns/cuda_graphs.py.")
+    findings: list[str] = Field(default_factory=list, description="Finding kinds this opportunity answers.")
+
+
+class Diagnosis(_Model):
+    """The window's bottleneck in at most two sentences, with its evidence."""
+
+    bottleneck: Bottleneck
+    root_cause: str
+    triggers: list[str] = Field(default_factory=list)
+
+
+class CpuHotspot(_Model):
+    operator_name: str
+    module_paths: list[str] = Field(default_factory=list)
+    calls: int
+    cpu_self_time_ns: int
+    cpu_total_time_ns: int
+    share_of_self_time_pct: float
+
+
+class Configuration(_Model):
+    device: str
+    device_source: str
+    compile_mode: str
+    run_mode: str
+    dtype: str | None = None
+    tool: str
+    iters: int
+
+
+class Analysis(_Model):
+    """analysis.json: the diagnosis of one profile."""
+
+    schema_version: str = ANALYSIS_SCHEMA_VERSION
+    profile_path: str | None = None
+    configuration: Configuration
+    gpu_data: bool = Field(description="False for CPU-only profiles: no GPU numbers exist.")
+    counters: bool = Field(description="True when kernels carry ncu counters (roofline, classes, stalls).")
+    device: DeviceSpec | None = None
+    diagnosis: Diagnosis
+    timeline: TimelineHealth | None = None
+    stages: list[StageRow] = Field(default_factory=list)
+    operators: list[OperatorAnalysis] = Field(default_factory=list)
+    kernels: list[KernelAnalysis] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    opportunities: list[Opportunity] = Field(default_factory=list)
+    cpu_hotspots: list[CpuHotspot] = Field(default_factory=list)
+    artifacts: dict[str, str] = Field(default_factory=dict, description="Files written: name -> path.")
+    notes: list[str] = Field(default_factory=list, description="Caveats every reader needs (clocks, caches...).")

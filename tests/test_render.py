@@ -1,0 +1,305 @@
+"""Rendering: every template from real files, the stated speedup from bench.json, printed commands that exist.
+
+The inputs are real: profiles assembled from the recorded H200 conv_block runs (eager and inductor), their
+analyses from `analyze`, their comparison from `compare`, bench.json and validation_report.json written by
+`operator-profiler bench` and `validate` on tests/workloads/tiny_mlp*.py with tiny repetitions, and an
+optimizations.json built with the schema. (The bench ran on this machine's CPU, the profiles on an H200: the
+report must say so.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import REPO
+from fixtures_util import run_dir
+from pydantic import ValidationError
+
+from mcp_server.analysis.analyze import analyze_profile
+from mcp_server.cli import build_parser
+from mcp_server.cli import main as cli_main
+from mcp_server.compare import compare_profiles, write_comparison
+from mcp_server.errors import ProfileFormatError
+from mcp_server.pipeline.assemble import assemble
+from mcp_server.render import render_plan, render_report
+from mcp_server.render.arguments import add_report_arguments, cmd_report
+from mcp_server.render.render import PROMPTS_DIR, TEMPLATES
+from mcp_server.render.views import residual_from_analysis
+from mcp_server.schema.analysis import Analysis
+from mcp_server.schema.export import schema_text
+from mcp_server.schema.io import load_profile, write_model_atomic
+from mcp_server.schema.optimizations import OptimizationPlan, load_optimizations
+from mcp_server.schema.proof import BenchResult, ValidationReport
+
+WORKLOADS = REPO / "tests" / "workloads"
+
+
+def assembled_profile(run: str, dest: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """profile.json of the recorded run directory `run` (e.g. conv_block_eager), assembled into `dest/run/`."""
+    path = dest / run / "profile.json"
+    if not path.is_file():
+        write_model_atomic(path, assemble(run_dir(run, tmp_path_factory)))
+    return path
+
+
+def sample_plan(workload: str) -> OptimizationPlan:
+    """A two-item plan: item 1's pass is one tiny_mlp_optimized.py applies, item 2 was deferred."""
+    item = {
+        "id": "mul-add-fusion", "rank": 1, "title": "Fuse scale-and-shift into addcmul", "ir_level": "functional",
+        "target": {"operator_name": "aten::batch_norm", "module_path": "features.0.bn",
+                   "operator_ids": ["aten::batch_norm#0"]},
+        "evidence": [{"metric": "dram_throughput_pct", "value": 0.5, "unit": "%", "condition": "memory-bound",
+                      "source": "aten::batch_norm#0"}],
+        "rationale": "An elementwise pass over the whole activation.",
+        "expected_gain": {"end_to_end_speedup_low": 1.05, "end_to_end_speedup_high": 1.15,
+                          "basis": "Amdahl: 15 % of kernel time, most of it removed"},
+        "pattern": "knowledge/fx_patterns/conv_bn_fold.py", "pass_name": "fuse_mul_add_to_addcmul",
+        "status": "implemented", "status_reason": "tiny_mlp_optimized.py:24",
+    }
+    deferred = {
+        **item, "id": "cuda-graphs", "rank": 2, "title": "Replay as a CUDA graph", "ir_level": "inductor-config",
+        "target": {"operator_name": "aten::conv2d"}, "pattern": "knowledge/fx_patterns/cuda_graphs.py",
+        "pass_name": "cuda_graphs", "status": "deferred", "status_reason": "needs static shapes",
+        "evidence": [{"metric": "gpu_busy_time_ns", "value": 57152, "unit": "ns", "condition": "< 5 % of wall"}],
+    }
+    return OptimizationPlan(workload=workload, baseline_profile="profile.json", device_name="NVIDIA H200",
+                            created_at="2026-11-21T21:00:00+00:00", items=[item, deferred],
+                            not_proposed=["channels-last: float32 convolutions, little to gain"])
+
+
+def _cli(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "mcp_server.cli", *args, "--quiet"], cwd=REPO, check=True,
+                   capture_output=True, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def loop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every file of one optimization loop, real outputs of the engine."""
+    root = tmp_path_factory.mktemp("loop")
+    base = assembled_profile("conv_block_eager", root / "runs", tmp_path_factory)
+    opt = assembled_profile("conv_block_inductor", root / "runs", tmp_path_factory)
+    comparison = compare_profiles(load_profile(base), load_profile(opt))
+    write_comparison(comparison, root)
+    for name, profile in (("analysis_baseline", base), ("analysis_optimized", opt)):
+        analyze_profile(load_profile(profile), root / name, profile_path=profile, measure=False)
+    baseline, optimized = WORKLOADS / "tiny_mlp.py", WORKLOADS / "tiny_mlp_optimized.py"
+    _cli("bench", str(baseline), str(optimized), "--warmup", "1", "--reps", "3", "--rounds", "2",
+         "--input-sets", "1", "--output", str(root))
+    _cli("validate", str(baseline), str(optimized), "--seeds", "0", "--bench", str(root / "bench.json"),
+         "--output", str(root))
+    (root / "optimizations.json").write_text(sample_plan("examples/conv_block/conv_block.py").model_dump_json())
+    return {"baseline": base, "optimized": opt, "comparison": root / "comparison.json",
+            "bench": root / "bench.json", "validation": root / "validation_report.json",
+            "optimizations": root / "optimizations.json", "root": root,
+            "analysis_baseline": root / "analysis_baseline" / "analysis.json",
+            "analysis": root / "analysis_optimized" / "analysis.json"}
+
+
+@pytest.fixture(scope="session")
+def documents(loop: dict[str, Path]) -> dict[str, str]:
+    """The four documents rendered from the loop's files, by file name."""
+    out = loop["root"] / "docs"
+    paths = render_report(loop["baseline"], out, optimized_profile=loop["optimized"], comparison=loop["comparison"],
+                          bench=loop["bench"], validation=loop["validation"], optimizations=loop["optimizations"],
+                          analysis=loop["analysis"], project_dir=REPO)
+    paths += render_plan(loop["baseline"], loop["optimizations"], out, analysis=loop["analysis_baseline"],
+                         project_dir=REPO)
+    return {p.name: p.read_text(encoding="utf-8") for p in paths}
+
+
+def printed_commands(text: str) -> list[list[str]]:
+    """Every `operator-profiler ...` line of a document, split as a shell would."""
+    return [shlex.split(line.strip()) for line in text.splitlines() if line.strip().startswith("operator-profiler ")]
+
+
+# --------------------------------------------------------------------------- every template renders
+
+
+def test_every_template_renders(documents: dict[str, str]) -> None:
+    assert set(documents) == set(TEMPLATES) == {p.name[:-3] for p in PROMPTS_DIR.glob("*.j2")}
+    for name, text in documents.items():
+        assert "{{" not in text and "{%" not in text, f"{name} kept template syntax"
+        assert text.startswith("# ") and text.endswith("\n")
+
+
+def test_report_states_device_clocks_and_bench_speedup(documents: dict[str, str], loop: dict[str, Path]) -> None:
+    report = documents["report.md"]
+    bench = BenchResult.model_validate_json(loop["bench"].read_text())
+    s = bench.speedup
+    assert f"**Measured speedup: {s.point:.3f}× (95 % confidence interval {s.ci_low:.3f}×–{s.ci_high:.3f}×" in report
+    assert f"{bench.baseline.summary.samples} timed calls per side" in report
+    assert "| GPU | NVIDIA H200 (cuda, 132 SMs, compute capability 9.0) |" in report
+    assert "| baseline profile: before capture | 345 | 3201 |" in report
+    assert re.search(r"\| baseline profile: ncu replay \(counters\) \| 1\d{3} \| 3\d{3} \|", report)
+    # the profiles' summed kernel times (57.2 µs -> 54.9 µs, 1.041×) are context, never the stated speedup
+    assert "| gpu_kernel_time_ns | 57.2 µs | 54.9 µs | 1.041× |" in report
+    assert "Measured speedup: 1.041" not in report
+    assert "bench.json was measured on cpu, the profiles on NVIDIA H200" in report
+
+
+def test_report_has_per_operator_counters_applied_and_residual(documents: dict[str, str]) -> None:
+    report = documents["report.md"]
+    fused_row = next(ln for ln in report.splitlines() if ln.startswith("| `triton_per_fused__native_batch_norm"))
+    assert "(absorbed aten::batch_norm, aten::relu_, aten::max_pool2d, aten::adaptive_avg_pool2d)" in fused_row
+    assert "6.1 µs → 1.1 µs (5.457×)" in fused_row and "4 → 1" in fused_row and "occupancy % 12.4 → 6.1" in fused_row
+    applied = report.split("## What was applied")[1].split("## What was not applied")[0]
+    assert "Fuse scale-and-shift into addcmul" in applied and "`fuse_mul_add_to_addcmul` | 1×" in applied
+    assert "`relu_to_functional` (1×)" in applied, "a pass the plan did not list is reported too"
+    not_applied = report.split("## What was not applied")[1].split("## Residual")[0]
+    assert "| 2 | Replay as a CUDA graph | deferred | needs static shapes |" in not_applied
+    residual = report.split("## Residual opportunities")[1].split("## Validation checks")[0]
+    assert "**#1 Replay the compiled graph with CUDA graphs" in residual and "(analysis.json)" in residual
+    assert "pattern `knowledge/fx_patterns/cuda_graphs.py`" in residual
+    assert "#2 Replay as a CUDA graph (deferred)" in residual
+    assert "of the time is still here** — `aten::convolution`" in residual
+    assert "| numerics | pass |" in report and "**Validation: PASS** on cpu, seeds 0" in report
+
+
+def test_optimized_workload_document(documents: dict[str, str]) -> None:
+    doc = documents["OPTIMIZED_WORKLOAD.md"]
+    assert doc.startswith("# `tiny_mlp_optimized`: the optimized workload")
+    assert "from tiny_mlp_optimized import get_model_and_input, optimize" in doc
+    assert "compiled through its own registered `torch.compile` backend `tiny_mlp_opt`" in doc
+    assert "### 1. Fuse scale-and-shift into addcmul — applied" in doc
+    assert "### 2. Replay as a CUDA graph — deferred" in doc
+    assert "python -m pytest -q tests/workloads/test_tiny_mlp_optimized.py" in doc
+
+
+def test_plan_documents(documents: dict[str, str]) -> None:
+    proposal, work_order = documents["proposal.md"], documents["implementation.md"]
+    assert "| `aten::conv2d` | features.0.conv, features.1.conv" in proposal and "57.7 %" in proposal
+    assert "dram_throughput_pct=0.5 % (memory-bound) at aten::batch_norm#0" in proposal
+    assert "estimate: 1.05×–1.15× end to end" in proposal
+    assert "channels-last: float32 convolutions, little to gain" in proposal
+    assert '`BACKEND_NAME = "conv_block_opt"`' in work_order
+    assert "examples/conv_block/test_conv_block_optimized.py" in work_order
+    code = work_order.split("```python\n", 1)[1].split("```", 1)[0]
+    compile(code, "skeleton.py", "exec")  # the skeleton is valid Python
+    assert "def fuse_mul_add_to_addcmul(gm: torch.fx.GraphModule) -> int:" in code
+
+
+# --------------------------------------------------------------------------- printed commands exist and work
+
+
+def test_every_printed_command_parses(documents: dict[str, str]) -> None:
+    parser = build_parser()
+    seen = set()
+    for name, text in documents.items():
+        for argv in printed_commands(text):
+            assert argv[0] == "operator-profiler"
+            try:
+                args = parser.parse_args(argv[1:])
+            except SystemExit:
+                pytest.fail(f"{name} prints a command mcp_server.cli rejects: {shlex.join(argv)} (the `report` "
+                            "subcommand is registered from mcp_server.render.arguments)")
+            seen.add(args.command)
+    assert {"preflight", "run", "compare", "bench", "validate", "report"} <= seen
+
+
+def test_printed_report_command_reproduces_the_report(documents: dict[str, str], loop: dict[str, Path],
+                                                      monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    line = next(argv for argv in printed_commands(documents["report.md"]) if argv[1] == "report")
+    out = Path(line[line.index("--output") + 1])
+    monkeypatch.chdir(REPO)
+    (out / "report.md").unlink()
+    assert cli_main(line[1:]) == 0
+    assert (out / "report.md").read_text(encoding="utf-8") == documents["report.md"]
+    assert f"wrote {out / 'report.md'}" in capsys.readouterr().out
+
+
+def test_printed_bench_and_validate_settings_match_the_files(documents: dict[str, str], loop) -> None:
+    commands = {argv[1]: argv for argv in printed_commands(documents["report.md"])}
+    bench = BenchResult.model_validate_json(loop["bench"].read_text())
+    report = ValidationReport.model_validate_json(loop["validation"].read_text())
+    b = build_parser().parse_args(commands["bench"][1:])
+    assert (b.warmup, b.reps, b.rounds, b.input_sets, b.python) == (1, 3, 2, 1, bench.python_executable)
+    assert b.baseline == Path("tests/workloads/tiny_mlp.py")
+    v = build_parser().parse_args(commands["validate"][1:])
+    assert v.seeds == "0" and v.bench == loop["bench"] and v.python == report.python_executable
+    order = [argv[1] for argv in printed_commands(documents["report.md"])]
+    assert order.index("bench") < order.index("validate"), "validate reads bench.json: bench runs first"
+
+
+# --------------------------------------------------------------------------- degraded inputs, errors
+
+
+def test_report_without_bench_claims_no_speedup(loop: dict[str, Path], tmp_path: Path) -> None:
+    paths = render_report(loop["baseline"], tmp_path, project_dir=REPO)
+    assert [p.name for p in paths] == ["report.md"]
+    text = paths[0].read_text()
+    assert "Measured speedup" not in text and "no bench.json: no speedup is claimed" in text
+    assert "No optimizations.json was given." in text
+
+
+def test_missing_input_fails_with_a_remedy(loop: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(ProfileFormatError, match="bench result not found") as err:
+        render_report(loop["baseline"], tmp_path, bench=tmp_path / "nope.json")
+    assert err.value.remedy
+    assert not (tmp_path / "report.md").exists(), "nothing is written when an input is bad"
+
+
+def test_report_arguments_plan_mode(loop: dict[str, Path], tmp_path: Path, capsys) -> None:
+    parser = argparse.ArgumentParser()
+    add_report_arguments(parser)
+    args = parser.parse_args([str(loop["baseline"]), "--optimizations", str(loop["optimizations"]), "--plan",
+                              "--output", str(tmp_path)])
+    assert cmd_report(args) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["implementation.md", "proposal.md"]
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_residual_opportunities_skip_what_was_applied(loop: dict[str, Path]) -> None:
+    analysis = Analysis.model_validate_json(loop["analysis_baseline"].read_text())
+    classes = [o.change_class for o in analysis.opportunities]
+    assert "conv_bn_fold" in classes and "cuda_graphs" in classes
+    fold = sample_plan("w.py").items[0].model_copy(update={"pattern": "knowledge/fx_patterns/conv_bn_fold.py"})
+    rows = residual_from_analysis(analysis, [fold])
+    assert len(rows) == len(classes) - 1
+    assert all("conv_bn_fold" not in r.pattern for r in rows)
+    graphs = next(r for r in rows if r.pattern.endswith("cuda_graphs.py"))
+    assert "gpu_utilization_pct=" in graphs.evidence and "% of the window; estimate" in graphs.estimate
+
+
+def test_proposal_quotes_the_diagnosis(documents: dict[str, str]) -> None:
+    proposal = documents["proposal.md"]
+    assert "## Diagnosis (analysis.json)" in proposal and "launch_overhead: The GPU is busy" in proposal
+    assert "Fold 6 batch norms into the preceding convolutions" in proposal
+
+
+# --------------------------------------------------------------------------- optimizations.json schema
+
+
+def test_published_schema_is_current_and_accepts_the_sample() -> None:
+    published = json.loads((REPO / "schemas" / "optimizations.schema.json").read_text())
+    assert (REPO / "schemas" / "optimizations.schema.json").read_text() == schema_text(OptimizationPlan)
+    jsonschema.Draft202012Validator.check_schema(published)
+    jsonschema.validate(json.loads(sample_plan("w.py").model_dump_json()), published)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d["items"].reverse(), "rank order"),
+    (lambda d: d["items"][1].update(id=d["items"][0]["id"]), "unique"),
+    (lambda d: d["items"][0].update(pattern="../knowledge/x.py"), "under knowledge/"),
+    (lambda d: d["items"][0]["expected_gain"].update(end_to_end_speedup_low=2.0), "must not exceed"),
+    (lambda d: d["items"][0]["expected_gain"].update(label="measured"), "estimate"),
+    (lambda d: d["items"][0].update(evidence=[]), "at least 1"),
+    (lambda d: d["items"][0].update(ir_level="triton"), "functional"),
+    (lambda d: d["items"][0].update(surprise=True), "Extra inputs"),
+])
+def test_invalid_plans_are_rejected(change, message: str, tmp_path: Path) -> None:
+    data = json.loads(sample_plan("w.py").model_dump_json())
+    change(data)
+    with pytest.raises(ValidationError, match=message):
+        OptimizationPlan.model_validate(data)
+    path = tmp_path / "optimizations.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileFormatError, match="is not a valid optimizations.json: "):
+        load_optimizations(path)
