@@ -48,7 +48,8 @@ def _add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", default=sys.executable,
                    help="interpreter that runs the workload (default: this one, %(default)s)")
     p.add_argument("--compile-mode", default="eager",
-                   help=f"{' | '.join(COMPILE_MODES)} (cudagraphs = torch.compile mode='reduce-overhead')")
+                   help=f"{' | '.join(COMPILE_MODES)} (cudagraphs = torch.compile mode='reduce-overhead'; optimized = "
+                   "the workload's own optimize(model), see docs/optimized-workload-contract.md)")
     p.add_argument("--warmup-iters", type=_positive, default=3, help="iterations before the window (default 3)")
     p.add_argument("--iters", type=_positive, default=1, help="iterations inside the measured window (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed for every RNG (default 0)")

@@ -86,3 +86,22 @@ def test_script_with_nvtx_capture_window(tmp_path):
     assert proc.returncode == 0, proc.stderr
     names = {op.operator_name for op in load_profile(out / "profile.json").operators}
     assert "aten::linear" in names and "aten::relu" in names
+
+
+def test_optimized_mode_runs_the_workloads_own_backend(tmp_path):
+    out = tmp_path / "run"
+    workload = REPO / "tests" / "workloads" / "conv_block_optimized.py"
+    proc = run_cli("profile", str(workload), "--compile-mode", "optimized", "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert load_profile(out / "profile.json").capture_metadata.compile_mode == "optimized"
+    provenance = json.loads((out / "torch" / "inductor_provenance.json").read_text())
+    assert provenance["generated_code"], "the backend delegated to Inductor: its generated code is kept"
+    assert any(v["module_path"] == "features.0.conv" for v in provenance["node_modules"].values()), (
+        "the registered backend was wrapped so the FX graph's module paths were recorded"
+    )
+
+
+def test_optimized_mode_needs_the_optimized_contract(tmp_path, example):
+    proc = run_cli("profile", str(example("conv_block")), "--compile-mode", "optimized", "-o", str(tmp_path / "r"))
+    assert proc.returncode == 1
+    assert "needs BACKEND_NAME and optimize(model)" in proc.stderr

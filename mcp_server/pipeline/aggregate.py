@@ -45,21 +45,50 @@ def trusted_model(cls: type[M], fields_set: set[str], **values: Any) -> M:
     """`cls(**values)` for values already of their fields' types, without validating them again.
 
     Like `model_construct`, but every field must be given and `fields_set` is used as it is (callers share
-    one set between many records whose every field is set). Setting the fields one by one gives instances of
-    a class a shared-key `__dict__`, a third of a plain dict's size: it matters for a million records.
+    one set between many records whose every field is set). Setting the fields one by one gives the instances
+    of a class a shared-key `__dict__`, a third of a plain dict's size: it matters for a million records.
     """
     if len(values) != len(cls.model_fields):
         raise TypeError(f"{cls.__name__}: every field must be given, missing {set(cls.model_fields) - set(values)}")
     model = cls.__new__(cls)
     for name, value in values.items():
         _set(model, name, value)
-    _set(model, "__pydantic_fields_set__", fields_set)
-    _set(model, "__pydantic_extra__", None)
-    _set(model, "__pydantic_private__", None)
+    _finish(model, fields_set)
     return model
 
 
+def _finish(model: BaseModel, fields_set: set[str]) -> None:
+    """The bookkeeping pydantic keeps beside the fields (no extra fields, no private attributes here)."""
+    _set(model, "__pydantic_fields_set__", fields_set)
+    _set(model, "__pydantic_extra__", None)
+    _set(model, "__pydantic_private__", None)
+
+
 _COUNTED = frozenset({"kernel_count", "total_duration_ns", "dominant_kernel"})
+_AGGREGATED_FIELDS = (
+    "total_duration_ns", "kernel_count", "dominant_kernel", "dram_bytes_read", "dram_bytes_written",
+    "achieved_occupancy_pct", "tensor_core_active_pct", "l1_hit_rate_pct", "l2_hit_rate_pct", "sm_throughput_pct",
+    "dram_throughput_pct", "flops_by_precision", "arithmetic_intensity_flop_per_byte", "cpu_self_time_ns",
+    "cpu_total_time_ns",
+)
+if tuple(AggregatedMetrics.model_fields) != _AGGREGATED_FIELDS:  # a schema change must reach _counted_only
+    raise ImportError(f"_counted_only sets {_AGGREGATED_FIELDS}, AggregatedMetrics has {tuple(AggregatedMetrics.model_fields)}")
+
+
+def _counted_only(total: int, count: int, dominant: str) -> AggregatedMetrics:
+    """AggregatedMetrics(kernel_count=count, total_duration_ns=total) with `dominant_kernel` set, and nothing else."""
+    agg = AggregatedMetrics.__new__(AggregatedMetrics)
+    _set(agg, "total_duration_ns", total)
+    _set(agg, "kernel_count", count)
+    _set(agg, "dominant_kernel", dominant)
+    for name in _AGGREGATED_FIELDS[3:11]:
+        _set(agg, name, None)
+    _set(agg, "flops_by_precision", {})
+    _set(agg, "arithmetic_intensity_flop_per_byte", None)
+    _set(agg, "cpu_self_time_ns", None)
+    _set(agg, "cpu_total_time_ns", None)
+    _finish(agg, set(_COUNTED))
+    return agg
 
 
 def kernel_flops(kernel: KernelRecord) -> dict[str, float]:
@@ -85,13 +114,7 @@ def aggregate(kernels: list[KernelRecord]) -> AggregatedMetrics:
         with_counters = with_counters or bool(kernel.metrics)
     if dominant is None or with_counters:
         return _aggregate_counters(kernels, total, dominant)
-    return trusted_model(
-        AggregatedMetrics, set(_COUNTED), total_duration_ns=total, kernel_count=len(kernels),
-        dominant_kernel=dominant.kernel_name, dram_bytes_read=None, dram_bytes_written=None,
-        achieved_occupancy_pct=None, tensor_core_active_pct=None, l1_hit_rate_pct=None, l2_hit_rate_pct=None,
-        sm_throughput_pct=None, dram_throughput_pct=None, flops_by_precision={},
-        arithmetic_intensity_flop_per_byte=None, cpu_self_time_ns=None, cpu_total_time_ns=None,
-    )
+    return _counted_only(total, len(kernels), dominant.kernel_name)
 
 
 def _aggregate_counters(kernels: list[KernelRecord], total: int, dominant: KernelRecord | None) -> AggregatedMetrics:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mcp_server.pipeline.aggregate import aggregate, trusted_model
+from mcp_server.pipeline.aggregate import aggregate
 from mcp_server.pipeline.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance
 from mcp_server.schema.profile import (
     AggregatedMetrics,
@@ -103,15 +103,19 @@ class _StackFacts:
         self.triton = None if ops else _triton_range(stack, origins)
 
 
+_OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
+_BUILT_OPERATOR_FIELDS = frozenset({
+    "operator_id", "operator_name", "call_index", "module_path", "input_shapes", "input_dtypes", "is_fused",
+    "fused_operators", "kernels", "aggregated",
+})
 _KERNEL_FIELDS = frozenset(KernelRecord.model_fields)
 _BUILT_KERNEL_FIELDS = frozenset({
     "kernel_id", "kernel_name", "mangled_name", "device_id", "stream_id", "correlation_id", "start_ns", "duration_ns",
     "grid", "block", "registers_per_thread", "shared_memory_bytes", "module_path", "attribution", "metrics",
     "propagated_from",
 })
-if _KERNEL_FIELDS != _BUILT_KERNEL_FIELDS:  # a schema change must reach _kernel_record
-    raise ImportError(f"_kernel_record sets {sorted(_BUILT_KERNEL_FIELDS)}, KernelRecord has {sorted(_KERNEL_FIELDS)}")
-_OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
+if _KERNEL_FIELDS != _BUILT_KERNEL_FIELDS or _OPERATOR_FIELDS != _BUILT_OPERATOR_FIELDS:
+    raise ImportError("KernelRecord/OperatorRecord fields changed: update _kernel_record and _operators")
 _set = object.__setattr__
 
 
@@ -307,21 +311,21 @@ def _operators(calls: list[_Call], aggregated: bool) -> list[OperatorRecord]:
     for call in calls:
         index = seen.get(call.name, 0)
         seen[call.name] = index + 1
-        operators.append(
-            trusted_model(
-                OperatorRecord, complete if aggregated else set(given),
-                operator_id=f"{call.name}#{index}",
-                operator_name=call.name,
-                call_index=index,
-                module_path=call.module_path,
-                input_shapes=call.input_shapes,
-                input_dtypes=call.input_dtypes,
-                is_fused=call.origin is not None,
-                fused_operators=list(call.origin.aten_ops) if call.origin else [],
-                kernels=call.kernels,
-                aggregated=aggregate(call.kernels) if aggregated else AggregatedMetrics(),
-            )
-        )
+        op = OperatorRecord.__new__(OperatorRecord)
+        _set(op, "operator_id", f"{call.name}#{index}")
+        _set(op, "operator_name", call.name)
+        _set(op, "call_index", index)
+        _set(op, "module_path", call.module_path)
+        _set(op, "input_shapes", call.input_shapes)
+        _set(op, "input_dtypes", call.input_dtypes)
+        _set(op, "is_fused", call.origin is not None)
+        _set(op, "fused_operators", list(call.origin.aten_ops) if call.origin else [])
+        _set(op, "kernels", call.kernels)
+        _set(op, "aggregated", aggregate(call.kernels) if aggregated else AggregatedMetrics())
+        _set(op, "__pydantic_fields_set__", complete if aggregated else set(given))
+        _set(op, "__pydantic_extra__", None)
+        _set(op, "__pydantic_private__", None)
+        operators.append(op)
     return operators
 
 

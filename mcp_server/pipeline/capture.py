@@ -21,12 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mcp_server.errors import CancelledCapture, CaptureFailed, UsageError, WorkloadError
+from mcp_server.pipeline.harness import COMPILE_MODES, CONTRACT
 from mcp_server.schema.manifest import PassRecord
 
 HARNESS = Path(__file__).with_name("harness.py")
-CONTRACT_DEF = re.compile(r"^def get_model_and_input\b", re.MULTILINE)
 SCRIPT_WINDOW = re.compile(r"\bNvtxCapture\s*\(")
-COMPILE_MODES = ("eager", "inductor", "cudagraphs")
 Progress = Callable[[str], None]
 
 
@@ -58,7 +57,7 @@ class CaptureRequest:
         if self.workload.suffix != ".py":
             raise WorkloadError(f"workload is not a .py file: {self.workload}", "pass a Python file")
         source = self.workload.read_text(encoding="utf-8", errors="replace")
-        if not (CONTRACT_DEF.search(source) or SCRIPT_WINDOW.search(source)):
+        if not (CONTRACT.search(source) or SCRIPT_WINDOW.search(source)):
             raise WorkloadError(
                 f"{self.workload} defines no get_model_and_input() and uses no NvtxCapture window",
                 "add `def get_model_and_input(): return model, inputs` (see README: workload contract)",

@@ -50,7 +50,13 @@ KINETO_TRACE = "kineto_trace.json"
 PROVENANCE_FILE = "inductor_provenance.json"
 INDUCTOR_CODE_DIR = "inductor_code"
 ENV_CONFIG = "OPERATOR_PROFILER_HARNESS"
-COMPILE_MODES = ("eager", "inductor", "cudagraphs")
+COMPILE_MODES = ("eager", "inductor", "cudagraphs", "optimized")
+# A workload defines or imports get_model_and_input (an optimized workload imports its baseline's).
+CONTRACT = re.compile(
+    r"^\s*(?:def get_model_and_input\b|from\s+\S+\s+import\s+.*\bget_model_and_input\b"
+    r"|get_model_and_input\s*=)",
+    re.MULTILINE,
+)
 PROFILERS = ("torch", "nvtx", "none")
 
 EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW = 0, 2, 3, 4, 5
@@ -224,6 +230,42 @@ def _clean_module_path(raw: str) -> str:
     return path.strip(".")
 
 
+def _record_node_modules(gm: Any, into: dict[str, dict[str, str]]) -> None:
+    """FX node name -> innermost nn.Module path and type, from each node's `nn_module_stack`."""
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            path, mtype = list(stack.values())[-1]
+            into[node.name] = {
+                "module_path": _clean_module_path(str(path)),
+                "module_type": getattr(mtype, "__name__", str(mtype)),
+            }
+
+
+class _RecordingBackend:
+    """Wraps a workload's registered torch.compile backend so its FX graphs' module metadata is recorded."""
+
+    def __init__(self, module: Any) -> None:
+        import torch
+
+        name = getattr(module, "BACKEND_NAME", None)
+        if not name or not callable(getattr(module, "optimize", None)):
+            raise _ContractError(
+                "--compile-mode optimized needs BACKEND_NAME and optimize(model) (docs/optimized-workload-contract.md)"
+            )
+        from torch._dynamo.backends import registry
+
+        self.node_modules: dict[str, dict[str, str]] = {}
+        inner = torch._dynamo.lookup_backend(name)
+
+        def recording(gm: Any, example_inputs: Any) -> Any:
+            _record_node_modules(gm, self.node_modules)
+            return inner(gm, example_inputs)
+
+        registry._COMPILER_FNS[name] = recording
+        self.optimize = module.optimize
+
+
 class _RecordingInductor:
     """torch.compile backend: records each FX graph's node -> nn.Module path, then compiles with Inductor."""
 
@@ -234,17 +276,12 @@ class _RecordingInductor:
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         from torch._inductor.compile_fx import compile_fx
 
-        for node in gm.graph.nodes:
-            stack = node.meta.get("nn_module_stack")
-            if stack:
-                path, mtype = list(stack.values())[-1]
-                name = getattr(mtype, "__name__", str(mtype))
-                self.node_modules[node.name] = {"module_path": _clean_module_path(str(path)), "module_type": name}
+        _record_node_modules(gm, self.node_modules)
         patches = {"triton.cudagraphs": True} if self.compile_mode == "cudagraphs" else None
         return compile_fx(gm, example_inputs, config_patches=patches)
 
 
-def _inductor_provenance(backend: _RecordingInductor, run_dir: Path) -> dict[str, Any]:
+def _inductor_provenance(backend: _RecordingInductor | _RecordingBackend, run_dir: Path) -> dict[str, Any]:
     """Copy every module Inductor generated in this process into the run directory, with the FX metadata.
 
     The engine reads the copies (kernel name -> original aten ops) and `node_modules` (FX node -> module
@@ -363,7 +400,10 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
         raise _ContractError("--train-step was given but the workload defines no train_step(model, inputs)")
     backend = None
     fn = model
-    if args.compile_mode != "eager":
+    if args.compile_mode == "optimized":
+        backend = _RecordingBackend(module)
+        fn = backend.optimize(model)
+    elif args.compile_mode != "eager":
         backend = _RecordingInductor(args.compile_mode)
         fn = torch.compile(model, backend=backend)
 
@@ -458,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         module_source = args.workload.read_text(encoding="utf-8")
-        if re.search(r"^def get_model_and_input\b", module_source, re.MULTILINE):
+        if CONTRACT.search(module_source):
             result["workload_kind"] = "contract"
             module = _load_workload(args.workload.resolve())
             if not callable(getattr(module, "get_model_and_input", None)):
