@@ -18,6 +18,7 @@ from mcp_server.pipeline.profiling import BACKENDS, build_profile, capture, choo
 from mcp_server.pipeline.rundir import default_run_dir, read_manifest
 from mcp_server.preflight import format_report as format_preflight
 from mcp_server.preflight import preflight
+from mcp_server.render.arguments import add_report_arguments, cmd_report
 from mcp_server.schema.io import load_profile
 from mcp_server.summary import format_top_operators, format_window
 from mcp_server.validate import parse_tolerances, render_checks, validate
@@ -267,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", type=Path, help="folder for validation_report.json (default: beside OPTIMIZED)")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--quiet", "-q", action="store_true")
+    p = sub.add_parser("report", help="render report.md and OPTIMIZED_WORKLOAD.md (or, with --plan, the proposal)")
+    add_report_arguments(p)
     p = sub.add_parser("preflight", help="check GPU, driver, torch/CUDA, nsys, ncu and counter permission")
     p.add_argument("--python", default=sys.executable, help="interpreter that will run workloads (%(default)s)")
     p.add_argument("--quick", action="store_true", help="skip starting that interpreter and the tools (seconds)")
@@ -297,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "validate":
             return cmd_validate(args)
+        if args.command == "report":
+            return cmd_report(args)
         if args.command == "preflight":
             return cmd_preflight(args)
         if args.command == "summary":

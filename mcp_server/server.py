@@ -276,11 +276,17 @@ async def report(
     baseline_profile: ProfileRef,
     ctx: Context,
     optimized_profile: Annotated[str | None, Field(description="The optimized workload's profile.")] = None,
-    analysis: Annotated[str | None, Field(description="analysis.json of the baseline (from analyze).")] = None,
+    analysis: Annotated[str | None, Field(
+        description="analysis.json (from analyze): the optimized profile's for a report, the baseline's for a plan."
+    )] = None,
     comparison: Annotated[str | None, Field(description="comparison.json (from compare).")] = None,
     bench_json: Annotated[str | None, Field(description="bench.json (from bench): the only speedup stated.")] = None,
     validation: Annotated[str | None, Field(description="validation_report.json (from validate).")] = None,
     optimizations: Annotated[str | None, Field(description="optimizations.json of the changes made.")] = None,
+    plan: Annotated[bool, Field(
+        description="Plan mode: validate optimizations.json against its schema and write proposal.md and "
+        "implementation.md from the baseline profile (and its analysis) instead of the report."
+    )] = False,
     output: Output = None,
 ) -> ReportResult:
     """Write report.md (device and clocks, per-operator before/after, the evidence) and, when validation, bench
@@ -288,10 +294,12 @@ async def report(
 
     Use at the end of an optimization loop, passing every file the other tools returned. A speedup is stated
     only from bench.json, and correctness only from validation_report.json; the report says so when missing.
+    With plan=true (after the strategist wrote optimizations.json), it validates that file and writes
+    proposal.md and implementation.md instead.
     """
     work = partial(_actions().report_run, baseline_profile=baseline_profile, optimized_profile=optimized_profile,
                    analysis=analysis, comparison=comparison, bench_json=bench_json, validation=validation,
-                   optimizations=optimizations, output=output)
+                   optimizations=optimizations, plan=plan, output=output)
     return await run_engine(ctx, "report", work, ASSEMBLY_MARGIN_S)
 
 

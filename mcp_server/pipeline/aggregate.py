@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
-
 from pydantic import BaseModel
 
 from mcp_server.schema.profile import (
@@ -37,28 +35,15 @@ _FLOPS = {
 }
 
 
-M = TypeVar("M", bound=BaseModel)
 _set = object.__setattr__
 
 
-def trusted_model(cls: type[M], fields_set: set[str], **values: Any) -> M:
-    """`cls(**values)` for values already of their fields' types, without validating them again.
+def finish_record(model: BaseModel, fields_set: set[str]) -> None:
+    """What pydantic keeps beside the fields of a record built field by field, without validation.
 
-    Like `model_construct`, but every field must be given and `fields_set` is used as it is (callers share
-    one set between many records whose every field is set). Setting the fields one by one gives the instances
-    of a class a shared-key `__dict__`, a third of a plain dict's size: it matters for a million records.
+    The fields were set one at a time (not as a whole `__dict__`, as `model_construct` does): the instances of a
+    class then share their dict's keys, a third of a plain dict's size, which matters for a million records.
     """
-    if len(values) != len(cls.model_fields):
-        raise TypeError(f"{cls.__name__}: every field must be given, missing {set(cls.model_fields) - set(values)}")
-    model = cls.__new__(cls)
-    for name, value in values.items():
-        _set(model, name, value)
-    _finish(model, fields_set)
-    return model
-
-
-def _finish(model: BaseModel, fields_set: set[str]) -> None:
-    """The bookkeeping pydantic keeps beside the fields (no extra fields, no private attributes here)."""
     _set(model, "__pydantic_fields_set__", fields_set)
     _set(model, "__pydantic_extra__", None)
     _set(model, "__pydantic_private__", None)
@@ -72,10 +57,10 @@ _AGGREGATED_FIELDS = (
     "cpu_total_time_ns",
 )
 if tuple(AggregatedMetrics.model_fields) != _AGGREGATED_FIELDS:  # a schema change must reach _counted_only
-    raise ImportError(f"_counted_only sets {_AGGREGATED_FIELDS}, AggregatedMetrics has {tuple(AggregatedMetrics.model_fields)}")
+    raise ImportError("AggregatedMetrics fields changed: update _counted_only")
 
 
-def _counted_only(total: int, count: int, dominant: str) -> AggregatedMetrics:
+def _counted_only(total: int, count: int, dominant: str, fields_set: set[str]) -> AggregatedMetrics:
     """AggregatedMetrics(kernel_count=count, total_duration_ns=total) with `dominant_kernel` set, and nothing else."""
     agg = AggregatedMetrics.__new__(AggregatedMetrics)
     _set(agg, "total_duration_ns", total)
@@ -87,7 +72,7 @@ def _counted_only(total: int, count: int, dominant: str) -> AggregatedMetrics:
     _set(agg, "arithmetic_intensity_flop_per_byte", None)
     _set(agg, "cpu_self_time_ns", None)
     _set(agg, "cpu_total_time_ns", None)
-    _finish(agg, set(_COUNTED))
+    finish_record(agg, fields_set)
     return agg
 
 
@@ -103,6 +88,12 @@ def kernel_flops(kernel: KernelRecord) -> dict[str, float]:
 
 def aggregate(kernels: list[KernelRecord]) -> AggregatedMetrics:
     """The aggregated block of one operator call."""
+    return aggregate_into(kernels, None)
+
+
+def aggregate_into(kernels: list[KernelRecord], counted: set[str] | None) -> AggregatedMetrics:
+    """`aggregate(kernels)`; the usual block (kernel count, time, dominant kernel, no counters) takes `counted`
+    as its fields-set, shared between the calls of one profile (None: a set of its own)."""
     total = 0
     dominant: KernelRecord | None = None
     with_counters = False
@@ -114,7 +105,12 @@ def aggregate(kernels: list[KernelRecord]) -> AggregatedMetrics:
         with_counters = with_counters or bool(kernel.metrics)
     if dominant is None or with_counters:
         return _aggregate_counters(kernels, total, dominant)
-    return _counted_only(total, len(kernels), dominant.kernel_name)
+    return _counted_only(total, len(kernels), dominant.kernel_name, set(_COUNTED) if counted is None else counted)
+
+
+def counted_fields() -> set[str]:
+    """The fields-set of an aggregated block with no counters, for `aggregate_into`."""
+    return set(_COUNTED)
 
 
 def _aggregate_counters(kernels: list[KernelRecord], total: int, dominant: KernelRecord | None) -> AggregatedMetrics:

@@ -131,12 +131,17 @@ def write_profile(run_dir: Path, profile: OperatorAttributedProfile, name: str =
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic collector while millions of acyclic records are built or written: it would walk them all,
-    over and over, for nothing."""
+    """Pause the cyclic collector while millions of acyclic records are built or written.
+
+    It would walk them all, over and over, for nothing. When it resumes, what was built is moved straight to
+    the oldest generation (freeze, unfreeze), so its first collection does not walk them all at once either.
+    """
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mcp_server.pipeline.aggregate import aggregate
+from mcp_server.pipeline.aggregate import aggregate_into, counted_fields, finish_record
 from mcp_server.pipeline.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance
 from mcp_server.schema.profile import (
     AggregatedMetrics,
@@ -141,9 +141,7 @@ def _kernel_record(
     _set(record, "attribution", attribution)
     _set(record, "metrics", metrics)
     _set(record, "propagated_from", propagated)
-    _set(record, "__pydantic_fields_set__", fields_set)
-    _set(record, "__pydantic_extra__", None)
-    _set(record, "__pydantic_private__", None)
+    finish_record(record, fields_set)
     return record
 
 
@@ -189,7 +187,7 @@ def attribute_kernels(
     `high_confidence_links`: the stack comes from the same capture as the tool's own launch correlation
     (Kineto); NVTX stacks (nsys) give medium confidence.
     """
-    return attribute_stream(kernels, provenance, window_start_ns, counters, high_confidence_links, aggregated=False)
+    return attribute_stream(kernels, provenance, window_start_ns, counters, high_confidence_links, for_profile=False)
 
 
 def attribute_stream(
@@ -198,11 +196,13 @@ def attribute_stream(
     window_start_ns: int,
     counters: Counters | None = None,
     high_confidence_links: bool = True,
-    aggregated: bool = True,
+    for_profile: bool = True,
 ) -> tuple[list[OperatorRecord], list[KernelRecord]]:
     """`attribute_kernels` over any iterable of kernels (a reader's stream), in one pass.
 
-    With `aggregated`, each operator also carries `aggregate(op.kernels)`, as the assemblers set it.
+    `for_profile`: the records go into a profile, read-only. Each operator also carries `aggregate(op.kernels)`
+    as the assemblers set it, and values that repeat by the million are shared: equal input shapes are one
+    list, the aggregated blocks one fields-set.
     """
     origins = provenance.kernels
     calls: dict[tuple[object, ...], _Call] = {}
@@ -213,6 +213,7 @@ def attribute_stream(
     last_stack: Sequence[FrameLike] | None = None
     last_key: tuple[object, ...] | None = None
     call: _Call | None = None
+    shapes_seen: dict[object, list[list[int] | None]] = {}
     for kernel in kernels:
         stack = kernel.stack
         if stack is not last_stack or facts is None:
@@ -233,8 +234,11 @@ def attribute_stream(
                 if call is None:
                     graph = facts.graph
                     graph_key = (kernel.launch_thread, graph.start_ns) if graph is not None else None
+                    shapes = _copy_shapes(outer.input_shapes)
+                    if for_profile and shapes is not None:
+                        shapes = shapes_seen.setdefault(_frozen(shapes), shapes)
                     call = calls[key] = _Call(
-                        outer.name, kernel.ordinal, module_path, _copy_shapes(outer.input_shapes),
+                        outer.name, kernel.ordinal, module_path, shapes,
                         None if outer.input_dtypes is None else list(outer.input_dtypes), graph_call=graph_key,
                     )
                 last_key = key
@@ -259,12 +263,16 @@ def attribute_stream(
     ordered = sorted(calls.values(), key=lambda c: c.first_ordinal)
     calls.clear()
     _extern_module_paths(ordered, provenance.extern_calls)
-    return _operators(ordered, aggregated), unattributed
+    return _operators(ordered, for_profile), unattributed
 
 
 def _copy_shapes(shapes: list[list[int] | None] | None) -> list[list[int] | None] | None:
     """A copy of a frame's input shapes, as validating them into an OperatorRecord makes."""
     return None if shapes is None else [None if dims is None else list(dims) for dims in shapes]
+
+
+def _frozen(shapes: list[list[int] | None]) -> object:
+    return tuple(None if dims is None else tuple(dims) for dims in shapes)
 
 
 def _extern_module_paths(calls: list[_Call], sequences: list[list[ExternCall]]) -> None:
@@ -299,15 +307,16 @@ def _in_order(group: list[_Call], sequence: list[ExternCall]) -> list[ExternCall
     return matched
 
 
-def _operators(calls: list[_Call], aggregated: bool) -> list[OperatorRecord]:
+def _operators(calls: list[_Call], for_profile: bool) -> list[OperatorRecord]:
     """OperatorRecords of the calls in window order, as OperatorRecord(...) builds them (no re-validation).
 
-    With `aggregated`, `aggregated` is set as the assemblers set it.
+    `for_profile`: `aggregated` is set as the assemblers set it.
     """
     seen: dict[str, int] = {}
     operators = []
     complete = set(_OPERATOR_FIELDS)  # every field set: shared, it can never change
     given = _OPERATOR_FIELDS - {"aggregated"}
+    counted = counted_fields()
     for call in calls:
         index = seen.get(call.name, 0)
         seen[call.name] = index + 1
@@ -321,10 +330,8 @@ def _operators(calls: list[_Call], aggregated: bool) -> list[OperatorRecord]:
         _set(op, "is_fused", call.origin is not None)
         _set(op, "fused_operators", list(call.origin.aten_ops) if call.origin else [])
         _set(op, "kernels", call.kernels)
-        _set(op, "aggregated", aggregate(call.kernels) if aggregated else AggregatedMetrics())
-        _set(op, "__pydantic_fields_set__", complete if aggregated else set(given))
-        _set(op, "__pydantic_extra__", None)
-        _set(op, "__pydantic_private__", None)
+        _set(op, "aggregated", aggregate_into(call.kernels, counted) if for_profile else AggregatedMetrics())
+        finish_record(op, complete if for_profile else set(given))
         operators.append(op)
     return operators
 

@@ -117,6 +117,7 @@ def _optimized_workload(inputs: ReportInputs) -> str | None:
         inputs.bench.optimized.workload if inputs.bench else None,
         inputs.optimizations.optimized_workload if inputs.optimizations else None,
         inputs.optimized.capture_metadata.workload if inputs.optimized else None,
+        optimized_workload_path(inputs.optimizations.workload) if inputs.optimizations else None,
     ):
         if candidate:
             return candidate

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.manifest import RunManifest
+from mcp_server.schema.optimizations import OptimizationPlan
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
 
@@ -20,6 +21,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "bench.schema.json": BenchResult,
     "validation_report.schema.json": ValidationReport,
     "analysis.schema.json": Analysis,
+    "optimizations.schema.json": OptimizationPlan,
 }
 
 

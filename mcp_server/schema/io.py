@@ -71,11 +71,13 @@ def write_model_streaming(path: Path, model: BaseModel, fields: Sequence[str], c
                 items = getattr(model, name)
                 if not items:
                     continue
-                adapter = TypeAdapter(type(model).model_fields[name].annotation)
+                # Each chunk as the value of the same key in a one-key object: its items come out indented as
+                # in the whole document, between `{\n "name": [` and `\n ]\n}`.
+                adapter = TypeAdapter(dict[str, type(model).model_fields[name].annotation])  # type: ignore[name-defined]
+                head = len(f'{{\n "{name}": [')
                 for first in range(0, len(items), chunk):
-                    # `[\n {...},\n {...}\n]` one level deeper: drop the brackets, indent every line once more.
-                    body = adapter.dump_json(items[first : first + chunk], indent=1)[2:-2]
-                    write((b"\n " if first == 0 else b",\n ") + body.replace(b"\n", b"\n "))
+                    body = adapter.dump_json({name: items[first : first + chunk]}, indent=1)[head:-5]
+                    write(body if first == 0 else b"," + body)
                 write(b"\n ")
             write(skeleton[done:].encode("utf-8"))
         os.replace(tmp, path)

@@ -248,10 +248,10 @@ def validate_run(
 def report_run(
     progress: Progress, cancel: threading.Event, *, baseline_profile: str, optimized_profile: str | None,
     analysis: str | None, comparison: str | None, bench_json: str | None, validation: str | None,
-    optimizations: str | None, output: str | None,
+    optimizations: str | None, output: str | None, plan: bool = False,
 ) -> ReportResult:
-    """Render report.md (and OPTIMIZED_WORKLOAD.md) from the loop's files into a fresh directory."""
-    from mcp_server.render import render_report  # Jinja2 and the templates: only here
+    """Render report.md (and OPTIMIZED_WORKLOAD.md), or in plan mode proposal.md and implementation.md."""
+    from mcp_server.render import render_plan, render_report  # Jinja2 and the templates: only here
 
     base = profile_file(baseline_profile)
     optional = {name: resolve(value, name) if value else None for name, value in (
@@ -260,6 +260,14 @@ def report_run(
     optimized = profile_file(optimized_profile) if optimized_profile else None
     with _drop_if_empty(output_dir(output, Path(cached_profile(base).capture_metadata.workload), "report")) as out:
         progress(f"report: rendering into {out}")
+        if plan:
+            if optional["optimizations.json"] is None:
+                raise UsageError("plan mode needs optimizations", "pass the strategist's optimizations.json")
+            written = render_plan(base, optional["optimizations.json"], out, analysis=optional["analysis.json"],
+                                  project_dir=project_dir())
+            by_name = {p.name: str(p) for p in written}
+            return ReportResult(report_path=by_name.get("proposal.md", str(out / "proposal.md")), out_dir=str(out),
+                                files=[str(p) for p in written])
         written = render_report(
             base, out, optimized_profile=optimized, analysis=optional["analysis.json"],
             comparison=optional["comparison.json"], bench=optional["bench.json"],
