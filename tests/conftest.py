@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
 import pytest
-
-with contextlib.suppress(ImportError):  # ncu_report must load before torch: after it, it crashes the interpreter.
-    import ncu_report  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import subprocess
+import sys
 import tarfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -176,7 +178,22 @@ class RawAction:
 
 
 def raw_ncu_actions(report_path: Path, metric_names: list[str]) -> list[RawAction]:
-    """Every action of every range, in report order, with (value, unit) of each named metric it returned."""
+    """Every action of every range, in report order, with (value, unit) of each named metric it returned.
+
+    Read in a child process: ncu_report and torch must never share one (see plugins/ncu/reader.py).
+    """
+    proc = subprocess.run(
+        [sys.executable, __file__, "ncu", str(report_path), json.dumps(metric_names)],
+        capture_output=True, text=True, check=True, timeout=300,
+    )
+    return [
+        RawAction(**{**a, "grid": tuple(a["grid"]), "block": tuple(a["block"]),
+                     "values": {k: tuple(v) for k, v in a["values"].items()}})
+        for a in json.loads(proc.stdout)
+    ]
+
+
+def _raw_ncu_actions_here(report_path: Path, metric_names: list[str]) -> list[RawAction]:
     import ncu_report
 
     report = ncu_report.load_report(str(report_path))
@@ -329,3 +346,7 @@ def raw_node_modules(pass_dir: Path) -> dict[str, str]:
     """FX node name -> nn.Module path the harness recorded."""
     index = json.loads((pass_dir / "inductor_provenance.json").read_text(encoding="utf-8"))
     return {node: entry["module_path"] for node, entry in index["node_modules"].items()}
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["ncu"]:
+    print(json.dumps([asdict(a) for a in _raw_ncu_actions_here(Path(sys.argv[2]), json.loads(sys.argv[3]))]))

@@ -13,6 +13,7 @@ import argparse
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,14 +29,13 @@ from mcp_server.cli import build_parser
 from mcp_server.cli import main as cli_main
 from mcp_server.compare import compare_profiles, write_comparison
 from mcp_server.errors import ProfileFormatError
-from mcp_server.pipeline.assemble import assemble
 from mcp_server.render import render_plan, render_report
 from mcp_server.render.arguments import add_report_arguments, cmd_report
 from mcp_server.render.render import PROMPTS_DIR, TEMPLATES
 from mcp_server.render.views import residual_from_analysis
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.export import schema_text
-from mcp_server.schema.io import load_profile, write_model_atomic
+from mcp_server.schema.io import load_profile
 from mcp_server.schema.optimizations import OptimizationPlan, load_optimizations
 from mcp_server.schema.proof import BenchResult, ValidationReport
 
@@ -43,10 +43,16 @@ WORKLOADS = REPO / "tests" / "workloads"
 
 
 def assembled_profile(run: str, dest: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """profile.json of the recorded run directory `run` (e.g. conv_block_eager), assembled into `dest/run/`."""
+    """profile.json of the recorded run directory `run` (e.g. conv_block_eager), assembled in a copy at `dest/run/`.
+
+    `operator-profiler assemble` runs as a child process: ncu_report must not load into a process that has
+    imported torch already (the FX pattern tests do), it crashes there.
+    """
     path = dest / run / "profile.json"
     if not path.is_file():
-        write_model_atomic(path, assemble(run_dir(run, tmp_path_factory)))
+        shutil.copytree(run_dir(run, tmp_path_factory), dest / run)
+        subprocess.run([sys.executable, "-m", "mcp_server.cli", "assemble", str(dest / run)], cwd=REPO, check=True,
+                       capture_output=True, timeout=300)
     return path
 
 

@@ -66,7 +66,7 @@ def fold_conv_bn(gm: fx.GraphModule) -> int:
                 bias = graph.call_function(operator.add, (bias, norm["bias"]))
             rest = {k: args[k] for k in CONV_PARAMS[3:] if k in args}
             new_conv = graph.call_function(conv.target, (args["input"], weight, bias), rest)
-        new_conv.meta.update(bn.meta)
+        new_conv.meta.update(conv.meta)  # the convolution's module owns the folded op
         bn.replace_all_uses_with(new_conv)
         graph.erase_node(bn)
         graph.erase_node(conv)

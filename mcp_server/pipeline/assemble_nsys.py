@@ -15,7 +15,7 @@ from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from plugins.ncu.command import default_metrics
 from plugins.ncu.reader import NcuReportError, read_ncu_report
-from plugins.nsys.reader import NsysExportError, NsysWindow, WindowKernel
+from plugins.nsys.reader import NsysExportError, NsysWindow, WindowKernel, read_window
 
 _FILTER_FLAGS = ("--kernel-name", "--launch-skip")
 
@@ -28,8 +28,9 @@ def assemble_nsys(run_dir: Path, manifest: RunManifest) -> OperatorAttributedPro
     """
     harness = _harness(run_dir, "nsys")
     try:
-        with NsysWindow(run_dir / "nsys" / NSYS_SQLITE) as timeline:
-            return _assemble(run_dir, manifest, harness, timeline)
+        return read_window(
+            run_dir / "nsys" / NSYS_SQLITE, lambda timeline: _assemble(run_dir, manifest, harness, timeline)
+        )
     except NsysExportError as exc:
         raise ProfileFormatError(str(exc), "re-run `operator-profiler profile --backend nsys`") from exc
 

@@ -92,15 +92,17 @@ def _triton_range(stack: Sequence[FrameLike], origins: dict[str, KernelOrigin]) 
 class _StackFacts:
     """What attribution needs of one stack, worked out once for all the kernels launched under it."""
 
-    __slots__ = ("outer_op", "launch_op", "module_path", "graph", "triton")
+    __slots__ = ("outer_op", "launch_op", "module_path", "graph", "triton", "attribution")
 
-    def __init__(self, stack: Sequence[FrameLike], origins: dict[str, KernelOrigin]) -> None:
+    def __init__(self, stack: Sequence[FrameLike], origins: dict[str, KernelOrigin], known: _Attributions) -> None:
         ops = [f for f in stack if f.kind == "op"]
         self.outer_op = ops[0] if ops else None
         self.launch_op = ops[-1].name if ops else None
         self.module_path = _module_path(stack)
         self.graph = next((f for f in stack if f.name.startswith(GRAPH_CALL_PREFIX)), None) if ops else None
         self.triton = None if ops else _triton_range(stack, origins)
+        # NVTX enclosure: the attribution of every kernel under this stack the tool itself did not link
+        self.attribution = known.operator(self.launch_op, False) if ops else None
 
 
 _OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
@@ -217,7 +219,7 @@ def attribute_stream(
     for kernel in kernels:
         stack = kernel.stack
         if stack is not last_stack or facts is None:
-            facts, last_stack = _StackFacts(stack, origins), stack
+            facts, last_stack = _StackFacts(stack, origins, attributions), stack
         if counters is not None:
             metrics, propagated = counters(kernel.ordinal)
             metrics = dict(metrics)
@@ -226,8 +228,9 @@ def attribute_stream(
         outer = facts.outer_op
         module_path = facts.module_path
         if outer is not None:
-            launch_op = facts.launch_op
-            attribution = attributions.operator(launch_op, high_confidence_links and kernel.linked_op == launch_op)
+            attribution = facts.attribution
+            if high_confidence_links and kernel.linked_op == facts.launch_op:
+                attribution = attributions.operator(facts.launch_op, True)
             key: tuple[object, ...] = ("op", kernel.launch_thread, outer.start_ns, outer.name)
             if key != last_key:
                 call = calls.get(key)

@@ -97,6 +97,28 @@ def parse_extern_calls(source: str) -> list[ExternCall]:
     return calls
 
 
+# An extern call's comment lists every FX node fused around it; the module that owns the call is the one of
+# this type (e.g. the convolution's Conv2d, not the BatchNorm folded into it or the ReLU after it).
+_OWNER_TYPES = {
+    "convolution": ("Conv",), "_convolution": ("Conv",), "mm": ("Linear",), "addmm": ("Linear",),
+    "linear": ("Linear",), "_scaled_dot_product_flash_attention": ("Attention",),
+    "_scaled_dot_product_efficient_attention": ("Attention",), "lstm": ("LSTM",), "embedding": ("Embedding",),
+}
+
+
+def extern_module_path(call: ExternCall, node_modules: dict[str, dict[str, str]]) -> str | None:
+    """The module of the FX node that owns an extern call: one of the op's own module type when present,
+    else the last source node with a module (the call's own node comes last in topological order)."""
+    known = [n for n in call.source_nodes if n in node_modules]
+    if not known:
+        return None
+    owners = _OWNER_TYPES.get(call.operator_name.split("::", 1)[-1], ())
+    for node in reversed(known):
+        if any(t in node_modules[node].get("module_type", "") for t in owners):
+            return node_modules[node]["module_path"]
+    return node_modules[known[-1]]["module_path"]
+
+
 class Provenance(BaseModel):
     """Everything the harness gathered about Inductor's generated code in one pass."""
 
@@ -120,8 +142,7 @@ def load_provenance(pass_dir: Path) -> Provenance:
         source = code.read_text(encoding="utf-8")
         calls = parse_extern_calls(source)
         for call in calls:
-            last = next((n for n in reversed(call.source_nodes) if n in node_modules), None)
-            call.module_path = node_modules[last]["module_path"] if last else None
+            call.module_path = extern_module_path(call, node_modules)
         if calls:
             externs.append(calls)
         for name, (nodes, atens) in parse_generated_code(source).items():

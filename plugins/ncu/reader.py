@@ -7,6 +7,9 @@ unknown metric name without a word, so every requested name that no kernel retur
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,15 +102,33 @@ def _stack(action: Any) -> list[Frame]:
     return frames
 
 
-def read_ncu_report(path: Path, metrics: dict[str, str] | None = None) -> NcuCapture:
+def read_ncu_report(path: Path, metrics: dict[str, str] | None = None, timeout_s: float = 600.0) -> NcuCapture:
     """Read every profiled kernel of an ncu report, with `metrics` (key -> ncu metric; default metrics.yaml).
 
     Metrics are stored under their keys as `Metric(value, unit)`, numbers typed by the metric's value kind.
+    The report is read in a child process: `ncu_report`'s native library changes the C++ global locale of the
+    process that loads it, which breaks torch in the same process (and crashes if torch came first).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"ncu report not found: {path} (ncu --export writes <name>.ncu-rep)")
     wanted = default_metrics() if metrics is None else dict(metrics)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "plugins.ncu.reader", str(path.resolve()), json.dumps(wanted)],
+            capture_output=True, text=True, timeout=timeout_s, check=False,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise NcuReportError(f"reading {path} took over {timeout_s:.0f} s") from exc
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise NcuReportError(last.removeprefix("NcuReportError: "))
+    return NcuCapture.model_validate_json(proc.stdout)
+
+
+def _read_in_process(path: Path, wanted: dict[str, str]) -> NcuCapture:
+    """The reading itself, in whichever process imports ncu_report."""
     ncu = _ncu_report()
     report = ncu.load_report(str(path))
     if report.num_ranges() == 0:  # what load_report gives for a corrupt or foreign file: no error, no ranges
@@ -170,3 +191,11 @@ def read_ncu_report(path: Path, metrics: dict[str, str] | None = None) -> NcuCap
         device_name=device_name,
         warnings=warnings,
     )
+
+
+if __name__ == "__main__":
+    try:
+        print(_read_in_process(Path(sys.argv[1]), json.loads(sys.argv[2])).model_dump_json())
+    except NcuReportError as error:
+        print(f"NcuReportError: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -19,12 +19,12 @@ import gc
 import sqlite3
 import sys
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, Field
@@ -41,6 +41,7 @@ from plugins.nvtx_names import (
 )
 
 TABLES_FILE = Path(__file__).with_name("tables.yaml")
+T = TypeVar("T")
 _OPEN_END = 2**63 - 1  # a push/pop range still open when the capture stopped
 
 
@@ -110,10 +111,10 @@ class NvtxRange:
     """One NVTX push/pop range: a light frame, classified (as `parse_range` does) only once it encloses a launch.
 
     Carries the attributes of `Frame` that attribution reads (`name`, `kind`, `start_ns`, `input_shapes`,
-    `input_dtypes`); `as_frame()` gives the pydantic `Frame` itself.
+    `input_dtypes`; the shapes are parsed on first use); `as_frame()` gives the pydantic `Frame` itself.
     """
 
-    __slots__ = ("start_ns", "end", "text", "min_end", "name", "kind", "input_shapes", "_frame")
+    __slots__ = ("start_ns", "end", "text", "min_end", "name", "kind", "_shapes", "_frame")
     input_dtypes = None  # NVTX ranges carry no dtypes
 
     def __init__(self, start: int, end: int, text: str, min_end: int) -> None:
@@ -125,14 +126,25 @@ class NvtxRange:
         self._frame: Frame | None = None
 
     def classify(self) -> None:
-        """Name, kind and input shapes from the range text (the classification of `plugins.nvtx_names`)."""
+        """Name and kind from the range text (the classification `plugins.nvtx_names.parse_range` makes)."""
         text = self.text
         if text.startswith(MODULE_PREFIX):
-            self.name, self.kind, self.input_shapes = sys.intern(text[len(MODULE_PREFIX) :]), "module", None
+            self.name, self.kind = sys.intern(text[len(MODULE_PREFIX) :]), "module"
         else:
             self.name = sys.intern(range_name(text))
             self.kind = "op" if is_operator(self.name) else "annotation"
-            self.input_shapes = parse_sizes(text) if FIELD_SEPARATOR in text else None
+
+    @property
+    def input_shapes(self) -> list[list[int] | None] | None:
+        """The `sizes` field of an operator or annotation range (None for a module range)."""
+        try:
+            return self._shapes
+        except AttributeError:
+            text = self.text
+            self._shapes = (
+                parse_sizes(text) if FIELD_SEPARATOR in text and not text.startswith(MODULE_PREFIX) else None
+            )
+            return self._shapes
 
     def as_frame(self) -> Frame:
         if self._frame is None:
@@ -140,43 +152,75 @@ class NvtxRange:
         return self._frame
 
 
+class _RangesOutOfOrder(Exception):
+    """The NVTX table is not in start order after all: the pass must start again on sorted ranges."""
+
+
 class _RangeFeed:
     """The push/pop ranges of every thread in start order, pushed onto per-thread stacks as launch time advances.
 
-    `enclosing(thread, t)` must be called with non-decreasing `t`. Ranges are counted as they stream by; `drain()`
-    counts the rest once the last launch is past.
+    `enclosing(thread, t)` must be called with non-decreasing `t`. A range that ends before the launch at hand
+    ends before every later one too: it is only counted, never built. `drain()` counts the ranges after the
+    last launch. With `check_order`, a range out of (start, end descending) order raises _RangesOutOfOrder.
     """
 
-    def __init__(self, rows: Iterator[tuple[Any, ...]], strings: _Strings) -> None:
-        self.rows = rows
+    BATCH = 4096
+
+    def __init__(self, cursor: sqlite3.Cursor | None, strings: _Strings, check_order: bool) -> None:
+        self.cursor = cursor
+        self.check_order = check_order
+        self.last = (-_OPEN_END, _OPEN_END)  # (start, end) of the last range seen
         self.strings = strings  # StringIds values of registered texts, for rows whose text is NULL
-        self.next_row = next(rows, None)
+        self.batch: list[tuple[Any, ...]] = []
+        self.position = 0
+        self.next_start: int | None = None  # start of the next range not yet seen; None once all are seen
         self.stacks: dict[int, list[NvtxRange]] = {}
         self.cached: dict[int, tuple[NvtxRange, int, tuple[NvtxRange, ...]]] = {}
         self.count = 0
         self.open_count = 0
+        self._refill()
+
+    def _refill(self) -> None:
+        """Fetch the next batch of rows once the current one is used up; set `next_start`."""
+        if self.position == len(self.batch):
+            self.batch = self.cursor.fetchmany(self.BATCH) if self.cursor is not None else []
+            self.position = 0
+        self.next_start = self.batch[self.position][0] if self.batch else None
 
     def _advance(self, t: int) -> None:
-        """Push every range that starts at or before `t`."""
-        row, rows, stacks, strings = self.next_row, self.rows, self.stacks, self.strings
+        """Take in every range that starts at or before `t`."""
+        stacks, strings, check = self.stacks, self.strings, self.check_order
+        last_start, last_end = self.last
         count = open_count = 0
-        while row is not None and row[0] <= t:
-            start, end, thread, text, text_id = row
-            count += 1
-            if end is None:
-                open_count += 1
-                end = _OPEN_END
-            if text is None:
-                text = strings[text_id]
-            stack = stacks.get(thread)
-            if stack is None:
-                stack = stacks[thread] = []
-            while stack and stack[-1].end < start:
-                stack.pop()
-            below = stack[-1].min_end if stack else end
-            stack.append(NvtxRange(start, end, text or "", below if below < end else end))
-            row = next(rows, None)
-        self.next_row = row
+        while self.next_start is not None and self.next_start <= t:
+            batch, position, size = self.batch, self.position, len(self.batch)
+            while position < size:
+                start, end, thread, text, text_id = batch[position]
+                if start > t:
+                    break
+                position += 1
+                count += 1
+                if end is None:
+                    open_count += 1
+                    end = _OPEN_END
+                if check:
+                    if start < last_start or (start == last_start and end > last_end):
+                        raise _RangesOutOfOrder
+                    last_start, last_end = start, end
+                if end < t:
+                    continue
+                if text is None:
+                    text = strings[text_id]
+                stack = stacks.get(thread)
+                if stack is None:
+                    stack = stacks[thread] = []
+                while stack and stack[-1].end < start:
+                    stack.pop()
+                below = stack[-1].min_end if stack else end
+                stack.append(NvtxRange(start, end, text or "", below if below < end else end))
+            self.position = position
+            self._refill()
+        self.last = (last_start, last_end)
         self.count += count
         self.open_count += open_count
 
@@ -185,7 +229,7 @@ class _RangeFeed:
 
         While a thread's stack is unchanged the same tuple is returned, so callers can cache per stack.
         """
-        if self.next_row is not None and self.next_row[0] <= t:
+        if self.next_start is not None and self.next_start <= t:
             self._advance(t)
         stack = self.stacks.get(thread)
         if not stack:
@@ -210,16 +254,10 @@ class _RangeFeed:
         return found
 
     def drain(self) -> None:
-        """Count the ranges after the last launch (no stack needs them)."""
+        """Take in the ranges after the last launch: counted and their order checked (only never-ended ones built)."""
+        self._advance(_OPEN_END)
         self.stacks.clear()
         self.cached.clear()
-        row = self.next_row
-        while row is not None:
-            self.count += 1
-            if row[1] is None:
-                self.open_count += 1
-            row = next(self.rows, None)
-        self.next_row = None
 
 
 class _Windows:
@@ -351,10 +389,11 @@ class _NvtxSql:
         rows = self.schema.conn.execute(sql, (self.push_pop, *args)).fetchall()
         return sorted((start, _OPEN_END if end is None else end, thread) for start, end, thread in rows)
 
-    def ranges(self) -> Iterator[tuple[Any, ...]]:
+    def ranges(self, table_order: bool) -> tuple[sqlite3.Cursor, bool]:
         """(start, end, thread, text, textId) of every push/pop range: by start, then end descending, then table order.
 
-        nsys writes the table in that order already; the SQL sort runs only where it does not.
+        nsys writes the table in that order: with `table_order` the rows come in table order, unsorted, and the
+        second value says that the reader must check the order as they come (see `_RangesOutOfOrder`).
         """
         spec = self.spec
         start, end = f"n.{_q(spec['start'])}", f"n.{_q(spec['end'])}"
@@ -365,20 +404,10 @@ class _NvtxSql:
         end_key = f"COALESCE({end}, {_OPEN_END})"
         conn = self.schema.conn
         try:
-            # The first push/pop range, in table order, that starts before the previous one, or with it and ends later.
-            unsorted = conn.execute(
-                f"SELECT 1 FROM (SELECT {start} AS s, {end_key} AS e, LAG({start}) OVER w AS ps, "
-                f"LAG({end_key}) OVER w AS pe FROM {self.table} n WHERE {self.where} WINDOW w AS (ORDER BY n.rowid)) "
-                "WHERE s < ps OR (s = ps AND e > pe) LIMIT 1",
-                (self.push_pop,),
-            ).fetchone()
-        except sqlite3.OperationalError:  # no window functions, or no rowid: let SQLite sort
-            unsorted = True
-        try:
-            order = "n.rowid" if unsorted is None else f"{start}, {end_key} DESC, n.rowid"
-            return conn.execute(f"{select} ORDER BY {order}", (self.push_pop,))
-        except sqlite3.OperationalError:  # a view: no rowid to break ties with
-            return conn.execute(f"{select} ORDER BY {start}, {end_key} DESC", (self.push_pop,))
+            order = "n.rowid" if table_order else f"{start}, {end_key} DESC, n.rowid"
+            return conn.execute(f"{select} ORDER BY {order}", (self.push_pop,)), table_order
+        except sqlite3.OperationalError:  # a view: no rowid, no table order, no ties broken by it
+            return conn.execute(f"{select} ORDER BY {start}, {end_key} DESC", (self.push_pop,)), False
 
 
 def _kernel_sql(schema: _Schema, launches: str | None) -> str:
@@ -433,11 +462,12 @@ class NsysWindow:
     `nvtx_range_count` are complete once `kernels()` is exhausted. Use as a context manager.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, table_order: bool = True) -> None:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"nsys SQLite export not found: {path} (run `nsys export --type=sqlite` first)")
         self.path = path
+        self.table_order = table_order
         self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             with self._sqlite_errors():
@@ -476,7 +506,11 @@ class NsysWindow:
         self.window_end_ns = None if not self.windows or self.windows.ends[-1] == _OPEN_END else self.windows.ends[-1]
         self.launches = _launch_subquery(schema)
         self.has_kernels = schema.has(cfg["kernel"]["table"])
-        self.kernel_sql = _kernel_sql(schema, self.launches) if self.has_kernels else None
+        self.kernel_sql = None
+        if self.has_kernels:
+            kernel = cfg["kernel"]
+            corrs = f"SELECT {_q(kernel['correlation_id'])} FROM {_q(kernel['table'])}"
+            self.kernel_sql = _kernel_sql(schema, _launch_subquery(schema, corrs) if self.launches else None)
         self.nvtx_range_count = 0
         self._warnings: list[str] = []
         self._open_count = 0
@@ -507,15 +541,18 @@ class NsysWindow:
         self._consumed = True
         with self._sqlite_errors():
             strings = _Strings(self.schema)
-            feed = _RangeFeed(self.nvtx.ranges() if self.nvtx.present else iter(()), strings)
+            cursor, check_order = self.nvtx.ranges(self.table_order) if self.nvtx.present else (None, False)
+            feed = _RangeFeed(cursor, strings, check_order)
             if self.kernel_sql is not None:
                 yield from self._stream(feed, strings)
             feed.drain()
             self.nvtx_range_count, self._open_count = feed.count, feed.open_count
 
     def _stream(self, feed: _RangeFeed, strings: _Strings) -> Iterator[WindowKernel]:
-        windows, measure = self.windows, self.measure
+        measure = self.measure
+        starts, ends = self.windows.starts, self.windows.ends  # the window test, inlined: a million calls
         measure_threads = {thread for _, _, thread in measure}
+        names = strings.values
         shapes: dict[tuple[int, int, int], tuple[int, int, int]] = {}
         threads: dict[int, int] = {}
         ordinal = outside = unlaunched = foreign = 0
@@ -523,22 +560,28 @@ class NsysWindow:
             start, end, device, stream, corr, name, mangled, gx, gy, gz, bx, by, bz, regs, smem, thread, api_start = row
             if api_start is None:
                 unlaunched += 1
-            if windows and not windows.contains(api_start if api_start is not None else start):
-                outside += 1
-                continue
+                when = start
+            else:
+                when = api_start
+            if starts:
+                i = bisect_right(starts, when) - 1
+                if i < 0 or when > ends[i]:
+                    outside += 1
+                    continue
             stack: tuple[NvtxRange, ...] = ()
-            if thread is not None and api_start is not None:
-                stack = feed.enclosing(thread, api_start)
-                if measure and thread not in measure_threads:
-                    foreign += 1
-            grid, block = (gx, gy, gz), (bx, by, bz)
             tid = None
             if thread is not None:
+                if api_start is not None:
+                    stack = feed.enclosing(thread, api_start)
+                    if measure and thread not in measure_threads:
+                        foreign += 1
                 tid = threads.get(thread)
                 if tid is None:
                     tid = threads[thread] = decode_global_tid(thread)[1]
+            grid, block = (gx, gy, gz), (bx, by, bz)
             yield WindowKernel(
-                ordinal, strings[name] or "", strings[mangled], start, end - start, device, stream, corr,
+                ordinal, (names[name] if name in names else strings[name]) or "",
+                names[mangled] if mangled in names else strings[mangled], start, end - start, device, stream, corr,
                 shapes.setdefault(grid, grid), shapes.setdefault(block, block), regs, smem, tid, api_start, stack,
             )
             ordinal += 1
@@ -608,29 +651,53 @@ def read_nsys_sqlite(path: Path) -> NsysCapture:
     e.g. the nodes of one CUDA graph launch) and kept only if that call starts inside an
     `operator_profiler::measure` range; without such a range every kernel is kept and a warning says so.
     """
-    with _gc_paused(), NsysWindow(path) as window:
-        kernels = [k.trace_kernel() for k in window.kernels()]
-        memcpy_count, memcpy_bytes, memset_count, sync_count = window.activity_counts()
-        return NsysCapture(
-            kernels=kernels,
-            memcpy_count=memcpy_count,
-            memset_count=memset_count,
-            memcpy_bytes=memcpy_bytes,
-            sync_count=sync_count,
-            window_start_ns=window.window_start_ns,
-            window_end_ns=window.window_end_ns,
-            nvtx_range_count=window.nvtx_range_count,
-            warnings=window.warnings,
-        )
+    with _gc_paused():
+        return read_window(path, _capture)
+
+
+def _capture(window: NsysWindow) -> NsysCapture:
+    kernels = [k.trace_kernel() for k in window.kernels()]
+    memcpy_count, memcpy_bytes, memset_count, sync_count = window.activity_counts()
+    return NsysCapture(
+        kernels=kernels,
+        memcpy_count=memcpy_count,
+        memset_count=memset_count,
+        memcpy_bytes=memcpy_bytes,
+        sync_count=sync_count,
+        window_start_ns=window.window_start_ns,
+        window_end_ns=window.window_end_ns,
+        nvtx_range_count=window.nvtx_range_count,
+        warnings=window.warnings,
+    )
+
+
+def read_window(path: Path, consume: Callable[[NsysWindow], T]) -> T:
+    """`consume(window)` on the export opened as an `NsysWindow`, whose kernels it must stream once.
+
+    The NVTX ranges are first read in table order (nsys writes them in start order: no sort of millions of
+    rows); should a range turn up out of order, `consume` runs again from the start on sorted ranges.
+    """
+    try:
+        with NsysWindow(path) as window:
+            return consume(window)
+    except _RangesOutOfOrder:
+        pass
+    with NsysWindow(path, table_order=False) as window:
+        return consume(window)
 
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while millions of acyclic records are built (halves the time)."""
+    """Pause the cyclic garbage collector while millions of acyclic records are built (halves the time).
+
+    On resuming, what was built goes straight to the oldest generation instead of being walked at once.
+    """
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
