@@ -67,7 +67,7 @@ Count = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
 ProfileRef = Annotated[str, Field(description="A profile.json, or the run directory holding it.")]
 Backend = Literal["auto", "torch", "nsys"]
-CompileMode = Literal["eager", "inductor", "cudagraphs"]
+CompileMode = Literal["eager", "inductor", "cudagraphs", "optimized"]
 Tolerances = Annotated[dict[str, float] | None, Field(description="rtol per dtype class, e.g. {'bfloat16': 2e-2}.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
