@@ -92,8 +92,8 @@ def aggregate(kernels: list[KernelRecord]) -> AggregatedMetrics:
 
 
 def aggregate_into(kernels: list[KernelRecord], counted: set[str] | None) -> AggregatedMetrics:
-    """`aggregate(kernels)`; the usual block (kernel count, time, dominant kernel, no counters) takes `counted`
-    as its fields-set, shared between the calls of one profile (None: a set of its own)."""
+    """`aggregate(kernels)`, sharing `counted` (from `counted_fields()`) as the fields-set of every block without
+    counters: kernel count, time and dominant kernel only, the usual block (None: a set of its own)."""
     total = 0
     dominant: KernelRecord | None = None
     with_counters = False

@@ -4,9 +4,9 @@ The confidence ladder (DESIGN.md): Kineto External-id correlation (high) -> NVTX
 Inductor provenance (medium) -> unattributed (kept, never dropped). An operator call is the outermost
 operator range enclosing the launch; the innermost one is kept as the kernel's `launch_op`.
 
-Kernels are consumed one at a time (a list or a stream of a million), and their records are built without
-re-validating values the readers already typed: every kernel of one call shares one `Attribution`, every
-kernel record one (complete) fields-set.
+Kernels are consumed one at a time (a list, or a reader's stream of a million), and their records are built
+without re-validating values the readers already typed. Records hold no private copy of what repeats: kernels
+of equal attribution share one `Attribution`, and all kernel records one (complete) fields-set.
 """
 
 from __future__ import annotations
@@ -275,6 +275,7 @@ def _copy_shapes(shapes: list[list[int] | None] | None) -> list[list[int] | None
 
 
 def _frozen(shapes: list[list[int] | None]) -> object:
+    """Input shapes as a dict key."""
     return tuple(None if dims is None else tuple(dims) for dims in shapes)
 
 

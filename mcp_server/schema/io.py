@@ -39,7 +39,7 @@ def write_model_atomic(path: Path, model: BaseModel) -> None:
     write_text_atomic(path, model.model_dump_json(indent=1) + "\n")
 
 
-def write_model_streaming(path: Path, model: BaseModel, fields: Sequence[str], chunk: int = 2048) -> None:
+def write_model_streaming(path: Path, model: BaseModel, fields: Sequence[str], chunk: int = 256) -> None:
     """Atomically write a pydantic model as `write_model_atomic` does, byte for byte, without ever holding its JSON.
 
     The top-level list fields named in `fields` (e.g. a profile's million kernels) are serialised `chunk` items
@@ -73,8 +73,9 @@ def write_model_streaming(path: Path, model: BaseModel, fields: Sequence[str], c
                     continue
                 # Each chunk as the value of the same key in a one-key object: its items come out indented as
                 # in the whole document, between `{\n "name": [` and `\n ]\n}`.
-                adapter = TypeAdapter(dict[str, type(model).model_fields[name].annotation])  # type: ignore[name-defined]
-                head = len(f'{{\n "{name}": [')
+                item_list = type(model).model_fields[name].annotation
+                adapter = TypeAdapter(dict[str, item_list])  # type: ignore[valid-type]
+                head = len(f'{{\n "{name}": ['.encode())
                 for first in range(0, len(items), chunk):
                     body = adapter.dump_json({name: items[first : first + chunk]}, indent=1)[head:-5]
                     write(body if first == 0 else b"," + body)
