@@ -329,14 +329,6 @@ def _outside(paths: set[str], module_path: str) -> list[str]:
     return sorted(p for p in paths if not any(p == a or p.startswith(a + ".") for a in allowed))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="provenance keeps one module path per generated kernel, from the nodes of the kernel's first call site "
-    "(its definition comment): a kernel Inductor reuses in a later layer gets the earlier layer's module, e.g. "
-    "conv_block inductor triton_poi_fused__native_batch_norm_legit_no_training_relu_2#1 -> features.0 although its "
-    "call site's nodes are batch_norm_1/input_2 (features.1.bn/.relu); gpt2 inductor "
-    "triton_poi_fused_addmm_gelu_view_7#1 -> h.0.mlp although its call's nodes are linear_6/gelu_1 (h.1.mlp)",
-)
 @pytest.mark.parametrize("run", INDUCTOR)
 def test_each_triton_launch_takes_the_module_of_its_own_call_site(dirs, profiles, run):
     pass_dir = dirs[run] / ("torch" if run.endswith("_torch") else "nsys")

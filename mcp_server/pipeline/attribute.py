@@ -99,7 +99,7 @@ class _StackFacts:
         self.outer_op = ops[0] if ops else None
         self.launch_op = ops[-1].name if ops else None
         self.module_path = _module_path(stack)
-        self.graph = next((f for f in stack if f.name.startswith(GRAPH_CALL_PREFIX)), None) if ops else None
+        self.graph = next((f for f in stack if f.name.startswith(GRAPH_CALL_PREFIX)), None)
         self.triton = None if ops else _triton_range(stack, origins)
         # NVTX enclosure: the attribution of every kernel under this stack the tool itself did not link
         self.attribution = known.operator(self.launch_op, False) if ops else None
@@ -252,7 +252,9 @@ def attribute_stream(
                 origin = origins[triton]
                 attribution = attributions.fused(origin)
                 module_path = origin.module_path
-                fused = _Call(triton, kernel.ordinal, module_path, origin=origin)
+                graph = facts.graph
+                graph_key = (kernel.launch_thread, graph.start_ns) if graph is not None else None
+                fused = _Call(triton, kernel.ordinal, module_path, origin=origin, graph_call=graph_key)
                 call = calls.setdefault(("fused", kernel.ordinal), fused)
             else:
                 attribution, call = attributions.none, None
@@ -280,22 +282,30 @@ def _frozen(shapes: list[list[int] | None]) -> object:
 
 
 def _extern_module_paths(calls: list[_Call], sequences: list[list[ExternCall]]) -> None:
-    """Give library-kernel operator calls inside a compiled graph the module of their FX source node.
+    """Give the operator calls inside a compiled graph the module of their own call site.
 
-    Within one call of a compiled graph, its extern calls run in the order of the generated call(); the
-    generated module whose extern sequence matches the observed operator sequence supplies the paths.
+    Within one call of a compiled graph, its launches run in the order of the generated call(): library
+    (extern) calls and generated kernels alike. The generated module whose launch sequence contains the
+    observed one, in order, supplies each call site's module — so a generated kernel Inductor reuses in a
+    later layer gets that layer's module, not the one of its definition's first use.
     """
     groups: dict[tuple[object, ...], list[_Call]] = {}
     for call in calls:
-        if call.graph_call is not None and call.origin is None:
+        if call.graph_call is not None:
             groups.setdefault(call.graph_call, []).append(call)
-    for group in groups.values():
-        for sequence in sequences:
-            matched = _in_order(group, sequence)
+    for whole in groups.values():
+        # The whole launch sequence when the generated code lists it; the library calls alone otherwise.
+        matched, group = None, whole
+        for group in (whole, [c for c in whole if c.origin is None]):
+            matched = next((m for m in (_in_order(group, seq) for seq in sequences) if m is not None), None)
             if matched is not None:
-                for call, extern in zip(group, matched, strict=True):
-                    call.module_path = call.module_path or extern.module_path
                 break
+        for call, site in zip(group, matched or [], strict=False):
+            path = site.module_path if call.origin is not None else call.module_path or site.module_path
+            if path and path != call.module_path:
+                call.module_path = path
+                for record in call.kernels:
+                    _set(record, "module_path", path)
 
 
 def _in_order(group: list[_Call], sequence: list[ExternCall]) -> list[ExternCall] | None:

@@ -18,6 +18,8 @@ PROVENANCE_FILE = "inductor_provenance.json"
 _ORIGIN = re.compile(r"Source Nodes: \[([^\]]*)\], Original ATen: \[([^\]]*)\]")
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.\w+\(")
 _EXTERN_CALL = re.compile(r"^\s+(?:\w+ = )?(?:extern_kernels\.(\w+)|torch\.ops\.(\w+)\.(\w+)\.\w+)\(")
+_TRITON_RUN = re.compile(r"^\s+(\w+)\.run\(")
+_STREAM_LINE = re.compile(r"^\s+stream\d+ = get_raw_stream\(")
 GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"
 
 
@@ -32,15 +34,20 @@ class KernelOrigin(BaseModel):
     @property
     def module_path(self) -> str | None:
         """The deepest module path shared by every source node (None when unknown)."""
-        if not self.module_paths:
-            return None
-        parts = [p.split(".") for p in self.module_paths]
-        common: list[str] = []
-        for level in zip(*parts, strict=False):
-            if len(set(level)) != 1:
-                break
-            common.append(level[0])
-        return ".".join(common) if common else ",".join(self.module_paths)
+        return common_module_path(self.module_paths)
+
+
+def common_module_path(paths: list[str]) -> str | None:
+    """The deepest module path shared by all `paths`; all of them, comma-joined, when they share none."""
+    if not paths:
+        return None
+    parts = [p.split(".") for p in paths]
+    common: list[str] = []
+    for level in zip(*parts, strict=False):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return ".".join(common) if common else ",".join(paths)
 
 
 def _aten_name(dotted: str) -> str:
@@ -73,13 +80,15 @@ def parse_generated_code(source: str) -> dict[str, tuple[list[str], list[str]]]:
 class ExternCall(BaseModel):
     """One call of a library kernel (cuBLAS, cuDNN...) or fallback op in a generated graph's call()."""
 
-    operator_name: str
+    operator_name: str = Field(description="The aten op of an extern call, the kernel name of a generated one.")
     source_nodes: list[str] = Field(default_factory=list)
     module_path: str | None = None
+    kind: str = Field(default="extern", description="'extern' (a library or fallback op) or 'triton'.")
 
 
 def parse_extern_calls(source: str) -> list[ExternCall]:
-    """The extern/fallback operator calls of a generated module's call(), in call order."""
+    """The launches of a generated module's call(), in call order: extern/fallback operator calls, and
+    generated kernels' `.run(` calls (kind 'triton', named by the kernel), each with its comment's nodes."""
     calls: list[ExternCall] = []
     nodes: list[str] = []
     for line in source.splitlines():
@@ -88,11 +97,15 @@ def parse_extern_calls(source: str) -> list[ExternCall]:
             nodes = [n.strip() for n in origin.group(1).split(",") if n.strip()]
             continue
         match = _EXTERN_CALL.match(line)
+        run = None if match else _TRITON_RUN.match(line)
         if match:
             name = f"aten::{match.group(1)}" if match.group(1) else f"{match.group(2)}::{match.group(3)}"
             calls.append(ExternCall(operator_name=name, source_nodes=nodes))
             nodes = []
-        elif line.strip() and not line.lstrip().startswith("#"):
+        elif run:
+            calls.append(ExternCall(operator_name=run.group(1), source_nodes=nodes, kind="triton"))
+            nodes = []
+        elif line.strip() and not line.lstrip().startswith("#") and not _STREAM_LINE.match(line):
             nodes = []
     return calls
 
@@ -142,7 +155,11 @@ def load_provenance(pass_dir: Path) -> Provenance:
         source = code.read_text(encoding="utf-8")
         calls = parse_extern_calls(source)
         for call in calls:
-            call.module_path = extern_module_path(call, node_modules)
+            if call.kind == "triton":
+                paths = sorted({node_modules[n]["module_path"] for n in call.source_nodes if n in node_modules})
+                call.module_path = common_module_path(paths)
+            else:
+                call.module_path = extern_module_path(call, node_modules)
         if calls:
             externs.append(calls)
         for name, (nodes, atens) in parse_generated_code(source).items():
