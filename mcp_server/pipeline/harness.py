@@ -260,7 +260,9 @@ class _RecordingBackend:
 
         def recording(gm: Any, example_inputs: Any) -> Any:
             _record_node_modules(gm, self.node_modules)
-            return inner(gm, example_inputs)
+            compiled = inner(gm, example_inputs)
+            _record_node_modules(gm, self.node_modules)  # nodes the workload's own passes created in place
+            return compiled
 
         registry._COMPILER_FNS[name] = recording
         self.optimize = module.optimize
