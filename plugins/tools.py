@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import glob
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,3 +69,20 @@ def query_gpu(timeout_s: float = 20.0) -> dict[str, str]:
     values = [v.strip() for v in lines[0].split(",")]
     keys = ["name", "driver_version", "clocks_sm_mhz", "clocks_mem_mhz", "clocks_max_sm_mhz", "clocks_max_mem_mhz"]
     return {k: v for k, v in zip(keys, values, strict=False) if v and v != "[N/A]"}
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while millions of acyclic records are built (halves the time).
+
+    On resuming, what was built goes straight to the oldest generation instead of being walked at once.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.freeze()
+            gc.unfreeze()
+            gc.enable()

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from mcp_server.errors import ProfileFormatError
@@ -23,6 +20,7 @@ from mcp_server.schema.profile import (
     OperatorRecord,
 )
 from mcp_server.schema.records import CpuOp
+from plugins.tools import gc_paused
 from plugins.torch_profiler.reader import read_kineto_trace
 
 CPU_ONLY_NOTE = "No GPU was used: CUDA was not available to the workload, so this profile holds CPU operator times."
@@ -111,7 +109,7 @@ def assemble(run_dir: Path) -> OperatorAttributedProfile:
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     names = {p.name for p in manifest.passes}
-    with _gc_paused():
+    with gc_paused():
         if "nsys" in names:
             from mcp_server.pipeline.assemble_nsys import assemble_nsys
 
@@ -124,24 +122,8 @@ def assemble(run_dir: Path) -> OperatorAttributedProfile:
 def write_profile(run_dir: Path, profile: OperatorAttributedProfile, name: str = PROFILE) -> Path:
     """Atomically write profile.json into the run directory (operator by operator: a profile may hold millions)."""
     path = Path(run_dir) / name
-    with _gc_paused():
+    with gc_paused():
         write_model_streaming(path, profile, ("operators", "unattributed_kernels"))
     return path
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic collector while millions of acyclic records are built or written.
-
-    It would walk them all, over and over, for nothing. When it resumes, what was built is moved straight to
-    the oldest generation (freeze, unfreeze), so its first collection does not walk them all at once either.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.freeze()
-            gc.unfreeze()
-            gc.enable()

@@ -15,7 +15,6 @@ comes from tables.yaml beside this module.
 
 from __future__ import annotations
 
-import gc
 import sqlite3
 import sys
 from bisect import bisect_right
@@ -39,6 +38,7 @@ from plugins.nvtx_names import (
     parse_sizes,
     range_name,
 )
+from plugins.tools import gc_paused
 
 TABLES_FILE = Path(__file__).with_name("tables.yaml")
 T = TypeVar("T")
@@ -651,7 +651,7 @@ def read_nsys_sqlite(path: Path) -> NsysCapture:
     e.g. the nodes of one CUDA graph launch) and kept only if that call starts inside an
     `operator_profiler::measure` range; without such a range every kernel is kept and a warning says so.
     """
-    with _gc_paused():
+    with gc_paused():
         return read_window(path, _capture)
 
 
@@ -686,18 +686,3 @@ def read_window(path: Path, consume: Callable[[NsysWindow], T]) -> T:
         return consume(window)
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while millions of acyclic records are built (halves the time).
-
-    On resuming, what was built goes straight to the oldest generation instead of being walked at once.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.freeze()
-            gc.unfreeze()
-            gc.enable()
