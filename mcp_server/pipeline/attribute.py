@@ -216,6 +216,8 @@ def attribute_stream(
     last_key: tuple[object, ...] | None = None
     call: _Call | None = None
     shapes_seen: dict[object, list[list[int] | None]] = {}
+    orphans: dict[tuple[object, ...], list[KernelRecord]] = {}
+    orphan_graph: tuple[object, ...] | None = None
     for kernel in kernels:
         stack = kernel.stack
         if stack is not last_stack or facts is None:
@@ -258,15 +260,26 @@ def attribute_stream(
                 call = calls.setdefault(("fused", kernel.ordinal), fused)
             else:
                 attribution, call = attributions.none, None
+                if facts.graph is not None:  # a library kernel replayed by a CUDA graph: aligned below
+                    orphan_graph = (kernel.launch_thread, facts.graph.start_ns)
         record = _kernel_record(
             kernel, kernel.start_ns - window_start_ns, module_path, attribution, metrics, propagated, fields_set
         )
         if call is None:
             unattributed.append(record)
+            if orphan_graph is not None:
+                orphans.setdefault(orphan_graph, []).append(record)
+                orphan_graph = None
         else:
             call.kernels.append(record)
     ordered = sorted(calls.values(), key=lambda c: c.first_ordinal)
     calls.clear()
+    if orphans:
+        aligned = _align_graph_replays(ordered, orphans, provenance.extern_calls)
+        if aligned:
+            placed = {id(r) for c in aligned for r in c.kernels}
+            unattributed = [r for r in unattributed if id(r) not in placed]
+            ordered = sorted(ordered + aligned, key=lambda c: c.first_ordinal)
     _extern_module_paths(ordered, provenance.extern_calls)
     return _operators(ordered, for_profile), unattributed
 
@@ -295,9 +308,15 @@ def _extern_module_paths(calls: list[_Call], sequences: list[list[ExternCall]]) 
             groups.setdefault(call.graph_call, []).append(call)
     for whole in groups.values():
         # The whole launch sequence when the generated code lists it; the library calls alone otherwise.
+        # Calls the generated code does not make (e.g. CUDA-graph input copies) are left out of the match.
         matched, group = None, whole
-        for group in (whole, [c for c in whole if c.origin is None]):
-            matched = next((m for m in (_in_order(group, seq) for seq in sequences) if m is not None), None)
+        for sequence in sequences:
+            names = {site.operator_name for site in sequence}
+            known = [c for c in whole if c.name in names]
+            for group in (known, [c for c in known if c.origin is None]):
+                matched = _in_order(group, sequence) if group else None
+                if matched is not None:
+                    break
             if matched is not None:
                 break
         for call, site in zip(group, matched or [], strict=False):
@@ -306,6 +325,70 @@ def _extern_module_paths(calls: list[_Call], sequences: list[list[ExternCall]]) 
                 call.module_path = path
                 for record in call.kernels:
                     _set(record, "module_path", path)
+
+
+_REPLAY_DETAIL = "CUDA graph replay: placed by the generated call()'s launch order"
+
+
+def _align_graph_replays(
+    calls: list[_Call], orphans: dict[tuple[object, ...], list[KernelRecord]], sequences: list[list[ExternCall]]
+) -> list[_Call]:
+    """Operator calls for library kernels a CUDA graph replayed (no operator range encloses them).
+
+    The graph replays the generated call()'s launches in order. Its generated kernels, identified by name,
+    anchor the sequence; the library kernels between two anchors belong to the extern calls between the
+    matching call sites: all of them to the one extern call there, or one per call in order (the rest to the
+    last) when there are several. Kernels with no extern call between their anchors stay unattributed.
+    """
+    aligned: list[_Call] = []
+    attribution = Attribution(
+        method=AttributionMethod.INDUCTOR_PROVENANCE, confidence=Confidence.MEDIUM, detail=_REPLAY_DETAIL
+    )
+    for graph, kernels in orphans.items():
+        anchors = [c for c in calls if c.graph_call == graph and c.origin is not None]
+        for sequence in sequences:
+            sites = _site_indices([a.name for a in anchors], sequence)
+            if sites is None:
+                continue
+            site_of = {id(a): i for a, i in zip(anchors, sites, strict=True)}
+            gaps: dict[tuple[int, int], list[KernelRecord]] = {}
+            for record in kernels:
+                before = [a for a in anchors if a.first_ordinal < record.kernel_id]
+                after = [a for a in anchors if a.first_ordinal > record.kernel_id]
+                low = site_of[id(before[-1])] if before else -1
+                high = site_of[id(after[0])] if after else len(sequence)
+                gaps.setdefault((low, high), []).append(record)
+            for (low, high), records in gaps.items():
+                externs = [site for site in sequence[low + 1:high] if site.kind == "extern"]
+                if not externs:
+                    continue
+                shares = [records[i:i + 1] for i in range(len(externs) - 1)] + [records[len(externs) - 1:]]
+                for site, share in zip(externs, shares, strict=True):
+                    if not share:
+                        continue
+                    call = _Call(site.operator_name, share[0].kernel_id, site.module_path, graph_call=graph)
+                    for record in share:
+                        _set(record, "attribution", attribution)
+                        _set(record, "module_path", site.module_path)
+                        call.kernels.append(record)
+                    aligned.append(call)
+            break
+    return aligned
+
+
+def _site_indices(kernel_names: list[str], sequence: list[ExternCall]) -> list[int] | None:
+    """Indices of the generated-kernel call sites the names launch, in order, or None when they do not fit."""
+    indices, position = [], 0
+    for name in kernel_names:
+        while position < len(sequence) and not (
+            sequence[position].kind == "triton" and sequence[position].operator_name == name
+        ):
+            position += 1
+        if position == len(sequence):
+            return None
+        indices.append(position)
+        position += 1
+    return indices
 
 
 def _in_order(group: list[_Call], sequence: list[ExternCall]) -> list[ExternCall] | None:
