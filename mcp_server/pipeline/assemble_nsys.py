@@ -8,7 +8,8 @@ from pathlib import Path
 from mcp_server.errors import ProfileFormatError
 from mcp_server.pipeline.aggregate import window_totals
 from mcp_server.pipeline.assemble import _harness, capture_metadata
-from mcp_server.pipeline.attribute import Counters, attribute_stream, join_counters
+from mcp_server.pipeline.attribute import Counters, attribute_stream
+from mcp_server.pipeline.join import join_counters
 from mcp_server.pipeline.passes import NCU_REPORT, NSYS_SQLITE
 from mcp_server.pipeline.provenance import load_provenance
 from mcp_server.schema.manifest import RunManifest
