@@ -9,8 +9,7 @@ from pathlib import Path
 from mcp_server import __version__
 from mcp_server.bench import bench, load_bench_result
 from mcp_server.bench import summary_line as bench_line
-from mcp_server.compare import compare_paths, write_comparison
-from mcp_server.compare import summary_line as compare_line
+from mcp_server.compare import compare_paths
 from mcp_server.errors import ProfilerError, UsageError
 from mcp_server.pipeline.capture import COMPILE_MODES, CaptureRequest
 from mcp_server.pipeline.passes import NcuOptions
@@ -19,6 +18,8 @@ from mcp_server.pipeline.rundir import default_run_dir, read_manifest
 from mcp_server.preflight import format_report as format_preflight
 from mcp_server.preflight import preflight
 from mcp_server.render.arguments import add_report_arguments, cmd_report
+from mcp_server.render.comparison import summary_line as compare_line
+from mcp_server.render.comparison import write_comparison
 from mcp_server.schema.io import load_profile
 from mcp_server.summary import format_top_operators, format_window
 from mcp_server.validate import parse_tolerances, render_checks, validate

@@ -6,17 +6,9 @@ import json
 
 import pytest
 
-from mcp_server.compare import (
-    ProfileMismatch,
-    compare_paths,
-    compare_profiles,
-    normalize_op_name,
-    render_comparison_markdown,
-    summary_line,
-    total,
-    write_comparison,
-)
+from mcp_server.compare import ProfileMismatch, compare_paths, compare_profiles, normalize_op_name, total
 from mcp_server.errors import ProfilerError
+from mcp_server.render.comparison import render_comparison_markdown, summary_line, write_comparison
 from mcp_server.schema.io import write_model_atomic
 from mcp_server.schema.profile import (
     AggregatedMetrics,

@@ -27,10 +27,11 @@ from pydantic import ValidationError
 from mcp_server.analysis.analyze import analyze_profile
 from mcp_server.cli import build_parser
 from mcp_server.cli import main as cli_main
-from mcp_server.compare import compare_profiles, write_comparison
+from mcp_server.compare import compare_profiles
 from mcp_server.errors import ProfileFormatError
 from mcp_server.render import render_plan, render_report
 from mcp_server.render.arguments import add_report_arguments, cmd_report
+from mcp_server.render.comparison import write_comparison
 from mcp_server.render.render import PROMPTS_DIR, TEMPLATES
 from mcp_server.render.views import residual_from_analysis
 from mcp_server.schema.analysis import Analysis

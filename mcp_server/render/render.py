@@ -12,8 +12,10 @@ from typing import Any
 
 import jinja2
 
-from mcp_server.compare import _fmt_bytes, _fmt_ns, _fmt_ratio
 from mcp_server.errors import ProfileFormatError
+from mcp_server.render.comparison import fmt_bytes as _fmt_bytes
+from mcp_server.render.comparison import fmt_ns as _fmt_ns
+from mcp_server.render.comparison import fmt_ratio as _fmt_ratio
 from mcp_server.render.documents import build_optimized_workload_view, build_plan_view, build_report_view
 from mcp_server.render.inputs import ReportInputs, load_inputs
 from mcp_server.schema.io import write_text_atomic

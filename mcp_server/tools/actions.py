@@ -16,14 +16,15 @@ from pathlib import Path
 
 from mcp_server.bench import bench, load_bench_result
 from mcp_server.bench import summary_line as bench_line
-from mcp_server.compare import compare_paths, write_comparison
-from mcp_server.compare import summary_line as compare_line
+from mcp_server.compare import compare_paths
 from mcp_server.errors import BackendUnavailable, UsageError
 from mcp_server.pipeline.capture import CaptureRequest
 from mcp_server.pipeline.passes import NcuOptions
 from mcp_server.pipeline.profiling import ProfileResult, build_profile, capture, choose_backend, map_counters
 from mcp_server.pipeline.rundir import MANIFEST, read_manifest
 from mcp_server.preflight import format_report, preflight
+from mcp_server.render.comparison import summary_line as compare_line
+from mcp_server.render.comparison import write_comparison
 from mcp_server.schema.io import load_profile
 from mcp_server.schema.tools import (
     AnalyzeResult,
