@@ -109,6 +109,9 @@ def cmd_profile(args: argparse.Namespace, argv: list[str], with_ncu: bool = Fals
     backend = choose_backend(args.backend)
     _stage(f"backend: {'nsys + ncu' if backend == 'nsys' else 'torch.profiler'}"
            + (" (auto)" if args.backend == "auto" else "") + f"; run directory: {run_dir}")
+    if with_ncu and backend == "torch":
+        _stage("no hardware counters: nsys and ncu need an NVIDIA GPU with Nsight Systems and Compute here "
+               "(see `operator-profiler preflight`); profiling with torch.profiler instead")
     progress = _silent if args.quiet else _progress
     capture(req, backend, ["operator-profiler", *argv], progress,
             ncu=_ncu_options(args) if (with_ncu and backend == "nsys") else None)
