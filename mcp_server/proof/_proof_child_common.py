@@ -233,3 +233,26 @@ def synchronize() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def run_main(out: Path, run: Callable[[dict[str, Any]], None], failed: str, remedy: str | None = None) -> int:
+    """A child's main: run it, write the result JSON at `out` whatever happens, return the exit code.
+
+    `failed` names what failed in the error message ("the bench", "the baseline").
+    """
+    out = out.resolve()
+    result: dict[str, Any] = {"status": "running", "phase": "import", "started_at": now(), "warnings": []}
+    if not torch_available(result, out):
+        return EXIT_NO_TORCH
+    result["environment"] = environment()
+    code = EXIT_OK
+    try:
+        run(result)
+        result["status"] = "ok"
+    except BaseException as exc:  # noqa: BLE001 - the workload's failure is reported, not re-raised
+        message = f"{failed} failed during {result['phase']}: {type(exc).__name__}: {exc}"
+        result.update(status="error", error=error("workload_raised", message, exc, remedy))
+        code = EXIT_ERROR
+    result["finished_at"] = now()
+    write_json(out, result)
+    return code

@@ -22,22 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from _proof_child_common import (
-    EXIT_ERROR,
-    EXIT_NO_TORCH,
-    EXIT_OK,
     as_call,
     device_of,
-    environment,
-    error,
     load_same_weights,
     load_workload,
-    now,
     optimized_callable,
     perturb,
+    run_main,
     seed_all,
     synchronize,
-    torch_available,
-    write_json,
 )
 
 MARKER = "operator_profiler_bench:"
@@ -198,25 +191,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the bench; write the result JSON whatever happens; return the exit code."""
     args = _parse_args(argv)
-    out = args.out.resolve()
-    result: dict[str, Any] = {"status": "running", "phase": "import", "started_at": now(), "warnings": []}
-    if not torch_available(result, out):
-        return EXIT_NO_TORCH
-    result["environment"] = environment()
-    code = EXIT_OK
-    try:
-        run(args, result)
-        result["status"] = "ok"
-    except BaseException as exc:  # noqa: BLE001 - the workload's failure is reported, not re-raised
-        result.update(
-            status="error",
-            error=error("workload_raised", f"the bench failed during {result['phase']}: {type(exc).__name__}: {exc}",
-                        exc),
-        )
-        code = EXIT_ERROR
-    result["finished_at"] = now()
-    write_json(out, result)
-    return code
+    return run_main(args.out, lambda result: run(args, result), "the bench")
 
 
 if __name__ == "__main__":

@@ -22,26 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from _proof_child_common import (
-    EXIT_ERROR,
-    EXIT_NO_TORCH,
-    EXIT_OK,
     as_call,
     clone,
     device_of,
-    environment,
-    error,
     flatten,
     load_same_weights,
     load_workload,
-    now,
     optimized_callable,
     perturb,
+    run_main,
     seed_all,
     synchronize,
     tensors,
-    torch_available,
     traceback_tail,
-    write_json,
 )
 
 DEFAULT_TOLERANCES = {"float64": 1e-7, "float32": 1e-4, "tf32": 1e-3, "bfloat16": 1e-2, "float16": 1e-2}
@@ -602,25 +595,10 @@ def _settle(
 def main(argv: list[str] | None = None) -> int:
     """Run the validation; write the result JSON whatever happens; return the exit code."""
     args = _parse_args(argv)
-    out = args.out.resolve()
-    result: dict[str, Any] = {"status": "running", "phase": "import", "started_at": now(), "warnings": []}
-    if not torch_available(result, out):
-        return EXIT_NO_TORCH
-    result["environment"] = environment()
-    code = EXIT_OK
-    try:
-        run(args, result)
-        result["status"] = "ok"
-    except BaseException as exc:  # noqa: BLE001 - a baseline failure ends the validation, reported
-        result.update(
-            status="error",
-            error=error("workload_raised", f"the baseline failed during {result['phase']}: {type(exc).__name__}: "
-                                           f"{exc}", exc, "fix the baseline workload; validation needs it to run"),
-        )
-        code = EXIT_ERROR
-    result["finished_at"] = now()
-    write_json(out, result)
-    return code
+    return run_main(
+        args.out, lambda result: run(args, result), "the baseline",
+        "fix the baseline workload; validation needs it to run",
+    )
 
 
 if __name__ == "__main__":
