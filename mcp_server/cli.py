@@ -62,8 +62,10 @@ def _add_capture_options(p: argparse.ArgumentParser) -> None:
 
 def _add_ncu_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-dedupe", action="store_true",
-                   help="replay every launch (default: each unique name+grid+block once, counters propagated)")
-    p.add_argument("--kernel-regex", help="replay only kernels whose name matches")
+                   help="replay every launch (default: each unique mangled name+grid+block+shared memory once, "
+                        "counters propagated)")
+    p.add_argument("--kernel-regex", help="replay only kernels whose mangled name matches (a Triton kernel's mangled "
+                                          "name is its name; a C++ kernel's contains its identifiers)")
     p.add_argument("--launch-skip", type=_positive, help="skip this many matching launches first")
     p.add_argument("--launch-count", type=_positive, help="replay at most this many launches")
     p.add_argument("--set", dest="metric_set", help="also collect an ncu section set (e.g. full) for deep dives")

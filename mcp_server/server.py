@@ -139,7 +139,9 @@ async def profile(
 async def map_counters(
     run_dir: Annotated[str, Field(description="A run directory captured with backend 'nsys'.")],
     ctx: Context,
-    kernel_regex: Annotated[str | None, Field(description="Replay only kernels whose name matches.")] = None,
+    kernel_regex: Annotated[
+        str | None, Field(description="Replay only kernels whose mangled name matches (a Triton kernel's is its name).")
+    ] = None,
     launch_skip: Count | None = None,
     launch_count: Count | None = None,
     dedupe: Annotated[bool, Field(description="Replay each unique name+grid+block once, copy counters.")] = True,

@@ -69,6 +69,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/op_fixtures"))
     parser.add_argument("--workloads", default="conv_block,gpt2")
     parser.add_argument("--modes", default="eager,inductor")
+    parser.add_argument("--no-extras", action="store_true",
+                        help="skip the torch-only recordings (conv_block train step, full-size gpt2)")
     args = parser.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -76,8 +78,9 @@ def main() -> None:
     for workload in args.workloads.split(","):
         for mode in args.modes.split(","):
             rows.append((workload, mode, record(workload, mode, "small", ["nsys", "torch"], args.work, False)))
-    rows.append(("conv_block", "eager-train", record("conv_block", "eager", "small", ["torch"], args.work, True)))
-    rows.append(("gpt2", "eager-full", record("gpt2", "eager", "full", ["torch"], args.work, False)))
+    if not args.no_extras:
+        rows.append(("conv_block", "eager-train", record("conv_block", "eager", "small", ["torch"], args.work, True)))
+        rows.append(("gpt2", "eager-full", record("gpt2", "eager", "full", ["torch"], args.work, False)))
     for folder in sorted(p for p in args.work.iterdir() if p.is_dir()):
         packed = pack(folder, args.out, args.gpu)
         print(f"packed {packed.name}: {packed.stat().st_size / 1024:.0f} KiB")

@@ -47,14 +47,14 @@ def values(joined: dict[int, tuple[dict[str, Metric], int | None]]) -> dict[int,
 def test_in_order_join_is_exact(deduplicated):
     kernels = [kernel(0, "A"), kernel(1, "B"), kernel(2, "C")]
     records = [record(0, "A", 1.0), record(1, "B", 2.0), record(2, "C", 3.0)]
-    joined, problems = join_counters(kernels, records, deduplicated)
+    joined, problems, _ = join_counters(kernels, records, deduplicated)
     assert values(joined) == {0: (1.0, None), 1: (2.0, None), 2: (3.0, None)}
     assert problems == []
 
 
 def test_swapped_records_are_reported_and_the_launch_gets_no_counters():
     kernels = [kernel(0, "A"), kernel(1, "B")]
-    joined, problems = join_counters(kernels, [record(0, "B", 2.0), record(1, "A", 1.0)], deduplicated=False)
+    joined, problems, _ = join_counters(kernels, [record(0, "B", 2.0), record(1, "A", 1.0)], deduplicated=False)
     assert values(joined) == {1: (2.0, None)}  # B's counters on B's launch; A's launch left without any
     assert len(problems) == 3
     assert "launch 0" in problems[0] and "'A'" in problems[0] and "'B'" in problems[0]
@@ -65,7 +65,7 @@ def test_swapped_records_are_reported_and_the_launch_gets_no_counters():
 def test_a_swap_in_a_longer_sequence_never_puts_counters_on_another_kernel():
     kernels = [kernel(i, name) for i, name in enumerate("ABCD")]
     records = [record(0, "A", 1.0), record(1, "C", 3.0), record(2, "B", 2.0), record(3, "D", 4.0)]
-    joined, problems = join_counters(kernels, records, deduplicated=False)
+    joined, problems, _ = join_counters(kernels, records, deduplicated=False)
     assert values(joined) == {0: (1.0, None), 2: (3.0, None), 3: (4.0, None)}
     names = {r.metrics["duration"].value: r.name for r in records}
     assert all(names[metrics["duration"].value] == kernels[o].name for o, (metrics, _) in joined.items())
@@ -77,7 +77,7 @@ def test_a_swap_in_a_longer_sequence_never_puts_counters_on_another_kernel():
 def test_a_swap_of_configurations_seen_once_is_reported_under_deduplication():
     kernels = [kernel(0, "A"), kernel(1, "B"), kernel(2, "C")]
     records = [record(0, "A", 1.0), record(1, "C", 3.0), record(2, "B", 2.0)]
-    joined, problems = join_counters(kernels, records, deduplicated=True)
+    joined, problems, _ = join_counters(kernels, records, deduplicated=True)
     assert values(joined) == {0: (1.0, None), 2: (3.0, None)}
     assert len(problems) == 3
     assert "launch 1: timeline ran 'B', ncu profiled 'C' next" in problems[0]
@@ -88,7 +88,7 @@ def test_a_swap_of_configurations_seen_once_is_reported_under_deduplication():
 def test_a_swap_is_reported_under_deduplication_when_the_skipped_configuration_recurs():
     kernels = [kernel(0, "A"), kernel(1, "B"), kernel(2, "C"), kernel(3, "B")]
     records = [record(0, "A", 1.0), record(1, "C", 3.0), record(2, "B", 2.0)]  # ncu: C before the first B
-    _, problems = join_counters(kernels, records, deduplicated=True)
+    _, problems, _ = join_counters(kernels, records, deduplicated=True)
     assert problems != []
 
 
@@ -102,7 +102,7 @@ def test_deduplicated_launches_take_the_nearest_earlier_replay_of_their_configur
         record(0, "A", 10.0), record(1, "X", 20.0), record(2, "A", 30.0), record(3, "Y", 40.0),
         record(4, "A", 50.0, grid=G2),
     ]
-    joined, problems = join_counters(kernels, records, deduplicated=True)
+    joined, problems, _ = join_counters(kernels, records, deduplicated=True)
     assert values(joined) == {
         0: (10.0, None), 1: (20.0, None), 2: (30.0, None), 3: (40.0, None), 4: (30.0, 2), 5: (50.0, None),
         6: (20.0, 1), 7: (50.0, 5),
@@ -112,14 +112,40 @@ def test_deduplicated_launches_take_the_nearest_earlier_replay_of_their_configur
 
 def test_deduplication_never_crosses_configurations():
     kernels = [kernel(0, "A"), kernel(1, "A", block=B2)]
-    joined, problems = join_counters(kernels, [record(0, "A", 1.0)], deduplicated=True)
+    joined, problems, _ = join_counters(kernels, [record(0, "A", 1.0)], deduplicated=True)
+    assert values(joined) == {0: (1.0, None)}
+    assert problems == ["1 window launches have no ncu counters (first: launch 1 'A')"]
+
+
+def test_propagation_prefers_a_replay_of_the_same_input_shapes_and_names_any_other():
+    def op(shapes):
+        return [MEASURE, Frame(name="aten::convolution", kind="op", start_ns=0, end_ns=10_000, input_shapes=shapes)]
+
+    s1, s2, s3 = [[2, 3, 32, 32]], [[2, 8, 32, 32]], [[2, 16, 32, 32]]
+    kernels = [kernel(0, "conv", stack=op(s1)), kernel(1, "conv", stack=op(s2)), kernel(2, "conv", stack=op(s1)),
+               kernel(3, "conv", stack=op(s3))]
+    # ncu's key has no input shapes: it replayed launches 0 and 1 only because ours here differ in nothing it sees.
+    records = [record(0, "conv", 10.0), record(1, "conv", 20.0)]
+    joined, problems, notes = join_counters(kernels, records, deduplicated=True)
+    assert values(joined) == {0: (10.0, None), 1: (20.0, None), 2: (10.0, 0), 3: (20.0, 1)}
+    assert problems == []
+    assert notes == [
+        "launch 3 'conv' carries the counters of launch 1, whose operator had input shapes [[2, 8, 32, 32]], "
+        "not [[2, 16, 32, 32]] (--no-dedupe replays each launch)"
+    ]
+
+
+def test_shared_memory_is_part_of_the_configuration():
+    kernels = [kernel(0, "A"), kernel(1, "A")]
+    kernels[1].shared_memory_bytes = 4096
+    joined, problems, _ = join_counters(kernels, [record(0, "A", 1.0)], deduplicated=True)
     assert values(joined) == {0: (1.0, None)}
     assert problems == ["1 window launches have no ncu counters (first: launch 1 'A')"]
 
 
 def test_filtered_subset_reports_no_false_mismatch():
     kernels = [kernel(i, name) for i, name in enumerate("ABCDE")]
-    joined, problems = join_counters(kernels, [record(0, "B", 2.0), record(1, "D", 4.0)], False, filtered=True)
+    joined, problems, _ = join_counters(kernels, [record(0, "B", 2.0), record(1, "D", 4.0)], False, filtered=True)
     assert values(joined) == {1: (2.0, None), 3: (4.0, None)}
     assert problems == []
 
@@ -127,7 +153,7 @@ def test_filtered_subset_reports_no_false_mismatch():
 @pytest.mark.parametrize(("deduplicated", "filtered"), [(False, False), (True, False), (False, True)])
 def test_a_record_that_matches_nothing_is_reported(deduplicated, filtered):
     kernels = [kernel(0, "A"), kernel(1, "B")]
-    joined, problems = join_counters(kernels, [record(0, "A", 1.0), record(1, "Z", 9.0)], deduplicated, filtered)
+    joined, problems, _ = join_counters(kernels, [record(0, "A", 1.0), record(1, "Z", 9.0)], deduplicated, filtered)
     assert values(joined) == {0: (1.0, None)}
     assert any("ncu record 1 ('Z') matches no later window launch" in p for p in problems)
     assert any("'B'" in p for p in problems) != filtered  # launch 1 unmatched: reported unless filtered
@@ -144,14 +170,14 @@ def test_kernel_identity_uses_mangled_names_when_both_have_one():
         record(1, "void f<float>(float *)", 2.0, mangled="_Z1fIhEvPT_"),  # same text, another function: not
         record(2, "void g<int>(int *)", 3.0),  # no mangled name: demangled names, whitespace normalised
     ]
-    joined, problems = join_counters(kernels, records, deduplicated=False)
+    joined, problems, _ = join_counters(kernels, records, deduplicated=False)
     assert values(joined) == {0: (1.0, None), 2: (3.0, None)}
     assert any("matches no later window launch" in p for p in problems)
 
 
 def test_grid_and_block_must_agree():
     kernels = [kernel(0, "A", grid=G1), kernel(1, "A", grid=G2)]
-    joined, problems = join_counters(kernels, [record(0, "A", 2.0, grid=G2)], deduplicated=False)
+    joined, problems, _ = join_counters(kernels, [record(0, "A", 2.0, grid=G2)], deduplicated=False)
     assert values(joined) == {1: (2.0, None)}
     assert any("launch 0" in p for p in problems)
 

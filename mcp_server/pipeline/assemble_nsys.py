@@ -56,8 +56,8 @@ def _assemble(run_dir: Path, manifest: RunManifest, harness: dict, timeline: Nsy
         filtered = any(flag in ncu_pass.command for flag in _FILTER_FLAGS) or (
             "--launch-count" in ncu_pass.command and not deduplicated
         )
-        joined, problems = join_counters(kernels, report.records, deduplicated, filtered)
-        counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems]
+        joined, problems, notes = join_counters(kernels, report.records, deduplicated, filtered)
+        counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems] + notes
         counters = lambda ordinal: joined.get(ordinal, ({}, None))  # noqa: E731
     tool = "nsys+ncu" if ncu_pass is not None else "nsys"
     meta = capture_metadata(manifest, harness, tool)

@@ -58,6 +58,8 @@ CONTRACT = re.compile(
     re.MULTILINE,
 )
 PROFILERS = ("torch", "nvtx", "none")
+QUEUE_AHEAD_MIN_NS = 50_000_000  # the GPU spins at least 50 ms while the window is enqueued
+QUEUE_AHEAD_MAX_NS = 5_000_000_000
 
 EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW = 0, 2, 3, 4, 5
 
@@ -81,9 +83,11 @@ def _config() -> dict[str, Any]:
 class _Window:
     """The measured window: profiler start/stop, NVTX measure range, emit_nvtx, host wall time."""
 
-    def __init__(self, profiler: str, run_dir: Path | None) -> None:
+    def __init__(self, profiler: str, run_dir: Path | None, queue_ahead_ns: int | None = None) -> None:
         self.profiler = profiler
         self.run_dir = run_dir
+        self.queue_ahead_ns = queue_ahead_ns
+        self.queued_ahead: bool | None = None
         self.wall_time_ns = 0
         self.gpu_elapsed_ns: int | None = None
         self._stack: list[Any] = []
@@ -107,6 +111,10 @@ class _Window:
             self._enter(torch.autograd.profiler.emit_nvtx(record_shapes=True))
         if self.cuda:
             self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            if self.queue_ahead_ns:
+                # The GPU spins while the host enqueues the whole window: the events then time the window's
+                # work back to back, its busy time, with none of the host's launch gaps.
+                torch.cuda._sleep(_sleep_cycles(self.queue_ahead_ns))
             self._events[0].record()
         self._t0 = time.perf_counter_ns()
         return self
@@ -119,6 +127,8 @@ class _Window:
         import torch
 
         if self.cuda:
+            if self.queue_ahead_ns:
+                self.queued_ahead = not self._events[0].query()  # still spinning: all of it was queued in time
             self._events[1].record()
             torch.cuda.synchronize()
             self.gpu_elapsed_ns = round(self._events[0].elapsed_time(self._events[1]) * 1e6)
@@ -132,6 +142,19 @@ class _Window:
         elif self.profiler == "nvtx" and self.cuda:
             torch.cuda.nvtx.range_pop()
             torch.cuda.profiler.stop()
+
+
+def _sleep_cycles(ns: int) -> int:
+    """GPU clock cycles for which `torch.cuda._sleep` spins about `ns` nanoseconds, calibrated on this GPU."""
+    import torch
+
+    torch.cuda._sleep(1000)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    return int(ns * 10_000_000 / (start.elapsed_time(end) * 1e6))
 
 
 class NvtxCapture:
@@ -151,10 +174,12 @@ class NvtxCapture:
         self._window = _Window(cfg.get("profiler", "nvtx"), Path(run_dir) if run_dir else None)
 
     def __enter__(self) -> NvtxCapture:
-        self._lock = _GpuLock(self._lock_path, self._lock_after)
+        self._lock = _GpuPhases(self._lock_path, self._lock_after)
+        self._lock.warmup()
         if self.warmup_fn is not None:
             for _ in range(self.warmup_iters):
                 self.warmup_fn()
+        self._lock.window()
         self._window.__enter__()
         return self
 
@@ -351,27 +376,45 @@ def _describe_placement(model: Any, args: tuple[Any, ...]) -> dict[str, Any]:
     return {"parameter_devices": param_devices, "input_devices": input_devices}
 
 
-class _GpuLock:
-    """An exclusive lock file held from model building to the end of the window.
+class _GpuPhases:
+    """Two passes of one run (nsys and ncu) share the GPU in phases through one lock file.
 
-    Two passes of one run (nsys and ncu) start together so their imports overlap, but never build, warm up
-    or measure at the same time: neither's kernels can disturb the other's window.
+    Building, compiling and warming up take the lock shared: both passes may do that at once. The measured
+    window takes it exclusively, so no kernel of the other pass can disturb it. The first pass measures
+    first; the second (`after` given) takes the window only once the first marked its window done.
     """
 
     def __init__(self, path: Path | None, after: Path | None = None) -> None:
-        self._file = None
-        if path is None:
-            return
-        while after is not None and not after.exists():
-            time.sleep(0.05)  # the other pass takes the GPU first and marks it taken
-        import fcntl
+        self._path, self._after = path, after
+        self._file: Any = None
 
-        self._file = open(path, "a+")  # noqa: SIM115 - held across phases, closed in release()
-        fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
-        if after is None:
-            path.with_suffix(".taken").touch()
+    def warmup(self) -> None:
+        """Take the lock shared: other passes may build and warm up, none may measure."""
+        self._take("LOCK_SH")
+
+    def window(self) -> None:
+        """Take the lock exclusively for the measured window (after the first pass's window, if second)."""
+        self._drop()
+        while self._after is not None and not self._after.exists():
+            time.sleep(0.05)
+        self._take("LOCK_EX")
 
     def release(self) -> None:
+        """Drop the lock; the first pass marks its window done."""
+        held = self._file is not None
+        self._drop()
+        if held and self._after is None and self._path is not None:
+            self._path.with_suffix(".done").touch()
+
+    def _take(self, mode: str) -> None:
+        if self._path is None:
+            return
+        import fcntl
+
+        self._file = open(self._path, "a+")  # noqa: SIM115 - held across phases, closed in _drop()
+        fcntl.flock(self._file.fileno(), getattr(fcntl, mode))
+
+    def _drop(self) -> None:
         if self._file is not None:
             import fcntl
 
@@ -385,7 +428,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
     import torch
 
     result["phase"] = "waiting for the GPU lock"
-    lock = _GpuLock(args.gpu_lock, args.gpu_lock_after)
+    lock = _GpuPhases(args.gpu_lock, args.gpu_lock_after)
+    lock.warmup()
     result["phase"] = "build"
     model, inputs = module.get_model_and_input()
     call_args, call_kwargs = _as_call(inputs)
@@ -418,14 +462,22 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
 
     result["phase"] = "warmup"
     t0 = time.perf_counter_ns()
+    last_step_ns = 0
     for _ in range(args.warmup_iters):
+        t_step = time.perf_counter_ns()
         step()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        last_step_ns = time.perf_counter_ns() - t_step
     result["warmup_time_ns"] = time.perf_counter_ns() - t0
+    result["phase"] = "waiting for the GPU lock"
+    lock.window()
     hooks = _ModuleRanges(model, args.profiler) if args.compile_mode == "eager" and args.profiler != "none" else None
     result["phase"] = "measure"
-    window = _Window(args.profiler, run_dir)
+    queue_ahead_ns = None
+    if args.queue_ahead and torch.cuda.is_available():
+        queue_ahead_ns = min(max(QUEUE_AHEAD_MIN_NS, 4 * last_step_ns * args.iters), QUEUE_AHEAD_MAX_NS)
+    window = _Window(args.profiler, run_dir, queue_ahead_ns)
     with window:
         for _ in range(args.iters):
             step()
@@ -435,6 +487,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
     result["window"] = {
         "wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns, "iters": args.iters
     }
+    if queue_ahead_ns is not None:
+        result["window"]["queued_ahead"] = window.queued_ahead
     result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
     if backend is not None:
         _write_json(run_dir / PROVENANCE_FILE, _inductor_provenance(backend, run_dir))
@@ -457,10 +511,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-step", action="store_true")
-    parser.add_argument("--gpu-lock", type=Path, help="lock file held from model building to the window's end")
-    parser.add_argument("--gpu-lock-after", type=Path, help="take the lock only once this file exists")
+    parser.add_argument("--gpu-lock", type=Path,
+                        help="lock file: shared while building and warming up, exclusive for the window")
+    parser.add_argument("--gpu-lock-after", type=Path,
+                        help="take the window only once this file exists (the first pass's window is done)")
+    parser.add_argument("--queue-ahead", action="store_true",
+                        help="(--profiler none) let the GPU spin while the window is enqueued, so the CUDA events "
+                             "time its busy time without host launch gaps")
     parser.add_argument("--script-arg", action="append", default=[], help="argument passed to a script workload")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.queue_ahead and args.profiler != "none":
+        parser.error("--queue-ahead times the window without a profiler: use it with --profiler none")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

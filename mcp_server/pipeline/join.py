@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from mcp_server.schema.profile import Metric
 from mcp_server.schema.records import CounterRecord
@@ -17,23 +17,46 @@ class LaunchLike(Protocol):
     mangled_name: str | None
     grid: tuple[int, int, int] | None
     block: tuple[int, int, int] | None
+    shared_memory_bytes: int | None
+    stack: Sequence[FrameLike]
+
+
+class FrameLike(Protocol):
+    """What the join reads of an enclosing NVTX range: the recorded input shapes of its operator."""
+
+    @property
+    def input_shapes(self) -> list[list[int] | None] | None: ...
+
+
+Counters = dict[int, tuple[dict[str, Metric], int | None]]
+
+
+class JoinResult(NamedTuple):
+    """ordinal -> (metrics, propagated_from); disagreements between the captures; caveats on propagation."""
+
+    counters: Counters
+    problems: list[str]
+    notes: list[str]
 
 
 def join_counters(
     kernels: Sequence[LaunchLike], records: list[CounterRecord], deduplicated: bool, filtered: bool = False
-) -> tuple[dict[int, tuple[dict[str, Metric], int | None]], list[str]]:
-    """Match ncu records to timeline kernels; return ordinal -> (metrics, propagated_from) and mismatches.
+) -> JoinResult:
+    """Match ncu records to timeline kernels; return ordinal -> (metrics, propagated_from), mismatches, notes.
 
     ncu replays in launch order, so each record belongs to the next timeline launch, at or after the
     previous match, of the same kernel (mangled name, grid, block). Without deduplication or filters every
     launch must be matched in turn: a launch passed over is a disagreement between the captures and is
     reported. With per-launch-config deduplication, ncu replayed a launch only when it judged its
-    configuration new; each launch it passed over gets the counters of the nearest replayed launch of the
-    same configuration (the earlier one when there is one), marked `propagated_from`. Every record that
-    matches no launch, and every launch left without counters, is reported, never papered over.
+    configuration new (ncu's key: kernel name, grid, block, shared memory); each launch it passed over gets the
+    counters of the nearest replayed launch of the same configuration (the earlier one when there is one,
+    preferring one whose operator had the same input shapes), marked `propagated_from`; counters taken from a
+    launch with other input shapes are named in the notes. Every record that matches no launch, and every
+    launch left without counters, is reported, never papered over.
     """
     problems: list[str] = []
-    joined: dict[int, tuple[dict[str, Metric], int | None]] = {}
+    notes: list[str] = []
+    joined: Counters = {}
     position = 0
     replayed_configs: set[tuple[object, ...]] = set()
     for record in records:
@@ -53,7 +76,7 @@ def join_counters(
         replayed_configs.add(_config(kernels[j]))
         position = j + 1
     if deduplicated:
-        _propagate(kernels, joined)
+        notes += _propagate(kernels, joined)
     if not filtered:
         missing = [k for k in kernels if k.ordinal not in joined]
         if missing:
@@ -61,23 +84,42 @@ def join_counters(
                 f"{len(missing)} window launches have no ncu counters (first: launch {missing[0].ordinal} "
                 f"{_short(missing[0].name)})"
             )
-    return joined, problems
+    return JoinResult(joined, problems, notes)
 
 
-def _propagate(kernels: Sequence[LaunchLike], joined: dict[int, tuple[dict[str, Metric], int | None]]) -> None:
-    """Copy counters to launches ncu passed over from the nearest replayed launch of the same configuration."""
-    replayed: dict[tuple[object, ...], list[int]] = {}
+def _propagate(kernels: Sequence[LaunchLike], joined: Counters) -> list[str]:
+    """Copy counters to launches ncu passed over from the nearest replayed launch of the same configuration;
+    return a note for each launch whose counters come from a launch with other input shapes."""
+    replayed: dict[tuple[object, ...], list[LaunchLike]] = {}
     for kernel in kernels:
         if kernel.ordinal in joined:
-            replayed.setdefault(_config(kernel), []).append(kernel.ordinal)
+            replayed.setdefault(_config(kernel), []).append(kernel)
+    notes: list[str] = []
     for kernel in kernels:
         if kernel.ordinal in joined:
             continue
         sources = replayed.get(_config(kernel))
-        if sources:
-            earlier = [s for s in sources if s < kernel.ordinal]
-            source = earlier[-1] if earlier else sources[0]
-            joined[kernel.ordinal] = (joined[source][0], source)
+        if not sources:
+            continue
+        shapes = _shapes(kernel)
+        alike = [s for s in sources if _shapes(s) == shapes] or sources
+        earlier = [s for s in alike if s.ordinal < kernel.ordinal]
+        source = earlier[-1] if earlier else alike[0]
+        joined[kernel.ordinal] = (joined[source.ordinal][0], source.ordinal)
+        if _shapes(source) != shapes:
+            notes.append(
+                f"launch {kernel.ordinal} {_short(kernel.name)} carries the counters of launch {source.ordinal}, "
+                f"whose operator had input shapes {_shapes(source)}, not {shapes} (--no-dedupe replays each launch)"
+            )
+    return notes
+
+
+def _shapes(kernel: LaunchLike) -> list[list[int] | None] | None:
+    """The input shapes of the innermost enclosing operator range that recorded any."""
+    for frame in reversed(kernel.stack):
+        if frame.input_shapes is not None:
+            return frame.input_shapes
+    return None
 
 
 def _short(name: str) -> str:
@@ -85,7 +127,7 @@ def _short(name: str) -> str:
 
 
 def _config(kernel: LaunchLike) -> tuple[object, ...]:
-    return (kernel.mangled_name or kernel.name, kernel.grid, kernel.block)
+    return (kernel.mangled_name or kernel.name, kernel.grid, kernel.block, kernel.shared_memory_bytes)
 
 
 def _same_kernel(kernel: LaunchLike, record: CounterRecord) -> bool:

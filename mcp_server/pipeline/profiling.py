@@ -97,15 +97,14 @@ def capture(
 def _timeline_and_counters(
     req: CaptureRequest, ncu: NcuOptions, progress: Progress, outer: threading.Event | None
 ) -> list[PassRecord]:
-    """Run the nsys and ncu passes at once: imports overlap, a lock file serialises their GPU phases.
-
-    The nsys pass takes the GPU first (it compiles with a cold cache; ncu then finds it warm and replays).
+    """Run the nsys and ncu passes at once: imports, builds and warm-ups overlap; a lock file gives each
+    measured window the GPU alone, the nsys window first, then ncu's replay.
     """
     lock = req.run_dir / ".gpu.lock"
     lock.unlink(missing_ok=True)
     first = replace(req, gpu_lock=lock)
-    second = replace(req, gpu_lock=lock, gpu_lock_after=lock.with_suffix(".taken"))
-    lock.with_suffix(".taken").unlink(missing_ok=True)
+    second = replace(req, gpu_lock=lock, gpu_lock_after=lock.with_suffix(".done"))
+    lock.with_suffix(".done").unlink(missing_ok=True)
     cancel = threading.Event()
     jobs: dict[str, Callable[[], PassRecord]] = {
         "nsys": lambda: nsys_pass(first, _tagged("nsys", progress), cancel=cancel),

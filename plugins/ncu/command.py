@@ -43,7 +43,8 @@ def capture_command(ncu: str, report_base: Path, options: NcuOptions) -> list[st
     """The ncu prefix: kernel replay of the kernels inside the `operator_profiler::measure` NVTX range."""
     cmd = ["sudo", "-n", "--preserve-env"] if options.sudo else []
     cmd += [
-        ncu, "--nvtx", "--nvtx-include", f"{MEASURE_RANGE}/", "--kernel-name-base", "demangled",
+        ncu, "--target-processes", "application-only",
+        "--nvtx", "--nvtx-include", f"{MEASURE_RANGE}/", "--kernel-name-base", "mangled",
         "--replay-mode", "kernel", "--cache-control", "all", "--clock-control", "base",
         "--metrics", ",".join(default_metrics().values()),
         "--force-overwrite", "--export", str(report_base),

@@ -1,0 +1,61 @@
+"""The command lines the capture passes run: the ncu replay filters and the harness's no-profiler timing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import EXAMPLES
+
+from mcp_server.pipeline.capture import HARNESS, CaptureRequest, harness_command
+from plugins.ncu.command import NcuOptions, capture_command
+
+
+def _after(cmd: list[str], flag: str) -> str:
+    return cmd[cmd.index(flag) + 1]
+
+
+def test_default_replay_is_the_measure_range_deduplicated_on_the_mangled_name():
+    cmd = capture_command("ncu", Path("/r/report"), NcuOptions())
+    assert _after(cmd, "--nvtx-include") == "operator_profiler::measure/"
+    # ncu's per-launch-config key is (kernel name per --kernel-name-base, grid, block, shared memory). Plain
+    # Triton names do not demangle, so keyed on demangled names distinct Triton kernels of one shape were
+    # collapsed into one (mlp_activations inductor on the H200: 6 of 25 launches left without counters);
+    # mangled names tell them, and template instances sharing a function name, apart.
+    assert _after(cmd, "--kernel-name-base") == "mangled"
+    assert (_after(cmd, "--filter-mode"), _after(cmd, "--launch-count")) == ("per-launch-config", "1")
+    # Inductor's compile workers are never injected: only the workload's own process launches window kernels.
+    assert _after(cmd, "--target-processes") == "application-only"
+    assert _after(cmd, "--export") == "/r/report"
+
+
+def test_targeted_replay_drops_the_deduplication():
+    cmd = capture_command("ncu", Path("/r/report"), NcuOptions(kernel_regex="gemm", launch_skip=2, launch_count=5))
+    assert (_after(cmd, "--kernel-name"), _after(cmd, "--launch-skip"), _after(cmd, "--launch-count")) == (
+        "regex:gemm", "2", "5",
+    )
+    assert "--filter-mode" not in cmd
+    assert "--filter-mode" not in capture_command("ncu", Path("/r/report"), NcuOptions(dedupe=False))
+
+
+def test_sudo_never_prompts():
+    cmd = capture_command("/opt/ncu", Path("/r/report"), NcuOptions(sudo=True))
+    assert cmd[:4] == ["sudo", "-n", "--preserve-env", "/opt/ncu"]
+
+
+def test_queue_ahead_timing_is_asked_of_the_harness():
+    req = CaptureRequest(workload=EXAMPLES / "conv_block" / "conv_block.py", run_dir=Path("/r"), queue_ahead=True)
+    assert "--queue-ahead" in harness_command(req, "none", Path("/r/timing"))
+    assert "--queue-ahead" not in harness_command(CaptureRequest(workload=req.workload, run_dir=Path("/r")), "none",
+                                                  Path("/r/timing"))
+
+
+def test_queue_ahead_needs_the_no_profiler_pass(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(HARNESS), "--workload", str(EXAMPLES / "conv_block" / "conv_block.py"),
+         "--run-dir", str(tmp_path), "--profiler", "nvtx", "--queue-ahead"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--queue-ahead times the window without a profiler: use it with --profiler none" in proc.stderr
