@@ -1,5 +1,5 @@
-"""The GPU lock protocol between the two passes of `run`: warm-ups share the GPU, each window has it alone,
-and the second pass measures only after the first pass's window is done."""
+"""The GPU lock protocol between the passes of `run`: a pass builds and warms up only after the previous
+pass's window is done, and no window shares the GPU with another pass's build or warm-up."""
 
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ def test_second_pass_measures_after_the_first(tmp_path):
     second = _harness(tmp_path / "second", "--gpu-lock", str(lock), "--gpu-lock-after", str(done))
     try:
         time.sleep(BLOCKED_S)
-        assert second.poll() is None, "the second pass must not measure before the first pass's window"
+        assert second.poll() is None, "the second pass must not start before the first pass's window is done"
         assert _result(tmp_path / "second").get("status") != "ok"
-        first = _harness(tmp_path / "first", "--gpu-lock", str(lock))
+        first = _harness(tmp_path / "first", "--gpu-lock", str(lock), "--gpu-lock-done", str(done))
         assert first.wait(timeout=120) == 0
         assert done.exists(), "the first pass marks its window done"
         assert second.wait(timeout=120) == 0
@@ -58,7 +58,7 @@ def test_a_window_waits_for_the_other_pass_to_finish_warming_up(tmp_path):
     lock = tmp_path / ".gpu.lock"
     with open(lock, "a+") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_SH)  # another pass building or warming up
-        first = _harness(tmp_path / "first", "--gpu-lock", str(lock))
+        first = _harness(tmp_path / "first", "--gpu-lock", str(lock), "--gpu-lock-done", str(tmp_path / ".gpu.done"))
         try:
             time.sleep(BLOCKED_S)
             assert first.poll() is None, "the window must wait while another pass warms up"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mcp_server.pipeline.attribute import attribute_kernels
-from mcp_server.pipeline.join import join_counters
+from mcp_server.pipeline.join import join_counters, launch_position
 from mcp_server.pipeline.provenance import ExternCall, KernelOrigin, Provenance
 from mcp_server.schema.profile import AttributionMethod, Confidence, Metric
 from mcp_server.schema.records import CounterRecord, Frame, TraceKernel
@@ -130,9 +130,16 @@ def test_propagation_prefers_a_replay_of_the_same_input_shapes_and_names_any_oth
     assert values(joined) == {0: (10.0, None), 1: (20.0, None), 2: (10.0, 0), 3: (20.0, 1)}
     assert problems == []
     assert notes == [
-        "launch 3 'conv' carries the counters of launch 1, whose operator had input shapes [[2, 8, 32, 32]], "
-        "not [[2, 16, 32, 32]] (--no-dedupe replays each launch)"
+        "1 launches carry the counters of a launch of their configuration with other input shapes (first: launch 3 "
+        "'conv' from launch 1: [[2, 8, 32, 32]], not [[2, 16, 32, 32]]); --no-dedupe replays each launch"
     ]
+    # The shape-variant pass replayed launch 3 itself: its own counters, and nothing left to note.
+    start = launch_position(kernels, "^(conv)$", launch_skip=3)
+    assert start == 3
+    joined, problems, notes = join_counters(kernels, records, deduplicated=True, variants=[record(0, "conv", 30.0)],
+                                            variants_start=start)
+    assert values(joined) == {0: (10.0, None), 1: (20.0, None), 2: (10.0, 0), 3: (30.0, None)}
+    assert (problems, notes) == ([], [])
 
 
 def test_shared_memory_is_part_of_the_configuration():

@@ -9,16 +9,37 @@ from mcp_server.errors import ProfileFormatError
 from mcp_server.pipeline.aggregate import window_totals
 from mcp_server.pipeline.assemble import _harness, capture_metadata
 from mcp_server.pipeline.attribute import Counters, attribute_stream
-from mcp_server.pipeline.join import join_counters
-from mcp_server.pipeline.passes import NCU_REPORT, NSYS_SQLITE
+from mcp_server.pipeline.join import join_counters, launch_position
+from mcp_server.pipeline.passes import NCU_REPORT, NCU_VARIANTS, NSYS_SQLITE
 from mcp_server.pipeline.provenance import load_provenance
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from plugins.ncu.command import default_metrics
-from plugins.ncu.reader import NcuReportError, read_ncu_report
+from plugins.ncu.reader import NcuCapture, NcuReportError, read_ncu_report
 from plugins.nsys.reader import NsysExportError, NsysWindow, WindowKernel, read_window
 
 _FILTER_FLAGS = ("--kernel-name", "--launch-skip")
+
+
+def _read_counters(path: Path, warnings: list[str]) -> NcuCapture:
+    """An ncu report's records with the default metrics; its warnings appended to `warnings`."""
+    try:
+        report = read_ncu_report(path, default_metrics())
+    except NcuReportError as exc:
+        raise ProfileFormatError(str(exc), "install ncu-report matching the ncu that wrote the report") from exc
+    if report.missing_metrics:
+        warnings.append(f"ncu returned no value for {len(report.missing_metrics)} requested metrics: "
+                        f"{', '.join(report.missing_metrics)}")
+    warnings += report.warnings
+    return report
+
+
+def _replay_start(kernels: list[WindowKernel], command: list[str]) -> int:
+    """Position of the first launch an ncu command's --kernel-name regex and --launch-skip let it replay."""
+    regex = next((a.removeprefix("regex:") for f, a in zip(command, command[1:], strict=False)
+                  if f == "--kernel-name" and a.startswith("regex:")), None)
+    skip = next((int(a) for f, a in zip(command, command[1:], strict=False) if f == "--launch-skip"), 0)
+    return launch_position(kernels, regex, skip) if regex or skip else 0
 
 
 def assemble_nsys(run_dir: Path, manifest: RunManifest) -> OperatorAttributedProfile:
@@ -41,22 +62,22 @@ def _assemble(run_dir: Path, manifest: RunManifest, harness: dict, timeline: Nsy
     counter_warnings: list[str] = []
     counters: Counters | None = None
     ncu_pass = next((p for p in manifest.passes if p.name == "ncu"), None)
+    variants_pass = next((p for p in manifest.passes if p.name == NCU_VARIANTS), None)
     if ncu_pass is not None:
         kernels = list(kernels)  # the join looks ahead along the launches
         timeline.check_activity_tables()
-        try:
-            report = read_ncu_report(run_dir / "ncu" / NCU_REPORT, default_metrics())
-        except NcuReportError as exc:
-            raise ProfileFormatError(str(exc), "install ncu-report matching the ncu that wrote the report") from exc
-        if report.missing_metrics:
-            counter_warnings.append(f"ncu returned no value for {len(report.missing_metrics)} requested metrics: "
-                                    f"{', '.join(report.missing_metrics)}")
-        counter_warnings += report.warnings
+        report = _read_counters(run_dir / "ncu" / NCU_REPORT, counter_warnings)
+        variants = _read_counters(run_dir / NCU_VARIANTS / NCU_REPORT, counter_warnings) if variants_pass else None
         deduplicated = "per-launch-config" in ncu_pass.command
         filtered = any(flag in ncu_pass.command for flag in _FILTER_FLAGS) or (
             "--launch-count" in ncu_pass.command and not deduplicated
         )
-        joined, problems, notes = join_counters(kernels, report.records, deduplicated, filtered)
+        joined, problems, notes = join_counters(
+            kernels, report.records, deduplicated, filtered,
+            variants=variants.records if variants else (),
+            start=_replay_start(kernels, ncu_pass.command),
+            variants_start=_replay_start(kernels, variants_pass.command) if variants_pass else 0,
+        )
         counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems] + notes
         counters = lambda ordinal: joined.get(ordinal, ({}, None))  # noqa: E731
     tool = "nsys+ncu" if ncu_pass is not None else "nsys"

@@ -48,6 +48,7 @@ class CaptureRequest:
     timeout_s: float = 600.0
     gpu_lock: Path | None = None
     gpu_lock_after: Path | None = None
+    gpu_lock_done: Path | None = None
     queue_ahead: bool = False
     script_args: list[str] = field(default_factory=list)
 
@@ -90,6 +91,8 @@ def harness_command(req: CaptureRequest, profiler: str, pass_dir: Path) -> list[
         cmd += ["--gpu-lock", str(req.gpu_lock)]
     if req.gpu_lock_after is not None:
         cmd += ["--gpu-lock-after", str(req.gpu_lock_after)]
+    if req.gpu_lock_done is not None:
+        cmd += ["--gpu-lock-done", str(req.gpu_lock_done)]
     if req.queue_ahead:
         cmd.append("--queue-ahead")
     for arg in req.script_args:

@@ -171,10 +171,11 @@ class NvtxCapture:
         run_dir = cfg.get("run_dir")
         self._lock_path = Path(cfg["gpu_lock"]) if cfg.get("gpu_lock") else None
         self._lock_after = Path(cfg["gpu_lock_after"]) if cfg.get("gpu_lock_after") else None
+        self._lock_done = Path(cfg["gpu_lock_done"]) if cfg.get("gpu_lock_done") else None
         self._window = _Window(cfg.get("profiler", "nvtx"), Path(run_dir) if run_dir else None)
 
     def __enter__(self) -> NvtxCapture:
-        self._lock = _GpuPhases(self._lock_path, self._lock_after)
+        self._lock = _GpuPhases(self._lock_path, self._lock_after, self._lock_done)
         self._lock.warmup()
         if self.warmup_fn is not None:
             for _ in range(self.warmup_iters):
@@ -377,34 +378,35 @@ def _describe_placement(model: Any, args: tuple[Any, ...]) -> dict[str, Any]:
 
 
 class _GpuPhases:
-    """Two passes of one run (nsys and ncu) share the GPU in phases through one lock file.
+    """The passes of one run (nsys, ncu, ncu's shape variants) take the GPU in turn, through one lock file.
 
-    Building, compiling and warming up take the lock shared: both passes may do that at once. The measured
-    window takes it exclusively, so no kernel of the other pass can disturb it. The first pass measures
-    first; the second (`after` given) takes the window only once the first marked its window done.
+    A pass given `after` builds its model only once that file exists: the previous pass's window is done,
+    and the Triton configurations it autotuned are in Inductor's cache, so every pass runs the same kernels
+    (autotuning under ncu would time configurations differently). Building, compiling and warming up take
+    the lock shared, the window takes it exclusively; a pass given `done` writes that file after its window.
     """
 
-    def __init__(self, path: Path | None, after: Path | None = None) -> None:
-        self._path, self._after = path, after
+    def __init__(self, path: Path | None, after: Path | None = None, done: Path | None = None) -> None:
+        self._path, self._after, self._done = path, after, done
         self._file: Any = None
 
     def warmup(self) -> None:
-        """Take the lock shared: other passes may build and warm up, none may measure."""
+        """Wait for the previous pass's window, then take the lock shared: build, compile, warm up."""
+        while self._after is not None and not self._after.exists():
+            time.sleep(0.05)
         self._take("LOCK_SH")
 
     def window(self) -> None:
-        """Take the lock exclusively for the measured window (after the first pass's window, if second)."""
+        """Take the lock exclusively for the measured window."""
         self._drop()
-        while self._after is not None and not self._after.exists():
-            time.sleep(0.05)
         self._take("LOCK_EX")
 
     def release(self) -> None:
-        """Drop the lock; the first pass marks its window done."""
+        """Drop the lock and mark this pass's window done."""
         held = self._file is not None
         self._drop()
-        if held and self._after is None and self._path is not None:
-            self._path.with_suffix(".done").touch()
+        if held and self._done is not None:
+            self._done.touch()
 
     def _take(self, mode: str) -> None:
         if self._path is None:
@@ -428,7 +430,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
     import torch
 
     result["phase"] = "waiting for the GPU lock"
-    lock = _GpuPhases(args.gpu_lock, args.gpu_lock_after)
+    lock = _GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done)
     lock.warmup()
     result["phase"] = "build"
     model, inputs = module.get_model_and_input()
@@ -514,7 +516,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpu-lock", type=Path,
                         help="lock file: shared while building and warming up, exclusive for the window")
     parser.add_argument("--gpu-lock-after", type=Path,
-                        help="take the window only once this file exists (the first pass's window is done)")
+                        help="take the window only once this file exists (the previous pass's window is done)")
+    parser.add_argument("--gpu-lock-done", type=Path, help="file written once this pass's window is done")
     parser.add_argument("--queue-ahead", action="store_true",
                         help="(--profiler none) let the GPU spin while the window is enqueued, so the CUDA events "
                              "time its busy time without host launch gaps")
@@ -557,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[ENV_CONFIG] = json.dumps(
         {
             "profiler": args.profiler, "run_dir": str(run_dir), "gpu_lock": str(args.gpu_lock or ""),
-            "gpu_lock_after": str(args.gpu_lock_after or ""),
+            "gpu_lock_after": str(args.gpu_lock_after or ""), "gpu_lock_done": str(args.gpu_lock_done or ""),
         }
     )
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
@@ -25,7 +26,7 @@ class FrameLike(Protocol):
     """What the join reads of an enclosing NVTX range: the recorded input shapes of its operator."""
 
     @property
-    def input_shapes(self) -> list[list[int] | None] | None: ...
+    def inputoperator_shapes(self) -> list[list[int] | None] | None: ...
 
 
 Counters = dict[int, tuple[dict[str, Metric], int | None]]
@@ -40,7 +41,13 @@ class JoinResult(NamedTuple):
 
 
 def join_counters(
-    kernels: Sequence[LaunchLike], records: list[CounterRecord], deduplicated: bool, filtered: bool = False
+    kernels: Sequence[LaunchLike],
+    records: list[CounterRecord],
+    deduplicated: bool,
+    filtered: bool = False,
+    variants: Sequence[CounterRecord] = (),
+    start: int = 0,
+    variants_start: int = 0,
 ) -> JoinResult:
     """Match ncu records to timeline kernels; return ordinal -> (metrics, propagated_from), mismatches, notes.
 
@@ -48,16 +55,53 @@ def join_counters(
     previous match, of the same kernel (mangled name, grid, block). Without deduplication or filters every
     launch must be matched in turn: a launch passed over is a disagreement between the captures and is
     reported. With per-launch-config deduplication, ncu replayed a launch only when it judged its
-    configuration new (ncu's key: kernel name, grid, block, shared memory); each launch it passed over gets the
-    counters of the nearest replayed launch of the same configuration (the earlier one when there is one,
-    preferring one whose operator had the same input shapes), marked `propagated_from`; counters taken from a
-    launch with other input shapes are named in the notes. Every record that matches no launch, and every
-    launch left without counters, is reported, never papered over.
+    configuration new (ncu's key: kernel name, grid, block, shared memory). `variants` are the records of the
+    shape-variant pass (a filtered replay of the launches whose configuration ncu had seen with other input
+    shapes): they join in launch order too. `start` and `variants_start` are the positions in `kernels` of the
+    first launch each replay could match (see `launch_position`). Each launch still without counters gets
+    those of the nearest replayed launch of the same configuration (the earlier one when there is one,
+    preferring one whose operator had the same input shapes), marked `propagated_from`; counters taken from
+    a launch with other input shapes are named in the notes. Every record that matches no launch, and every
+    launch left without
+    counters, is reported, never papered over.
     """
+    joined, problems = _match(kernels, records, deduplicated, filtered, start)
+    if variants:
+        extra, extra_problems = _match(kernels, variants, deduplicated=False, filtered=True, start=variants_start)
+        joined.update(extra)
+        problems += [f"shape-variant pass: {p}" for p in extra_problems]
+    notes = _propagate(kernels, joined) if deduplicated else []
+    if not filtered:
+        missing = [k for k in kernels if k.ordinal not in joined]
+        if missing:
+            problems.append(
+                f"{len(missing)} window launches have no ncu counters (first: launch {missing[0].ordinal} "
+                f"{_short(missing[0].name)})"
+            )
+    return JoinResult(joined, problems, notes)
+
+
+def launch_position(kernels: Sequence[LaunchLike], kernel_regex: str | None, launch_skip: int) -> int:
+    """Where in `kernels` a replay filtered by `--kernel-name regex:` (on mangled names) and `--launch-skip`
+    starts: the position of the (launch_skip + 1)-th matching launch (len(kernels) when there is none)."""
+    pattern = re.compile(kernel_regex) if kernel_regex else None
+    seen = 0
+    for i, kernel in enumerate(kernels):
+        if pattern is None or pattern.search(kernel.mangled_name or kernel.name):
+            if seen == launch_skip:
+                return i
+            seen += 1
+    return len(kernels)
+
+
+def _match(
+    kernels: Sequence[LaunchLike], records: Sequence[CounterRecord], deduplicated: bool, filtered: bool,
+    start: int = 0,
+) -> tuple[Counters, list[str]]:
+    """Each record onto the next launch of its kernel, in launch order from `start`; the disagreements found."""
     problems: list[str] = []
-    notes: list[str] = []
     joined: Counters = {}
-    position = 0
+    position = start
     replayed_configs: set[tuple[object, ...]] = set()
     for record in records:
         j = position
@@ -75,47 +119,42 @@ def join_counters(
         joined[kernels[j].ordinal] = (record.metrics, None)
         replayed_configs.add(_config(kernels[j]))
         position = j + 1
-    if deduplicated:
-        notes += _propagate(kernels, joined)
-    if not filtered:
-        missing = [k for k in kernels if k.ordinal not in joined]
-        if missing:
-            problems.append(
-                f"{len(missing)} window launches have no ncu counters (first: launch {missing[0].ordinal} "
-                f"{_short(missing[0].name)})"
-            )
-    return JoinResult(joined, problems, notes)
+    return joined, problems
 
 
 def _propagate(kernels: Sequence[LaunchLike], joined: Counters) -> list[str]:
     """Copy counters to launches ncu passed over from the nearest replayed launch of the same configuration;
-    return a note for each launch whose counters come from a launch with other input shapes."""
+    return one note counting the launches whose counters come from a launch with other input shapes."""
     replayed: dict[tuple[object, ...], list[LaunchLike]] = {}
     for kernel in kernels:
         if kernel.ordinal in joined:
             replayed.setdefault(_config(kernel), []).append(kernel)
-    notes: list[str] = []
+    unlike: list[tuple[LaunchLike, LaunchLike]] = []
     for kernel in kernels:
         if kernel.ordinal in joined:
             continue
         sources = replayed.get(_config(kernel))
         if not sources:
             continue
-        shapes = _shapes(kernel)
-        alike = [s for s in sources if _shapes(s) == shapes] or sources
+        shapes = operator_shapes(kernel)
+        alike = [s for s in sources if operator_shapes(s) == shapes] or sources
         earlier = [s for s in alike if s.ordinal < kernel.ordinal]
         source = earlier[-1] if earlier else alike[0]
         joined[kernel.ordinal] = (joined[source.ordinal][0], source.ordinal)
-        if _shapes(source) != shapes:
-            notes.append(
-                f"launch {kernel.ordinal} {_short(kernel.name)} carries the counters of launch {source.ordinal}, "
-                f"whose operator had input shapes {_shapes(source)}, not {shapes} (--no-dedupe replays each launch)"
-            )
-    return notes
+        if operator_shapes(source) != shapes:
+            unlike.append((kernel, source))
+    if not unlike:
+        return []
+    kernel, source = unlike[0]
+    return [
+        f"{len(unlike)} launches carry the counters of a launch of their configuration with other input shapes "
+        f"(first: launch {kernel.ordinal} {_short(kernel.name)} from launch {source.ordinal}: "
+        f"{operator_shapes(source)}, not {operator_shapes(kernel)}); --no-dedupe replays each launch"
+    ]
 
 
-def _shapes(kernel: LaunchLike) -> list[list[int] | None] | None:
-    """The input shapes of the innermost enclosing operator range that recorded any."""
+def operator_shapes(kernel: LaunchLike) -> list[list[int] | None] | None:
+    """A launch's input shapes: those of the innermost enclosing operator range that recorded any."""
     for frame in reversed(kernel.stack):
         if frame.input_shapes is not None:
             return frame.input_shapes

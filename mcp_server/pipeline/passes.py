@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from mcp_server.errors import BackendUnavailable, CaptureFailed
 from mcp_server.pipeline.capture import CaptureRequest, Progress, _quiet, now_iso, run_child, run_pass
+from mcp_server.pipeline.replay_plan import ReplayPlan
 from mcp_server.schema.manifest import PassRecord
 from plugins.ncu.command import NcuOptions, find_ncu
 from plugins.ncu.command import capture_command as ncu_capture
@@ -18,6 +20,7 @@ Cancel = threading.Event | None
 NSYS_REPORT = "report.nsys-rep"
 NSYS_SQLITE = "report.sqlite"
 NCU_REPORT = "report.ncu-rep"
+NCU_VARIANTS = "ncu_variants"  # pass and directory of the shape-variant replays
 
 
 def torch_pass(req: CaptureRequest, progress: Progress = _quiet, cancel: Cancel = None) -> tuple[PassRecord, dict]:
@@ -56,24 +59,45 @@ def nsys_pass(
 
 
 def ncu_pass(
-    req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet, cancel: Cancel = None
+    req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet, cancel: Cancel = None, name: str = "ncu"
 ) -> PassRecord:
-    """Replay the window's kernels under ncu: RUN_DIR/ncu/report.ncu-rep."""
+    """Replay the window's kernels under ncu: RUN_DIR/<name>/report.ncu-rep."""
     ncu = find_ncu()
     if ncu is None:
         raise BackendUnavailable("ncu not found", "install Nsight Compute or set NCU=/path/to/ncu")
-    pass_dir = req.run_dir / "ncu"
-    progress("ncu pass: replaying the window's kernels for hardware counters")
+    pass_dir = req.run_dir / name
+    progress(f"{name} pass: replaying the window's kernels for hardware counters")
     try:
-        record, _ = run_pass(req, "ncu", "nvtx", ncu_capture(ncu, pass_dir / "report", options), progress, cancel)
+        record, _ = run_pass(req, name, "nvtx", ncu_capture(ncu, pass_dir / "report", options), progress, cancel)
     except CaptureFailed as exc:
         _raise_if_permission(pass_dir)
         raise exc
     _raise_if_permission(pass_dir)
     if not (pass_dir / NCU_REPORT).is_file():
         raise CaptureFailed("ncu wrote no report", f"read {pass_dir / 'output.log'}")
-    record.artifacts.append(f"ncu/{NCU_REPORT}")
+    record.artifacts.append(f"{name}/{NCU_REPORT}")
     return record
+
+
+def variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
+    """The ncu options replaying exactly the plan's shape variants (and any launch of their names between)."""
+    return replace(options, dedupe=False, kernel_regex=plan.kernel_regex, launch_skip=plan.launch_skip,
+                   launch_count=plan.launch_count)
+
+
+def wants_variants(options: NcuOptions) -> bool:
+    """Shape variants get their own pass only behind the default deduplicated replay of the whole window."""
+    return options.dedupe and not (options.kernel_regex or options.launch_skip or options.launch_count)
+
+
+def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
+    """Say what the ncu passes replay, with estimated times (estimates: the H200's time per replay pass)."""
+    progress(f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations replayed "
+             f"(estimate: {plan.estimate_s(plan.configurations):.0f} s of replay)")
+    if plan.variants:
+        progress(f"ncu: {len(plan.variants)} launches share a configuration but not the input shapes of an earlier "
+                 f"one: a second ncu pass replays them ({plan.launch_count} launches; estimate: "
+                 f"{plan.estimate_s(plan.launch_count):.0f} s of replay after it warms up)")
 
 
 def _raise_if_permission(pass_dir: Path) -> None:
@@ -86,4 +110,7 @@ def _raise_if_permission(pass_dir: Path) -> None:
         )
 
 
-__all__ = ["NcuOptions", "ncu_pass", "nsys_pass", "now_iso", "torch_pass"]
+__all__ = [
+    "NCU_VARIANTS", "NcuOptions", "announce_plan", "ncu_pass", "nsys_pass", "now_iso", "torch_pass",
+    "variants_options", "wants_variants",
+]

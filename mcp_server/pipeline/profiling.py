@@ -11,7 +11,18 @@ from pathlib import Path
 from mcp_server.errors import BackendUnavailable, CancelledCapture
 from mcp_server.pipeline.assemble import assemble, write_profile
 from mcp_server.pipeline.capture import CaptureRequest, Progress, _quiet, now_iso
-from mcp_server.pipeline.passes import NcuOptions, ncu_pass, nsys_pass, torch_pass
+from mcp_server.pipeline.passes import (
+    NCU_VARIANTS,
+    NSYS_SQLITE,
+    NcuOptions,
+    announce_plan,
+    ncu_pass,
+    nsys_pass,
+    torch_pass,
+    variants_options,
+    wants_variants,
+)
+from mcp_server.pipeline.replay_plan import plan_replays
 from mcp_server.pipeline.rundir import prepare_run_dir, read_manifest, write_manifest
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
@@ -97,20 +108,36 @@ def capture(
 def _timeline_and_counters(
     req: CaptureRequest, ncu: NcuOptions, progress: Progress, outer: threading.Event | None
 ) -> list[PassRecord]:
-    """Run the nsys and ncu passes at once: imports, builds and warm-ups overlap; a lock file gives each
-    measured window the GPU alone, the nsys window first, then ncu's replay.
+    """Run the nsys and ncu passes at once: their imports overlap, then they take the GPU in turn (nsys's
+    window, then ncu's build, warm-up and replay, which finds nsys's autotuned Triton configurations in the
+    cache). Once the timeline is exported, its replay plan is announced and, when launches of one ncu
+    configuration differ in input shapes, a third pass replays those shape variants after ncu's replay.
     """
     lock = req.run_dir / ".gpu.lock"
-    lock.unlink(missing_ok=True)
-    first = replace(req, gpu_lock=lock)
-    second = replace(req, gpu_lock=lock, gpu_lock_after=lock.with_suffix(".done"))
-    lock.with_suffix(".done").unlink(missing_ok=True)
+    nsys_done, ncu_done = lock.with_suffix(".nsys-done"), lock.with_suffix(".ncu-done")
+    for path in (lock, nsys_done, ncu_done):
+        path.unlink(missing_ok=True)
+    first = replace(req, gpu_lock=lock, gpu_lock_done=nsys_done)
+    second = replace(req, gpu_lock=lock, gpu_lock_after=nsys_done, gpu_lock_done=ncu_done)
+    # The variant pass only needs the compiled kernels: one warm-up iteration compiles (CUDA-graph trees need more).
+    warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
+    third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup)
     cancel = threading.Event()
-    jobs: dict[str, Callable[[], PassRecord]] = {
-        "nsys": lambda: nsys_pass(first, _tagged("nsys", progress), cancel=cancel),
-        "ncu": lambda: ncu_pass(second, ncu, _tagged("ncu", progress), cancel=cancel),
+
+    def timeline_then_variants() -> list[PassRecord]:
+        records = [nsys_pass(first, _tagged("nsys", progress), cancel=cancel)]
+        plan = plan_replays(req.run_dir / "nsys" / NSYS_SQLITE)
+        announce_plan(plan, progress)
+        if plan.variants and wants_variants(ncu):
+            records.append(ncu_pass(third, variants_options(ncu, plan), _tagged(NCU_VARIANTS, progress), cancel,
+                                    name=NCU_VARIANTS))
+        return records
+
+    jobs: dict[str, Callable[[], list[PassRecord]]] = {
+        "nsys": timeline_then_variants,
+        "ncu": lambda: [ncu_pass(second, ncu, _tagged("ncu", progress), cancel=cancel)],
     }
-    results: dict[str, PassRecord] = {}
+    results: dict[str, list[PassRecord]] = {}
     errors: dict[str, BaseException] = {}
 
     def work(name: str) -> None:
@@ -137,7 +164,8 @@ def _timeline_and_counters(
     real = [e for e in errors.values() if not isinstance(e, CancelledCapture)]
     if real or errors:
         raise (real or list(errors.values()))[0]
-    return [results["nsys"], results["ncu"]]
+    nsys_record, *variants = results["nsys"]
+    return [nsys_record, *results["ncu"], *variants]
 
 
 def _tagged(name: str, progress: Progress) -> Progress:
@@ -149,8 +177,14 @@ def map_counters(
 ) -> RunManifest:
     """Add the ncu pass to an existing run directory (the `map` stage)."""
     manifest = read_manifest(req.run_dir)
-    manifest.passes = [p for p in manifest.passes if p.name != "ncu"]
+    manifest.passes = [p for p in manifest.passes if p.name not in ("ncu", NCU_VARIANTS)]
     manifest.passes.append(ncu_pass(req, options, progress, cancel))
+    timeline = req.run_dir / "nsys" / NSYS_SQLITE
+    if timeline.is_file():
+        plan = plan_replays(timeline)
+        announce_plan(plan, progress)
+        if plan.variants and wants_variants(options):
+            manifest.passes.append(ncu_pass(req, variants_options(options, plan), progress, cancel, name=NCU_VARIANTS))
     write_manifest(req.run_dir, manifest)
     return manifest
 
