@@ -6,6 +6,8 @@ ncu passes, and a torch.profiler pass in a sibling run directory) on the example
 `<out>/<gpu>_<workload>_<mode>.tar.xz` (nsys's .nsys-rep is dropped: its SQLite export carries its content).
 
     python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100
+    python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100 --workloads mlp_activations --modes inductor \
+        --no-extras   # the run tests/test_ncu_dedupe_fixture.py replays
 """
 
 from __future__ import annotations

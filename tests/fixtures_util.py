@@ -319,11 +319,12 @@ _EXTERN = re.compile(r"^\s+(?:\w+ = )?extern_kernels\.(\w+)\(")
 def raw_call_sites(pass_dir: Path) -> list[tuple[str, str, list[str]]]:
     """(kind 'triton' | 'extern', name, source FX nodes) of each launch in the generated call(), in call order.
 
-    Reads the one generated wrapper module the pass recorded; the source nodes are those of the comment Inductor
+    Reads the one generated wrapper module (the one defining `call`) among the modules the pass recorded (a pass
+    that compiled also recorded each Triton kernel's module); the source nodes are those of the comment Inductor
     writes above each call.
     """
     index = json.loads((pass_dir / "inductor_provenance.json").read_text(encoding="utf-8"))
-    (code,) = index["generated_code"]
+    (code,) = [c for c in index["generated_code"] if "def call(self, args)" in (pass_dir / c).read_text("utf-8")]
     sites: list[tuple[str, str, list[str]]] = []
     nodes: list[str] = []
     in_call = False

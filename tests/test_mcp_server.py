@@ -275,12 +275,12 @@ def test_assemble_and_query_a_recorded_h200_run(gpu_runs):
     assert run["interpreter"] == {"python": "/opt/torch/.venv/bin/python3", "source": "manifest",
                                   "executable": "/opt/torch/.venv/bin/python3", "torch_version": "2.11.0+cu130"}
     assert run["window"]["kernel_count"] == 23 and run["window"]["kernels_with_counters"] == 23
-    assert run["window"]["kernel_time_ns"] == 57152
+    assert run["window"]["kernel_time_ns"] == 56992
     assert str(gpu_runs["eager"] / "ncu" / "report.ncu-rep") in run["files"]
 
     top = ok(call("top_operators", {"profile": run["profile_path"], "limit": 50}))
     assert top["time_basis"] == "gpu_kernel_time"
-    assert sum(r["gpu_time_ns"] for r in top["operators"]) == 57152
+    assert sum(r["gpu_time_ns"] for r in top["operators"]) == 56992
 
     detail = ok(call("operator_detail", {"profile": run["run_dir"], "operator_id": "aten::conv2d#0"}))
     assert detail["module_path"] == "features.0.conv" and detail["kernel_count"] == 1
@@ -324,7 +324,7 @@ def test_compare_recorded_eager_and_inductor_runs(gpu_runs, project: Path):
     assert result["time_basis"] == "gpu_kernel_time" and result["operator_delta_count"] == 23
     deltas = [abs(d["time_delta_ns"]) for d in result["operator_deltas"]]
     assert len(deltas) == 5 and deltas == sorted(deltas, reverse=True)
-    assert result["summary"].startswith("GPU kernel time 57.2 µs → 54.9 µs")
+    assert result["summary"].startswith("GPU kernel time 57.0 µs → 54.8 µs")
     assert result["baseline"]["torch_version"] == "2.11.0+cu130"
 
 

@@ -20,20 +20,20 @@ from plugins.nvtx_names import MEASURE_RANGE
 # launched inside the measure range, from the measure range's thread, on device 0, stream 7.
 EXPECTED = {
     "conv_block_eager": dict(
-        kernels=23, memcpy=0, memset=0, memcpy_bytes=0, sync=3, window=(11053910, 13687196), nvtx=136,
-        thread=514, kernel_time_ns=57152,
+        kernels=23, memcpy=0, memset=0, memcpy_bytes=0, sync=3, window=(9945193, 12725138), nvtx=136,
+        thread=560, kernel_time_ns=56992,
     ),
     "conv_block_inductor": dict(
-        kernels=23, memcpy=0, memset=0, memcpy_bytes=0, sync=3, window=(13581734, 15839825), nvtx=41,
-        thread=1000, kernel_time_ns=54880,
+        kernels=23, memcpy=0, memset=0, memcpy_bytes=0, sync=3, window=(10651045, 12736436), nvtx=41,
+        thread=1122, kernel_time_ns=54784,
     ),
     "gpt2_eager": dict(
-        kernels=59, memcpy=2, memset=8, memcpy_bytes=8192, sync=3, window=(10681155, 17629099), nvtx=320,
-        thread=1713, kernel_time_ns=148192,
+        kernels=59, memcpy=2, memset=8, memcpy_bytes=8192, sync=3, window=(10350573, 16660712), nvtx=320,
+        thread=2007, kernel_time_ns=148416,
     ),
     "gpt2_inductor": dict(
-        kernels=34, memcpy=0, memset=0, memcpy_bytes=0, sync=3, window=(14466912, 16916260), nvtx=36,
-        thread=2340, kernel_time_ns=66080,
+        kernels=34, memcpy=0, memset=0, memcpy_bytes=0, sync=3, window=(10653323, 12653957), nvtx=36,
+        thread=2889, kernel_time_ns=66368,
     ),
 }
 
@@ -189,8 +189,8 @@ def test_inductor_triton_kernels_sit_in_their_launch_range(exports, captures, wo
 def test_decode_global_tid(exports):
     with sqlite3.connect(f"file:{exports['conv_block_eager']}?mode=ro", uri=True) as conn:
         _, _, global_tid = raw_measure_range(conn)
-    assert global_tid == 281483600200194
-    assert decode_global_tid(global_tid) == (514, 514)
+    assert global_tid == 281484371952176
+    assert decode_global_tid(global_tid) == (560, 560)
     assert decode_global_tid((4242 << 24) | 4243) == (4242, 4243)
 
 

@@ -1,0 +1,53 @@
+"""ncu's per-launch-config deduplication on a recorded H200 run where it used to lose kernels.
+
+mlp_activations under Inductor launches eight distinct Triton kernels (`triton_poi_fused_addmm_<activation>_<n>`)
+of one or two launch shapes. ncu keys its per-launch-config filter on (kernel name per --kernel-name-base, grid,
+block, shared memory); plain Triton names do not demangle, so keyed on demangled names ncu took them for one
+kernel and left 6 of 25 launches without counters on the H200 (full size). Keyed on mangled names every distinct
+kernel is replayed. Expected values are recomputed from the raw nsys export (SQL) and ncu report (ncu_report).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from fixtures_util import match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
+
+from mcp_server.pipeline.assemble import assemble
+from plugins.ncu.command import default_metrics
+
+if importlib.util.find_spec("ncu_report") is None:  # read in a child process: it must not share one with torch
+    pytest.skip("ncu_report is installed by the test extra", allow_module_level=True)
+
+RUN = "mlp_activations_inductor"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return run_dir(RUN, tmp_path_factory)
+
+
+def test_every_distinct_triton_kernel_of_one_shape_is_replayed(run):
+    raw = raw_window_kernels(run / "nsys" / "report.sqlite")
+    actions = raw_ncu_actions(run / "ncu" / "report.ncu-rep", ["gpu__time_duration.sum"])
+    triton = {k.mangled for k in raw if k.mangled.startswith("triton_")}
+    shapes = {(k.grid, k.block) for k in raw if k.mangled in triton}
+    assert len(triton) == 8 and len(shapes) < len(triton), "distinct Triton kernels share launch shapes here"
+    assert {a.mangled for a in actions} >= triton
+    first: dict[tuple, int] = {}
+    for i, k in enumerate(raw):
+        first.setdefault((k.mangled, k.grid, k.block), i)
+    assert match_in_launch_order(actions, raw) == sorted(first.values())
+
+
+def test_every_launch_carries_counters_of_its_own_kernel(run):
+    profile = assemble(run)
+    kernels = sorted((k for op in profile.operators for k in op.kernels), key=lambda k: k.kernel_id)
+    assert profile.warnings == [] and profile.unattributed_kernels == []
+    assert profile.window.kernels_with_counters == profile.window.kernel_count == len(kernels) == 17
+    assert all(set(k.metrics) == set(default_metrics()) for k in kernels)
+    for k in kernels:
+        if k.propagated_from is not None:
+            assert kernels[k.propagated_from].mangled_name == k.mangled_name
+            assert (kernels[k.propagated_from].grid, kernels[k.propagated_from].block) == (k.grid, k.block)
