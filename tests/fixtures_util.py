@@ -156,6 +156,20 @@ def raw_enclosing_ranges(conn: sqlite3.Connection, global_tid: int, t: int) -> l
     ).fetchall()
 
 
+_SIZES = re.compile(r", sizes = (\[.*?\]), input_op_ids = ")
+
+
+def raw_innermost_sizes(db: Path, raw: list[RawKernel]) -> list[str | None]:
+    """Per launch, the `sizes` field of the innermost enclosing NVTX range that has one (the launching call)."""
+    out = []
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        for k in raw:
+            found = [m.group(1) for _, _, text in raw_enclosing_ranges(conn, k.global_tid, k.api_start)
+                     if (m := _SIZES.search(text))]
+            out.append(found[-1] if found else None)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # ncu report
 

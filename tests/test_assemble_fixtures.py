@@ -31,6 +31,7 @@ from fixtures_util import (
     ns,
     raw_call_sites,
     raw_enclosing_ranges,
+    raw_innermost_sizes,
     raw_measure_range,
     raw_ncu_actions,
     raw_node_modules,
@@ -205,17 +206,6 @@ def test_operator_identity_is_name_and_call_index_in_window_order(profiles, run)
         seen[op.operator_name] = op.call_index + 1
 
 
-def _innermost_sizes(db: Path, raw: list[RawKernel]) -> list[str | None]:
-    """Per launch, the `sizes` field of the innermost enclosing NVTX range that has one (the launching call)."""
-    out = []
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        for k in raw:
-            found = [m.group(1) for _, _, text in raw_enclosing_ranges(conn, k.global_tid, k.api_start)
-                     if (m := _SIZES.search(text))]
-            out.append(found[-1] if found else None)
-    return out
-
-
 def _expected_nsys_operators(db: Path, raw: list[RawKernel]) -> list[Expected]:
     """Operator calls from the raw NVTX ranges: the outermost op range around each launch (its `sizes` field the
     input shapes), or the Triton kernel itself."""
@@ -290,7 +280,7 @@ def test_every_kernel_carries_the_ncu_counters_of_its_launch(dirs, profiles, raw
         start = matching[skip]
         later = match_in_launch_order(variant_actions, raw[start:])
         replayed.update({start + j: a for j, a in zip(later, variant_actions, strict=True)})
-    sizes = _innermost_sizes(dirs[run] / "nsys" / "report.sqlite", raw)
+    sizes = raw_innermost_sizes(dirs[run] / "nsys" / "report.sqlite", raw)
     names = default_metrics()
     propagated = 0
     for j, (kernel, row) in enumerate(zip(kernels, raw, strict=True)):

@@ -107,7 +107,7 @@ def _match(
         j = position
         while j < len(kernels) and not _same_kernel(kernels[j], record):
             # Passing over a launch is expected only for a configuration ncu already replayed.
-            if not filtered and not (deduplicated and _config(kernels[j]) in replayed_configs):
+            if not filtered and not (deduplicated and ncu_config(kernels[j]) in replayed_configs):
                 problems.append(
                     f"launch {kernels[j].ordinal}: timeline ran {_short(kernels[j].name)}, "
                     f"ncu profiled {_short(record.name)} next"
@@ -117,7 +117,7 @@ def _match(
             problems.append(f"ncu record {record.ordinal} ({_short(record.name)}) matches no later window launch")
             continue
         joined[kernels[j].ordinal] = (record.metrics, None)
-        replayed_configs.add(_config(kernels[j]))
+        replayed_configs.add(ncu_config(kernels[j]))
         position = j + 1
     return joined, problems
 
@@ -128,12 +128,12 @@ def _propagate(kernels: Sequence[LaunchLike], joined: Counters) -> list[str]:
     replayed: dict[tuple[object, ...], list[LaunchLike]] = {}
     for kernel in kernels:
         if kernel.ordinal in joined:
-            replayed.setdefault(_config(kernel), []).append(kernel)
+            replayed.setdefault(ncu_config(kernel), []).append(kernel)
     unlike: list[tuple[LaunchLike, LaunchLike]] = []
     for kernel in kernels:
         if kernel.ordinal in joined:
             continue
-        sources = replayed.get(_config(kernel))
+        sources = replayed.get(ncu_config(kernel))
         if not sources:
             continue
         shapes = operator_shapes(kernel)
@@ -165,7 +165,8 @@ def _short(name: str) -> str:
     return repr(name if len(name) <= 60 else name[:59] + "…")
 
 
-def _config(kernel: LaunchLike) -> tuple[object, ...]:
+def ncu_config(kernel: LaunchLike) -> tuple[object, ...]:
+    """ncu's per-launch-config key of a launch: (mangled name, grid, block, shared memory)."""
     return (kernel.mangled_name or kernel.name, kernel.grid, kernel.block, kernel.shared_memory_bytes)
 
 

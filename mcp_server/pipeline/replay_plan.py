@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mcp_server.pipeline.join import operator_shapes
+from mcp_server.pipeline.join import ncu_config, operator_shapes
 from plugins.nsys.reader import NsysWindow, read_window
 
 # Measured on the H200 with the default metric set (plugins/ncu/metrics.yaml): 17 passes, about 25 ms each.
@@ -53,7 +53,7 @@ def _plan(window: NsysWindow) -> ReplayPlan:
     for kernel in window.kernels():
         plan.launches += 1
         kernels.append((kernel.ordinal, kernel.mangled_name))
-        key = (kernel.mangled_name or kernel.name, kernel.grid, kernel.block, kernel.shared_memory_bytes)
+        key = ncu_config(kernel)
         shapes = repr(operator_shapes(kernel))
         known = seen_shapes.get(key)
         if known is None:
