@@ -156,7 +156,7 @@ def raw_enclosing_ranges(conn: sqlite3.Connection, global_tid: int, t: int) -> l
     ).fetchall()
 
 
-_SIZES = re.compile(r", sizes = (\[.*?\]), input_op_ids = ")
+SIZES = re.compile(r", sizes = (\[.*?\]), input_op_ids = ")  # an emit_nvtx range's input shapes
 
 
 def raw_innermost_sizes(db: Path, raw: list[RawKernel]) -> list[str | None]:
@@ -165,7 +165,7 @@ def raw_innermost_sizes(db: Path, raw: list[RawKernel]) -> list[str | None]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         for k in raw:
             found = [m.group(1) for _, _, text in raw_enclosing_ranges(conn, k.global_tid, k.api_start)
-                     if (m := _SIZES.search(text))]
+                     if (m := SIZES.search(text))]
             out.append(found[-1] if found else None)
     return out
 

@@ -21,6 +21,7 @@ import pytest
 from fixtures_util import (
     ALL_RUNS,
     NSYS_RUNS,
+    SIZES,
     TORCH_RUNS,
     RawAction,
     RawKernel,
@@ -61,7 +62,6 @@ KERNELS = {
 L1_OVER_100 = {"conv_block_inductor": [1], "gpt2_eager": [10, 17, 26, 37, 44, 53]}
 # (operator_id, correlation ids of its kernels, input shapes)
 Expected = tuple[str, list[int], Any]
-_SIZES = re.compile(r", sizes = (\[.*?\]), input_op_ids = ")
 TARGET_ATTRIBUTED_PCT = 99.5  # issue 3: window kernel time attributed to an aten op or fused-op group
 TARGET_HIGH_PCT = 99.0  # issue 2: gpt2 under torch.profiler, kernel time attributed with confidence high
 
@@ -216,7 +216,7 @@ def _expected_nsys_operators(db: Path, raw: list[RawKernel]) -> list[Expected]:
             ops = [(s, e, text) for s, e, text in ranges if is_op_name(text.split(", ")[0])]
             if ops:
                 key: Any = (k.global_tid, ops[0])
-                sizes = _SIZES.search(ops[0][2])
+                sizes = SIZES.search(ops[0][2])
                 name, shapes = ops[0][2].split(", ")[0], json.loads(sizes.group(1)) if sizes else None
             else:
                 assert ranges[-1][2].split(", ")[0] == k.demangled and k.demangled.startswith("triton_")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mcp_server.errors import BackendUnavailable, CaptureFailed
 from mcp_server.pipeline.capture import CaptureRequest, Progress, _quiet, now_iso, run_child, run_pass
-from mcp_server.pipeline.replay_plan import ReplayPlan
+from mcp_server.pipeline.replay_plan import ReplayPlan, plan_replays
 from mcp_server.schema.manifest import PassRecord
 from plugins.ncu.command import NcuOptions, find_ncu
 from plugins.ncu.command import capture_command as ncu_capture
@@ -79,13 +79,25 @@ def ncu_pass(
     return record
 
 
-def variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
+def ncu_variants_pass(
+    req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet, cancel: Cancel = None
+) -> PassRecord | None:
+    """Announce the replay plan of RUN_DIR/nsys's timeline; replay its shape variants (RUN_DIR/ncu_variants/)
+    when there are any and `options` is the default deduplicated replay of the whole window."""
+    plan = plan_replays(req.run_dir / "nsys" / NSYS_SQLITE)
+    announce_plan(plan, progress)
+    if not (plan.variants and _wants_variants(options)):
+        return None
+    return ncu_pass(req, _variants_options(options, plan), progress, cancel, name=NCU_VARIANTS)
+
+
+def _variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
     """The ncu options replaying exactly the plan's shape variants (and any launch of their names between)."""
     return replace(options, dedupe=False, kernel_regex=plan.kernel_regex, launch_skip=plan.launch_skip,
                    launch_count=plan.launch_count)
 
 
-def wants_variants(options: NcuOptions) -> bool:
+def _wants_variants(options: NcuOptions) -> bool:
     """Shape variants get their own pass only behind the default deduplicated replay of the whole window."""
     return options.dedupe and not (options.kernel_regex or options.launch_skip or options.launch_count)
 
@@ -111,6 +123,6 @@ def _raise_if_permission(pass_dir: Path) -> None:
 
 
 __all__ = [
-    "NCU_VARIANTS", "NcuOptions", "announce_plan", "ncu_pass", "nsys_pass", "now_iso", "torch_pass",
-    "variants_options", "wants_variants",
+    "NCU_VARIANTS", "NcuOptions", "announce_plan", "ncu_pass", "ncu_variants_pass", "nsys_pass", "now_iso",
+    "torch_pass",
 ]

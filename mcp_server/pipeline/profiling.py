@@ -15,14 +15,11 @@ from mcp_server.pipeline.passes import (
     NCU_VARIANTS,
     NSYS_SQLITE,
     NcuOptions,
-    announce_plan,
     ncu_pass,
+    ncu_variants_pass,
     nsys_pass,
     torch_pass,
-    variants_options,
-    wants_variants,
 )
-from mcp_server.pipeline.replay_plan import plan_replays
 from mcp_server.pipeline.rundir import prepare_run_dir, read_manifest, write_manifest
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
@@ -126,12 +123,8 @@ def _timeline_and_counters(
 
     def timeline_then_variants() -> list[PassRecord]:
         records = [nsys_pass(first, _tagged("nsys", progress), cancel=cancel)]
-        plan = plan_replays(req.run_dir / "nsys" / NSYS_SQLITE)
-        announce_plan(plan, progress)
-        if plan.variants and wants_variants(ncu):
-            records.append(ncu_pass(third, variants_options(ncu, plan), _tagged(NCU_VARIANTS, progress), cancel,
-                                    name=NCU_VARIANTS))
-        return records
+        variants = ncu_variants_pass(third, ncu, _tagged(NCU_VARIANTS, progress), cancel)
+        return records + ([variants] if variants else [])
 
     jobs: dict[str, Callable[[], list[PassRecord]]] = {
         "nsys": timeline_then_variants,
@@ -179,12 +172,10 @@ def map_counters(
     manifest = read_manifest(req.run_dir)
     manifest.passes = [p for p in manifest.passes if p.name not in ("ncu", NCU_VARIANTS)]
     manifest.passes.append(ncu_pass(req, options, progress, cancel))
-    timeline = req.run_dir / "nsys" / NSYS_SQLITE
-    if timeline.is_file():
-        plan = plan_replays(timeline)
-        announce_plan(plan, progress)
-        if plan.variants and wants_variants(options):
-            manifest.passes.append(ncu_pass(req, variants_options(options, plan), progress, cancel, name=NCU_VARIANTS))
+    if (req.run_dir / "nsys" / NSYS_SQLITE).is_file():
+        variants = ncu_variants_pass(req, options, progress, cancel)
+        if variants:
+            manifest.passes.append(variants)
     write_manifest(req.run_dir, manifest)
     return manifest
 
