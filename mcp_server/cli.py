@@ -44,6 +44,13 @@ def _positive(value: str) -> int:
     return number
 
 
+def _at_least_one(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return number
+
+
 def _add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", type=Path, help="Python file with get_model_and_input() (or an NvtxCapture window)")
     p.add_argument("--output", "-o", type=Path, help="run directory (default: ./op_runs/<workload>-<time>)")
@@ -56,7 +63,9 @@ def _add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=_positive, default=1, help="iterations inside the measured window (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed for every RNG (default 0)")
     p.add_argument("--train-step", action="store_true", help="profile the workload's train_step(model, inputs)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per capture pass (default 600)")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds per capture pass (default 600); an ncu pass stopped at this limit keeps the "
+                        "kernels it replayed so far")
     p.add_argument("--quiet", "-q", action="store_true", help="do not echo the workload's output")
 
 
@@ -68,6 +77,9 @@ def _add_ncu_options(p: argparse.ArgumentParser) -> None:
                                           "name is its name; a C++ kernel's contains its identifiers)")
     p.add_argument("--launch-skip", type=_positive, help="skip this many matching launches first")
     p.add_argument("--launch-count", type=_positive, help="replay at most this many launches")
+    p.add_argument("--max-kernels", type=_at_least_one,
+                   help="stop ncu once it replayed this many kernels (the first distinct ones in launch order); "
+                        "later launches of their configurations still get their counters")
     p.add_argument("--set", dest="metric_set", help="also collect an ncu section set (e.g. full) for deep dives")
     p.add_argument("--section", action="append", default=[], help="also collect this ncu section (repeatable)")
     p.add_argument("--ncu-sudo", action="store_true", help="run ncu through `sudo -n` (never prompts)")
@@ -86,7 +98,7 @@ def _request(args: argparse.Namespace, run_dir: Path) -> CaptureRequest:
 def _ncu_options(args: argparse.Namespace) -> NcuOptions:
     return NcuOptions(
         dedupe=not args.no_dedupe, kernel_regex=args.kernel_regex, launch_skip=args.launch_skip,
-        launch_count=args.launch_count, sections=args.section, metric_set=args.metric_set,
+        launch_count=args.launch_count, max_kernels=args.max_kernels, sections=args.section, metric_set=args.metric_set,
         cuda_graphs=args.compile_mode == "cudagraphs", sudo=args.ncu_sudo,
     )
 

@@ -144,6 +144,9 @@ async def map_counters(
     ] = None,
     launch_skip: Count | None = None,
     launch_count: Count | None = None,
+    max_kernels: Annotated[
+        int | None, Field(ge=1, description="Stop ncu once it replayed this many kernels (the first distinct ones).")
+    ] = None,
     dedupe: Annotated[bool, Field(description="Replay each unique name+grid+block once, copy counters.")] = True,
     metric_set: Annotated[str | None, Field(description="Also collect an ncu section set, e.g. 'full'.")] = None,
     sections: Annotated[tuple[str, ...], Field(description="Also collect these ncu sections.")] = (),
@@ -154,12 +157,12 @@ async def map_counters(
     """Replay the window's kernels of an nsys run under Nsight Compute and rebuild its profile.json with counters.
 
     Use after profile(backend='nsys') when you need hardware evidence (DRAM bytes, occupancy, tensor-core
-    use, stalls) for the operators that matter; kernel_regex/launch_count keep the replay short. Replaces
+    use, stalls) for the operators that matter; kernel_regex/launch_count/max_kernels keep the replay short. Replaces
     the run's previous ncu counters. Needs a GPU, ncu and counter permission (see preflight).
     """
     work = partial(_actions().map_run, run_dir=run_dir, kernel_regex=kernel_regex, launch_skip=launch_skip,
-                   launch_count=launch_count, dedupe=dedupe, metric_set=metric_set, sections=sections,
-                   ncu_sudo=ncu_sudo, timeout_s=timeout_s, top=top)
+                   launch_count=launch_count, max_kernels=max_kernels, dedupe=dedupe, metric_set=metric_set,
+                   sections=sections, ncu_sudo=ncu_sudo, timeout_s=timeout_s, top=top)
     return await run_engine(ctx, "map", work, timeout_s + ASSEMBLY_MARGIN_S)
 
 

@@ -3,11 +3,14 @@ counter coverage, and per-operator time against the window's GPU busy time measu
 
     python scripts/benchmark_targets.py --out "$OUT" [--workloads conv_block,gpt2] [--modes eager,inductor]
 
-For each workload and mode: (1) a harness pass with no profiler measures the window's GPU busy time: the GPU
-spins (`torch.cuda._sleep`) while the host enqueues the whole window, then two CUDA events time its work back
-to back, with none of the host's launch gaps (`queued_ahead` says the host finished enqueueing before the
-spin ended); (2) `operator-profiler run` is timed as a user runs it, as a child process; (3) its profile.json
-gives coverage and the sum of per-operator durations. Prints a table; writes targets_<modes>.json.
+For each workload and mode: (1) two harness passes with no profiler measure the window's GPU busy time: in
+the first, the GPU spins (`torch.cuda._sleep`) while the host enqueues the whole window, then two CUDA events
+time its work back to back, with none of the host's launch gaps (`queued_ahead` says the host finished
+enqueueing before the spin ended); in the second, one iteration captured in a CUDA graph is replayed, so the
+events also lose most of the GPU's own gap between back-to-back launches (`graph_replay_gpu_busy_ns`);
+(2) `operator-profiler run` is timed as a user runs it, as a child process, with the phases of each pass
+(`pass_phases`, seconds from its start); (3) its profile.json gives coverage and the sum of per-operator
+durations. Prints a table; writes targets_<modes>.json.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,8 +46,14 @@ def measure(workload: str, mode: str, work: Path) -> dict[str, object]:
     _, result = run_pass(request, "timing", "none")
     row["no_profiler_gpu_busy_ns"] = result["window"].get("gpu_elapsed_ns")
     row["queued_ahead"] = result["window"].get("queued_ahead")
+    graph = replace(request, run_dir=work / f"{workload}_{mode}_graph", graph_replay=True)
+    _, result = run_pass(graph, "graph", "none")
+    if result["window"].get("graph_replay"):
+        row["graph_replay_gpu_busy_ns"] = result["window"].get("gpu_elapsed_ns")
+    else:
+        row["graph_replay_error"] = result["warnings"][-1] if result["warnings"] else "not captured"
     run_dir = work / f"{workload}_{mode}"
-    t0 = time.monotonic()
+    t0, t0_epoch = time.monotonic(), time.time()
     proc = subprocess.run(
         [sys.executable, "-m", "mcp_server.cli", "run", str(path), "--compile-mode", mode, "-o", str(run_dir), "-q"],
         capture_output=True, text=True, check=False,
@@ -64,11 +74,28 @@ def measure(workload: str, mode: str, work: Path) -> dict[str, object]:
         profiled_gpu_elapsed_ns=win.gpu_elapsed_ns,
         warnings=profile.warnings,
         passes={p["name"]: p["wall_time_s"] for p in json.loads((run_dir / "manifest.json").read_text())["passes"]},
+        pass_phases=_pass_phases(run_dir, t0_epoch),
     )
     busy = row["no_profiler_gpu_busy_ns"]
     if busy:
         row["operator_time_vs_unprofiled_pct"] = round(100.0 * (op_time - busy) / busy, 2)
+    graph_busy = row.get("graph_replay_gpu_busy_ns")
+    if graph_busy:
+        row["operator_time_vs_graph_replay_pct"] = round(100.0 * (op_time - graph_busy) / graph_busy, 2)
     return row
+
+
+def _pass_phases(run_dir: Path, t0_epoch: float) -> dict[str, dict[str, float]]:
+    """Seconds from the start of `run` at which each pass's harness entered each phase, and finished."""
+    phases: dict[str, dict[str, float]] = {}
+    for harness in sorted(run_dir.glob("*/harness.json")):
+        result = json.loads(harness.read_text())
+        marks = {name: round(t - t0_epoch, 2) for name, t in result.get("phase_started_at", {}).items()}
+        for key in ("profiler_start_ns", "profiler_stop_ns"):
+            if result.get("window", {}).get(key) is not None:
+                marks[key.removesuffix("_ns") + "_s"] = round(result["window"][key] / 1e9, 2)
+        phases[harness.parent.name] = marks
+    return phases
 
 
 def main() -> None:
@@ -97,7 +124,7 @@ def main() -> None:
         subprocess.run(["tar", "-cJf", str(args.out / f"{name}.tar.xz"), "-C", str(args.work), name],
                        check=True, env={**os.environ, "XZ_OPT": "-6"})
     print(f"\n{'workload':26s} {'mode':9s} {'run s':>6s} {'kernels':>7s} {'attrib %':>8s} {'counters':>8s} "
-          f"{'op time us':>10s} {'busy us':>10s} {'diff %':>7s} queued")
+          f"{'op time us':>10s} {'busy us':>10s} {'diff %':>7s} {'graph us':>9s} {'diff %':>7s} queued")
     for r in rows:
         if "error" in r:
             print(f"{r['workload']:26s} {r['mode']:9s} {r['run_wall_s']:6.1f} ERROR {r['error']}")
@@ -105,7 +132,9 @@ def main() -> None:
         unprof = (r["no_profiler_gpu_busy_ns"] or 0) / 1e3
         print(f"{r['workload']:26s} {r['mode']:9s} {r['run_wall_s']:6.1f} {r['kernels']:7d} {r['attributed_pct']:8.2f} "
               f"{r['kernels_with_counters']:8d} {r['operator_time_ns'] / 1e3:10.1f} {unprof:10.1f} "
-              f"{r.get('operator_time_vs_unprofiled_pct', float('nan')):7.2f} {r.get('queued_ahead')}")
+              f"{r.get('operator_time_vs_unprofiled_pct', float('nan')):7.2f} "
+              f"{(r.get('graph_replay_gpu_busy_ns') or 0) / 1e3:9.1f} "
+              f"{r.get('operator_time_vs_graph_replay_pct', float('nan')):7.2f} {r.get('queued_ahead')}")
 
 
 if __name__ == "__main__":

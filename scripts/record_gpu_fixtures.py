@@ -8,6 +8,10 @@ ncu passes, and a torch.profiler pass in a sibling run directory) on the example
     python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100
     python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100 --workloads mlp_activations --modes inductor \
         --no-extras   # the run tests/test_ncu_dedupe_fixture.py replays
+    python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100 --workloads two_threads --modes eager \
+        --no-extras --no-torch   # tests/scripts/two_threads.py: launches from two host threads
+    python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100 --workloads conv_block --modes eager \
+        --no-extras --no-torch --max-kernels 5   # an ncu pass stopped by --max-kernels
 """
 
 from __future__ import annotations
@@ -28,21 +32,29 @@ from mcp_server.pipeline.passes import NcuOptions  # noqa: E402
 from mcp_server.pipeline.profiling import build_profile, capture  # noqa: E402
 
 
-def record(workload: str, mode: str, scale: str, backends: list[str], root: Path, train: bool) -> dict[str, float]:
+def workload_path(workload: str) -> Path:
+    """An example's file, or a test workload's (tests/scripts/<name>.py)."""
+    example = REPO / "examples" / workload / f"{workload}.py"
+    return example if example.is_file() else REPO / "tests" / "scripts" / f"{workload}.py"
+
+
+def record(workload: str, mode: str, scale: str, backends: list[str], root: Path, train: bool,
+           max_kernels: int | None = None) -> dict[str, float]:
     """Capture one workload/mode with each backend into root/<name>[_torch]; return wall seconds per backend."""
     os.environ["OPERATOR_PROFILER_EXAMPLE_SCALE"] = scale
-    name = f"{workload}_{mode}" + ("_train" if train else "") + ("" if scale == "small" else f"_{scale}")
+    name = (f"{workload}_{mode}" + ("_train" if train else "") + ("" if scale == "small" else f"_{scale}")
+            + (f"_max{max_kernels}" if max_kernels else ""))
     times: dict[str, float] = {}
     for backend in backends:
         run_dir = root / name / (name if backend == "nsys" else f"{name}_torch")
         req = CaptureRequest(
-            workload=REPO / "examples" / workload / f"{workload}.py", run_dir=run_dir,
-            compile_mode=mode, train_step=train, timeout_s=540,
+            workload=workload_path(workload), run_dir=run_dir, compile_mode=mode, train_step=train, timeout_s=540,
         )
         t0 = time.monotonic()
         try:
             command = ["scripts/record_gpu_fixtures.py", workload, mode, backend]
-            capture(req, backend, command, ncu=NcuOptions() if backend == "nsys" else None)
+            ncu = NcuOptions(max_kernels=max_kernels) if backend == "nsys" else None
+            capture(req, backend, command, ncu=ncu)
             profile = build_profile(run_dir).profile
             print(f"   {len(profile.operators)} operators, {profile.window.kernel_count} kernels, "
                   f"attributed {profile.window.attributed_kernel_time_pct}%, warnings {profile.warnings}", flush=True)
@@ -73,13 +85,17 @@ def main() -> None:
     parser.add_argument("--modes", default="eager,inductor")
     parser.add_argument("--no-extras", action="store_true",
                         help="skip the torch-only recordings (conv_block train step, full-size gpt2)")
+    parser.add_argument("--no-torch", action="store_true", help="record the nsys+ncu run directories only")
+    parser.add_argument("--max-kernels", type=int, help="stop ncu after this many replayed kernels (name: _max<N>)")
     args = parser.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for workload in args.workloads.split(","):
         for mode in args.modes.split(","):
-            rows.append((workload, mode, record(workload, mode, "small", ["nsys", "torch"], args.work, False)))
+            backends = ["nsys"] if args.no_torch else ["nsys", "torch"]
+            rows.append((workload, mode, record(workload, mode, "small", backends, args.work, False,
+                                                args.max_kernels)))
     if not args.no_extras:
         rows.append(("conv_block", "eager-train", record("conv_block", "eager", "small", ["torch"], args.work, True)))
         rows.append(("gpt2", "eager-full", record("gpt2", "eager", "full", ["torch"], args.work, False)))

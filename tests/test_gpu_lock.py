@@ -1,5 +1,6 @@
-"""The GPU lock protocol between the passes of `run`: a pass builds and warms up only after the previous
-pass's window is done, and no window shares the GPU with another pass's build or warm-up."""
+"""The GPU lock protocol between the passes of `run`: a pass builds its model at once but compiles and warms
+up only after the previous pass's window is done, and no window shares the GPU with another pass's build or
+warm-up."""
 
 from __future__ import annotations
 
@@ -8,17 +9,20 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from conftest import EXAMPLES
 
 from mcp_server.pipeline.capture import HARNESS
 
+SCRIPTS = Path(__file__).parent / "scripts"
+
 BLOCKED_S = 6  # longer than the CPU harness needs to build, warm up and measure mlp_activations
 
 
-def _harness(run_dir, *lock_args):
+def _harness(run_dir, *lock_args, workload=EXAMPLES / "mlp_activations" / "mlp_activations.py"):
     return subprocess.Popen(
-        [sys.executable, str(HARNESS), "--workload", str(EXAMPLES / "mlp_activations" / "mlp_activations.py"),
+        [sys.executable, str(HARNESS), "--workload", str(workload),
          "--run-dir", str(run_dir), "--profiler", "none", "--warmup-iters", "1", *lock_args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -52,6 +56,9 @@ def test_second_pass_measures_after_the_first(tmp_path):
     first_result, second_result = _result(tmp_path / "first"), _result(tmp_path / "second")
     assert first_result["status"] == second_result["status"] == "ok"
     assert first_result["finished_at"] <= second_result["finished_at"]
+    first_at, second_at = first_result["phase_started_at"], second_result["phase_started_at"]
+    assert second_at["build"] < first_at["measure"], "the second pass builds while the first one still runs"
+    assert second_at["warmup"] >= done.stat().st_mtime - 0.01, "it warms up only after the first pass's window"
 
 
 def test_a_window_waits_for_the_other_pass_to_finish_warming_up(tmp_path):
@@ -84,3 +91,25 @@ def test_warm_up_waits_while_another_pass_measures(tmp_path):
             _stop(first)
     result = _result(tmp_path / "first")
     assert result["status"] == "ok" and result["window"]["wall_time_ns"] > 0
+
+
+def test_a_script_builds_under_the_lock_and_measures_after_the_previous_pass(tmp_path):
+    lock, done = tmp_path / ".gpu.lock", tmp_path / ".gpu.done"
+    with open(lock, "a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # another pass in its window
+        script = _harness(tmp_path / "script", "--gpu-lock", str(lock), "--gpu-lock-after", str(done),
+                          workload=SCRIPTS / "script_window.py")
+        try:
+            time.sleep(BLOCKED_S)
+            assert script.poll() is None, "the script's own build waits while another pass measures"
+            fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+            time.sleep(1)
+            assert script.poll() is None, "its window waits for the previous pass's done file"
+            done.touch()
+            assert script.wait(timeout=120) == 0
+        finally:
+            _stop(script)
+    result = _result(tmp_path / "script")
+    assert result["status"] == "ok" and result["workload_kind"] == "script"
+    with open(lock, "a+") as probe:  # nothing still holds the lock
+        fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -16,20 +16,22 @@ MEASURE = Frame(name="operator_profiler::measure", kind="annotation", start_ns=0
 
 
 def kernel(ordinal: int, name: str, grid: tuple[int, int, int] = G1, block: tuple[int, int, int] = B1,
-           mangled: str | None = None, stack: list[Frame] | None = None, linked: str | None = None) -> TraceKernel:
+           mangled: str | None = None, stack: list[Frame] | None = None, linked: str | None = None,
+           stream: int | None = None) -> TraceKernel:
     """A timeline kernel launched at 1000 + 100 * ordinal, running 10 ns."""
     return TraceKernel(
         ordinal=ordinal, name=name, mangled_name=mangled, start_ns=1000 + 100 * ordinal, duration_ns=10,
+        stream_id=stream,
         grid=grid, block=block, launch_thread=7, launch_start_ns=990 + 100 * ordinal,
         stack=stack if stack is not None else [MEASURE], linked_op=linked,
     )
 
 
 def record(ordinal: int, name: str, value: float, grid: tuple[int, int, int] = G1, block: tuple[int, int, int] = B1,
-           mangled: str | None = None) -> CounterRecord:
+           mangled: str | None = None, stream: int | None = None) -> CounterRecord:
     """An ncu record whose `duration` counter carries `value`, to tell records apart."""
     return CounterRecord(
-        ordinal=ordinal, name=name, mangled_name=mangled, grid=grid, block=block,
+        ordinal=ordinal, name=name, mangled_name=mangled, grid=grid, block=block, stream=stream,
         metrics={"duration": Metric(value=value, unit="ns")},
     )
 
@@ -340,3 +342,48 @@ def test_library_kernels_in_a_compiled_graph_take_their_fx_node_module():
     assert [(op.operator_id, op.module_path) for op in operators] == [
         (f"{FUSED}#0", "block"), ("aten::convolution#0", "features.0.conv"), ("aten::convolution#1", "features.1.conv"),
     ]
+
+
+def test_launches_of_two_host_threads_join_per_stream_when_their_order_differs_under_ncu():
+    # Thread 1 launches A, B on stream 20; thread 2 launches C, D on stream 24. The timeline interleaved them
+    # A C B D; under ncu (each launch blocks while it replays) they came C D A B.
+    kernels = [kernel(0, "A", stream=20), kernel(1, "C", stream=24), kernel(2, "B", stream=20),
+               kernel(3, "D", stream=24)]
+    records = [record(0, "C", 3.0, stream=24), record(1, "D", 4.0, stream=24), record(2, "A", 1.0, stream=20),
+               record(3, "B", 2.0, stream=20)]
+    joined, problems, notes = join_counters(kernels, records, deduplicated=False)
+    assert values(joined) == {0: (1.0, None), 1: (3.0, None), 2: (2.0, None), 3: (4.0, None)}
+    assert problems == []
+    assert any("joined per CUDA stream" in n for n in notes)
+
+
+def test_a_real_mismatch_within_a_stream_is_still_reported_after_the_per_stream_join():
+    kernels = [kernel(0, "A", stream=20), kernel(1, "C", stream=24), kernel(2, "B", stream=20)]
+    records = [record(0, "C", 3.0, stream=24), record(1, "A", 1.0, stream=20), record(2, "X", 9.0, stream=20)]
+    joined, problems, _ = join_counters(kernels, records, deduplicated=False)
+    assert values(joined) == {0: (1.0, None), 1: (3.0, None)}
+    assert any("stream 20" in p and "'X'" in p for p in problems)
+    assert any("1 window launches have no ncu counters" in p and "launch 2" in p for p in problems)
+
+
+def test_one_stream_keeps_the_launch_order_join_and_its_report():
+    kernels = [kernel(0, "A", stream=7), kernel(1, "B", stream=7)]
+    records = [record(0, "B", 2.0, stream=7), record(1, "A", 1.0, stream=7)]
+    _, problems, notes = join_counters(kernels, records, deduplicated=False)
+    assert problems and not any("per CUDA stream" in n for n in notes)
+
+
+def test_many_passed_over_launches_make_one_problem_line():
+    kernels = [kernel(i, "A") for i in range(5)] + [kernel(5, "B")]
+    _, problems, _ = join_counters(kernels, [record(0, "B", 2.0)], deduplicated=False)
+    assert problems[0].startswith("5 timeline launches were passed over; first: launch 0: timeline ran 'A'")
+    assert len(problems) == 2 and "5 window launches have no ncu counters" in problems[1]
+
+
+def test_a_truncated_replay_notes_the_launches_it_did_not_reach():
+    kernels = [kernel(0, "A"), kernel(1, "B"), kernel(2, "C"), kernel(3, "A")]
+    joined, problems, notes = join_counters(kernels, [record(0, "A", 1.0)], deduplicated=True, truncated=True)
+    assert values(joined) == {0: (1.0, None), 3: (1.0, 0)}
+    assert problems == []
+    assert notes == ["2 window launches have no ncu counters: ncu was stopped before it replayed them "
+                     "(first: launch 1 'B')"]

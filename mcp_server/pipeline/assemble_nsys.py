@@ -12,7 +12,7 @@ from mcp_server.pipeline.attribute import Counters, attribute_stream
 from mcp_server.pipeline.join import join_counters, launch_position
 from mcp_server.pipeline.passes import NCU_REPORT, NCU_VARIANTS, NSYS_SQLITE
 from mcp_server.pipeline.provenance import load_provenance
-from mcp_server.schema.manifest import RunManifest
+from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from plugins.ncu.command import default_metrics
 from plugins.ncu.reader import NcuCapture, NcuReportError, read_ncu_report
@@ -57,6 +57,12 @@ def assemble_nsys(run_dir: Path, manifest: RunManifest) -> OperatorAttributedPro
         raise ProfileFormatError(str(exc), "re-run `operator-profiler profile --backend nsys`") from exc
 
 
+def _stopped_early(record: PassRecord) -> str:
+    """The warning for a counter pass that kept what it replayed before it was stopped."""
+    why = "its time limit (--timeout)" if record.stopped_early == "timeout" else "--max-kernels"
+    return f"the {record.name} pass was stopped at {why}: only the kernels it replayed before then carry counters"
+
+
 def _assemble(run_dir: Path, manifest: RunManifest, harness: dict, timeline: NsysWindow) -> OperatorAttributedProfile:
     kernels: Iterable[WindowKernel] = timeline.kernels()
     counter_warnings: list[str] = []
@@ -77,7 +83,9 @@ def _assemble(run_dir: Path, manifest: RunManifest, harness: dict, timeline: Nsy
             variants=variants.records if variants else (),
             start=_replay_start(kernels, ncu_pass.command),
             variants_start=_replay_start(kernels, variants_pass.command) if variants_pass else 0,
+            truncated=ncu_pass.stopped_early is not None,
         )
+        counter_warnings += [_stopped_early(p) for p in (ncu_pass, variants_pass) if p and p.stopped_early]
         counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems] + notes
         counters = lambda ordinal: joined.get(ordinal, ({}, None))  # noqa: E731
     tool = "nsys+ncu" if ncu_pass is not None else "nsys"

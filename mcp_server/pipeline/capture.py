@@ -50,6 +50,7 @@ class CaptureRequest:
     gpu_lock_after: Path | None = None
     gpu_lock_done: Path | None = None
     queue_ahead: bool = False
+    graph_replay: bool = False
     script_args: list[str] = field(default_factory=list)
 
     def check(self) -> None:
@@ -95,6 +96,8 @@ def harness_command(req: CaptureRequest, profiler: str, pass_dir: Path) -> list[
         cmd += ["--gpu-lock-done", str(req.gpu_lock_done)]
     if req.queue_ahead:
         cmd.append("--queue-ahead")
+    if req.graph_replay:
+        cmd.append("--graph-replay")
     for arg in req.script_args:
         cmd += ["--script-arg", arg]
     return cmd
@@ -113,21 +116,38 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
+INTERRUPT_GRACE_S = 60.0  # how long a child stopped with SIGINT may take to write what it gathered
+
+
+@dataclass
+class EarlyStop:
+    """Stop a child gracefully (SIGINT to its process group, then up to `grace_s` to write its results) at the
+    time limit, or as soon as `when` holds for a line of its output; `reason` then says which stopped it."""
+
+    when: Callable[[str], bool] | None = None
+    grace_s: float = INTERRUPT_GRACE_S
+    reason: str | None = None
+
+
 def run_child(
     cmd: list[str],
     log_path: Path,
     timeout_s: float,
     progress: Progress = _quiet,
     cancel: threading.Event | None = None,
+    early: EarlyStop | None = None,
 ) -> tuple[int, bool]:
     """Run `cmd` in its own process group, streaming its output to `log_path` and `progress`.
 
-    Returns (exit code, timed out). Setting `cancel` stops the child early (CancelledCapture). The child and
-    everything it started are gone when this returns.
+    Returns (exit code, timed out). Setting `cancel` stops the child early (CancelledCapture). With `early`,
+    the time limit and `early.when` stop it gracefully, so that it can keep what it gathered (`early.reason`
+    is then "timeout" or "condition"). The child and everything it started are gone when this returns.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
     timed_out = False
+    interrupted_at: float | None = None
+    pending = ""
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -137,24 +157,45 @@ def run_child(
             assert proc.stdout is not None
             os.set_blocking(proc.stdout.fileno(), False)
             while True:
-                line = proc.stdout.readline()
-                if line:
-                    log.write(line)
-                    progress(line.rstrip())
+                chunk = proc.stdout.readline()
+                if chunk:
+                    log.write(chunk)
+                    pending += chunk
+                    if pending.endswith("\n"):
+                        line, pending = pending.rstrip(), ""
+                        progress(line)
+                        if early and early.when and interrupted_at is None and early.when(line):
+                            early.reason = "condition"
+                            interrupted_at = _interrupt(proc)
                     continue
                 if proc.poll() is not None:
                     rest = proc.stdout.read() or ""
                     log.write(rest)
                     break
-                if time.monotonic() > deadline:
-                    timed_out = True
+                now = time.monotonic()
+                if interrupted_at is not None and now > interrupted_at + (early.grace_s if early else 0):
                     break
+                if now > deadline and interrupted_at is None:
+                    timed_out = True
+                    if early is None:
+                        break
+                    early.reason = "timeout"
+                    interrupted_at = _interrupt(proc)
                 if cancel is not None and cancel.is_set():
                     raise CancelledCapture("capture cancelled", "")
                 time.sleep(0.05)
         finally:
+            if pending:
+                progress(pending.rstrip())
             _kill_group(proc)
     return proc.returncode, timed_out
+
+
+def _interrupt(proc: subprocess.Popen[str]) -> float:
+    """SIGINT to the child's process group (a profiler then writes what it gathered); when it was sent."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    return time.monotonic()
 
 
 def read_harness_result(pass_dir: Path) -> dict:
@@ -192,25 +233,33 @@ def run_pass(
     prefix: list[str] | None = None,
     progress: Progress = _quiet,
     cancel: threading.Event | None = None,
+    early: EarlyStop | None = None,
 ) -> tuple[PassRecord, dict]:
-    """Run one harness pass into RUN_DIR/<name>/, optionally under a profiler prefix; return record and result."""
+    """Run one harness pass into RUN_DIR/<name>/, optionally under a profiler prefix; return record and result.
+
+    With `early`, a pass stopped at its time limit or by `early.when` is not a failure: its record says
+    `stopped_early` and the result is empty (the harness never finished); the caller keeps what it gathered.
+    """
     pass_dir = req.run_dir / name
     pass_dir.mkdir(parents=True, exist_ok=True)
     (pass_dir / "harness.json").unlink(missing_ok=True)
     cmd = [*(prefix or []), *harness_command(req, profiler, pass_dir)]
     started, t0 = now_iso(), time.monotonic()
-    code, timed_out = run_child(cmd, pass_dir / "output.log", req.timeout_s, progress, cancel)
+    code, timed_out = run_child(cmd, pass_dir / "output.log", req.timeout_s, progress, cancel, early)
     wall = time.monotonic() - t0
-    if timed_out:
+    if timed_out and early is None:
         raise CaptureFailed(
             f"the {name} pass ran past its {req.timeout_s:.0f} s limit and was stopped",
             "raise --timeout, or shrink the workload's sizes",
         )
-    result = read_harness_result(pass_dir)
-    raise_for_harness(result, req, pass_dir)
     record = PassRecord(
         name=name, profiler=profiler, command=cmd, directory=name, started_at=started,
         wall_time_s=round(wall, 3), exit_code=code,
-        artifacts=[f"{name}/{a}" for a in ["harness.json", *result.get("artifacts", [])]],
     )
+    if early is not None and early.reason is not None:
+        record.stopped_early = early.reason
+        return record, {}
+    result = read_harness_result(pass_dir)
+    raise_for_harness(result, req, pass_dir)
+    record.artifacts = [f"{name}/{a}" for a in ["harness.json", *result.get("artifacts", [])]]
     return record, result

@@ -90,6 +90,8 @@ class _Window:
         self.queued_ahead: bool | None = None
         self.wall_time_ns = 0
         self.gpu_elapsed_ns: int | None = None
+        self.profiler_start_ns: int | None = None
+        self.profiler_stop_ns: int | None = None
         self._stack: list[Any] = []
 
     def __enter__(self) -> _Window:
@@ -106,7 +108,9 @@ class _Window:
             self._prof.start()
             self._enter(torch.autograd.profiler.record_function(MEASURE_RANGE))
         elif self.profiler == "nvtx" and self.cuda:
+            t0 = time.perf_counter_ns()
             torch.cuda.profiler.start()
+            self.profiler_start_ns = time.perf_counter_ns() - t0  # a profiler starting its collection
             torch.cuda.nvtx.range_push(MEASURE_RANGE)
             self._enter(torch.autograd.profiler.emit_nvtx(record_shapes=True))
         if self.cuda:
@@ -141,7 +145,9 @@ class _Window:
                 self._prof.export_chrome_trace(str(self.run_dir / KINETO_TRACE))
         elif self.profiler == "nvtx" and self.cuda:
             torch.cuda.nvtx.range_pop()
+            t0 = time.perf_counter_ns()
             torch.cuda.profiler.stop()
+            self.profiler_stop_ns = time.perf_counter_ns() - t0
 
 
 def _sleep_cycles(ns: int) -> int:
@@ -155,6 +161,9 @@ def _sleep_cycles(ns: int) -> int:
     end.record()
     end.synchronize()
     return int(ns * 10_000_000 / (start.elapsed_time(end) * 1e6))
+
+
+_SCRIPT_PHASES: list[_GpuPhases] = []  # the harness's lock, handed to the script's NvtxCapture
 
 
 class NvtxCapture:
@@ -175,7 +184,10 @@ class NvtxCapture:
         self._window = _Window(cfg.get("profiler", "nvtx"), Path(run_dir) if run_dir else None)
 
     def __enter__(self) -> NvtxCapture:
-        self._lock = _GpuPhases(self._lock_path, self._lock_after, self._lock_done)
+        # Under the harness, the lock it took shared while the script built its model.
+        self._lock = _SCRIPT_PHASES.pop() if _SCRIPT_PHASES else _GpuPhases(
+            self._lock_path, self._lock_after, self._lock_done
+        )
         self._lock.warmup()
         if self.warmup_fn is not None:
             for _ in range(self.warmup_iters):
@@ -380,21 +392,29 @@ def _describe_placement(model: Any, args: tuple[Any, ...]) -> dict[str, Any]:
 class _GpuPhases:
     """The passes of one run (nsys, ncu, ncu's shape variants) take the GPU in turn, through one lock file.
 
-    A pass given `after` builds its model only once that file exists: the previous pass's window is done,
-    and the Triton configurations it autotuned are in Inductor's cache, so every pass runs the same kernels
-    (autotuning under ncu would time configurations differently). Building, compiling and warming up take
-    the lock shared, the window takes it exclusively; a pass given `done` writes that file after its window.
+    Building the model takes the lock shared at once. A pass given `after` compiles and warms up only once
+    that file exists: the previous pass's window is done, and the Triton configurations it autotuned are in
+    Inductor's cache, so every pass runs the same kernels (autotuning under ncu would time configurations
+    differently). Compiling and warming up take the lock shared, the window takes it exclusively; a pass given
+    `done` writes that file after its window.
     """
 
     def __init__(self, path: Path | None, after: Path | None = None, done: Path | None = None) -> None:
         self._path, self._after, self._done = path, after, done
         self._file: Any = None
 
+    def build(self) -> None:
+        """Take the lock shared: build the model while no other pass measures."""
+        if self._file is None:
+            self._take("LOCK_SH")
+
     def warmup(self) -> None:
-        """Wait for the previous pass's window, then take the lock shared: build, compile, warm up."""
-        while self._after is not None and not self._after.exists():
-            time.sleep(0.05)
-        self._take("LOCK_SH")
+        """Wait for the previous pass's window (not holding the lock), then take it shared: compile, warm up."""
+        if self._after is not None and not self._after.exists():
+            self._drop()
+            while not self._after.exists():
+                time.sleep(0.05)
+        self.build()
 
     def window(self) -> None:
         """Take the lock exclusively for the measured window."""
@@ -407,6 +427,10 @@ class _GpuPhases:
         self._drop()
         if held and self._done is not None:
             self._done.touch()
+
+    def close(self) -> None:
+        """Drop the lock without marking a window done (the script never opened one)."""
+        self._drop()
 
     def _take(self, mode: str) -> None:
         if self._path is None:
@@ -429,10 +453,10 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
     """Build, compile, warm up and measure a `get_model_and_input()` workload."""
     import torch
 
-    result["phase"] = "waiting for the GPU lock"
+    _enter(result, "waiting for the GPU lock (build)")
     lock = _GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done)
-    lock.warmup()
-    result["phase"] = "build"
+    lock.build()
+    _enter(result, "build")
     model, inputs = module.get_model_and_input()
     call_args, call_kwargs = _as_call(inputs)
     result["placement"] = _describe_placement(model, call_args)
@@ -462,7 +486,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
             with torch.no_grad():
                 fn(*call_args, **call_kwargs)
 
-    result["phase"] = "warmup"
+    _enter(result, "waiting for the previous pass")
+    lock.warmup()
+    _enter(result, "warmup")
     t0 = time.perf_counter_ns()
     last_step_ns = 0
     for _ in range(args.warmup_iters):
@@ -472,31 +498,84 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
             torch.cuda.synchronize()
         last_step_ns = time.perf_counter_ns() - t_step
     result["warmup_time_ns"] = time.perf_counter_ns() - t0
-    result["phase"] = "waiting for the GPU lock"
+    _enter(result, "waiting for the GPU lock (window)")
     lock.window()
     hooks = _ModuleRanges(model, args.profiler) if args.compile_mode == "eager" and args.profiler != "none" else None
-    result["phase"] = "measure"
+    _enter(result, "measure")
     queue_ahead_ns = None
     if args.queue_ahead and torch.cuda.is_available():
         queue_ahead_ns = min(max(QUEUE_AHEAD_MIN_NS, 4 * last_step_ns * args.iters), QUEUE_AHEAD_MAX_NS)
     window = _Window(args.profiler, run_dir, queue_ahead_ns)
+    replay = _capture_graph(step) if args.graph_replay and torch.cuda.is_available() else None
+    if isinstance(replay, str):
+        result["warnings"].append(f"--graph-replay: the window could not be captured in a CUDA graph: {replay}")
     with window:
         for _ in range(args.iters):
-            step()
+            replay() if callable(replay) else step()
+    _enter(result, "finish")
     if hooks is not None:
         hooks.remove()
     lock.release()
     result["window"] = {
         "wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns, "iters": args.iters
     }
+    if window.profiler_start_ns is not None:
+        result["window"]["profiler_start_ns"] = window.profiler_start_ns
+        result["window"]["profiler_stop_ns"] = window.profiler_stop_ns
     if queue_ahead_ns is not None:
         result["window"]["queued_ahead"] = window.queued_ahead
+    if args.graph_replay:
+        result["window"]["graph_replay"] = callable(replay)
     result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
     if backend is not None:
         _write_json(run_dir / PROVENANCE_FILE, _inductor_provenance(backend, run_dir))
         result["artifacts"].append(PROVENANCE_FILE)
     if args.profiler == "torch":
         result["artifacts"].append(KINETO_TRACE)
+
+
+def _capture_graph(step: Callable[[], None]) -> Callable[[], None] | str:
+    """One window iteration captured in a CUDA graph: its replay, or why capture failed.
+
+    Replays run the same kernels back to back with the GPU's smallest launch gaps, so the window's CUDA
+    events time its kernels' busy time most closely (no profiler involved).
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.stream(side):
+            step()  # allocations of the side stream's pool happen before capture
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            step()
+    except Exception as exc:  # noqa: BLE001 - the reason is reported, the window runs eagerly
+        torch.cuda.synchronize()
+        return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    torch.cuda.synchronize()
+    return graph.replay
+
+
+def _run_script(args: argparse.Namespace) -> None:
+    """Run an NvtxCapture script; the code before its window builds under the GPU lock, taken shared."""
+    import mcp_server.pipeline.harness as importable  # the module the script's NvtxCapture comes from
+
+    phases = importable._GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done)
+    phases.build()
+    importable._SCRIPT_PHASES[:] = [phases]
+    try:
+        runpy.run_path(str(args.workload), run_name="__main__")
+    finally:
+        importable._SCRIPT_PHASES.clear()
+        phases.close()
+
+
+def _enter(result: dict[str, Any], phase: str) -> None:
+    """Move to the next phase; harness.json keeps when each phase began (epoch seconds)."""
+    result["phase"] = phase
+    result["phase_started_at"][phase] = round(time.time(), 3)
 
 
 class _ContractError(Exception):
@@ -521,10 +600,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--queue-ahead", action="store_true",
                         help="(--profiler none) let the GPU spin while the window is enqueued, so the CUDA events "
                              "time its busy time without host launch gaps")
+    parser.add_argument("--graph-replay", action="store_true",
+                        help="(--profiler none) run the window as replays of one iteration captured in a CUDA "
+                             "graph, so the CUDA events time its kernels with the GPU's smallest launch gaps")
     parser.add_argument("--script-arg", action="append", default=[], help="argument passed to a script workload")
     args = parser.parse_args(argv)
     if args.queue_ahead and args.profiler != "none":
         parser.error("--queue-ahead times the window without a profiler: use it with --profiler none")
+    if args.graph_replay and args.profiler != "none":
+        parser.error("--graph-replay times the window without a profiler: use it with --profiler none")
     return args
 
 
@@ -536,6 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "status": "running",
         "phase": "import",
+        "phase_started_at": {"import": round(time.time(), 3)},
         "workload": str(args.workload),
         "profiler": args.profiler,
         "compile_mode": args.compile_mode,
@@ -555,6 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         result.update(status="error", error={"kind": "no_torch", "message": message})
         _write_json(run_dir / HARNESS_RESULT, result)
         return EXIT_NO_TORCH
+    _enter(result, "setup")
     result["environment"] = _environment()
     _seed(args.seed)
     os.environ[ENV_CONFIG] = json.dumps(
@@ -573,10 +659,10 @@ def main(argv: list[str] | None = None) -> int:
             run_contract(module, args, result, run_dir)
         elif re.search(r"\bNvtxCapture\s*\(", module_source):
             result["workload_kind"] = "script"
-            result["phase"] = "script"
+            _enter(result, "script")
             sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
             sys.argv = [str(args.workload), *args.script_arg]
-            runpy.run_path(str(args.workload), run_name="__main__")
+            _run_script(args)
             window_file = run_dir / "window.json"
             if not window_file.exists():
                 raise _ContractError(f"{args.workload} finished without closing an NvtxCapture window")

@@ -16,6 +16,7 @@ class LaunchLike(Protocol):
     ordinal: int
     name: str
     mangled_name: str | None
+    stream_id: int | None
     grid: tuple[int, int, int] | None
     block: tuple[int, int, int] | None
     shared_memory_bytes: int | None
@@ -26,7 +27,7 @@ class FrameLike(Protocol):
     """What the join reads of an enclosing NVTX range: the recorded input shapes of its operator."""
 
     @property
-    def inputoperator_shapes(self) -> list[list[int] | None] | None: ...
+    def input_shapes(self) -> list[list[int] | None] | None: ...
 
 
 Counters = dict[int, tuple[dict[str, Metric], int | None]]
@@ -48,6 +49,7 @@ def join_counters(
     variants: Sequence[CounterRecord] = (),
     start: int = 0,
     variants_start: int = 0,
+    truncated: bool = False,
 ) -> JoinResult:
     """Match ncu records to timeline kernels; return ordinal -> (metrics, propagated_from), mismatches, notes.
 
@@ -62,18 +64,32 @@ def join_counters(
     those of the nearest replayed launch of the same configuration (the earlier one when there is one,
     preferring one whose operator had the same input shapes), marked `propagated_from`; counters taken from
     a launch with other input shapes are named in the notes. Every record that matches no launch, and every
-    launch left without
-    counters, is reported, never papered over.
+    launch left without counters, is reported, never papered over: as a note when the replay was `truncated`
+    (stopped at its time limit or by --max-kernels), as a problem otherwise.
     """
     joined, problems = _match(kernels, records, deduplicated, filtered, start)
+    notes: list[str] = []
+    if problems and not filtered and _streams_known(kernels, records):
+        by_stream, stream_problems = _match_per_stream(kernels, records, deduplicated)
+        if (len(by_stream), -len(stream_problems)) > (len(joined), -len(problems)):  # matches more launches
+            joined, problems = by_stream, stream_problems
+            notes.append(
+                "joined per CUDA stream: launches on several streams (e.g. from several host threads) came in "
+                "another order under ncu than in the timeline; each stream's order matched"
+            )
     if variants:
         extra, extra_problems = _match(kernels, variants, deduplicated=False, filtered=True, start=variants_start)
         joined.update(extra)
         problems += [f"shape-variant pass: {p}" for p in extra_problems]
-    notes = _propagate(kernels, joined) if deduplicated else []
+    notes += _propagate(kernels, joined) if deduplicated else []
     if not filtered:
         missing = [k for k in kernels if k.ordinal not in joined]
-        if missing:
+        if missing and truncated:
+            notes.append(
+                f"{len(missing)} window launches have no ncu counters: ncu was stopped before it replayed them "
+                f"(first: launch {missing[0].ordinal} {_short(missing[0].name)})"
+            )
+        elif missing:
             problems.append(
                 f"{len(missing)} window launches have no ncu counters (first: launch {missing[0].ordinal} "
                 f"{_short(missing[0].name)})"
@@ -96,10 +112,15 @@ def launch_position(kernels: Sequence[LaunchLike], kernel_regex: str | None, lau
 
 def _match(
     kernels: Sequence[LaunchLike], records: Sequence[CounterRecord], deduplicated: bool, filtered: bool,
-    start: int = 0,
+    start: int = 0, replayed_elsewhere: Sequence[CounterRecord] = (),
 ) -> tuple[Counters, list[str]]:
-    """Each record onto the next launch of its kernel, in launch order from `start`; the disagreements found."""
-    problems: list[str] = []
+    """Each record onto the next launch of its kernel, in launch order from `start`; the disagreements found.
+
+    A deduplicated replay may pass over a launch whose configuration it already replayed, or whose kernel one
+    of `replayed_elsewhere` (another stream's records) replayed.
+    """
+    passed_over: list[str] = []
+    unmatched: list[str] = []
     joined: Counters = {}
     position = start
     replayed_configs: set[tuple[object, ...]] = set()
@@ -107,19 +128,57 @@ def _match(
         j = position
         while j < len(kernels) and not _same_kernel(kernels[j], record):
             # Passing over a launch is expected only for a configuration ncu already replayed.
-            if not filtered and not (deduplicated and ncu_config(kernels[j]) in replayed_configs):
-                problems.append(
+            seen = ncu_config(kernels[j]) in replayed_configs or any(
+                _same_kernel(kernels[j], other) for other in replayed_elsewhere
+            )
+            if not filtered and not (deduplicated and seen):
+                passed_over.append(
                     f"launch {kernels[j].ordinal}: timeline ran {_short(kernels[j].name)}, "
                     f"ncu profiled {_short(record.name)} next"
                 )
             j += 1
         if j == len(kernels):
-            problems.append(f"ncu record {record.ordinal} ({_short(record.name)}) matches no later window launch")
+            unmatched.append(f"ncu record {record.ordinal} ({_short(record.name)}) matches no later window launch")
             continue
         joined[kernels[j].ordinal] = (record.metrics, None)
         replayed_configs.add(ncu_config(kernels[j]))
         position = j + 1
+    problems = [_summary(passed_over, "timeline launches were passed over"),
+                _summary(unmatched, "ncu records match no later window launch")]
+    return joined, [p for p in problems if p]
+
+
+def _streams_known(kernels: Sequence[LaunchLike], records: Sequence[CounterRecord]) -> bool:
+    """Both captures name every launch's CUDA stream, and more than one stream ran."""
+    streams = {k.stream_id for k in kernels}
+    return None not in streams and len(streams) > 1 and all(r.stream is not None for r in records)
+
+
+def _match_per_stream(
+    kernels: Sequence[LaunchLike], records: Sequence[CounterRecord], deduplicated: bool
+) -> tuple[Counters, list[str]]:
+    """`_match` within each CUDA stream, whose launch order both captures share whatever the host threads did.
+
+    With deduplication, a launch may be passed over when ncu replayed its kernel on any stream.
+    """
+    joined: Counters = {}
+    problems: list[str] = []
+    streams = sorted({k.stream_id for k in kernels} | {r.stream for r in records}, key=str)
+    replayed = list(records) if deduplicated else []
+    for stream in streams:
+        mine = [k for k in kernels if k.stream_id == stream]
+        theirs = [r for r in records if r.stream == stream]
+        found, trouble = _match(mine, theirs, deduplicated, filtered=False, replayed_elsewhere=replayed)
+        joined.update(found)
+        problems += [f"stream {stream}: {p}" for p in trouble]
     return joined, problems
+
+
+def _summary(found: list[str], what: str) -> str:
+    """One problem line for many of a kind: the first named, the rest counted."""
+    if len(found) <= 1:
+        return "".join(found)
+    return f"{len(found)} {what}; first: {found[0]}"
 
 
 def _propagate(kernels: Sequence[LaunchLike], joined: Counters) -> list[str]:

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from mcp_server.errors import BackendUnavailable, CaptureFailed
-from mcp_server.pipeline.capture import CaptureRequest, Progress, _quiet, now_iso, run_child, run_pass
+from mcp_server.pipeline.capture import (
+    CaptureRequest,
+    EarlyStop,
+    Progress,
+    _quiet,
+    now_iso,
+    run_child,
+    run_pass,
+)
 from mcp_server.pipeline.replay_plan import ReplayPlan, plan_replays
 from mcp_server.schema.manifest import PassRecord
-from plugins.ncu.command import NcuOptions, find_ncu
+from plugins.ncu.command import NcuOptions, find_ncu, is_replayed_kernel
 from plugins.ncu.command import capture_command as ncu_capture
 from plugins.nsys.command import capture_command as nsys_capture
 from plugins.nsys.command import export_command, find_nsys
@@ -67,16 +76,41 @@ def ncu_pass(
         raise BackendUnavailable("ncu not found", "install Nsight Compute or set NCU=/path/to/ncu")
     pass_dir = req.run_dir / name
     progress(f"{name} pass: replaying the window's kernels for hardware counters")
+    early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels else None)
     try:
-        record, _ = run_pass(req, name, "nvtx", ncu_capture(ncu, pass_dir / "report", options), progress, cancel)
+        record, _ = run_pass(req, name, "nvtx", ncu_capture(ncu, pass_dir / "report", options), progress, cancel,
+                             early)
     except CaptureFailed as exc:
         _raise_if_permission(pass_dir)
         raise exc
     _raise_if_permission(pass_dir)
     if not (pass_dir / NCU_REPORT).is_file():
+        if record.stopped_early == "timeout":
+            raise CaptureFailed(
+                f"the {name} pass ran past its {req.timeout_s:.0f} s limit before ncu replayed any kernel",
+                "raise --timeout, or replay fewer kernels (--kernel-regex, --max-kernels)",
+            )
         raise CaptureFailed("ncu wrote no report", f"read {pass_dir / 'output.log'}")
+    if record.stopped_early == "timeout":
+        record.notes.append(f"stopped at the {req.timeout_s:.0f} s limit; the kernels replayed until then are kept")
+        progress(f"{name} pass: stopped at the {req.timeout_s:.0f} s limit; keeping the kernels replayed so far")
+    elif record.stopped_early == "condition":
+        record.notes.append(f"stopped after {options.max_kernels} replayed kernels (--max-kernels)")
+        progress(f"{name} pass: {options.max_kernels} kernels replayed (--max-kernels): stopped")
     record.artifacts.append(f"{name}/{NCU_REPORT}")
     return record
+
+
+def _replayed_count_reaches(limit: int) -> Callable[[str], bool]:
+    """A predicate on ncu's output lines that holds once `limit` kernels were replayed."""
+    seen = 0
+
+    def reached(line: str) -> bool:
+        nonlocal seen
+        seen += is_replayed_kernel(line)
+        return seen >= limit
+
+    return reached
 
 
 def ncu_variants_pass(
@@ -99,7 +133,9 @@ def _variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
 
 def _wants_variants(options: NcuOptions) -> bool:
     """Shape variants get their own pass only behind the default deduplicated replay of the whole window."""
-    return options.dedupe and not (options.kernel_regex or options.launch_skip or options.launch_count)
+    return options.dedupe and not (
+        options.kernel_regex or options.launch_skip or options.launch_count or options.max_kernels
+    )
 
 
 def announce_plan(plan: ReplayPlan, progress: Progress) -> None:

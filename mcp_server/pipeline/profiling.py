@@ -126,10 +126,13 @@ def _timeline_and_counters(
         variants = ncu_variants_pass(third, ncu, _tagged(NCU_VARIANTS, progress), cancel)
         return records + ([variants] if variants else [])
 
-    jobs: dict[str, Callable[[], list[PassRecord]]] = {
-        "nsys": timeline_then_variants,
-        "ncu": lambda: [ncu_pass(second, ncu, _tagged("ncu", progress), cancel=cancel)],
-    }
+    def counters() -> list[PassRecord]:
+        try:
+            return [ncu_pass(second, ncu, _tagged("ncu", progress), cancel=cancel)]
+        finally:
+            ncu_done.touch()  # also when ncu stopped before its harness marked the window done
+
+    jobs: dict[str, Callable[[], list[PassRecord]]] = {"nsys": timeline_then_variants, "ncu": counters}
     results: dict[str, list[PassRecord]] = {}
     errors: dict[str, BaseException] = {}
 
@@ -154,6 +157,10 @@ def _timeline_and_counters(
         for thread in threads:
             thread.join()
         raise
+    finally:
+        for path in (lock, nsys_done, ncu_done):
+            if not any(t.is_alive() for t in threads):
+                path.unlink(missing_ok=True)
     real = [e for e in errors.values() if not isinstance(e, CancelledCapture)]
     if real or errors:
         raise (real or list(errors.values()))[0]

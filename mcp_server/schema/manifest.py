@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 MANIFEST_VERSION = "1.0"
@@ -21,6 +23,11 @@ class PassRecord(BaseModel):
     exit_code: int
     artifacts: list[str] = Field(default_factory=list, description="Paths relative to the run directory.")
     notes: list[str] = Field(default_factory=list)
+    stopped_early: Literal["timeout", "condition"] | None = Field(
+        default=None,
+        description="Set when the pass was stopped before its window finished and kept what it gathered: "
+        "'timeout' (its time limit) or 'condition' (e.g. ncu's --max-kernels reached).",
+    )
 
 
 class RunManifest(BaseModel):

@@ -54,6 +54,7 @@ class CounterRecord(BaseModel):
     mangled_name: str | None = None
     grid: tuple[int, int, int] | None = None
     block: tuple[int, int, int] | None = None
+    stream: int | None = Field(default=None, description="CUDA stream id of the launch (ncu's launch__stream_id).")
     metrics: dict[str, Metric] = Field(default_factory=dict)
     stack: list[Frame] = Field(default_factory=list, description="NVTX push/pop stack at launch, outermost first.")
 

@@ -118,7 +118,8 @@ def profile_workload(
 
 def map_run(
     progress: Progress, cancel: threading.Event, *, run_dir: str, kernel_regex: str | None, launch_skip: int | None,
-    launch_count: int | None, dedupe: bool, metric_set: str | None, sections: tuple[str, ...], ncu_sudo: bool,
+    launch_count: int | None, max_kernels: int | None, dedupe: bool, metric_set: str | None,
+    sections: tuple[str, ...], ncu_sudo: bool,
     timeout_s: float, top: int,
 ) -> ProfileRun:
     """Replay a captured nsys run's kernels under ncu and rebuild its profile.json."""
@@ -134,6 +135,7 @@ def map_run(
                          compile_mode=manifest.compile_mode, warmup_iters=manifest.warmup_iters, iters=manifest.iters,
                          seed=manifest.seed, train_step=manifest.run_mode == "train_step", timeout_s=timeout_s)
     options = NcuOptions(dedupe=dedupe, kernel_regex=kernel_regex, launch_skip=launch_skip, launch_count=launch_count,
+                         max_kernels=max_kernels,
                          sections=list(sections), metric_set=metric_set,
                          cuda_graphs=manifest.compile_mode == "cudagraphs", sudo=ncu_sudo)
     progress(f"map: ncu replay of {path} under {manifest.python}")

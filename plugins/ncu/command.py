@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,7 +11,6 @@ import yaml
 from plugins.tools import find_executable
 
 NCU_GLOBS = ["/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/bin/ncu", "/usr/local/NVIDIA-Nsight-Compute*/ncu"]
-MEASURE_RANGE = "operator_profiler::measure"
 METRICS_FILE = Path(__file__).with_name("metrics.yaml")
 
 
@@ -33,18 +33,29 @@ class NcuOptions:
     kernel_regex: str | None = None
     launch_skip: int | None = None
     launch_count: int | None = None
+    max_kernels: int | None = None  # stop once this many kernels were replayed (ncu has no overall cap)
     sections: list[str] = field(default_factory=list)
     metric_set: str | None = None
     cuda_graphs: bool = False
     sudo: bool = False
 
 
+PROFILED_LINE = re.compile(r"^==PROF== Profiling .* - \d+ passes$")
+
+
+def is_replayed_kernel(line: str) -> bool:
+    """Whether an ncu output line reports one kernel's replay completed (all its passes)."""
+    return bool(PROFILED_LINE.match(line.strip()))
+
+
 def capture_command(ncu: str, report_base: Path, options: NcuOptions) -> list[str]:
-    """The ncu prefix: kernel replay of the kernels inside the `operator_profiler::measure` NVTX range."""
+    """The ncu prefix: kernel replay of the window's kernels, those launched between the harness's
+    cudaProfilerStart and cudaProfilerStop on any host thread (an NVTX range filter would see only the
+    launches of the thread that opened `operator_profiler::measure`). NVTX ranges are still recorded."""
     cmd = ["sudo", "-n", "--preserve-env"] if options.sudo else []
     cmd += [
         ncu, "--target-processes", "application-only",
-        "--nvtx", "--nvtx-include", f"{MEASURE_RANGE}/", "--kernel-name-base", "mangled",
+        "--nvtx", "--profile-from-start", "off", "--kernel-name-base", "mangled",
         "--replay-mode", "kernel", "--cache-control", "all", "--clock-control", "base",
         "--metrics", ",".join(default_metrics().values()),
         "--force-overwrite", "--export", str(report_base),

@@ -24,6 +24,7 @@ from plugins.nvtx_names import parse_range
 GRID_METRICS = ("launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z")
 BLOCK_METRICS = ("launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z")
 GRID_SIZE_METRIC = "launch__grid_size"
+STREAM_METRIC = "launch__stream_id"
 BLOCK_SIZE_METRIC = "launch__block_size"
 DEVICE_NAME_METRIC = "device__attribute_display_name"
 
@@ -169,6 +170,7 @@ def _read_in_process(path: Path, wanted: dict[str, str]) -> NcuCapture:
                     mangled_name=action.name(ncu.IAction.NameBase_MANGLED) or None,
                     grid=_dims(action, GRID_METRICS, GRID_SIZE_METRIC, ncu),
                     block=_dims(action, BLOCK_METRICS, BLOCK_SIZE_METRIC, ncu),
+                    stream=_int_metric(action, STREAM_METRIC, ncu),
                     metrics=values,
                     stack=_stack(action),
                 )
