@@ -83,8 +83,12 @@ def _config() -> dict[str, Any]:
 class _Window:
     """The measured window: profiler start/stop, NVTX measure range, emit_nvtx, host wall time."""
 
-    def __init__(self, profiler: str, run_dir: Path | None, queue_ahead_ns: int | None = None) -> None:
+    def __init__(
+        self, profiler: str, run_dir: Path | None, queue_ahead_ns: int | None = None,
+        on_gpu_done: Callable[[], None] | None = None,
+    ) -> None:
         self.profiler = profiler
+        self.on_gpu_done = on_gpu_done  # called once the window's GPU work is done, before the profiler stops
         self.run_dir = run_dir
         self.queue_ahead_ns = queue_ahead_ns
         self.queued_ahead: bool | None = None
@@ -137,6 +141,9 @@ class _Window:
             torch.cuda.synchronize()
             self.gpu_elapsed_ns = round(self._events[0].elapsed_time(self._events[1]) * 1e6)
         self.wall_time_ns = time.perf_counter_ns() - self._t0
+        if self.on_gpu_done is not None:
+            # nsys takes about 3 s to stop its collection; the next pass need not wait for that.
+            self.on_gpu_done()
         while self._stack:
             self._stack.pop().__exit__(None, None, None)
         if self.profiler == "torch":
@@ -181,7 +188,8 @@ class NvtxCapture:
         self._lock_path = Path(cfg["gpu_lock"]) if cfg.get("gpu_lock") else None
         self._lock_after = Path(cfg["gpu_lock_after"]) if cfg.get("gpu_lock_after") else None
         self._lock_done = Path(cfg["gpu_lock_done"]) if cfg.get("gpu_lock_done") else None
-        self._window = _Window(cfg.get("profiler", "nvtx"), Path(run_dir) if run_dir else None)
+        self._window = _Window(cfg.get("profiler", "nvtx"), Path(run_dir) if run_dir else None,
+                               on_gpu_done=self._release)
 
     def __enter__(self) -> NvtxCapture:
         # Under the harness, the lock it took shared while the script built its model.
@@ -195,6 +203,9 @@ class NvtxCapture:
         self._lock.window()
         self._window.__enter__()
         return self
+
+    def _release(self) -> None:
+        self._lock.release()
 
     def __exit__(self, *exc: object) -> None:
         self._window.__exit__(*exc)
@@ -505,7 +516,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
     queue_ahead_ns = None
     if args.queue_ahead and torch.cuda.is_available():
         queue_ahead_ns = min(max(QUEUE_AHEAD_MIN_NS, 4 * last_step_ns * args.iters), QUEUE_AHEAD_MAX_NS)
-    window = _Window(args.profiler, run_dir, queue_ahead_ns)
+    window = _Window(args.profiler, run_dir, queue_ahead_ns, on_gpu_done=lock.release)
     replay = _capture_graph(step) if args.graph_replay and torch.cuda.is_available() else None
     if isinstance(replay, str):
         result["warnings"].append(f"--graph-replay: the window could not be captured in a CUDA graph: {replay}")
