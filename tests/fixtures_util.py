@@ -20,9 +20,12 @@ import tarfile
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 GPU = "h200"
@@ -365,3 +368,9 @@ def raw_node_modules(pass_dir: Path) -> dict[str, str]:
 
 if __name__ == "__main__" and sys.argv[1:2] == ["ncu"]:
     print(json.dumps([asdict(a) for a in _raw_ncu_actions_here(Path(sys.argv[2]), json.loads(sys.argv[3]))]))
+
+
+def kernels_of(profile: OperatorAttributedProfile) -> list[KernelRecord]:
+    """Every kernel of the profile (operators' and unattributed), by kernel_id."""
+    kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
+    return sorted(kernels, key=lambda k: k.kernel_id)

@@ -28,6 +28,7 @@ from fixtures_util import (
     RawTrace,
     enclosing,
     is_op_name,
+    kernels_of,
     match_in_launch_order,
     ns,
     raw_call_sites,
@@ -42,7 +43,7 @@ from fixtures_util import (
 )
 
 from mcp_server.pipeline.assemble import assemble
-from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile
+from mcp_server.schema.profile import OperatorAttributedProfile
 from plugins.ncu.command import default_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,12 +111,6 @@ def raw_variants(dirs) -> dict[str, tuple[list[RawAction], str, int]]:
             regex = command[command.index("--kernel-name") + 1].removeprefix("regex:")
             out[r] = (raw_ncu_actions(report, names), regex, int(command[command.index("--launch-skip") + 1]))
     return out
-
-
-def kernels_of(profile: OperatorAttributedProfile) -> list[KernelRecord]:
-    """Every kernel of the profile (operators' and unattributed), by kernel_id."""
-    kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
-    return sorted(kernels, key=lambda k: k.kernel_id)
 
 
 def raw_durations(run: str, raw_sqlite: dict, raw_kineto: dict) -> dict[int, int]:

@@ -8,7 +8,7 @@ import importlib.util
 import json
 
 import pytest
-from fixtures_util import match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
+from fixtures_util import kernels_of, match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
 
 from mcp_server.pipeline.assemble import assemble
 from plugins.ncu.command import default_metrics, is_replayed_kernel
@@ -17,11 +17,6 @@ if importlib.util.find_spec("ncu_report") is None:  # read in a child process: i
     pytest.skip("ncu_report is installed by the test extra", allow_module_level=True)
 
 NAMES = default_metrics()
-
-
-def _kernels(profile):
-    return sorted([k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels,
-                  key=lambda k: k.kernel_id)
 
 
 def _counters(action) -> dict[str, tuple[float, str]]:
@@ -54,7 +49,7 @@ def test_launches_of_replayed_configurations_carry_counters_and_the_rest_are_nam
     replayed = dict(zip(match_in_launch_order(actions, raw), actions, strict=True))
     configs = {(raw[j].mangled, raw[j].grid, raw[j].block): a for j, a in replayed.items()}
     profile = assemble(stopped)
-    kernels = _kernels(profile)
+    kernels = kernels_of(profile)
     assert len(kernels) == len(raw) == 23
     with_counters = 0
     for j, (kernel, row) in enumerate(zip(kernels, raw, strict=True)):
@@ -80,7 +75,7 @@ def test_launches_from_two_host_threads_are_all_replayed_and_joined(threaded):
     actions = raw_ncu_actions(threaded / "ncu" / "report.ncu-rep", list(NAMES.values()))
     replayed = dict(zip(match_in_launch_order(actions, raw), actions, strict=True))
     profile = assemble(threaded)
-    kernels = _kernels(profile)
+    kernels = kernels_of(profile)
     assert profile.window.kernels_with_counters == profile.window.kernel_count == len(kernels) == len(raw) == 51
     for j, (kernel, row) in enumerate(zip(kernels, raw, strict=True)):
         assert (kernel.correlation_id, kernel.stream_id) == (row.correlation_id, row.stream)

@@ -158,8 +158,8 @@ def _timeline_and_counters(
             thread.join()
         raise
     finally:
-        for path in (lock, nsys_done, ncu_done):
-            if not any(t.is_alive() for t in threads):
+        if not any(t.is_alive() for t in threads):
+            for path in (lock, nsys_done, ncu_done):
                 path.unlink(missing_ok=True)
     real = [e for e in errors.values() if not isinstance(e, CancelledCapture)]
     if real or errors:
