@@ -62,3 +62,17 @@ def test_queue_ahead_needs_the_no_profiler_pass(tmp_path):
     )
     assert proc.returncode == 2
     assert "--queue-ahead times the window without a profiler: use it with --profiler none" in proc.stderr
+
+
+def test_graph_replay_timing_is_asked_of_the_harness_and_needs_the_no_profiler_pass(tmp_path):
+    req = CaptureRequest(workload=EXAMPLES / "conv_block" / "conv_block.py", run_dir=tmp_path, graph_replay=True)
+    assert "--graph-replay" in harness_command(req, "none", tmp_path / "graph")
+    assert "--graph-replay" not in harness_command(CaptureRequest(workload=req.workload, run_dir=tmp_path), "none",
+                                                   tmp_path / "graph")
+    proc = subprocess.run(
+        [sys.executable, str(HARNESS), "--workload", str(req.workload), "--run-dir", str(tmp_path),
+         "--profiler", "torch", "--graph-replay"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--graph-replay times the window without a profiler: use it with --profiler none" in proc.stderr

@@ -553,8 +553,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
 def _capture_graph(step: Callable[[], None]) -> Callable[[], None] | str:
     """One window iteration captured in a CUDA graph: its replay, or why capture failed.
 
-    Replays run the same kernels back to back with the GPU's smallest launch gaps, so the window's CUDA
-    events time its kernels' busy time most closely (no profiler involved).
+    Replays run the captured kernels back to back with the GPU's smallest launch gaps, so the window's CUDA
+    events time their busy time most closely (no profiler involved). Capture may change what a library runs
+    (cuDNN's LSTM did), so a replay's time only stands for the window when its kernels are the same.
     """
     import torch
 
