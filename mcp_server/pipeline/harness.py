@@ -230,6 +230,16 @@ def _seed(seed: int) -> None:
         pass
 
 
+def _import_compiler(compile_mode: str) -> None:
+    """Import TorchDynamo (and Inductor, which every compile mode but `optimized` uses) before the first CUDA
+    call and the GPU lock: seconds of CPU that `build` and `warmup` would otherwise spend while this pass may
+    use the GPU, or while the next pass waits for it."""
+    import torch._dynamo  # noqa: F401
+
+    if compile_mode != "optimized":
+        import torch._inductor.compile_fx  # noqa: F401
+
+
 def _environment() -> dict[str, Any]:
     import torch
 
@@ -657,6 +667,9 @@ def main(argv: list[str] | None = None) -> int:
         result.update(status="error", error={"kind": "no_torch", "message": message})
         _write_json(run_dir / HARNESS_RESULT, result)
         return EXIT_NO_TORCH
+    if args.compile_mode != "eager":
+        _enter(result, "compiler import")
+        _import_compiler(args.compile_mode)
     _enter(result, "setup")
     result["environment"] = _environment()
     _seed(args.seed)

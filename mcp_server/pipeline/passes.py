@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from mcp_server.pipeline.capture import (
 )
 from mcp_server.pipeline.replay_plan import ReplayPlan, plan_replays
 from mcp_server.schema.manifest import PassRecord
-from plugins.ncu.command import NcuOptions, find_ncu, is_replayed_kernel
+from plugins.ncu.command import NcuOptions, attach_command, find_ncu, is_replayed_kernel, launch_command
 from plugins.ncu.command import capture_command as ncu_capture
 from plugins.nsys.command import capture_command as nsys_capture
 from plugins.nsys.command import export_command, find_nsys
@@ -71,9 +72,7 @@ def ncu_pass(
     req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet, cancel: Cancel = None, name: str = "ncu"
 ) -> PassRecord:
     """Replay the window's kernels under ncu: RUN_DIR/<name>/report.ncu-rep."""
-    ncu = find_ncu()
-    if ncu is None:
-        raise BackendUnavailable("ncu not found", "install Nsight Compute or set NCU=/path/to/ncu")
+    ncu = _require_ncu()
     pass_dir = req.run_dir / name
     progress(f"{name} pass: replaying the window's kernels for hardware counters")
     early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels else None)
@@ -83,6 +82,19 @@ def ncu_pass(
     except CaptureFailed as exc:
         _raise_if_permission(pass_dir)
         raise exc
+    return _kept_report(record, req, options, progress)
+
+
+def _require_ncu() -> str:
+    ncu = find_ncu()
+    if ncu is None:
+        raise BackendUnavailable("ncu not found", "install Nsight Compute or set NCU=/path/to/ncu")
+    return ncu
+
+
+def _kept_report(record: PassRecord, req: CaptureRequest, options: NcuOptions, progress: Progress) -> PassRecord:
+    """Check an ncu pass left a report, say why it stopped early if it did, and list the report."""
+    name, pass_dir = record.name, req.run_dir / record.directory
     _raise_if_permission(pass_dir)
     if not (pass_dir / NCU_REPORT).is_file():
         if record.stopped_early == "timeout":
@@ -114,15 +126,123 @@ def _replayed_count_reaches(limit: int) -> Callable[[str], bool]:
 
 
 def ncu_variants_pass(
-    req: CaptureRequest, options: NcuOptions, progress: Progress = _quiet, cancel: Cancel = None
+    req: CaptureRequest,
+    options: NcuOptions,
+    progress: Progress = _quiet,
+    cancel: Cancel = None,
+    waiting: WaitingVariantPass | None = None,
 ) -> PassRecord | None:
     """Announce the replay plan of RUN_DIR/nsys's timeline; replay its shape variants (RUN_DIR/ncu_variants/)
-    when there are any and `options` is the default deduplicated replay of the whole window."""
+    when there are any and `options` is the default deduplicated replay of the whole window. A `waiting` pass
+    (started early, suspended) is attached to, or stopped when there is nothing to replay."""
     plan = plan_replays(req.run_dir / "nsys" / NSYS_SQLITE)
     announce_plan(plan, progress)
-    if not (plan.variants and _wants_variants(options)):
+    if not (plan.variants and wants_variants(options)):
+        if waiting is not None:
+            waiting.discard()
         return None
-    return ncu_pass(req, _variants_options(options, plan), progress, cancel, name=NCU_VARIANTS)
+    variant_options = _variants_options(options, plan)
+    if waiting is not None:
+        record = waiting.attach(variant_options, cancel)
+        if record is not None:
+            return record
+    return ncu_pass(req, variant_options, progress, cancel, name=NCU_VARIANTS)
+
+
+class _Either(threading.Event):
+    """Set when this event or `other` is."""
+
+    def __init__(self, other: Cancel) -> None:
+        super().__init__()
+        self._other = other
+
+    def is_set(self) -> bool:
+        return super().is_set() or (self._other is not None and self._other.is_set())
+
+
+class WaitingVariantPass:
+    """The shape-variant pass of `run`, started with the other passes under `ncu --mode launch`.
+
+    Its workload imports torch and the compiler at once, then waits at its first CUDA call. Once nsys's timeline
+    is exported and its plan names shape variants, `attach` connects ncu with the plan's filter: the pass then
+    builds, warms up after the ncu pass's window and replays them. `discard` stops it when there is nothing to
+    replay. Started this early, its seconds of Python start-up are no longer spent after the ncu pass's replay.
+    """
+
+    def __init__(self, req: CaptureRequest, options: NcuOptions, progress: Progress, cancel: Cancel) -> None:
+        self.req, self.options, self.progress = req, options, progress
+        self.ncu = _require_ncu()
+        self.port = _free_port()
+        self._stop = _Either(cancel)
+        self._waiting = threading.Event()  # ncu's launcher said it waits for a connection
+        self._record: PassRecord | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"pass-{NCU_VARIANTS}", daemon=True)
+
+    def start(self) -> WaitingVariantPass:
+        """Start the workload; it runs until its first CUDA call, then waits for `attach`."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        waiting = replace(self.req, timeout_s=2 * self.req.timeout_s)  # its limit also covers the wait for nsys
+        prefix = launch_command(self.ncu, self.port, self.options)
+
+        def watch(line: str) -> None:
+            if line.startswith(WAITING_LINE):
+                self._waiting.set()
+            self.progress(line)
+
+        try:
+            self._record, _ = run_pass(waiting, NCU_VARIANTS, "nvtx", prefix, watch, self._stop)
+        except BaseException as exc:  # noqa: BLE001 - reported by attach(), or dropped by discard()
+            self._error = exc
+
+    def attach(self, options: NcuOptions, cancel: Cancel) -> PassRecord | None:
+        """Attach ncu with `options` and let the pass run to its end; None when ncu could not attach (the
+        workload is then stopped, and the caller replays in a fresh process)."""
+        pass_dir = self.req.run_dir / NCU_VARIANTS
+        cmd = attach_command(self.ncu, self.port, pass_dir / "report", options)
+        deadline = time.monotonic() + self.req.timeout_s
+        while not self._waiting.wait(timeout=0.1) and self._thread.is_alive() and time.monotonic() < deadline:
+            if cancel is not None and cancel.is_set():
+                break
+        early = EarlyStop()
+        if self._waiting.is_set():
+            self.progress(f"{NCU_VARIANTS} pass: attaching ncu to the waiting workload to replay the shape variants")
+            code, _ = run_child(cmd, pass_dir / "attach.log", self.req.timeout_s, self.progress, cancel, early)
+            if code == 0 or (pass_dir / NCU_REPORT).is_file():
+                self._thread.join(timeout=ATTACHED_EXIT_S)  # an attached workload ends with ncu's session
+        if not self._waiting.is_set() or self._thread.is_alive() or self._record is None and self._error is None:
+            self.discard()
+            self.progress(f"{NCU_VARIANTS} pass: ncu could not attach (see {pass_dir / 'attach.log'}); "
+                          "replaying in a fresh process")
+            return None
+        if self._error is not None:
+            _raise_if_permission(pass_dir)
+            raise self._error
+        assert self._record is not None
+        self._record.attach_command = cmd
+        if early.reason is not None:  # no condition was given: only the time limit stops it
+            self._record.stopped_early = "timeout"
+        return _kept_report(self._record, self.req, options, self.progress)
+
+    def discard(self) -> None:
+        """Stop the waiting workload (and its ncu); nothing it did is kept."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+ATTACHED_EXIT_S = 60.0  # how long an attached workload may take to exit once ncu's session has ended
+WAITING_LINE = "==PROF== Waiting for profiler to attach"  # what ncu --mode launch prints once it listens
+
+
+def _free_port() -> int:
+    """A TCP port free on this host now, for one launched workload and the ncu that attaches to it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
@@ -131,7 +251,7 @@ def _variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
                    launch_count=plan.launch_count)
 
 
-def _wants_variants(options: NcuOptions) -> bool:
+def wants_variants(options: NcuOptions) -> bool:
     """Shape variants get their own pass only behind the default deduplicated replay of the whole window."""
     return options.dedupe and not (
         options.kernel_regex or options.launch_skip or options.launch_count or options.max_kernels
@@ -149,16 +269,16 @@ def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
 
 
 def _raise_if_permission(pass_dir: Path) -> None:
-    log = pass_dir / "output.log"
-    if log.is_file() and "ERR_NVGPUCTRPERM" in log.read_text(encoding="utf-8", errors="replace"):
-        raise CaptureFailed(
-            "ncu may not read GPU performance counters (ERR_NVGPUCTRPERM)",
-            "run as root, pass --ncu-sudo (uses `sudo -n`), or allow all users: "
-            "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d, then reboot",
-        )
+    for log in (pass_dir / "output.log", pass_dir / "attach.log"):
+        if log.is_file() and "ERR_NVGPUCTRPERM" in log.read_text(encoding="utf-8", errors="replace"):
+            raise CaptureFailed(
+                "ncu may not read GPU performance counters (ERR_NVGPUCTRPERM)",
+                "run as root, pass --ncu-sudo (uses `sudo -n`), or allow all users: "
+                "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d, then reboot",
+            )
 
 
 __all__ = [
-    "NCU_VARIANTS", "NcuOptions", "announce_plan", "ncu_pass", "ncu_variants_pass", "nsys_pass", "now_iso",
-    "torch_pass",
+    "NCU_VARIANTS", "NcuOptions", "WaitingVariantPass", "announce_plan", "ncu_pass", "ncu_variants_pass",
+    "nsys_pass", "now_iso", "torch_pass", "wants_variants",
 ]

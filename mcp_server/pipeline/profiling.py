@@ -15,10 +15,12 @@ from mcp_server.pipeline.passes import (
     NCU_VARIANTS,
     NSYS_SQLITE,
     NcuOptions,
+    WaitingVariantPass,
     ncu_pass,
     ncu_variants_pass,
     nsys_pass,
     torch_pass,
+    wants_variants,
 )
 from mcp_server.pipeline.rundir import prepare_run_dir, read_manifest, write_manifest
 from mcp_server.schema.manifest import PassRecord, RunManifest
@@ -120,10 +122,11 @@ def _timeline_and_counters(
     warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
     third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup)
     cancel = threading.Event()
+    waiting = WaitingVariantPass(third, ncu, _tagged(NCU_VARIANTS, progress), cancel) if wants_variants(ncu) else None
 
     def timeline_then_variants() -> list[PassRecord]:
         records = [nsys_pass(first, _tagged("nsys", progress), cancel=cancel)]
-        variants = ncu_variants_pass(third, ncu, _tagged(NCU_VARIANTS, progress), cancel)
+        variants = ncu_variants_pass(third, ncu, _tagged(NCU_VARIANTS, progress), cancel, waiting)
         return records + ([variants] if variants else [])
 
     def counters() -> list[PassRecord]:
@@ -144,6 +147,8 @@ def _timeline_and_counters(
             cancel.set()
 
     threads = [threading.Thread(target=work, args=(name,), name=f"pass-{name}") for name in jobs]
+    if waiting is not None:
+        waiting.start()
     for thread in threads:
         thread.start()
     try:
@@ -158,6 +163,8 @@ def _timeline_and_counters(
             thread.join()
         raise
     finally:
+        if waiting is not None:
+            waiting.discard()  # stopped already unless a pass failed before the plan
         if not any(t.is_alive() for t in threads):
             for path in (lock, nsys_done, ncu_done):
                 path.unlink(missing_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -32,8 +33,10 @@ def schema_text(model: type[BaseModel]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write every schema into the folder given (default: ./schemas)."""
-    args = sys.argv[1:] if argv is None else argv
-    out = Path(args[0]) if args else Path("schemas")
+    parser = argparse.ArgumentParser(prog="python -m mcp_server.schema.export",
+                                     description="Write the JSON Schemas of every file the engine writes.")
+    parser.add_argument("folder", nargs="?", type=Path, default=Path("schemas"), help="default: ./schemas")
+    out = parser.parse_args(argv).folder
     out.mkdir(parents=True, exist_ok=True)
     for name, model in SCHEMAS.items():
         (out / name).write_text(schema_text(model), encoding="utf-8")

@@ -17,6 +17,11 @@ class PassRecord(BaseModel):
     name: str = Field(description="'torch', 'nsys', 'ncu' or 'timing'.")
     profiler: str = Field(description="What the harness did in its window: torch, nvtx or none.")
     command: list[str]
+    attach_command: list[str] | None = Field(
+        default=None,
+        description="For a pass whose workload `command` started suspended (`ncu --mode launch`): the ncu "
+        "command that attached to it, with what it replayed and collected.",
+    )
     directory: str = Field(description="Sub-directory of the run directory holding this pass's artifacts.")
     started_at: str
     wall_time_s: float

@@ -52,9 +52,25 @@ def capture_command(ncu: str, report_base: Path, options: NcuOptions) -> list[st
     """The ncu prefix: kernel replay of the window's kernels, those launched between the harness's
     cudaProfilerStart and cudaProfilerStop on any host thread (an NVTX range filter would see only the
     launches of the thread that opened `operator_profiler::measure`). NVTX ranges are still recorded."""
-    cmd = ["sudo", "-n", "--preserve-env"] if options.sudo else []
-    cmd += [
-        ncu, "--target-processes", "application-only",
+    return [*_sudo(options), ncu, "--target-processes", "application-only", *profile_options(report_base, options)]
+
+
+def launch_command(ncu: str, port: int, options: NcuOptions) -> list[str]:
+    """The ncu prefix that starts the workload suspended at its first CUDA call, until `attach_command` connects
+    on `port` with what to replay (its CPU-side start-up, imports included, runs meanwhile)."""
+    return [*_sudo(options), ncu, "--mode", "launch", "--target-processes", "application-only",
+            "--port", str(port), "--max-connections", "1"]
+
+
+def attach_command(ncu: str, port: int, report_base: Path, options: NcuOptions) -> list[str]:
+    """The ncu command that attaches to a workload started by `launch_command` on `port` and replays its window."""
+    return [*_sudo(options), ncu, "--mode", "attach", "--hostname", "127.0.0.1", "--port", str(port),
+            "--max-connections", "1", *profile_options(report_base, options)]
+
+
+def profile_options(report_base: Path, options: NcuOptions) -> list[str]:
+    """What ncu replays (the window, filtered) and collects (the default metrics, plus any set or section)."""
+    cmd = [
         "--nvtx", "--profile-from-start", "off", "--kernel-name-base", "mangled",
         "--replay-mode", "kernel", "--cache-control", "all", "--clock-control", "base",
         "--metrics", ",".join(default_metrics().values()),
@@ -75,3 +91,7 @@ def capture_command(ncu: str, report_base: Path, options: NcuOptions) -> list[st
     if options.cuda_graphs:
         cmd += ["--graph-profiling", "node"]
     return cmd
+
+
+def _sudo(options: NcuOptions) -> list[str]:
+    return ["sudo", "-n", "--preserve-env"] if options.sudo else []

@@ -1,0 +1,97 @@
+"""The shape-variant pass of `run` starts with the other passes, suspended under `ncu --mode launch`; once the
+plan is known ncu attaches with the plan's filter, or the waiting workload is stopped. ncu's side of the
+handshake is played by tests/scripts/ncu_standin.py here; the real tool runs on the GPU machine."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+
+from mcp_server.errors import WorkloadError
+from mcp_server.pipeline.capture import CaptureRequest
+from mcp_server.pipeline.passes import NCU_REPORT, NCU_VARIANTS, WaitingVariantPass
+from plugins.ncu.command import NcuOptions, attach_command, capture_command, launch_command
+
+STANDIN = Path(__file__).parent / "scripts" / "ncu_standin.py"
+VARIANTS = NcuOptions(dedupe=False, kernel_regex="^(gemm)$", launch_skip=1, launch_count=2)
+
+
+def _after(cmd: list[str], flag: str) -> str:
+    return cmd[cmd.index(flag) + 1]
+
+
+def test_launch_waits_on_its_own_port_and_attach_brings_the_replay_options():
+    launch = launch_command("/opt/ncu", 50123, NcuOptions())
+    attach = attach_command("/opt/ncu", 50123, Path("/r/ncu_variants/report"), VARIANTS)
+    assert _after(launch, "--mode") == "launch" and _after(attach, "--mode") == "attach"
+    # One port, one connection: a second run on the host cannot take (or be taken for) this workload.
+    for cmd in (launch, attach):
+        assert (_after(cmd, "--port"), _after(cmd, "--max-connections")) == ("50123", "1")
+    assert _after(attach, "--hostname") == "127.0.0.1"
+    assert _after(launch, "--target-processes") == "application-only"
+    assert "--metrics" not in launch and "--export" not in launch  # what to replay is only known at attach
+    replay = capture_command("/opt/ncu", Path("/r/ncu_variants/report"), VARIANTS)
+    assert attach[attach.index("--max-connections") + 2:] == replay[replay.index("--target-processes") + 2:]
+
+
+@pytest.fixture
+def request_(tmp_path, monkeypatch) -> CaptureRequest:
+    ncu = tmp_path / "ncu"
+    ncu.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
+    ncu.chmod(0o755)
+    monkeypatch.setenv("NCU", str(ncu))
+    monkeypatch.setenv("OPERATOR_PROFILER_EXAMPLE_SCALE", "small")
+    return CaptureRequest(
+        workload=EXAMPLES / "mlp_activations" / "mlp_activations.py", run_dir=tmp_path / "run", warmup_iters=1,
+        timeout_s=120,
+    )
+
+
+def _launcher_pid(lines: list[str]) -> int:
+    return int(next(m.group(1) for line in lines if (m := re.search(r"attach on ports \d+ \(pid=(\d+)\)", line))))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_attach_runs_the_waiting_workload_to_its_window(request_):
+    lines: list[str] = []
+    waiting = WaitingVariantPass(request_, NcuOptions(), lines.append, None).start()
+    # The window's NVTX ranges need a CUDA build of torch: on this CPU the workload, attached to, builds, warms
+    # up and then fails as it opens its window; the pass reports that failure as the workload's own.
+    with pytest.raises(WorkloadError, match="during measure"):
+        waiting.attach(VARIANTS, None)
+    assert any("attaching ncu to the waiting workload" in line for line in lines)
+    attach_log = (request_.run_dir / NCU_VARIANTS / "attach.log").read_text()
+    assert "Disconnected" in attach_log, "ncu stayed attached until the workload ended"
+    assert (request_.run_dir / NCU_VARIANTS / NCU_REPORT).is_file()
+    assert _gone(_launcher_pid(lines))
+
+
+def test_discard_stops_the_waiting_workload(request_):
+    lines: list[str] = []
+    waiting = WaitingVariantPass(request_, NcuOptions(), lines.append, None).start()
+    assert waiting._waiting.wait(timeout=60)
+    pid = _launcher_pid(lines)
+    waiting.discard()
+    assert _gone(pid), "the launcher (and the workload it holds) is stopped"
+    assert not (request_.run_dir / NCU_VARIANTS / "harness.json").exists(), "the workload never ran"
+
+
+def test_a_failed_attach_stops_the_workload_so_a_fresh_pass_can_replay(request_, monkeypatch):
+    monkeypatch.setenv("NCU_STANDIN_REFUSE", "1")
+    lines: list[str] = []
+    waiting = WaitingVariantPass(request_, NcuOptions(), lines.append, None).start()
+    assert waiting.attach(VARIANTS, None) is None
+    assert _gone(_launcher_pid(lines))
+    assert any("ncu could not attach" in line and "replaying in a fresh process" in line for line in lines)
