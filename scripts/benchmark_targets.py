@@ -63,6 +63,7 @@ def measure(workload: str, mode: str, work: Path) -> dict[str, object]:
         row["error"] = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
         return row
     profile = load_profile(run_dir / "profile.json")
+    manifest_passes = json.loads((run_dir / "manifest.json").read_text())["passes"]
     win = profile.window
     op_time = sum(op.aggregated.total_duration_ns for op in profile.operators)
     row.update(
@@ -73,7 +74,8 @@ def measure(workload: str, mode: str, work: Path) -> dict[str, object]:
         gpu_busy_ns=win.gpu_busy_time_ns,
         profiled_gpu_elapsed_ns=win.gpu_elapsed_ns,
         warnings=profile.warnings,
-        passes={p["name"]: p["wall_time_s"] for p in json.loads((run_dir / "manifest.json").read_text())["passes"]},
+        passes={p["name"]: p["wall_time_s"] for p in manifest_passes},
+        variant_pass_attached=any(p.get("attach_command") for p in manifest_passes),
         pass_phases=_pass_phases(run_dir, t0_epoch),
     )
     busy = row["no_profiler_gpu_busy_ns"]
