@@ -35,8 +35,10 @@ def test_launch_waits_on_its_own_port_and_attach_brings_the_replay_options():
     assert _after(attach, "--hostname") == "127.0.0.1"
     assert _after(launch, "--target-processes") == "application-only"
     assert "--metrics" not in launch and "--export" not in launch  # what to replay is only known at attach
+    # NVTX recording is set up where the workload starts (ncu 2025.3 refuses --nvtx with --mode attach).
+    assert "--nvtx" in launch and "--nvtx" not in attach
     replay = capture_command("/opt/ncu", Path("/r/ncu_variants/report"), VARIANTS)
-    assert attach[attach.index("--max-connections") + 2:] == replay[replay.index("--target-processes") + 2:]
+    assert attach[attach.index("--max-connections") + 2:] == replay[replay.index("--nvtx") + 1:]
 
 
 @pytest.fixture

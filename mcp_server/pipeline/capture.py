@@ -51,6 +51,7 @@ class CaptureRequest:
     gpu_lock_done: Path | None = None
     queue_ahead: bool = False
     graph_replay: bool = False
+    import_compiler_early: bool = False
     script_args: list[str] = field(default_factory=list)
 
     def check(self) -> None:
@@ -98,6 +99,8 @@ def harness_command(req: CaptureRequest, profiler: str, pass_dir: Path) -> list[
         cmd.append("--queue-ahead")
     if req.graph_replay:
         cmd.append("--graph-replay")
+    if req.import_compiler_early:
+        cmd.append("--import-compiler-early")
     for arg in req.script_args:
         cmd += ["--script-arg", arg]
     return cmd

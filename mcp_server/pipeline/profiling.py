@@ -120,7 +120,7 @@ def _timeline_and_counters(
     second = replace(req, gpu_lock=lock, gpu_lock_after=nsys_done, gpu_lock_done=ncu_done)
     # The variant pass only needs the compiled kernels: one warm-up iteration compiles (CUDA-graph trees need more).
     warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
-    third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup)
+    third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup, import_compiler_early=True)
     cancel = threading.Event()
     waiting = WaitingVariantPass(third, ncu, _tagged(NCU_VARIANTS, progress), cancel) if wants_variants(ncu) else None
 

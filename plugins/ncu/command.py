@@ -52,13 +52,14 @@ def capture_command(ncu: str, report_base: Path, options: NcuOptions) -> list[st
     """The ncu prefix: kernel replay of the window's kernels, those launched between the harness's
     cudaProfilerStart and cudaProfilerStop on any host thread (an NVTX range filter would see only the
     launches of the thread that opened `operator_profiler::measure`). NVTX ranges are still recorded."""
-    return [*_sudo(options), ncu, "--target-processes", "application-only", *profile_options(report_base, options)]
+    return [*_sudo(options), ncu, "--target-processes", "application-only", "--nvtx",
+            *profile_options(report_base, options)]
 
 
 def launch_command(ncu: str, port: int, options: NcuOptions) -> list[str]:
     """The ncu prefix that starts the workload suspended at its first CUDA call, until `attach_command` connects
     on `port` with what to replay (its CPU-side start-up, imports included, runs meanwhile)."""
-    return [*_sudo(options), ncu, "--mode", "launch", "--target-processes", "application-only",
+    return [*_sudo(options), ncu, "--mode", "launch", "--target-processes", "application-only", "--nvtx",
             "--port", str(port), "--max-connections", "1"]
 
 
@@ -69,9 +70,10 @@ def attach_command(ncu: str, port: int, report_base: Path, options: NcuOptions) 
 
 
 def profile_options(report_base: Path, options: NcuOptions) -> list[str]:
-    """What ncu replays (the window, filtered) and collects (the default metrics, plus any set or section)."""
+    """What ncu replays (the window, filtered) and collects (the default metrics, plus any set or section).
+    NVTX recording (`--nvtx`) is set where the workload starts: an attaching ncu refuses it."""
     cmd = [
-        "--nvtx", "--profile-from-start", "off", "--kernel-name-base", "mangled",
+        "--profile-from-start", "off", "--kernel-name-base", "mangled",
         "--replay-mode", "kernel", "--cache-control", "all", "--clock-control", "base",
         "--metrics", ",".join(default_metrics().values()),
         "--force-overwrite", "--export", str(report_base),
