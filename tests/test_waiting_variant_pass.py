@@ -29,16 +29,17 @@ def test_launch_waits_on_its_own_port_and_attach_brings_the_replay_options():
     launch = launch_command("/opt/ncu", 50123, NcuOptions())
     attach = attach_command("/opt/ncu", 50123, Path("/r/ncu_variants/report"), VARIANTS)
     assert _after(launch, "--mode") == "launch" and _after(attach, "--mode") == "attach"
-    # One port, one connection: a second run on the host cannot take (or be taken for) this workload.
+    # Ports from a free one on: another run on the host is unlikely to share the range (ncu's default of 64
+    # ports; limited to one, ncu 2025.3 found no process to attach to on the H100).
     for cmd in (launch, attach):
-        assert (_after(cmd, "--port"), _after(cmd, "--max-connections")) == ("50123", "1")
+        assert _after(cmd, "--port") == "50123" and "--max-connections" not in cmd
     assert _after(attach, "--hostname") == "127.0.0.1"
     assert _after(launch, "--target-processes") == "application-only"
     assert "--metrics" not in launch and "--export" not in launch  # what to replay is only known at attach
     # NVTX recording is set up where the workload starts (ncu 2025.3 refuses --nvtx with --mode attach).
     assert "--nvtx" in launch and "--nvtx" not in attach
     replay = capture_command("/opt/ncu", Path("/r/ncu_variants/report"), VARIANTS)
-    assert attach[attach.index("--max-connections") + 2:] == replay[replay.index("--nvtx") + 1:]
+    assert attach[attach.index("--port") + 2:] == replay[replay.index("--nvtx") + 1:]
 
 
 @pytest.fixture

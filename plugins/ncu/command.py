@@ -58,15 +58,18 @@ def capture_command(ncu: str, report_base: Path, options: NcuOptions) -> list[st
 
 def launch_command(ncu: str, port: int, options: NcuOptions) -> list[str]:
     """The ncu prefix that starts the workload suspended at its first CUDA call, until `attach_command` connects
-    on `port` with what to replay (its CPU-side start-up, imports included, runs meanwhile)."""
+    on the ports from `port` on with what to replay (its CPU-side start-up, imports included, runs meanwhile)."""
     return [*_sudo(options), ncu, "--mode", "launch", "--target-processes", "application-only", "--nvtx",
-            "--port", str(port), "--max-connections", "1"]
+            "--port", str(port)]
 
 
 def attach_command(ncu: str, port: int, report_base: Path, options: NcuOptions) -> list[str]:
-    """The ncu command that attaches to a workload started by `launch_command` on `port` and replays its window."""
+    """The ncu command that attaches to a workload started by `launch_command` on `port` and replays its window.
+
+    Both take ncu's default range of ports from `port` on: the launcher holds one of them and the workload
+    another (limited to one port, ncu 2025.3 found no process to attach to)."""
     return [*_sudo(options), ncu, "--mode", "attach", "--hostname", "127.0.0.1", "--port", str(port),
-            "--max-connections", "1", *profile_options(report_base, options)]
+            *profile_options(report_base, options)]
 
 
 def profile_options(report_base: Path, options: NcuOptions) -> list[str]:

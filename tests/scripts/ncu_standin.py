@@ -19,7 +19,7 @@ def _value(args: list[str], flag: str) -> str:
 
 
 def _launch(args: list[str]) -> int:
-    command = args[args.index("--max-connections") + 2:]
+    command = args[args.index("--port") + 2:]
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("127.0.0.1", int(_value(args, "--port"))))
