@@ -55,6 +55,20 @@ def request_(tmp_path, monkeypatch) -> CaptureRequest:
     )
 
 
+@pytest.fixture
+def started():
+    """Start WaitingVariantPass objects; whatever a test leaves running is stopped when it ends."""
+    passes: list[WaitingVariantPass] = []
+
+    def start(*args) -> WaitingVariantPass:
+        passes.append(WaitingVariantPass(*args).start())
+        return passes[-1]
+
+    yield start
+    for waiting in passes:
+        waiting.discard()
+
+
 def _launcher_pid(lines: list[str]) -> int:
     return int(next(m.group(1) for line in lines if (m := re.search(r"attach on ports \d+ \(pid=(\d+)\)", line))))
 
@@ -67,9 +81,9 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def test_attach_runs_the_waiting_workload_to_its_window(request_):
+def test_attach_runs_the_waiting_workload_to_its_window(request_, started):
     lines: list[str] = []
-    waiting = WaitingVariantPass(request_, NcuOptions(), lines.append, None).start()
+    waiting = started(request_, NcuOptions(), lines.append, None)
     # The window's NVTX ranges need a CUDA build of torch: on this CPU the workload, attached to, builds, warms
     # up and then fails as it opens its window; the pass reports that failure as the workload's own.
     with pytest.raises(WorkloadError, match="during measure"):
@@ -81,9 +95,9 @@ def test_attach_runs_the_waiting_workload_to_its_window(request_):
     assert _gone(_launcher_pid(lines))
 
 
-def test_discard_stops_the_waiting_workload(request_):
+def test_discard_stops_the_waiting_workload(request_, started):
     lines: list[str] = []
-    waiting = WaitingVariantPass(request_, NcuOptions(), lines.append, None).start()
+    waiting = started(request_, NcuOptions(), lines.append, None)
     assert waiting._waiting.wait(timeout=60)
     pid = _launcher_pid(lines)
     waiting.discard()
@@ -91,10 +105,10 @@ def test_discard_stops_the_waiting_workload(request_):
     assert not (request_.run_dir / NCU_VARIANTS / "harness.json").exists(), "the workload never ran"
 
 
-def test_a_failed_attach_stops_the_workload_so_a_fresh_pass_can_replay(request_, monkeypatch):
+def test_a_failed_attach_stops_the_workload_so_a_fresh_pass_can_replay(request_, monkeypatch, started):
     monkeypatch.setenv("NCU_STANDIN_REFUSE", "1")
     lines: list[str] = []
-    waiting = WaitingVariantPass(request_, NcuOptions(), lines.append, None).start()
+    waiting = started(request_, NcuOptions(), lines.append, None)
     assert waiting.attach(VARIANTS, None) is None
     assert _gone(_launcher_pid(lines))
     assert any("ncu could not attach" in line and "replaying in a fresh process" in line for line in lines)
