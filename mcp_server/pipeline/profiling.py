@@ -109,8 +109,10 @@ def _timeline_and_counters(
 ) -> list[PassRecord]:
     """Run the nsys and ncu passes at once: their imports overlap, then they take the GPU in turn (nsys's
     window, then ncu's build, warm-up and replay, which finds nsys's autotuned Triton configurations in the
-    cache). Once the timeline is exported, its replay plan is announced and, when launches of one ncu
-    configuration differ in input shapes, a third pass replays those shape variants after ncu's replay.
+    cache). A third pass, for shape variants, starts with them suspended under `ncu --mode launch`. Once the
+    timeline is exported, its replay plan is announced and, when launches of one ncu configuration differ in
+    input shapes, ncu attaches to the third pass to replay those variants after ncu's replay; otherwise it is
+    stopped.
     """
     lock = req.run_dir / ".gpu.lock"
     nsys_done, ncu_done = lock.with_suffix(".nsys-done"), lock.with_suffix(".ncu-done")
