@@ -113,3 +113,19 @@ def test_a_script_builds_under_the_lock_and_measures_after_the_previous_pass(tmp
     assert result["status"] == "ok" and result["workload_kind"] == "script"
     with open(lock, "a+") as probe:  # nothing still holds the lock
         fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_only_a_pass_asked_to_imports_the_compiler_before_its_first_cuda_call(tmp_path):
+    def phases(run_dir, *extra):
+        proc = subprocess.run(
+            [sys.executable, str(HARNESS), "--workload", str(EXAMPLES / "mlp_activations" / "mlp_activations.py"),
+             "--run-dir", str(run_dir), "--profiler", "none", "--warmup-iters", "1", "--compile-mode", "inductor",
+             *extra],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:]
+        return list(_result(run_dir)["phase_started_at"])
+
+    early = phases(tmp_path / "early", "--import-compiler-early")
+    assert early[:3] == ["import", "compiler import", "setup"], "imported before setup's first CUDA call"
+    assert "compiler import" not in phases(tmp_path / "lazy")
