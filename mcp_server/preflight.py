@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from mcp_server.pipeline.bytecode import OPT_OUT, cache_dir, interpreter_env, uses_cache
 from plugins.ncu.command import find_ncu
 from plugins.nsys.command import find_nsys, importer_problems
 from plugins.tools import query_gpu, tool_version
@@ -46,7 +47,7 @@ class PreflightReport(BaseModel):
 def _torch_check(python: str, timeout_s: float) -> tuple[Check, bool]:
     try:
         proc = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=timeout_s,
-                              check=False)
+                              check=False, env=interpreter_env(python))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Check(name="torch", ok=False, detail=f"{python} did not run: {exc}",
                      remedy="pass --python PATH to the interpreter of your project"), False
@@ -61,6 +62,17 @@ def _torch_check(python: str, timeout_s: float) -> tuple[Check, bool]:
     )
     remedy = None if cuda else "install a CUDA build of torch and an NVIDIA driver to profile kernels"
     return Check(name="torch", ok=cuda, detail=detail, remedy=remedy), cuda
+
+
+def _bytecode_check(python: str) -> Check | None:
+    """Said only when passes get a bytecode cache (nothing is wrong either way)."""
+    if not uses_cache(python):
+        return None
+    return Check(
+        name="bytecode", ok=True,
+        detail=f"PYTHONDONTWRITEBYTECODE is set and torch has no compiled bytecode: passes compile it once into "
+        f"{cache_dir()} ({OPT_OUT}=off to keep the environment as it is)",
+    )
 
 
 def _counter_permission() -> Check:
@@ -93,6 +105,9 @@ def preflight(python: str, quick: bool = False, timeout_s: float = 60.0) -> Pref
     if not quick:
         torch_check, cuda = _torch_check(python, timeout_s)
         checks.append(torch_check)
+        bytecode = _bytecode_check(python)
+        if bytecode is not None:
+            checks.append(bytecode)
     for name, path, env in (("nsys", find_nsys(), "NSYS"), ("ncu", find_ncu(), "NCU")):
         if path is None:
             product = "Nsight Systems" if name == "nsys" else "Nsight Compute"

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mcp_server.errors import ProfileFormatError, UsageError
+from mcp_server.pipeline.bytecode import interpreter_env
 from mcp_server.pipeline.capture import run_child
 from mcp_server.proof import Progress, _quiet, check_python, check_workload, log_tail, run_proof_child
 from mcp_server.schema.io import write_model_atomic
@@ -71,7 +72,7 @@ def run_pytest(
         return _check("pytest", "skip", f"no generated test file {test_file.name} beside the optimized workload")
     log = work_dir / "pytest_child.log"
     cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)]
-    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel)
+    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=interpreter_env(python))
     tail = log_tail(log, PYTEST_TAIL_LINES)
     if timed_out:
         return _check("pytest", "fail", f"{test_file.name} ran past {timeout_s:.0f} s and was stopped; tail: {tail}")

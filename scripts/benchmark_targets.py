@@ -45,6 +45,8 @@ def measure(workload: str, mode: str, work: Path) -> dict[str, object]:
     request = CaptureRequest(workload=path, run_dir=timing_dir, compile_mode=mode, queue_ahead=True)
     _, result = run_pass(request, "timing", "none")
     row["no_profiler_gpu_busy_ns"] = result["window"].get("gpu_elapsed_ns")
+    marks = result.get("phase_started_at", {})
+    row["no_profiler_phases"] = {name: round(t - min(marks.values()), 2) for name, t in marks.items()}
     row["queued_ahead"] = result["window"].get("queued_ahead")
     graph = replace(request, run_dir=work / f"{workload}_{mode}_graph", graph_replay=True)
     _, result = run_pass(graph, "graph", "none")

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from mcp_server.analysis.rules import KnowledgeError, knowledge
 from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfileFormatError, WorkloadError
+from mcp_server.pipeline.bytecode import interpreter_env
 from mcp_server.pipeline.capture import run_child
 from mcp_server.schema.analysis import DeviceSpec
 from mcp_server.schema.io import write_model_atomic
@@ -119,7 +120,7 @@ def measure_peaks(
             cmd.append("--allow-cpu")
         if size is not None:
             cmd += ["--size", str(size)]
-        code, timed_out = run_child(cmd, log, timeout_s)
+        code, timed_out = run_child(cmd, log, timeout_s, env=interpreter_env(python))
         tail = " | ".join(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:])
         if timed_out:
             raise CaptureFailed(f"the peak microbenchmark ran past {timeout_s:.0f} s", "retry on an idle GPU")

@@ -15,12 +15,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from mcp_server.errors import CancelledCapture, CaptureFailed, UsageError, WorkloadError
+from mcp_server.pipeline.bytecode import interpreter_env
 from mcp_server.pipeline.harness import COMPILE_MODES, CONTRACT
 from mcp_server.schema.manifest import PassRecord
 
@@ -139,12 +140,14 @@ def run_child(
     progress: Progress = _quiet,
     cancel: threading.Event | None = None,
     early: EarlyStop | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[int, bool]:
     """Run `cmd` in its own process group, streaming its output to `log_path` and `progress`.
 
     Returns (exit code, timed out). Setting `cancel` stops the child early (CancelledCapture). With `early`,
     the time limit and `early.when` stop it gracefully, so that it can keep what it gathered (`early.reason`
     is then "timeout" or "condition"). The child and everything it started are gone when this returns.
+    `env` replaces the inherited environment (output is unbuffered either way).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
@@ -154,7 +157,7 @@ def run_child(
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
         )
         try:
             assert proc.stdout is not None
@@ -247,8 +250,9 @@ def run_pass(
     pass_dir.mkdir(parents=True, exist_ok=True)
     (pass_dir / "harness.json").unlink(missing_ok=True)
     cmd = [*(prefix or []), *harness_command(req, profiler, pass_dir)]
+    env = interpreter_env(req.python)
     started, t0 = now_iso(), time.monotonic()
-    code, timed_out = run_child(cmd, pass_dir / "output.log", req.timeout_s, progress, cancel, early)
+    code, timed_out = run_child(cmd, pass_dir / "output.log", req.timeout_s, progress, cancel, early, env=env)
     wall = time.monotonic() - t0
     if timed_out and early is None:
         raise CaptureFailed(
@@ -259,6 +263,8 @@ def run_pass(
         name=name, profiler=profiler, command=cmd, directory=name, started_at=started,
         wall_time_s=round(wall, 3), exit_code=code,
     )
+    if env.get("PYTHONPYCACHEPREFIX") != os.environ.get("PYTHONPYCACHEPREFIX"):
+        record.notes.append(f"bytecode cached in {env['PYTHONPYCACHEPREFIX']} (the environment forbids writing it)")
     if early is not None and early.reason is not None:
         record.stopped_early = early.reason
         return record, {}

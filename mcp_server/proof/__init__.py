@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_server.errors import UsageError, WorkloadError
+from mcp_server.pipeline.bytecode import interpreter_env
 from mcp_server.pipeline.capture import run_child
 
 PROOF_DIR = Path(__file__).resolve().parent
@@ -85,7 +86,7 @@ def run_proof_child(
     log = work_dir / f"{name}_child.log"
     out.unlink(missing_ok=True)
     cmd = [python, str(PROOF_DIR / script), *args, "--out", str(out)]
-    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel)
+    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=interpreter_env(python))
     if timed_out:
         raise WorkloadError(
             f"the {name} child ran past its {timeout_s:.0f} s limit and was stopped",
