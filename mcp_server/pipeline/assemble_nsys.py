@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mcp_server.errors import ProfileFormatError
@@ -21,17 +22,17 @@ from plugins.nsys.reader import NsysExportError, NsysWindow, WindowKernel, read_
 _FILTER_FLAGS = ("--kernel-name", "--launch-skip")
 
 
-def _read_counters(path: Path, warnings: list[str]) -> NcuCapture:
-    """An ncu report's records with the default metrics; its warnings appended to `warnings`."""
+def _read_counters(path: Path) -> tuple[NcuCapture, list[str]]:
+    """An ncu report's records with the default metrics, and its warnings."""
     try:
         report = read_ncu_report(path, default_metrics())
     except NcuReportError as exc:
         raise ProfileFormatError(str(exc), "install ncu-report matching the ncu that wrote the report") from exc
+    warnings = []
     if report.missing_metrics:
         warnings.append(f"ncu returned no value for {len(report.missing_metrics)} requested metrics: "
                         f"{', '.join(report.missing_metrics)}")
-    warnings += report.warnings
-    return report
+    return report, warnings + report.warnings
 
 
 def _replay_start(kernels: list[WindowKernel], command: list[str]) -> int:
@@ -70,10 +71,15 @@ def _assemble(run_dir: Path, manifest: RunManifest, harness: dict, timeline: Nsy
     ncu_pass = next((p for p in manifest.passes if p.name == "ncu"), None)
     variants_pass = next((p for p in manifest.passes if p.name == NCU_VARIANTS), None)
     if ncu_pass is not None:
-        kernels = list(kernels)  # the join looks ahead along the launches
-        timeline.check_activity_tables()
-        report = _read_counters(run_dir / "ncu" / NCU_REPORT, counter_warnings)
-        variants = _read_counters(run_dir / NCU_VARIANTS / NCU_REPORT, counter_warnings) if variants_pass else None
+        reports = [run_dir / "ncu" / NCU_REPORT] + ([run_dir / NCU_VARIANTS / NCU_REPORT] if variants_pass else [])
+        with ThreadPoolExecutor(max_workers=len(reports)) as pool:
+            # Each report is read in a child process: all at once, while this one reads the timeline.
+            reading = [pool.submit(_read_counters, path) for path in reports]
+            kernels = list(kernels)  # the join looks ahead along the launches
+            timeline.check_activity_tables()
+            read = [future.result() for future in reading]
+        (report, _), variants = read[0], (read[1][0] if variants_pass else None)
+        counter_warnings += [warning for _, warnings in read for warning in warnings]
         deduplicated = "per-launch-config" in ncu_pass.command
         filtered = any(flag in ncu_pass.command for flag in _FILTER_FLAGS) or (
             "--launch-count" in ncu_pass.command and not deduplicated

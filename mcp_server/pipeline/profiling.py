@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -61,19 +62,19 @@ def choose_backend(requested: str) -> str:
 
 
 def new_manifest(req: CaptureRequest, backend: str, command_line: list[str]) -> RunManifest:
-    """A manifest describing the request, before any pass ran."""
-    versions: dict[str, str] = {}
-    if backend == "nsys":
-        for name, path in (("nsys", find_nsys()), ("ncu", find_ncu())):
-            version = tool_version(path) if path else None
-            if version:
-                versions[name] = version
-    return RunManifest(
-        created_at=now_iso(), workload=str(req.workload.resolve()), python=req.python,
-        backend="nsys+ncu" if backend == "nsys" else "torch", compile_mode=req.compile_mode,
-        run_mode="train_step" if req.train_step else "inference", warmup_iters=req.warmup_iters, iters=req.iters,
-        seed=req.seed, command_line=command_line, tool_versions=versions, gpu=query_gpu(),
-    )
+    """A manifest describing the request, before any pass ran: the tools' versions and the GPU are asked for
+    at once (each query starts a process)."""
+    tools = {"nsys": find_nsys(), "ncu": find_ncu()} if backend == "nsys" else {}
+    with ThreadPoolExecutor(max_workers=1 + len(tools)) as pool:
+        gpu = pool.submit(query_gpu)
+        asked = {name: pool.submit(tool_version, path) for name, path in tools.items() if path}
+        versions = {name: version for name, future in asked.items() if (version := future.result())}
+        return RunManifest(
+            created_at=now_iso(), workload=str(req.workload.resolve()), python=req.python,
+            backend="nsys+ncu" if backend == "nsys" else "torch", compile_mode=req.compile_mode,
+            run_mode="train_step" if req.train_step else "inference", warmup_iters=req.warmup_iters,
+            iters=req.iters, seed=req.seed, command_line=command_line, tool_versions=versions, gpu=gpu.result(),
+        )
 
 
 def capture(
@@ -91,15 +92,25 @@ def capture(
     """
     req.check()
     prepare_run_dir(req.run_dir)
-    manifest = new_manifest(req, backend, command_line)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The manifest's facts are gathered while the passes start; it is written before any pass ends.
+        described = pool.submit(_described, req, backend, command_line)
+        try:
+            if backend == "torch":
+                records = [torch_pass(req, progress, cancel)[0]]
+            elif ncu is None:
+                records = [nsys_pass(req, progress, cancel=cancel)]
+            else:
+                records = _timeline_and_counters(req, ncu, progress, cancel)
+        finally:
+            manifest = described.result()
+    manifest.passes += records
     write_manifest(req.run_dir, manifest)
-    if backend == "torch":
-        record, _ = torch_pass(req, progress, cancel)
-        manifest.passes.append(record)
-    elif ncu is None:
-        manifest.passes.append(nsys_pass(req, progress, cancel=cancel))
-    else:
-        manifest.passes += _timeline_and_counters(req, ncu, progress, cancel)
+    return manifest
+
+
+def _described(req: CaptureRequest, backend: str, command_line: list[str]) -> RunManifest:
+    manifest = new_manifest(req, backend, command_line)
     write_manifest(req.run_dir, manifest)
     return manifest
 
