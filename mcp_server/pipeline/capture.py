@@ -53,6 +53,7 @@ class CaptureRequest:
     queue_ahead: bool = False
     graph_replay: bool = False
     import_compiler_early: bool = False
+    compile_early_if_cached: bool = False
     script_args: list[str] = field(default_factory=list)
 
     def check(self) -> None:
@@ -73,6 +74,11 @@ class CaptureRequest:
             raise UsageError("--warmup-iters must be >= 0 and --iters >= 1", "pass non-negative counts")
         if not (Path(self.python).is_file() or Path(self.python).name == self.python):
             raise UsageError(f"python interpreter not found: {self.python}", "pass --python PATH to an interpreter")
+
+
+class NotCached(Exception):
+    """A pass asked to compile early from Inductor's cache met a graph the cache did not hold; it ran none of it
+    and can be run again to compile after the previous pass's window."""
 
 
 def now_iso() -> str:
@@ -102,6 +108,8 @@ def harness_command(req: CaptureRequest, profiler: str, pass_dir: Path) -> list[
         cmd.append("--graph-replay")
     if req.import_compiler_early:
         cmd.append("--import-compiler-early")
+    if req.compile_early_if_cached:
+        cmd.append("--compile-early-if-cached")
     for arg in req.script_args:
         cmd += ["--script-arg", arg]
     return cmd
@@ -224,6 +232,8 @@ def raise_for_harness(result: dict, req: CaptureRequest, pass_dir: Path) -> None
         raise WorkloadError(message, "pass --python PATH to an interpreter that has torch, or install torch there")
     if kind == "contract":
         raise WorkloadError(message, "see README: workload contract")
+    if kind == "not_cached":
+        raise NotCached(message)
     tail = error.get("traceback_tail", "").strip().splitlines()
     where = f" (last lines: {' | '.join(line.strip() for line in tail[-3:])})" if tail else ""
     raise WorkloadError(

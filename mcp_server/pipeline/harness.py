@@ -61,7 +61,7 @@ PROFILERS = ("torch", "nvtx", "none")
 QUEUE_AHEAD_MIN_NS = 50_000_000  # the GPU spins at least 50 ms while the window is enqueued
 QUEUE_AHEAD_MAX_NS = 5_000_000_000
 
-EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW = 0, 2, 3, 4, 5
+EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW, EXIT_NOT_CACHED = 0, 2, 3, 4, 5, 6
 
 
 def _now() -> str:
@@ -329,18 +329,46 @@ class _RecordingBackend:
 
 
 class _RecordingInductor:
-    """torch.compile backend: records each FX graph's node -> nn.Module path, then compiles with Inductor."""
+    """torch.compile backend: records each FX graph's node -> nn.Module path, then compiles with Inductor.
 
-    def __init__(self, compile_mode: str) -> None:
+    With `cached_only`, a graph that Inductor's FX graph cache did not hold raises _NotCached once compiled,
+    before any of it runs: its Triton kernels would autotune in this pass instead of reusing the configurations
+    the previous pass chose."""
+
+    def __init__(self, compile_mode: str, cached_only: bool = False) -> None:
         self.compile_mode = compile_mode
+        self.cached_only = cached_only
         self.node_modules: dict[str, dict[str, str]] = {}
 
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        from torch._dynamo.utils import counters
         from torch._inductor.compile_fx import compile_fx
 
         _record_node_modules(gm, self.node_modules)
         patches = {"triton.cudagraphs": True} if self.compile_mode == "cudagraphs" else None
-        return compile_fx(gm, example_inputs, config_patches=patches)
+        before = dict(counters["inductor"])
+        compiled = compile_fx(gm, example_inputs, config_patches=patches)
+        grew = {key: counters["inductor"].get(key, 0) - before.get(key, 0)
+                for key in ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")}
+        if self.cached_only and (grew["fxgraph_cache_miss"] or grew["fxgraph_cache_bypass"]
+                                 or not grew["fxgraph_cache_hit"]):
+            raise _NotCached(f"Inductor's FX graph cache did not hold a graph of {len(gm.graph.nodes)} nodes ({grew})")
+        return compiled
+
+
+class _NotCached(Exception):
+    """A graph was compiled afresh in a pass that may only reuse Inductor's cache (--compile-early-if-cached)."""
+
+
+def _not_cached(exc: BaseException) -> _NotCached | None:
+    """The _NotCached behind `exc`, which Dynamo wraps (BackendCompilerFailed keeps it as inner_exception)."""
+    seen: list[BaseException] = []
+    while exc is not None and len(seen) < 8:
+        if isinstance(exc, _NotCached):
+            return exc
+        seen.append(exc)
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
+    return None
 
 
 def _inductor_provenance(backend: _RecordingInductor | _RecordingBackend, run_dir: Path) -> dict[str, Any]:
@@ -418,11 +446,14 @@ class _GpuPhases:
     that file exists: the previous pass's window is done, and the Triton configurations it autotuned are in
     Inductor's cache, so every pass runs the same kernels (autotuning under ncu would time configurations
     differently). Compiling and warming up take the lock shared, the window takes it exclusively; a pass given
-    `done` writes that file after its window.
+    `done` writes that file after its window. An `early` pass (its compile may only reuse Inductor's cache, so
+    nothing autotunes in it) compiles and warms up at once; only its window waits for `after`.
     """
 
-    def __init__(self, path: Path | None, after: Path | None = None, done: Path | None = None) -> None:
-        self._path, self._after, self._done = path, after, done
+    def __init__(
+        self, path: Path | None, after: Path | None = None, done: Path | None = None, early: bool = False
+    ) -> None:
+        self._path, self._after, self._done, self._early = path, after, done, early
         self._file: Any = None
 
     def build(self) -> None:
@@ -431,17 +462,23 @@ class _GpuPhases:
             self._take("LOCK_SH")
 
     def warmup(self) -> None:
-        """Wait for the previous pass's window (not holding the lock), then take it shared: compile, warm up."""
+        """Wait for the previous pass's window (not holding the lock), then take it shared: compile, warm up.
+        An `early` pass does not wait: it compiles from Inductor's cache only, so nothing autotunes in it."""
+        if not self._early:
+            self._wait_for_after()
+        self.build()
+
+    def window(self) -> None:
+        """Take the lock exclusively for the measured window (an `early` pass after the previous pass's)."""
+        self._wait_for_after()
+        self._drop()
+        self._take("LOCK_EX")
+
+    def _wait_for_after(self) -> None:
         if self._after is not None and not self._after.exists():
             self._drop()
             while not self._after.exists():
                 time.sleep(0.05)
-        self.build()
-
-    def window(self) -> None:
-        """Take the lock exclusively for the measured window."""
-        self._drop()
-        self._take("LOCK_EX")
 
     def release(self) -> None:
         """Drop the lock and mark this pass's window done."""
@@ -481,7 +518,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
         _enter(result, "cuda context")
         torch.empty(1, device="cuda")
     _enter(result, "waiting for the GPU lock (build)")
-    lock = _GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done)
+    lock = _GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.compile_early_if_cached)
     lock.build()
     _enter(result, "build")
     model, inputs = module.get_model_and_input()
@@ -503,7 +540,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any], 
         backend = _RecordingBackend(module)
         fn = backend.optimize(model)
     elif args.compile_mode != "eager":
-        backend = _RecordingInductor(args.compile_mode)
+        backend = _RecordingInductor(args.compile_mode, cached_only=args.compile_early_if_cached)
         fn = torch.compile(model, backend=backend)
 
     def step() -> None:
@@ -623,7 +660,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpu-lock", type=Path,
                         help="lock file: shared while building and warming up, exclusive for the window")
     parser.add_argument("--gpu-lock-after", type=Path,
-                        help="take the window only once this file exists (the previous pass's window is done)")
+                        help="compile, warm up and measure only once this file exists (the previous pass's "
+                             "window is done)")
     parser.add_argument("--gpu-lock-done", type=Path, help="file written once this pass's window is done")
     parser.add_argument("--queue-ahead", action="store_true",
                         help="(--profiler none) let the GPU spin while the window is enqueued, so the CUDA events "
@@ -634,6 +672,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--import-compiler-early", action="store_true",
                         help="import TorchDynamo/Inductor before the first CUDA call (a pass started suspended at "
                              "that call imports them while it waits)")
+    parser.add_argument("--compile-early-if-cached", action="store_true",
+                        help="compile and warm up without waiting for --gpu-lock-after (the window still waits), "
+                             f"from Inductor's cache only: exit with code {EXIT_NOT_CACHED} before running a graph "
+                             "the cache did not hold")
     parser.add_argument("--script-arg", action="append", default=[], help="argument passed to a script workload")
     args = parser.parse_args(argv)
     if args.queue_ahead and args.profiler != "none":
@@ -712,12 +754,16 @@ def main(argv: list[str] | None = None) -> int:
         result.update(status="error", error={"kind": "contract", "message": str(exc)})
         code = EXIT_CONTRACT
     except BaseException as exc:  # noqa: BLE001 - the workload's own failure is reported, not re-raised
-        tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
-        result.update(
-            status="error",
-            error={"kind": "workload_raised", "message": f"{type(exc).__name__}: {exc}", "traceback_tail": tail},
-        )
-        code = EXIT_WORKLOAD_RAISED
+        if (not_cached := _not_cached(exc)) is not None:
+            result.update(status="error", error={"kind": "not_cached", "message": str(not_cached)})
+            code = EXIT_NOT_CACHED
+        else:
+            tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+            result.update(
+                status="error",
+                error={"kind": "workload_raised", "message": f"{type(exc).__name__}: {exc}", "traceback_tail": tail},
+            )
+            code = EXIT_WORKLOAD_RAISED
     result["finished_at"] = _now()
     _write_json(run_dir / HARNESS_RESULT, result)
     return code

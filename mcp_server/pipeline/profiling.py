@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mcp_server.errors import BackendUnavailable, CancelledCapture
 from mcp_server.pipeline.assemble import assemble, write_profile
-from mcp_server.pipeline.capture import CaptureRequest, Progress, _quiet, now_iso
+from mcp_server.pipeline.capture import CaptureRequest, NotCached, Progress, _quiet, now_iso
 from mcp_server.pipeline.passes import (
     NCU_VARIANTS,
     NSYS_SQLITE,
@@ -31,6 +31,7 @@ from plugins.nsys.command import find_nsys
 from plugins.tools import query_gpu, tool_version
 
 BACKENDS = ("auto", "torch", "nsys")
+EARLY_COMPILE_MODES = ("inductor", "cudagraphs")  # compiled by the harness's own Inductor backend
 
 
 @dataclass
@@ -120,7 +121,10 @@ def _timeline_and_counters(
 ) -> list[PassRecord]:
     """Run the nsys and ncu passes at once: their imports overlap, then they take the GPU in turn (nsys's
     window, then ncu's build, warm-up and replay, which finds nsys's autotuned Triton configurations in the
-    cache). A third pass, for shape variants, starts with them suspended under `ncu --mode launch`. Once the
+    cache). Under Inductor, ncu compiles and warms up alongside nsys when the cache already holds every graph
+    (from an earlier run): nothing autotunes then, and only the windows take turns; a graph the cache lacks
+    stops that attempt before it runs, and ncu starts again to compile after nsys's window. A third pass, for
+    shape variants, starts with them suspended under `ncu --mode launch`. Once the
     timeline is exported, its replay plan is announced and, when launches of one ncu configuration differ in
     input shapes, ncu attaches to the third pass to replay those variants after ncu's replay; otherwise it is
     stopped.
@@ -130,7 +134,9 @@ def _timeline_and_counters(
     for path in (lock, nsys_done, ncu_done):
         path.unlink(missing_ok=True)
     first = replace(req, gpu_lock=lock, gpu_lock_done=nsys_done)
-    second = replace(req, gpu_lock=lock, gpu_lock_after=nsys_done, gpu_lock_done=ncu_done)
+    # When Inductor's cache already holds the workload's graphs, ncu compiles and warms up alongside nsys.
+    second = replace(req, gpu_lock=lock, gpu_lock_after=nsys_done, gpu_lock_done=ncu_done,
+                     compile_early_if_cached=req.compile_mode in EARLY_COMPILE_MODES)
     # The variant pass only needs the compiled kernels: one warm-up iteration compiles (CUDA-graph trees need more).
     warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
     third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup, import_compiler_early=True)
@@ -144,7 +150,14 @@ def _timeline_and_counters(
 
     def counters() -> list[PassRecord]:
         try:
-            return [ncu_pass(second, ncu, _tagged("ncu", progress), cancel=cancel)]
+            try:
+                return [ncu_pass(second, ncu, _tagged("ncu", progress), cancel=cancel)]
+            except NotCached:
+                progress("[ncu] Inductor's cache lacks this workload's graphs: compiling after nsys's window")
+                record = ncu_pass(replace(second, compile_early_if_cached=False), ncu, _tagged("ncu", progress),
+                                  cancel=cancel)
+                record.notes.append("compiled after nsys's window: Inductor's cache did not hold every graph yet")
+                return [record]
         finally:
             ncu_done.touch()  # also when ncu stopped before its harness marked the window done
 
