@@ -11,6 +11,7 @@ import pytest
 
 from mcp_server.pipeline.bytecode import OPT_OUT, cache_dir, interpreter_env, uses_cache
 from mcp_server.pipeline.capture import run_child
+from mcp_server.preflight import _bytecode_check
 
 
 def _interpreter(tmp_path: Path, compiled: bool) -> str:
@@ -78,3 +79,16 @@ def test_run_child_without_env_inherits_this_process_environment(tmp_path):
     probe = f"import os; print(os.environ.get('PATH') == {os.environ['PATH']!r})"
     code, _ = run_child([sys.executable, "-c", probe], log, 60)
     assert code == 0 and log.read_text().strip() == "True"
+
+
+def test_preflight_says_when_passes_get_the_cache(tmp_path, monkeypatch):
+    python = _interpreter(tmp_path, compiled=False)
+    for key, value in _environ(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.delenv(OPT_OUT, raising=False)
+    check = _bytecode_check(python)
+    assert check is not None and check.ok
+    assert str(tmp_path / "cache" / "operator-profiler" / "pycache") in check.detail
+    monkeypatch.setenv(OPT_OUT, "off")
+    assert _bytecode_check(python) is None
