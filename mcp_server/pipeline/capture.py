@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mcp_server.errors import CancelledCapture, CaptureFailed, UsageError, WorkloadError
-from mcp_server.pipeline.bytecode import interpreter_env
+from mcp_server.pipeline.bytecode import interpreter_env, uses_cache
 from mcp_server.pipeline.harness import COMPILE_MODES, CONTRACT
 from mcp_server.schema.manifest import PassRecord
 
@@ -273,7 +273,7 @@ def run_pass(
         name=name, profiler=profiler, command=cmd, directory=name, started_at=started,
         wall_time_s=round(wall, 3), exit_code=code,
     )
-    if env.get("PYTHONPYCACHEPREFIX") != os.environ.get("PYTHONPYCACHEPREFIX"):
+    if uses_cache(req.python):
         record.notes.append(f"bytecode cached in {env['PYTHONPYCACHEPREFIX']} (the environment forbids writing it)")
     if early is not None and early.reason is not None:
         record.stopped_early = early.reason
