@@ -362,11 +362,9 @@ class _NotCached(Exception):
 
 def _not_cached(exc: BaseException) -> _NotCached | None:
     """The _NotCached behind `exc`, which Dynamo wraps (BackendCompilerFailed keeps it as inner_exception)."""
-    seen: list[BaseException] = []
-    while exc is not None and len(seen) < 8:
-        if isinstance(exc, _NotCached):
+    for _ in range(8):  # a bounded walk down the chain
+        if exc is None or isinstance(exc, _NotCached):
             return exc
-        seen.append(exc)
         exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
     return None
 
