@@ -9,10 +9,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from mcp_server.pipeline.bytecode import OPT_OUT, cache_dir, interpreter_env, uses_cache
+from mcp_server.process.bytecode import OPT_OUT, cache_dir, interpreter_env, uses_cache
+from mcp_server.schema.results import PreflightCheck
+from plugins.executables import query_gpu, tool_version
 from plugins.ncu.command import find_ncu
 from plugins.nsys.command import find_nsys, importer_problems
-from plugins.tools import query_gpu, tool_version
 
 _TORCH_PROBE = (
     "import json, torch; c = torch.cuda.is_available(); "
@@ -22,19 +23,10 @@ _TORCH_PROBE = (
 PROFILING_PARAMS = Path("/proc/driver/nvidia/params")
 
 
-class Check(BaseModel):
-    """One preflight check: what was found, and the remedy when it failed."""
-
-    name: str
-    ok: bool
-    detail: str
-    remedy: str | None = None
-
-
 class PreflightReport(BaseModel):
     """All checks, and the backend a `profile --backend auto` would use."""
 
-    checks: list[Check] = Field(default_factory=list)
+    checks: list[PreflightCheck] = Field(default_factory=list)
     backend: str
     python: str
 
@@ -44,16 +36,16 @@ class PreflightReport(BaseModel):
         return all(c.ok for c in self.checks)
 
 
-def _torch_check(python: str, timeout_s: float) -> tuple[Check, bool]:
+def _torch_check(python: str, timeout_s: float) -> tuple[PreflightCheck, bool]:
     try:
         proc = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=timeout_s,
                               check=False, env=interpreter_env(python))
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check(name="torch", ok=False, detail=f"{python} did not run: {exc}",
+        return PreflightCheck(name="torch", ok=False, detail=f"{python} did not run: {exc}",
                      remedy="pass --python PATH to the interpreter of your project"), False
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Check(name="torch", ok=False, detail=f"{python} cannot import torch: {last}",
+        return PreflightCheck(name="torch", ok=False, detail=f"{python} cannot import torch: {last}",
                      remedy="install torch in that environment, or pass --python PATH"), False
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     cuda = bool(info["cuda_available"])
@@ -61,44 +53,45 @@ def _torch_check(python: str, timeout_s: float) -> tuple[Check, bool]:
         f"CUDA available on {info['device']}" if cuda else "CUDA not available"
     )
     remedy = None if cuda else "install a CUDA build of torch and an NVIDIA driver to profile kernels"
-    return Check(name="torch", ok=cuda, detail=detail, remedy=remedy), cuda
+    return PreflightCheck(name="torch", ok=cuda, detail=detail, remedy=remedy), cuda
 
 
-def _bytecode_check(python: str) -> Check | None:
+def _bytecode_check(python: str) -> PreflightCheck | None:
     """Said only when passes get a bytecode cache (nothing is wrong either way)."""
     if not uses_cache(python):
         return None
-    return Check(
+    return PreflightCheck(
         name="bytecode", ok=True,
         detail=f"PYTHONDONTWRITEBYTECODE is set and torch has no compiled bytecode: passes compile it once into "
         f"{cache_dir()} ({OPT_OUT}=off to keep the environment as it is)",
     )
 
 
-def _counter_permission() -> Check:
+def _counter_permission() -> PreflightCheck:
     if os.geteuid() == 0:
-        return Check(name="counter permission", ok=True, detail="running as root")
+        return PreflightCheck(name="counter permission", ok=True, detail="running as root")
     if PROFILING_PARAMS.is_file():
         text = PROFILING_PARAMS.read_text(errors="replace")
         if "RmProfilingAdminOnly: 1" in text:
-            return Check(
+            return PreflightCheck(
                 name="counter permission", ok=False,
                 detail="the driver restricts GPU performance counters to admin users (ERR_NVGPUCTRPERM)",
                 remedy="run as root, use --ncu-sudo, or set `options nvidia NVreg_RestrictProfilingToAdminUsers=0`",
             )
-        return Check(name="counter permission", ok=True, detail="the driver lets all users read counters")
-    return Check(name="counter permission", ok=True, detail="unknown (no /proc/driver/nvidia/params); ncu will tell")
+        return PreflightCheck(name="counter permission", ok=True, detail="the driver lets all users read counters")
+    return PreflightCheck(name="counter permission", ok=True,
+                          detail="unknown (no /proc/driver/nvidia/params); ncu will tell")
 
 
 def preflight(python: str, quick: bool = False, timeout_s: float = 60.0) -> PreflightReport:
     """Run every check; `quick` skips starting the workload's interpreter and the tools' version queries."""
-    checks: list[Check] = []
+    checks: list[PreflightCheck] = []
     gpu = query_gpu()
     checks.append(
-        Check(name="gpu", ok=True, detail=f"{gpu['name']}, driver {gpu.get('driver_version', '?')}, "
+        PreflightCheck(name="gpu", ok=True, detail=f"{gpu['name']}, driver {gpu.get('driver_version', '?')}, "
               f"SM clock {gpu.get('clocks_sm_mhz', '?')} MHz")
         if gpu else
-        Check(name="gpu", ok=False, detail="no NVIDIA GPU visible (nvidia-smi missing or failing)",
+        PreflightCheck(name="gpu", ok=False, detail="no NVIDIA GPU visible (nvidia-smi missing or failing)",
               remedy="run on a machine with an NVIDIA GPU and driver; --backend torch still profiles CPU operators")
     )
     cuda = False
@@ -111,16 +104,18 @@ def preflight(python: str, quick: bool = False, timeout_s: float = 60.0) -> Pref
     for name, path, env in (("nsys", find_nsys(), "NSYS"), ("ncu", find_ncu(), "NCU")):
         if path is None:
             product = "Nsight Systems" if name == "nsys" else "Nsight Compute"
-            checks.append(Check(name=name, ok=False, detail="not found",
+            checks.append(PreflightCheck(name=name, ok=False, detail="not found",
                                 remedy=f"install {product} or set {env}=/path/to/{name}"))
             continue
         version = None if quick else tool_version(path)
         problems = importer_problems(path) if name == "nsys" else []
         if problems:
-            checks.append(Check(name=name, ok=False, detail=f"{path}: cannot write reports, missing {problems}",
-                                remedy="install the missing libraries (e.g. libdw1) or a full Nsight Systems"))
+            checks.append(PreflightCheck(
+                name=name, ok=False, detail=f"{path}: cannot write reports, missing {problems}",
+                remedy="install the missing libraries (e.g. libdw1) or a full Nsight Systems",
+            ))
         else:
-            checks.append(Check(name=name, ok=True, detail=f"{path}" + (f" ({version})" if version else "")))
+            checks.append(PreflightCheck(name=name, ok=True, detail=f"{path}" + (f" ({version})" if version else "")))
     if gpu:
         checks.append(_counter_permission())
     has_tools = all(c.ok for c in checks if c.name in ("nsys", "ncu"))

@@ -1,9 +1,10 @@
-"""The MCP server: the profiler's pipeline as tools any agent can call (`python -m mcp_server`, stdio).
+"""The MCP server: the engine's verbs (`mcp_server.api`) as tools any agent can call (`python -m mcp_server`, stdio).
 
-Each tool is a thin wrapper: its docstring is the description an agent reads, its return type the output
-schema, and its body hands a blocking engine call (tools/actions.py, the same functions the CLI calls) to
-`run_engine`, which runs it in a worker thread with progress, cancellation and a time limit. Start-up
-imports no engine module and no torch: `actions` is imported on the first long call.
+Each tool is a thin face: its docstring is the description an agent reads, its return type the output schema,
+and its body builds the verb's typed request (paths resolved against the client's project, the workload's
+interpreter chosen) and hands the verb to `run_engine`, which runs it in a worker thread with progress,
+cancellation and a time limit. The parameters of the capture and ncu option groups are made from their request
+models' fields. Start-up imports no engine module and no torch: `api` is imported on the first call.
 """
 
 from __future__ import annotations
@@ -13,16 +14,33 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from functools import partial
 from types import ModuleType
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
 from mcp_server import __version__
-from mcp_server.schema.tools import (
+from mcp_server.progress import Progress
+from mcp_server.schema.requests import (
+    AnalyzeRequest,
+    AssembleRequest,
+    BenchRequest,
+    CaptureOptions,
+    CompareRequest,
+    KernelDetailRequest,
+    MapRequest,
+    NcuOptions,
+    OperatorDetailRequest,
+    PreflightRequest,
+    ProfileRequest,
+    ReportRequest,
+    SummaryRequest,
+    ValidateRequest,
+    usage_error,
+)
+from mcp_server.schema.results import (
     AnalyzeResult,
     BenchToolResult,
     CompareResult,
@@ -34,9 +52,10 @@ from mcp_server.schema.tools import (
     TopOperatorsResult,
     ValidateToolResult,
 )
-from mcp_server.tools import queries
-from mcp_server.tools.paths import profile_file
-from mcp_server.tools.runner import run_engine, stop_all
+from mcp_server.schema.types import Backend, BaselineMode
+from mcp_server.serve.interpreter import choose_python
+from mcp_server.serve.paths import project_dir, resolve, resolve_optional, workload_file
+from mcp_server.serve.runner import run_engine, stop_all
 
 INSTRUCTIONS = """\
 Operator Profiler attributes every CUDA kernel of a PyTorch workload to the operator (aten::linear, an
@@ -66,19 +85,23 @@ TimeoutS = Annotated[float, Field(gt=0, description="Seconds each child process 
 Count = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
 ProfileRef = Annotated[str, Field(description="A profile.json, or the run directory holding it.")]
-Backend = Literal["auto", "torch", "nsys"]
-CompileMode = Literal["eager", "inductor", "cudagraphs", "optimized"]
 Tolerances = Annotated[dict[str, float] | None, Field(description="rtol per dtype class, e.g. {'bfloat16': 2e-2}.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R", bound=BaseModel)
 
 server = MCPServer(name="operator-profiler", version=__version__, instructions=INSTRUCTIONS)
 
 
-def tool(title: str, annotations: ToolAnnotations, name: str | None = None) -> Callable[[F], F]:
-    """Register a tool whose description is its docstring, dedented."""
+def tool(
+    title: str, annotations: ToolAnnotations, name: str | None = None, options: type[BaseModel] | None = None
+) -> Callable[[F], F]:
+    """Register a tool whose description is its docstring, dedented. With `options`, the tool's `**options`
+    stands for one parameter per field of that request model (its type, bounds, default and description)."""
 
     def register(fn: F) -> F:
+        if options is not None:
+            fn.__signature__ = _with_options(fn, options)  # type: ignore[attr-defined]
         server.add_tool(fn, name=name, title=title, description=inspect.cleandoc(fn.__doc__ or ""),
                         annotations=annotations)
         return fn
@@ -86,11 +109,40 @@ def tool(title: str, annotations: ToolAnnotations, name: str | None = None) -> C
     return register
 
 
-def _actions() -> ModuleType:
-    """The engine-facing tool bodies, imported on first use so that start-up stays light."""
-    from mcp_server.tools import actions
+def _with_options(fn: Callable[..., Any], model: type[BaseModel]) -> inspect.Signature:
+    """`fn`'s signature with its `**options` replaced by keyword parameters, one per field of `model`."""
+    signature = inspect.signature(fn, eval_str=True)
+    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    for name, field in model.model_fields.items():
+        annotation = Annotated[(field.annotation, *field.metadata, Field(description=field.description))]
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field.default,
+                                        annotation=annotation))
+    return signature.replace(parameters=params)
 
-    return actions
+
+def _api() -> ModuleType:
+    """The engine's facade, imported on first use so that start-up stays light."""
+    from mcp_server import api
+
+    return api
+
+
+def _request(model: type[R], **values: Any) -> R:
+    """A verb's request, or the UsageError (a ToolError with its remedy) naming the parameter that is wrong."""
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        raise usage_error(exc) from exc
+
+
+async def _call(ctx: Context | None, verb: str, limit_s: float, make: Callable[[], BaseModel], label: str = "") -> Any:
+    """Run facade verb `verb` on the request `make` builds (in the worker thread, so that a bad path or value is
+    a ToolError with its remedy), within `limit_s` (run_engine)."""
+
+    def work(progress: Progress, cancel: Any) -> Any:
+        return getattr(_api(), verb)(make(), progress, cancel)
+
+    return await run_engine(ctx, label or verb, work, limit_s)
 
 
 @tool("Preflight: can this machine profile?", READ_ONLY)
@@ -101,25 +153,20 @@ async def preflight(ctx: Context, python: Python = None, quick: bool = False) ->
     and `backend` says what profile with backend='auto' will use ('nsys' = nsys + ncu, 'torch' =
     torch.profiler, CPU operator times when no GPU is visible). quick=true skips starting the interpreter.
     """
-    work = partial(_actions().preflight_run, python=python, quick=quick)
-    return await run_engine(ctx, "preflight", work, QUERY_LIMIT_S)
+    return await _call(ctx, "preflight", QUERY_LIMIT_S,
+                       lambda: _request(PreflightRequest, python=choose_python(python), quick=quick))
 
 
-@tool("Profile a workload", RUNS_WORKLOAD)
+@tool("Profile a workload", RUNS_WORKLOAD, options=CaptureOptions)
 async def profile(
     workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
     ctx: Context,
     backend: Backend = "auto",
     counters: Annotated[bool, Field(description="With nsys, also replay kernels under ncu (slower).")] = False,
-    compile_mode: CompileMode = "eager",
-    warmup_iters: Count = 3,
-    iters: Positive = 1,
-    seed: int = 0,
-    train_step: Annotated[bool, Field(description="Profile the workload's train_step(model, inputs).")] = False,
     python: Python = None,
     output: Output = None,
-    timeout_s: TimeoutS = 600.0,
     top: Positive = 10,
+    **capture: Any,
 ) -> ProfileRun:
     """Run a workload's measured window under a profiler and attribute every kernel to its operator and module.
 
@@ -129,30 +176,23 @@ async def profile(
     ncu is present, else torch.profiler (on a CPU-only machine: CPU operator times, said plainly).
     counters=true adds ncu hardware counters in the same call; `map` adds them to an existing nsys run.
     """
-    work = partial(_actions().profile_workload, workload=workload, backend=backend, counters=counters,
-                   compile_mode=compile_mode, warmup_iters=warmup_iters, iters=iters, seed=seed,
-                   train_step=train_step, python=python, output=output, timeout_s=timeout_s, top=top)
-    return await run_engine(ctx, "profile", work, 2 * timeout_s + ASSEMBLY_MARGIN_S)
+    options = _request(CaptureOptions, **capture)
+
+    def make() -> ProfileRequest:
+        return _request(ProfileRequest, workload=workload_file(workload), python=choose_python(python),
+                        capture=options, backend=backend, ncu=NcuOptions() if counters else None,
+                        output=resolve_optional(output, "output directory"), project=project_dir(), top=top)
+
+    return await _call(ctx, "profile", 2 * options.timeout_s + ASSEMBLY_MARGIN_S, make)
 
 
-@tool("Map: add ncu counters to a run", REPLACES_COUNTERS, name="map")
+@tool("Map: add ncu counters to a run", REPLACES_COUNTERS, name="map", options=NcuOptions)
 async def map_counters(
     run_dir: Annotated[str, Field(description="A run directory captured with backend 'nsys'.")],
     ctx: Context,
-    kernel_regex: Annotated[
-        str | None, Field(description="Replay only kernels whose mangled name matches (a Triton kernel's is its name).")
-    ] = None,
-    launch_skip: Count | None = None,
-    launch_count: Count | None = None,
-    max_kernels: Annotated[
-        int | None, Field(ge=1, description="Stop ncu once it replayed this many kernels (the first distinct ones).")
-    ] = None,
-    dedupe: Annotated[bool, Field(description="Replay each unique name+grid+block once, copy counters.")] = True,
-    metric_set: Annotated[str | None, Field(description="Also collect an ncu section set, e.g. 'full'.")] = None,
-    sections: Annotated[tuple[str, ...], Field(description="Also collect these ncu sections.")] = (),
-    ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False,
     timeout_s: TimeoutS = 600.0,
     top: Positive = 10,
+    **ncu: Any,
 ) -> ProfileRun:
     """Replay the window's kernels of an nsys run under Nsight Compute and rebuild its profile.json with counters.
 
@@ -160,10 +200,9 @@ async def map_counters(
     use, stalls) for the operators that matter; kernel_regex/launch_count/max_kernels keep the replay short. Replaces
     the run's previous ncu counters. Needs a GPU, ncu and counter permission (see preflight).
     """
-    work = partial(_actions().map_run, run_dir=run_dir, kernel_regex=kernel_regex, launch_skip=launch_skip,
-                   launch_count=launch_count, max_kernels=max_kernels, dedupe=dedupe, metric_set=metric_set,
-                   sections=sections, ncu_sudo=ncu_sudo, timeout_s=timeout_s, top=top)
-    return await run_engine(ctx, "map", work, timeout_s + ASSEMBLY_MARGIN_S)
+    return await _call(ctx, "map_run", timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
+        MapRequest, run_dir=resolve(run_dir, "run directory"), ncu=_request(NcuOptions, **ncu), timeout_s=timeout_s,
+        top=top), "map")
 
 
 @tool("Assemble profile.json from a run directory", REBUILDS)
@@ -177,8 +216,8 @@ async def assemble(
     Use on a run captured elsewhere (e.g. a GPU machine's run copied here), or after upgrading the profiler,
     then query it with top_operators / operator_detail / kernel_detail.
     """
-    work = partial(_actions().assemble_run, run_dir=run_dir, top=top)
-    return await run_engine(ctx, "assemble", work, ASSEMBLY_MARGIN_S)
+    return await _call(ctx, "assemble", ASSEMBLY_MARGIN_S,
+                       lambda: _request(AssembleRequest, run_dir=resolve(run_dir, "run directory"), top=top))
 
 
 @tool("Analyze a profile: bottleneck and opportunities", REBUILDS)
@@ -195,8 +234,9 @@ async def analyze(
     Use right after profile (or map) to decide what to change first. Writes analysis.json, trace.json
     (open in Perfetto) and roofline/time charts. CPU-only profiles get CPU hotspots instead.
     """
-    work = partial(_actions().analyze_run, profile=profile, output=output, measure=measure)
-    return await run_engine(ctx, "analyze", work, 2 * ASSEMBLY_MARGIN_S + 600.0)
+    return await _call(ctx, "analyze", 2 * ASSEMBLY_MARGIN_S + 600.0, lambda: _request(
+        AnalyzeRequest, profile=resolve(profile, "profile"), output=resolve_optional(output, "output directory"),
+        project=project_dir(), measure=measure))
 
 
 @tool("Compare two profiles", REBUILDS)
@@ -214,9 +254,10 @@ async def compare(
     appeared (new casts, replacements). Writes comparison.json and comparison.md. These are kernel-time
     sums; the speedup to report comes from bench.
     """
-    work = partial(_actions().compare_run, baseline=baseline, optimized=optimized, allow_mismatch=allow_mismatch,
-                   output=output, top=top)
-    return await run_engine(ctx, "compare", work, ASSEMBLY_MARGIN_S)
+    return await _call(ctx, "compare", ASSEMBLY_MARGIN_S, lambda: _request(
+        CompareRequest, baseline=resolve(baseline, "profile"), optimized=resolve(optimized, "profile"),
+        allow_mismatch=allow_mismatch, output=resolve_optional(output, "output directory"), project=project_dir(),
+        top=top))
 
 
 @tool("Bench: is the optimized workload faster?", RUNS_WORKLOAD)
@@ -230,7 +271,7 @@ async def bench(
     rounds: Annotated[int, Field(ge=1, description="Interleaved rounds, alternating which side goes first.")] = 6,
     input_sets: Positive = 4,
     seed: int = 0,
-    baseline_mode: Literal["eager", "inductor"] = "eager",
+    baseline_mode: BaselineMode = "eager",
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
 ) -> BenchToolResult:
@@ -240,10 +281,11 @@ async def bench(
     sums. `speedup.significant` is false when the interval contains 1.0. Writes bench.json, whose path
     validate accepts as bench_json for its plausibility check.
     """
-    work = partial(_actions().bench_run, baseline=baseline, optimized=optimized, python=python, warmup=warmup,
-                   reps=reps, rounds=rounds, input_sets=input_sets, seed=seed, baseline_mode=baseline_mode,
-                   output=output, timeout_s=timeout_s)
-    return await run_engine(ctx, "bench", work, timeout_s + ASSEMBLY_MARGIN_S)
+    return await _call(ctx, "bench", timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
+        BenchRequest, baseline=workload_file(baseline, "baseline workload"),
+        optimized=workload_file(optimized, "optimized workload"), python=choose_python(python), warmup=warmup,
+        reps=reps, rounds=rounds, input_sets=input_sets, seed=seed, baseline_mode=baseline_mode,
+        output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
 @tool("Validate an optimized workload", RUNS_WORKLOAD)
@@ -269,11 +311,12 @@ async def validate(
     tolerances, NaN/Inf, input mutation, cached outputs, the registered backend actually invoked, the generated
     tests. A failed check is a verdict (passed=false, failed_checks), not an error. Writes validation_report.json.
     """
-    work = partial(_actions().validate_run, baseline=baseline, optimized=optimized, python=python, seeds=seeds,
-                   rtol=rtol, atol=atol, tolerances=tolerances, run_tests=run_tests, speedup=speedup,
-                   bench_json=bench_json, max_plausible_speedup=max_plausible_speedup, output=output,
-                   timeout_s=timeout_s)
-    return await run_engine(ctx, "validate", work, 2 * timeout_s + ASSEMBLY_MARGIN_S)
+    return await _call(ctx, "validate", 2 * timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
+        ValidateRequest, baseline=workload_file(baseline, "baseline workload"),
+        optimized=workload_file(optimized, "optimized workload"), python=choose_python(python), seeds=seeds,
+        rtol=rtol, atol=atol, tolerances=tolerances, run_tests=run_tests, speedup=speedup,
+        bench_json=resolve_optional(bench_json, "bench.json"), max_plausible_speedup=max_plausible_speedup,
+        output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
 @tool("Report: report.md and OPTIMIZED_WORKLOAD.md", REBUILDS)
@@ -302,10 +345,15 @@ async def report(
     With plan=true (after the strategist wrote optimizations.json), it validates that file and writes
     proposal.md and implementation.md instead.
     """
-    work = partial(_actions().report_run, baseline_profile=baseline_profile, optimized_profile=optimized_profile,
-                   analysis=analysis, comparison=comparison, bench_json=bench_json, validation=validation,
-                   optimizations=optimizations, plan=plan, output=output)
-    return await run_engine(ctx, "report", work, ASSEMBLY_MARGIN_S)
+    return await _call(ctx, "report", ASSEMBLY_MARGIN_S, lambda: _request(
+        ReportRequest, baseline_profile=resolve(baseline_profile, "profile"),
+        optimized_profile=resolve_optional(optimized_profile, "profile"),
+        analysis=resolve_optional(analysis, "analysis.json"),
+        comparison=resolve_optional(comparison, "comparison.json"),
+        bench_json=resolve_optional(bench_json, "bench.json"),
+        validation=resolve_optional(validation, "validation_report.json"),
+        optimizations=resolve_optional(optimizations, "optimizations.json"), plan=plan,
+        output=resolve_optional(output, "output directory"), project=project_dir()))
 
 
 @tool("Top operators of a profile", READ_ONLY)
@@ -315,9 +363,8 @@ async def top_operators(profile: ProfileRef, ctx: Context, limit: Positive = 10)
     Use instead of reading profile.json (it can be megabytes): ranks by GPU kernel time, or by CPU time in a
     CPU-only profile. Pass an operator_id to operator_detail to see its kernels and counters.
     """
-    return await run_engine(
-        ctx, "query", lambda _p, _c: queries.top_operators_result(profile_file(profile), limit), QUERY_LIMIT_S
-    )
+    return await _call(ctx, "summary", QUERY_LIMIT_S,
+                       lambda: _request(SummaryRequest, profile=resolve(profile, "profile"), top=limit), "query")
 
 
 @tool("One operator call in detail", READ_ONLY)
@@ -330,10 +377,9 @@ async def operator_detail(
     Use after top_operators to understand why an operator is slow; pass a kernel_id to kernel_detail for all
     of one kernel's counters.
     """
-    return await run_engine(
-        ctx, "query", lambda _p, _c: queries.operator_detail(profile_file(profile), operator_id, max_kernels),
-        QUERY_LIMIT_S,
-    )
+    return await _call(ctx, "operator_detail", QUERY_LIMIT_S, lambda: _request(
+        OperatorDetailRequest, profile=resolve(profile, "profile"), operator_id=operator_id, max_kernels=max_kernels),
+        "query")
 
 
 @tool("One kernel launch in detail", READ_ONLY)
@@ -343,9 +389,8 @@ async def kernel_detail(profile: ProfileRef, kernel_id: int, ctx: Context) -> Ke
 
     Use for the hardware evidence behind a bottleneck (DRAM bytes, occupancy, tensor-core activity, stalls).
     """
-    return await run_engine(
-        ctx, "query", lambda _p, _c: queries.kernel_detail(profile_file(profile), kernel_id), QUERY_LIMIT_S
-    )
+    return await _call(ctx, "kernel_detail", QUERY_LIMIT_S, lambda: _request(
+        KernelDetailRequest, profile=resolve(profile, "profile"), kernel_id=kernel_id), "query")
 
 
 def _terminate(signum: int, _frame: object) -> None:

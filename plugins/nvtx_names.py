@@ -18,10 +18,10 @@ import re
 import sys
 from functools import lru_cache
 
+from mcp_server.children.contract import MODULE_RANGE_PREFIX
 from mcp_server.schema.records import Frame
 
-MEASURE_RANGE = "operator_profiler::measure"
-MODULE_PREFIX = "module:"
+MODULE_PREFIX = MODULE_RANGE_PREFIX
 FIELD_SEPARATOR = ", "
 SIZES_FIELD = "sizes = "
 # Namespaces whose `ns::name` ranges are markers, not PyTorch operators.

@@ -28,7 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mcp_server.pipeline.capture import CaptureRequest, run_pass  # noqa: E402
+from mcp_server.capture.passes import run_pass  # noqa: E402
+from mcp_server.capture.request import CaptureRequest  # noqa: E402
+from mcp_server.rundir import RunDir  # noqa: E402
 from mcp_server.schema.io import load_profile  # noqa: E402
 
 ALL = ",".join([
@@ -42,14 +44,14 @@ def measure(workload: str, mode: str, work: Path) -> dict[str, object]:
     path = REPO / "examples" / workload / f"{workload}.py"
     row: dict[str, object] = {"workload": workload, "mode": mode}
     timing_dir = work / f"{workload}_{mode}_timing"
-    request = CaptureRequest(workload=path, run_dir=timing_dir, compile_mode=mode, queue_ahead=True)
+    request = CaptureRequest(workload=path, run_dir=RunDir(timing_dir), compile_mode=mode, queue_ahead=True)
     _, result = run_pass(request, "timing", "none")
     row["no_profiler_gpu_busy_ns"] = result["window"].get("gpu_elapsed_ns")
     marks = result.get("phase_started_at", {})
     row["no_profiler_phases"] = {name: round(t - min(marks.values()), 2) for name, t in marks.items()}
     row["queued_ahead"] = result["window"].get("queued_ahead")
-    graph = replace(request, run_dir=work / f"{workload}_{mode}_graph", graph_replay=True)
-    _, result = run_pass(graph, "graph", "none")
+    graph = replace(request, run_dir=RunDir(work / f"{workload}_{mode}_graph"), graph_replay=True)
+    _, result = run_pass(graph, "timing", "none")
     if result["window"].get("graph_replay"):
         row["graph_replay_gpu_busy_ns"] = result["window"].get("gpu_elapsed_ns")
     else:

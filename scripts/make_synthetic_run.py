@@ -40,9 +40,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from mcp_server.children.contract import MEASURE_RANGE  # noqa: E402
 from mcp_server.schema.io import write_json_atomic  # noqa: E402
 from mcp_server.schema.manifest import PassRecord, RunManifest  # noqa: E402
-from plugins.nvtx_names import MEASURE_RANGE  # noqa: E402
 
 DEFAULT_FIXTURE = REPO / "tests" / "fixtures" / "h200_gpt2_eager.tar.xz"
 PUSH_POP = 59  # ENUM_NSYS_EVENT_TYPE NvtxPushPopRange

@@ -27,9 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mcp_server.pipeline.capture import CaptureRequest  # noqa: E402
-from mcp_server.pipeline.passes import NcuOptions  # noqa: E402
-from mcp_server.pipeline.profiling import build_profile, capture  # noqa: E402
+from mcp_server import api  # noqa: E402
+from mcp_server.schema.io import load_profile  # noqa: E402
+from mcp_server.schema.requests import CaptureOptions, Interpreter, NcuOptions, ProfileRequest  # noqa: E402
 
 
 def workload_path(workload: str) -> Path:
@@ -47,15 +47,15 @@ def record(workload: str, mode: str, scale: str, backends: list[str], root: Path
     times: dict[str, float] = {}
     for backend in backends:
         run_dir = root / name / (name if backend == "nsys" else f"{name}_torch")
-        req = CaptureRequest(
-            workload=workload_path(workload), run_dir=run_dir, compile_mode=mode, train_step=train, timeout_s=540,
+        req = ProfileRequest(
+            workload=workload_path(workload), python=Interpreter(python=sys.executable),
+            capture=CaptureOptions(compile_mode=mode, train_step=train, timeout_s=540), backend=backend,
+            ncu=NcuOptions(max_kernels=max_kernels) if backend == "nsys" else None, output=run_dir, project=REPO,
+            command_line=["scripts/record_gpu_fixtures.py", workload, mode, backend],
         )
         t0 = time.monotonic()
         try:
-            command = ["scripts/record_gpu_fixtures.py", workload, mode, backend]
-            ncu = NcuOptions(max_kernels=max_kernels) if backend == "nsys" else None
-            capture(req, backend, command, ncu=ncu)
-            profile = build_profile(run_dir).profile
+            profile = load_profile(Path(api.profile(req).profile_path))
             print(f"   {len(profile.operators)} operators, {profile.window.kernel_count} kernels, "
                   f"attributed {profile.window.attributed_kernel_time_pct}%, warnings {profile.warnings}", flush=True)
             (run_dir / "profile.json").unlink()

@@ -15,7 +15,8 @@ from conftest import REPO
 from fixtures_util import NSYS_RUNS, run_dir
 
 from mcp_server.analysis import analyze_profile, format_summary
-from mcp_server.pipeline.assemble import assemble
+from mcp_server.assemble import assemble
+from mcp_server.rundir import RunDir
 from mcp_server.schema.analysis import Analysis, Bottleneck
 from mcp_server.schema.export import schema_text
 from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile
@@ -34,7 +35,7 @@ def analyzed(tmp_path_factory):
 
     def get(run: str):
         if run not in _CACHE:
-            profile = assemble(run_dir(run, tmp_path_factory))
+            profile = assemble(RunDir(run_dir(run, tmp_path_factory)))
             out = tmp_path_factory.mktemp(f"analysis_{run}")
             _CACHE[run] = (profile, analyze_profile(profile, out, measure=False), out)
         return _CACHE[run]

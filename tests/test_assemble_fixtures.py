@@ -42,7 +42,8 @@ from fixtures_util import (
     run_dir,
 )
 
-from mcp_server.pipeline.assemble import assemble
+from mcp_server.assemble import assemble
+from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import OperatorAttributedProfile
 from plugins.ncu.command import default_metrics
 
@@ -76,7 +77,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def profiles(dirs) -> dict[str, OperatorAttributedProfile]:
     """run -> the profile `assemble` rebuilds from it."""
-    return {r: assemble(d) for r, d in dirs.items()}
+    return {r: assemble(RunDir(d)) for r, d in dirs.items()}
 
 
 @pytest.fixture(scope="session")

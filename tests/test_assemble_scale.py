@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from mcp_server.pipeline.assemble import assemble, write_profile
+from mcp_server.assemble import assemble, write_profile
+from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord
 from plugins.nsys.reader import read_nsys_sqlite
 
@@ -87,8 +88,8 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_records_built_without_validation_are_valid_and_equal_validated_ones(small_run, tmp_path):
-    profile = assemble(small_run)
-    path = write_profile(tmp_path, profile)
+    profile = assemble(RunDir(small_run))
+    path = write_profile(tmp_path / "profile.json", profile)
     assert path.read_text(encoding="utf-8") == profile.model_dump_json(indent=1) + "\n"
     assert OperatorAttributedProfile.model_validate_json(path.read_bytes()) == profile
     for op in profile.operators[:500]:

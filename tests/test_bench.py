@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.bench import (
+from mcp_server.errors import UsageError, WorkloadError
+from mcp_server.proof.bench import (
     BENCH_JSON,
     bench,
     bootstrap_speedup,
@@ -17,7 +18,6 @@ from mcp_server.bench import (
     summarize,
     summary_line,
 )
-from mcp_server.errors import UsageError, WorkloadError
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 BASELINE = WORKLOADS / "tiny_mlp.py"

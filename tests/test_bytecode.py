@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.pipeline.bytecode import OPT_OUT, cache_dir, interpreter_env, uses_cache
-from mcp_server.pipeline.capture import run_child
 from mcp_server.preflight import _bytecode_check
+from mcp_server.process import run_child
+from mcp_server.process.bytecode import OPT_OUT, cache_dir, interpreter_env, uses_cache
 
 
 def _interpreter(tmp_path: Path, compiled: bool) -> str:

@@ -8,8 +8,13 @@ from pathlib import Path
 
 from conftest import EXAMPLES
 
-from mcp_server.pipeline.capture import HARNESS, CaptureRequest, harness_command
-from plugins.ncu.command import NcuOptions, capture_command
+from mcp_server.capture.request import CaptureRequest, harness_command
+from mcp_server.process import child_script
+from mcp_server.rundir import RunDir
+from mcp_server.schema.requests import NcuOptions
+from plugins.ncu.command import capture_command
+
+HARNESS = child_script("harness")
 
 
 def _after(cmd: list[str], flag: str) -> str:
@@ -43,21 +48,24 @@ def test_targeted_replay_drops_the_deduplication():
 
 
 def test_sudo_never_prompts():
-    cmd = capture_command("/opt/ncu", Path("/r/report"), NcuOptions(sudo=True))
+    cmd = capture_command("/opt/ncu", Path("/r/report"), NcuOptions(ncu_sudo=True))
     assert cmd[:4] == ["sudo", "-n", "--preserve-env", "/opt/ncu"]
 
 
 def test_queue_ahead_timing_is_asked_of_the_harness():
-    req = CaptureRequest(workload=EXAMPLES / "conv_block" / "conv_block.py", run_dir=Path("/r"), queue_ahead=True)
-    assert "--queue-ahead" in harness_command(req, "none", Path("/r/timing"))
-    assert "--queue-ahead" not in harness_command(CaptureRequest(workload=req.workload, run_dir=Path("/r")), "none",
-                                                  Path("/r/timing"))
+    run_dir = RunDir(Path("/r"))
+    req = CaptureRequest(workload=EXAMPLES / "conv_block" / "conv_block.py", run_dir=run_dir, queue_ahead=True)
+    cmd = harness_command(req, "none", "timing")
+    assert "--queue-ahead" in cmd
+    assert (_after(cmd, "--run-dir"), _after(cmd, "--result")) == ("/r/timing", "/r/timing/harness.json")
+    assert "--queue-ahead" not in harness_command(CaptureRequest(workload=req.workload, run_dir=run_dir), "none",
+                                                  "timing")
 
 
 def test_queue_ahead_needs_the_no_profiler_pass(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(HARNESS), "--workload", str(EXAMPLES / "conv_block" / "conv_block.py"),
-         "--run-dir", str(tmp_path), "--profiler", "nvtx", "--queue-ahead"],
+         "--run-dir", str(tmp_path), "--result", str(tmp_path / "r.json"), "--profiler", "nvtx", "--queue-ahead"],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2
@@ -65,13 +73,15 @@ def test_queue_ahead_needs_the_no_profiler_pass(tmp_path):
 
 
 def test_graph_replay_timing_is_asked_of_the_harness_and_needs_the_no_profiler_pass(tmp_path):
-    req = CaptureRequest(workload=EXAMPLES / "conv_block" / "conv_block.py", run_dir=tmp_path, graph_replay=True)
-    assert "--graph-replay" in harness_command(req, "none", tmp_path / "graph")
-    assert "--graph-replay" not in harness_command(CaptureRequest(workload=req.workload, run_dir=tmp_path), "none",
-                                                   tmp_path / "graph")
+    run_dir = RunDir(tmp_path)
+    req = CaptureRequest(workload=EXAMPLES / "conv_block" / "conv_block.py", run_dir=run_dir, graph_replay=True)
+    assert "--graph-replay" in harness_command(req, "none", "timing")
+    assert "--graph-replay" not in harness_command(CaptureRequest(workload=req.workload, run_dir=run_dir), "none",
+                                                   "timing")
     proc = subprocess.run(
         [sys.executable, str(HARNESS), "--workload", str(req.workload), "--run-dir", str(tmp_path),
-         "--profiler", "torch", "--graph-replay"],
+         "--result", str(tmp_path / "r.json"), "--profiler", "torch", "--kineto-trace", str(tmp_path / "t.json"),
+         "--graph-replay"],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2

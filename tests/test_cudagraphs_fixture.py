@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from fixtures_util import extract_fixture, raw_node_modules, raw_window_kernels
 
-from mcp_server.pipeline.assemble import assemble
+from mcp_server.assemble import assemble
+from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import AttributionMethod, Confidence
 
 RUN = "conv_block_cudagraphs"
@@ -27,7 +28,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def profile(run_dir):
-    return assemble(run_dir)
+    return assemble(RunDir(run_dir))
 
 
 def test_every_replayed_kernel_is_kept_and_attributed(run_dir, profile):

@@ -9,7 +9,7 @@ import time
 import pytest
 from fixtures_util import NSYS_RUNS, run_dir
 
-from mcp_server.pipeline.capture import EarlyStop, run_child
+from mcp_server.process import EarlyStop, run_child
 from plugins.ncu.command import is_replayed_kernel
 from plugins.ncu.reader import read_ncu_report
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from conftest import EXAMPLES
 
-from mcp_server.pipeline.capture import HARNESS
+from mcp_server.process import child_script
 
 SCRIPTS = Path(__file__).parent / "scripts"
+HARNESS = child_script("harness")
 
 BLOCKED_S = 6  # longer than the CPU harness needs to build, warm up and measure mlp_activations
 
@@ -23,7 +24,8 @@ BLOCKED_S = 6  # longer than the CPU harness needs to build, warm up and measure
 def _harness(run_dir, *lock_args, workload=EXAMPLES / "mlp_activations" / "mlp_activations.py"):
     return subprocess.Popen(
         [sys.executable, str(HARNESS), "--workload", str(workload),
-         "--run-dir", str(run_dir), "--profiler", "none", "--warmup-iters", "1", *lock_args],
+         "--run-dir", str(run_dir), "--result", str(run_dir / "harness.json"), "--profiler", "none",
+         "--warmup-iters", "1", *lock_args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
@@ -119,8 +121,9 @@ def test_only_a_pass_asked_to_imports_the_compiler_before_its_first_cuda_call(tm
     def phases(run_dir, *extra):
         proc = subprocess.run(
             [sys.executable, str(HARNESS), "--workload", str(EXAMPLES / "mlp_activations" / "mlp_activations.py"),
-             "--run-dir", str(run_dir), "--profiler", "none", "--warmup-iters", "1", "--compile-mode", "inductor",
-             *extra],
+             "--run-dir", str(run_dir), "--result", str(run_dir / "harness.json"),
+             "--provenance", str(run_dir / "prov.json"), "--profiler", "none", "--warmup-iters", "1",
+             "--compile-mode", "inductor", *extra],
             capture_output=True, text=True, timeout=300, check=False,
         )
         assert proc.returncode == 0, proc.stdout[-2000:]

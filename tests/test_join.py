@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_server.pipeline.attribute import attribute_kernels
-from mcp_server.pipeline.join import join_counters, launch_position
-from mcp_server.pipeline.provenance import ExternCall, KernelOrigin, Provenance
+from mcp_server.assemble.attribute import attribute_kernels
+from mcp_server.assemble.join import join_counters, launch_position
+from mcp_server.assemble.provenance import ExternCall, KernelOrigin, Provenance
 from mcp_server.schema.profile import AttributionMethod, Confidence, Metric
 from mcp_server.schema.records import CounterRecord, Frame, TraceKernel
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from fixtures_util import TORCH_RUNS, RawTrace, enclosing, is_op_name, ns, raw_trace, run_dir
 
-from mcp_server.pipeline.assemble import assemble
+from mcp_server.assemble import assemble
+from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import AttributionMethod, Confidence
 from plugins.torch_profiler.reader import KinetoCapture, read_kineto_trace
 
@@ -181,7 +182,7 @@ def test_train_step_has_backward_ops_on_the_autograd_thread(raws, captures, tmp_
         "aten::max_pool2d_with_indices_backward", "aten::mm",
     } <= backward_ops
 
-    profile = assemble(run_dir(run, tmp_path_factory))
+    profile = assemble(RunDir(run_dir(run, tmp_path_factory)))
     assert profile.unattributed_kernels == []
     assert profile.window.kernel_count == 84 and profile.window.attributed_kernel_time_pct == 100.0
     attributions = {(k.attribution.method, k.attribution.confidence) for op in profile.operators for k in op.kernels}

@@ -21,11 +21,12 @@ from mcp.types import CallToolResult
 from mcp_server.errors import UsageError
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import load_profile
-from mcp_server.schema.tools import ProfileRun
+from mcp_server.schema.requests import Interpreter
+from mcp_server.schema.results import ProfileRun
+from mcp_server.serve.interpreter import PYTHON_ENV, choose_python
+from mcp_server.serve.paths import PROJECT_ENV
+from mcp_server.serve.runner import run_engine
 from mcp_server.server import server
-from mcp_server.tools.interpreter import PYTHON_ENV, Interpreter, choose_python
-from mcp_server.tools.paths import PROJECT_ENV
-from mcp_server.tools.runner import run_engine
 from plugins.ncu.command import find_ncu
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -413,7 +414,7 @@ def test_interpreter_choice_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         with pytest.raises(UsageError, match="no python3 on PATH"):
             choose_python()
     else:
-        assert choose_python() == Interpreter(shutil.which("python3"), "PATH")
+        assert choose_python() == Interpreter(python=shutil.which("python3"), source="PATH")
     venv = tmp_path / ".venv" / "bin" / "python"
     venv.parent.mkdir(parents=True)
     venv.symlink_to(sys.executable)

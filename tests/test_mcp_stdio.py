@@ -23,8 +23,8 @@ from mcp import Client, StdioServerParameters
 FIXTURE = REPO / "tests" / "fixtures" / "h200_conv_block_eager.tar.xz"
 TOOLS = {"preflight", "profile", "map", "assemble", "analyze", "compare", "bench", "validate", "report",
          "top_operators", "operator_detail", "kernel_detail"}
-ENGINE_MODULES = ("torch", "mcp_server.tools.actions", "mcp_server.pipeline.profiling", "mcp_server.pipeline.capture",
-                  "mcp_server.bench", "mcp_server.validate", "mcp_server.compare", "mcp_server.preflight", "plugins",
+ENGINE_MODULES = ("torch", "mcp_server.api", "mcp_server.capture", "mcp_server.assemble", "mcp_server.process",
+                  "mcp_server.proof", "mcp_server.compare", "mcp_server.preflight", "mcp_server.render", "plugins",
                   "mcp_server.analysis", "matplotlib")
 STARTUP_LIMIT_S = 1.0
 INSPECTOR = "@modelcontextprotocol/inspector"

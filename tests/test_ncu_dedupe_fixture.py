@@ -14,7 +14,8 @@ import importlib.util
 import pytest
 from fixtures_util import match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
 
-from mcp_server.pipeline.assemble import assemble
+from mcp_server.assemble import assemble
+from mcp_server.rundir import RunDir
 from plugins.ncu.command import default_metrics
 
 if importlib.util.find_spec("ncu_report") is None:  # read in a child process: it must not share one with torch
@@ -42,7 +43,7 @@ def test_every_distinct_triton_kernel_of_one_shape_is_replayed(run):
 
 
 def test_every_launch_carries_counters_of_its_own_kernel(run):
-    profile = assemble(run)
+    profile = assemble(RunDir(run))
     kernels = sorted((k for op in profile.operators for k in op.kernels), key=lambda k: k.kernel_id)
     assert profile.warnings == [] and profile.unattributed_kernels == []
     assert profile.window.kernels_with_counters == profile.window.kernel_count == len(kernels) == 17

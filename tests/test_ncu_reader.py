@@ -13,10 +13,10 @@ import math
 import pytest
 from fixtures_util import NSYS_RUNS, match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
 
+from mcp_server.children.contract import MEASURE_RANGE
 from plugins.ncu.command import default_metrics
 from plugins.ncu.reader import NcuCapture, NcuReportError, read_ncu_report
 from plugins.nsys.reader import read_nsys_sqlite
-from plugins.nvtx_names import MEASURE_RANGE
 
 if importlib.util.find_spec("ncu_report") is None:  # never imported here: it must not share a process with torch
     pytest.skip("ncu_report is installed by the test extra", allow_module_level=True)

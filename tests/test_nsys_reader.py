@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from fixtures_util import NSYS_RUNS, raw_enclosing_ranges, raw_measure_range, raw_window_kernels, run_dir
 
+from mcp_server.children.contract import MEASURE_RANGE
 from plugins.nsys.reader import NsysCapture, NsysExportError, decode_global_tid, read_nsys_sqlite, tables
-from plugins.nvtx_names import MEASURE_RANGE
 
 # Counted with SQL in the recorded exports (nsys 2025.3.1, torch 2.11, H200): every kernel of each capture was
 # launched inside the measure range, from the measure range's thread, on device 0, stream 7.

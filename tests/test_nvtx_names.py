@@ -7,7 +7,8 @@ import sqlite3
 import pytest
 from fixtures_util import NSYS_RUNS, run_dir
 
-from plugins.nvtx_names import MEASURE_RANGE, is_operator, parse_range, parse_sizes, range_name
+from mcp_server.children.contract import MEASURE_RANGE
+from plugins.nvtx_names import is_operator, parse_range, parse_sizes, range_name
 
 # Copied verbatim from the fixtures' nsys NVTX_EVENTS (ncu's nvtx_state() holds the same strings).
 CONV2D = (

@@ -9,8 +9,8 @@ import re
 import pytest
 from fixtures_util import NSYS_RUNS, raw_innermost_sizes, raw_window_kernels, run_dir
 
-from mcp_server.pipeline.passes import announce_plan
-from mcp_server.pipeline.replay_plan import plan_replays
+from mcp_server.capture.replay_plan import plan_replays
+from mcp_server.capture.variants import announce_plan
 
 RUNS = (*NSYS_RUNS, "mlp_activations_inductor")
 

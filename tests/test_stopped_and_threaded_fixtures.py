@@ -10,7 +10,8 @@ import json
 import pytest
 from fixtures_util import kernels_of, match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
 
-from mcp_server.pipeline.assemble import assemble
+from mcp_server.assemble import assemble
+from mcp_server.rundir import RunDir
 from plugins.ncu.command import default_metrics, is_replayed_kernel
 
 if importlib.util.find_spec("ncu_report") is None:  # read in a child process: it must not share one with torch
@@ -48,7 +49,7 @@ def test_launches_of_replayed_configurations_carry_counters_and_the_rest_are_nam
     actions = raw_ncu_actions(stopped / "ncu" / "report.ncu-rep", list(NAMES.values()))
     replayed = dict(zip(match_in_launch_order(actions, raw), actions, strict=True))
     configs = {(raw[j].mangled, raw[j].grid, raw[j].block): a for j, a in replayed.items()}
-    profile = assemble(stopped)
+    profile = assemble(RunDir(stopped))
     kernels = kernels_of(profile)
     assert len(kernels) == len(raw) == 23
     with_counters = 0
@@ -74,7 +75,7 @@ def test_launches_from_two_host_threads_are_all_replayed_and_joined(threaded):
     assert len({row.global_tid for row in raw}) == 3 and len({row.stream for row in raw}) == 3
     actions = raw_ncu_actions(threaded / "ncu" / "report.ncu-rep", list(NAMES.values()))
     replayed = dict(zip(match_in_launch_order(actions, raw), actions, strict=True))
-    profile = assemble(threaded)
+    profile = assemble(RunDir(threaded))
     kernels = kernels_of(profile)
     assert profile.window.kernels_with_counters == profile.window.kernel_count == len(kernels) == len(raw) == 51
     for j, (kernel, row) in enumerate(zip(kernels, raw, strict=True)):
@@ -86,7 +87,7 @@ def test_launches_from_two_host_threads_are_all_replayed_and_joined(threaded):
 
 
 def test_worker_thread_launches_are_listed_unattributed_with_the_reason(threaded):
-    profile = assemble(threaded)
+    profile = assemble(RunDir(threaded))
     raw = raw_window_kernels(threaded / "nsys" / "report.sqlite")
     from_workers = [row for row in raw if row.global_tid != raw[-1].global_tid]
     assert len(profile.unattributed_kernels) == len(from_workers) == 50

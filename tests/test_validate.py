@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from mcp_server.errors import UsageError, WorkloadError
-from mcp_server.schema.proof import ValidationReport
-from mcp_server.validate import (
+from mcp_server.proof.validate import (
     VALIDATION_JSON,
     generated_test_path,
     load_validation_report,
@@ -24,6 +23,7 @@ from mcp_server.validate import (
     speedup_check,
     validate,
 )
+from mcp_server.schema.proof import ValidationReport
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 BASELINE = WORKLOADS / "tiny_mlp.py"

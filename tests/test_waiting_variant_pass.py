@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES
 
+from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass
 from mcp_server.errors import WorkloadError
-from mcp_server.pipeline.capture import CaptureRequest
-from mcp_server.pipeline.passes import NCU_REPORT, NCU_VARIANTS, WaitingVariantPass
-from plugins.ncu.command import NcuOptions, attach_command, capture_command, launch_command
+from mcp_server.rundir import RunDir
+from mcp_server.schema.requests import NcuOptions
+from plugins.ncu.command import attach_command, capture_command, launch_command
 
 STANDIN = Path(__file__).parent / "scripts" / "ncu_standin.py"
 VARIANTS = NcuOptions(dedupe=False, kernel_regex="^(gemm)$", launch_skip=1, launch_count=2)
@@ -50,7 +52,7 @@ def request_(tmp_path, monkeypatch) -> CaptureRequest:
     monkeypatch.setenv("NCU", str(ncu))
     monkeypatch.setenv("OPERATOR_PROFILER_EXAMPLE_SCALE", "small")
     return CaptureRequest(
-        workload=EXAMPLES / "mlp_activations" / "mlp_activations.py", run_dir=tmp_path / "run", warmup_iters=1,
+        workload=EXAMPLES / "mlp_activations" / "mlp_activations.py", run_dir=RunDir(tmp_path / "run"), warmup_iters=1,
         timeout_s=120,
     )
 
@@ -89,9 +91,9 @@ def test_attach_runs_the_waiting_workload_to_its_window(request_, started):
     with pytest.raises(WorkloadError, match="during measure"):
         waiting.attach(VARIANTS, None)
     assert any("attaching ncu to the waiting workload" in line for line in lines)
-    attach_log = (request_.run_dir / NCU_VARIANTS / "attach.log").read_text()
+    attach_log = request_.run_dir.attach_log(NCU_VARIANTS).read_text()
     assert "Disconnected" in attach_log, "ncu stayed attached until the workload ended"
-    assert (request_.run_dir / NCU_VARIANTS / NCU_REPORT).is_file()
+    assert request_.run_dir.ncu_report(NCU_VARIANTS).is_file()
     assert _gone(_launcher_pid(lines))
 
 
@@ -102,7 +104,7 @@ def test_discard_stops_the_waiting_workload(request_, started):
     pid = _launcher_pid(lines)
     waiting.discard()
     assert _gone(pid), "the launcher (and the workload it holds) is stopped"
-    assert not (request_.run_dir / NCU_VARIANTS / "harness.json").exists(), "the workload never ran"
+    assert not request_.run_dir.harness_result(NCU_VARIANTS).exists(), "the workload never ran"
 
 
 def test_a_failed_attach_stops_the_workload_so_a_fresh_pass_can_replay(request_, monkeypatch, started):

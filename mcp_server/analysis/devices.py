@@ -2,7 +2,7 @@
 
 Peaks are dense and quoted at a clock (devices.yaml says which); `peak_at_clock` rescales one to the SM clock
 a kernel ran at under ncu replay, so achieved/peak counts work per elapsed SM cycle, as Nsight Compute does.
-An unknown GPU gets peaks measured by `microbench_child.py` under the workload's own interpreter.
+An unknown GPU gets peaks measured by the microbenchmark child under the workload's own interpreter.
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ from pydantic import ValidationError
 
 from mcp_server.analysis.rules import KnowledgeError, knowledge
 from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfileFormatError, WorkloadError
-from mcp_server.pipeline.bytecode import interpreter_env
-from mcp_server.pipeline.capture import run_child
+from mcp_server.process import child_command, interpreter_env, run_child
 from mcp_server.schema.analysis import DeviceSpec
 from mcp_server.schema.io import write_model_atomic
 
-MICROBENCH_CHILD = Path(__file__).with_name("microbench_child.py")
 MEASURED_SOURCE = "measured by microbenchmark"
 PEAKS_FILE = "device_peaks.json"
 EXIT_NO_CUDA, EXIT_NO_TORCH = 3, 4
@@ -108,14 +106,14 @@ def _spec_from_measurement(data: dict) -> DeviceSpec:
 def measure_peaks(
     python: str, timeout_s: float = 600.0, allow_cpu: bool = False, size: int | None = None
 ) -> DeviceSpec:
-    """Measure matmul FLOP/s per precision and copy bandwidth with `microbench_child.py` under `python`.
+    """Measure matmul FLOP/s per precision and copy bandwidth with the microbenchmark child under `python`.
 
     The child runs in its own process group (run_child). `allow_cpu` measures the CPU instead of refusing
     (tests, and a sanity check of the child on machines without CUDA); `size` overrides the matmul size.
     """
     with tempfile.TemporaryDirectory(prefix="op_microbench_") as tmp:
         out, log = Path(tmp) / "peaks.json", Path(tmp) / "microbench.log"
-        cmd = [python, str(MICROBENCH_CHILD), "--out", str(out)]
+        cmd = child_command(python, "microbench", "--out", str(out))
         if allow_cpu:
             cmd.append("--allow-cpu")
         if size is not None:

@@ -10,7 +10,7 @@ flagged (and only then clamped).
 from __future__ import annotations
 
 from mcp_server.analysis.devices import peak_at_clock, precision_key
-from mcp_server.pipeline.aggregate import kernel_flops
+from mcp_server.assemble.aggregate import kernel_flops
 from mcp_server.schema.analysis import DeviceSpec, Roofline
 from mcp_server.schema.profile import KernelRecord, Metric
 

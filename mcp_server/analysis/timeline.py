@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 
 from mcp_server.analysis.rules import matches, rule
-from mcp_server.pipeline.aggregate import busy_time_ns
+from mcp_server.assemble.aggregate import busy_time_ns
 from mcp_server.schema.analysis import Gap, OperatorKernelCount, StreamUsage, TimelineHealth
 from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord
 

@@ -1,9 +1,9 @@
-"""The proof children (bench, validate) and how the engine starts them.
+"""Proof: is an optimized workload still right (validate), and how much faster (bench)?
 
-The scripts in this folder (`bench_child.py`, `validate_child.py`, and `_proof_child_common.py` they share)
-run under the workload's own interpreter and need only the standard library and torch; this module, on the
-engine's side, never imports torch. A child writes its result as JSON to the path given with `--out`, whatever
-happens; the engine reads it and turns a child's error into a typed error with a remedy.
+Both run their work in a child (`mcp_server/children/bench.py`, `validate.py`) under the workload's own
+interpreter; this package, on the engine's side, never imports torch. A child writes its result as JSON to the
+path given with `--out`, whatever happens; the engine reads it and turns a child's error into a typed error
+with a remedy.
 """
 
 from __future__ import annotations
@@ -11,21 +11,14 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mcp_server.errors import UsageError, WorkloadError
-from mcp_server.pipeline.bytecode import interpreter_env
-from mcp_server.pipeline.capture import run_child
+from mcp_server.process import child_command, interpreter_env, run_child
+from mcp_server.progress import Progress, quiet
 
-PROOF_DIR = Path(__file__).resolve().parent
-Progress = Callable[[str], None]
 LOG_TAIL_LINES = 5
-
-
-def _quiet(_: str) -> None:
-    """Default progress sink."""
 
 
 def check_python(python: str) -> str:
@@ -72,10 +65,10 @@ def run_proof_child(
     work_dir: Path,
     name: str,
     timeout_s: float,
-    progress: Progress = _quiet,
+    progress: Progress = quiet,
     cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """Run `PROOF_DIR/script args --out WORK_DIR/<name>_child.json` under `python`; return its JSON result.
+    """Run child `script` with `args --out WORK_DIR/<name>_child.json` under `python`; return its JSON result.
 
     Setting `cancel` stops the child (CancelledCapture). Raises WorkloadError when the child timed out, wrote
     nothing, or reports that torch is missing or the baseline itself failed; a result with status 'ok' (a
@@ -85,7 +78,7 @@ def run_proof_child(
     out = work_dir / f"{name}_child.json"
     log = work_dir / f"{name}_child.log"
     out.unlink(missing_ok=True)
-    cmd = [python, str(PROOF_DIR / script), *args, "--out", str(out)]
+    cmd = child_command(python, script, *args, "--out", str(out))
     code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=interpreter_env(python))
     if timed_out:
         raise WorkloadError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mcp_server.compare import COMPARISON_JSON, COMPARISON_MD, _speedup, module_label, total
+from mcp_server.compare import COMPARISON_JSON, COMPARISON_MD, module_label, speedup, total
 from mcp_server.schema.io import write_model_atomic, write_text_atomic
 from mcp_server.schema.proof import Comparison, OperatorMetrics, TotalDelta
 
@@ -94,7 +94,7 @@ def render_comparison_markdown(c: Comparison, max_rows: int = 30) -> str:
         rows = [
             [d.operator_name, module_label(d.module_path), str(d.call_order), d.status,
              fmt_ns(time_of(d.baseline)), fmt_ns(time_of(d.optimized)), fmt_ns(d.time_delta_ns),
-             fmt_ratio(_speedup(time_of(d.baseline), time_of(d.optimized))),
+             fmt_ratio(speedup(time_of(d.baseline), time_of(d.optimized))),
              f"{kernels_of(d.baseline)} → {kernels_of(d.optimized)}",
              f"{fmt_bytes(d.baseline.dram_bytes if d.baseline else None)} → "
              f"{fmt_bytes(d.optimized.dram_bytes if d.optimized else None)}"]
@@ -135,7 +135,7 @@ def render_comparison_markdown(c: Comparison, max_rows: int = 30) -> str:
         lines += [f"## Modules (largest changes first, top {min(max_rows, len(modules))} of {len(modules)})", ""]
         rows = [
             [m.module_path, fmt_ns(m.baseline_time_ns), fmt_ns(m.optimized_time_ns), fmt_ns(m.time_delta_ns),
-             fmt_ratio(_speedup(m.baseline_time_ns, m.optimized_time_ns)),
+             fmt_ratio(speedup(m.baseline_time_ns, m.optimized_time_ns)),
              f"{m.baseline_kernel_count} → {m.optimized_kernel_count}",
              f"{fmt_bytes(m.baseline_dram_bytes)} → {fmt_bytes(m.optimized_dram_bytes)}"]
             for m in modules[:max_rows]

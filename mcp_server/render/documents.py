@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from mcp_server.proof.validate import generated_test_path
 from mcp_server.render.inputs import ReportInputs
 from mcp_server.render.repro import CommandView, optimized_workload_path, plan_commands, report_commands, show_path
 from mcp_server.render.views import (
@@ -33,7 +34,6 @@ from mcp_server.render.views import (
     totals_view,
     validation_view,
 )
-from mcp_server.validate import generated_test_path
 
 
 class WindowView(BaseModel):

@@ -13,14 +13,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mcp_server.bench import load_bench_result
 from mcp_server.errors import ProfileFormatError
+from mcp_server.proof.bench import load_bench_result
+from mcp_server.proof.validate import load_validation_report
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import load_profile
 from mcp_server.schema.optimizations import OptimizationPlan, load_optimizations
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
-from mcp_server.validate import load_validation_report
 
 
 @dataclass

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from mcp_server.pipeline.rundir import MANIFEST, PROFILE
+from mcp_server.proof.validate import TOLERANCE_CLASSES
 from mcp_server.render.inputs import ReportInputs
+from mcp_server.rundir import RunDir
 from mcp_server.schema.optimizations import OptimizationPlan
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, ValidationReport
-from mcp_server.validate import TOLERANCE_CLASSES
 
 PROGRAM = "operator-profiler"
 
@@ -47,8 +47,9 @@ def show_path(path: str | Path, project_dir: Path) -> str:
 def rerun_dir(profile_path: Path) -> Path:
     """The run directory a re-capture writes: the profile's own run directory (a folder with manifest.json),
     else `<stem>_run/` beside a copied profile (DIR/profile_optimized.json -> DIR/profile_optimized_run/)."""
-    if profile_path.name == PROFILE and (profile_path.parent / MANIFEST).is_file():
-        return profile_path.parent
+    run = RunDir(profile_path.parent)
+    if profile_path == run.profile_path and run.manifest_path.is_file():
+        return run.path
     return profile_path.parent / f"{profile_path.stem}_run"
 
 
@@ -134,8 +135,8 @@ def report_commands(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> l
     if inputs.optimized is not None and inputs.optimized_path is not None:
         opt_run = rerun_dir(inputs.optimized_path)
         commands.append(profile_command(inputs.optimized, opt_run, project_dir, "profile the optimized workload"))
-        argv = [PROGRAM, "compare", show_path(base_run / PROFILE, project_dir),
-                show_path(opt_run / PROFILE, project_dir)]
+        argv = [PROGRAM, "compare", show_path(RunDir(base_run).profile_path, project_dir),
+                show_path(RunDir(opt_run).profile_path, project_dir)]
         if inputs.comparison is not None and inputs.comparison.allow_mismatch:
             argv.append("--allow-mismatch")
         if inputs.comparison_path is not None:

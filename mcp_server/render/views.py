@@ -12,12 +12,13 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_server.compare import COUNTERS, total
+from mcp_server.queries import top_operators
 from mcp_server.render.inputs import ReportInputs
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.optimizations import OptimizationItem, OptimizationPlan
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, ClockReading, Comparison, ValidationReport
-from mcp_server.summary import OperatorSummary, top_operators
+from mcp_server.schema.results import OperatorSummary
 
 COUNTER_LABELS = {
     "achieved_occupancy_pct": "occupancy %",

@@ -1,12 +1,15 @@
-"""The run directory's manifest.json: what was run, with which tools, and which artifacts it left."""
+"""The run directory's manifest.json: what was run, with which tools and options, and which artifacts it left."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-MANIFEST_VERSION = "1.0"
+from mcp_server.schema.requests import NcuOptions
+from mcp_server.schema.types import CaptureBackend, CompileMode, PassName, RunMode
+
+MANIFEST_VERSION = "1.1"
 
 
 class PassRecord(BaseModel):
@@ -14,13 +17,17 @@ class PassRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="'torch', 'nsys', 'ncu' or 'timing'.")
+    name: PassName = Field(description="'torch', 'nsys', 'ncu', 'ncu_variants' or 'timing'.")
     profiler: str = Field(description="What the harness did in its window: torch, nvtx or none.")
     command: list[str]
     attach_command: list[str] | None = Field(
         default=None,
         description="For a pass whose workload `command` started suspended (`ncu --mode launch`): the ncu "
         "command that attached to it, with what it replayed and collected.",
+    )
+    ncu: NcuOptions | None = Field(
+        default=None, description="For an ncu pass: what it replayed and collected, as asked (the replay filter "
+        "of a shape-variant pass included)."
     )
     directory: str = Field(description="Sub-directory of the run directory holding this pass's artifacts.")
     started_at: str
@@ -44,9 +51,9 @@ class RunManifest(BaseModel):
     created_at: str
     workload: str
     python: str
-    backend: str = Field(description="'torch' or 'nsys+ncu'.")
-    compile_mode: str
-    run_mode: str
+    backend: CaptureBackend = Field(description="'torch' or 'nsys+ncu'.")
+    compile_mode: CompileMode
+    run_mode: RunMode
     warmup_iters: int
     iters: int
     seed: int
@@ -54,3 +61,37 @@ class RunManifest(BaseModel):
     tool_versions: dict[str, str] = Field(default_factory=dict)
     gpu: dict[str, str] = Field(default_factory=dict, description="nvidia-smi's view: name, driver, clocks.")
     passes: list[PassRecord] = Field(default_factory=list)
+
+    def pass_named(self, name: PassName) -> PassRecord | None:
+        """The pass called `name`, if the run has one."""
+        return next((p for p in self.passes if p.name == name), None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        """A 1.0 manifest (before ncu options were recorded) gets its ncu passes' options from their commands."""
+        if isinstance(data, dict) and data.get("manifest_version") == "1.0":
+            data = {**data, "manifest_version": MANIFEST_VERSION, "passes": [
+                {**p, "ncu": _options_of_v1_command(p.get("attach_command") or p.get("command") or [])}
+                if isinstance(p, dict) and str(p.get("name", "")).startswith("ncu") and "ncu" not in p else p
+                for p in data.get("passes", [])
+            ]}
+        return data
+
+
+def _options_of_v1_command(command: list[str]) -> dict[str, Any]:
+    """The replay options an ncu command line of a version 1.0 manifest asked for (upgrading it; new manifests
+    record them as data)."""
+    values = dict(zip(command, command[1:], strict=False))
+    count = values.get("--launch-count")
+    per_config = values.get("--filter-mode") == "per-launch-config"
+    options: dict[str, Any] = {
+        "dedupe": per_config,
+        "kernel_regex": values["--kernel-name"].removeprefix("regex:") if "--kernel-name" in values else None,
+        "launch_skip": int(values["--launch-skip"]) if "--launch-skip" in values else None,
+        "launch_count": int(count) if count is not None and not per_config else None,
+        "metric_set": values.get("--set"),
+        "sections": tuple(v for f, v in zip(command, command[1:], strict=False) if f == "--section"),
+        "ncu_sudo": command[:2] == ["sudo", "-n"],
+    }
+    return options

@@ -12,6 +12,8 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcp_server.schema.types import CompileMode, RunMode
+
 SCHEMA_VERSION = "1.0"
 
 
@@ -131,8 +133,8 @@ class CaptureMetadata(_Model):
     python_executable: str
     hostname: str | None = None
     workload: str
-    compile_mode: str
-    run_mode: str = Field(description="'inference' (forward under no_grad) or 'train_step'.")
+    compile_mode: CompileMode
+    run_mode: RunMode = Field(description="'inference' (forward under no_grad) or 'train_step'.")
     warmup_iters: int
     iters: int
     seed: int

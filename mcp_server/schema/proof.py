@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcp_server.schema.types import CompileMode, RunMode
+
 COMPARISON_VERSION = "1.0"
 BENCH_VERSION = "1.0"
 VALIDATION_VERSION = "1.0"
@@ -31,8 +33,8 @@ class ProfileSummary(_Model):
     device_type: str
     device_name: str | None = None
     gpu_used: bool
-    compile_mode: str
-    run_mode: str
+    compile_mode: CompileMode
+    run_mode: RunMode
     iters: int
     torch_version: str
     tool: str

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from plugins.tools import find_executable
+from mcp_server.schema.requests import NcuOptions
+from plugins.executables import find_executable
 
 NCU_GLOBS = ["/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/bin/ncu", "/usr/local/NVIDIA-Nsight-Compute*/ncu"]
 METRICS_FILE = Path(__file__).with_name("metrics.yaml")
@@ -25,21 +25,6 @@ def default_metrics() -> dict[str, str]:
     return {key: spec["metric"] for key, spec in data["metrics"].items()}
 
 
-@dataclass
-class NcuOptions:
-    """What to replay and which counters to collect."""
-
-    dedupe: bool = True
-    kernel_regex: str | None = None
-    launch_skip: int | None = None
-    launch_count: int | None = None
-    max_kernels: int | None = None  # stop once this many kernels were replayed (ncu has no overall cap)
-    sections: list[str] = field(default_factory=list)
-    metric_set: str | None = None
-    cuda_graphs: bool = False
-    sudo: bool = False
-
-
 PROFILED_LINE = re.compile(r"^==PROF== Profiling .* - \d+ passes$")
 
 
@@ -48,12 +33,13 @@ def is_replayed_kernel(line: str) -> bool:
     return bool(PROFILED_LINE.match(line.strip()))
 
 
-def capture_command(ncu: str, report_base: Path, options: NcuOptions) -> list[str]:
+def capture_command(ncu: str, report_base: Path, options: NcuOptions, cuda_graphs: bool = False) -> list[str]:
     """The ncu prefix: kernel replay of the window's kernels, those launched between the harness's
     cudaProfilerStart and cudaProfilerStop on any host thread (an NVTX range filter would see only the
-    launches of the thread that opened `operator_profiler::measure`). NVTX ranges are still recorded."""
+    launches of the thread that opened `operator_profiler::measure`). NVTX ranges are still recorded.
+    `cuda_graphs`: the workload replays CUDA graphs, whose kernels ncu profiles node by node."""
     return [*_sudo(options), ncu, "--target-processes", "application-only", "--nvtx",
-            *profile_options(report_base, options)]
+            *profile_options(report_base, options, cuda_graphs)]
 
 
 def launch_command(ncu: str, port: int, options: NcuOptions) -> list[str]:
@@ -63,16 +49,16 @@ def launch_command(ncu: str, port: int, options: NcuOptions) -> list[str]:
             "--port", str(port)]
 
 
-def attach_command(ncu: str, port: int, report_base: Path, options: NcuOptions) -> list[str]:
+def attach_command(ncu: str, port: int, report_base: Path, options: NcuOptions, cuda_graphs: bool = False) -> list[str]:
     """The ncu command that attaches to a workload started by `launch_command` on `port` and replays its window.
 
     Both take ncu's default range of ports from `port` on: the launcher holds one of them and the workload
     another (limited to one port, ncu 2025.3 found no process to attach to)."""
     return [*_sudo(options), ncu, "--mode", "attach", "--hostname", "127.0.0.1", "--port", str(port),
-            *profile_options(report_base, options)]
+            *profile_options(report_base, options, cuda_graphs)]
 
 
-def profile_options(report_base: Path, options: NcuOptions) -> list[str]:
+def profile_options(report_base: Path, options: NcuOptions, cuda_graphs: bool = False) -> list[str]:
     """What ncu replays (the window, filtered) and collects (the default metrics, plus any set or section).
     NVTX recording (`--nvtx`) is set where the workload starts: an attaching ncu refuses it."""
     cmd = [
@@ -89,14 +75,14 @@ def profile_options(report_base: Path, options: NcuOptions) -> list[str]:
         cmd += ["--kernel-name", f"regex:{options.kernel_regex}"]
     if options.launch_skip is not None:
         cmd += ["--launch-skip", str(options.launch_skip)]
-    if options.dedupe and options.launch_count is None:
+    if options.per_launch_config:
         cmd += ["--filter-mode", "per-launch-config", "--launch-count", "1"]
     elif options.launch_count is not None:
         cmd += ["--launch-count", str(options.launch_count)]
-    if options.cuda_graphs:
+    if cuda_graphs:
         cmd += ["--graph-profiling", "node"]
     return cmd
 
 
 def _sudo(options: NcuOptions) -> list[str]:
-    return ["sudo", "-n", "--preserve-env"] if options.sudo else []
+    return ["sudo", "-n", "--preserve-env"] if options.ncu_sudo else []

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from plugins.tools import find_executable
+from plugins.executables import find_executable
 
 NSYS_GLOBS = [
     "/opt/nvidia/nsight-systems*/bin/nsys",

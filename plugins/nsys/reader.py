@@ -28,17 +28,17 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, Field
 
+from mcp_server.children.contract import MEASURE_RANGE
 from mcp_server.schema.records import Frame, TraceKernel
+from plugins.bulk import gc_paused
 from plugins.nvtx_names import (
     FIELD_SEPARATOR,
-    MEASURE_RANGE,
     MODULE_PREFIX,
     is_operator,
     parse_range,
     parse_sizes,
     range_name,
 )
-from plugins.tools import gc_paused
 
 TABLES_FILE = Path(__file__).with_name("tables.yaml")
 T = TypeVar("T")

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX
 from mcp_server.schema.records import CpuOp, Frame, TraceKernel
 
 FORMAT_FILE = Path(__file__).with_name("trace_format.yaml")
@@ -43,8 +44,7 @@ class KinetoCapture(BaseModel):
 
 def classify(name: str) -> str:
     """'module' for `module:<path>` ranges, 'op' for namespaced operators, else 'annotation'."""
-    fmt = trace_format()
-    if name.startswith(fmt["module_prefix"]):
+    if name.startswith(MODULE_RANGE_PREFIX):
         return "module"
     head = name.split(",", 1)[0]
     if "::" in head and not head.startswith("operator_profiler::") and " " not in head:
@@ -76,7 +76,7 @@ def _frame(event: dict[str, Any]) -> Frame:
     args = event.get("args", {})
     start = _ns(event["ts"])
     return Frame(
-        name=name[len(trace_format()["module_prefix"]):] if kind == "module" else name,
+        name=name[len(MODULE_RANGE_PREFIX):] if kind == "module" else name,
         kind=kind,
         input_shapes=_shapes(args) if kind == "op" else None,
         input_dtypes=args.get(trace_format()["args"]["input_types"]) if kind == "op" else None,
@@ -124,7 +124,7 @@ def read_kineto_trace(path: Path) -> KinetoCapture:
         cat, args = event.get("cat"), event.get("args", {})
         if cat in cats["ranges"]:
             frame = _frame(event)
-            if event["name"] == fmt["measure_range"]:
+            if event["name"] == MEASURE_RANGE:
                 capture.window_start_ns, capture.window_end_ns = frame.start_ns, frame.end_ns
             ranges[int(event["tid"])].append(frame)
             if argn["external_id"] in args and cat == "cpu_op":

@@ -2,7 +2,7 @@
 
 import torch
 
-from mcp_server.pipeline.harness import NvtxCapture
+from mcp_server.children.script import NvtxCapture
 
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
 x = torch.randn(8, 16)

@@ -1,0 +1,316 @@
+"""The engine's facade: one function per verb, a typed request in, a schema model out.
+
+The CLI (`cli.py`) and the MCP server (`server.py`) are faces over these functions: they parse arguments or
+MCP parameters into the request, show progress, and print or return the result. Every verb has the signature
+`verb(request, progress=quiet, cancel=None)`; `progress` receives phase lines and children's output, and setting
+`cancel` stops any child the verb started (CancelledCapture). Imports of the heavier stages (analysis's charts,
+Jinja2's templates) happen inside the verbs that need them.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+from mcp_server.assemble import assemble as assemble_profile
+from mcp_server.assemble import write_profile
+from mcp_server.capture.request import CaptureRequest, check_workload
+from mcp_server.capture.schedule import capture, choose_backend, map_counters
+from mcp_server.compare import compare_paths
+from mcp_server.errors import BackendUnavailable, UsageError
+from mcp_server.preflight import format_report
+from mcp_server.preflight import preflight as check_machine
+from mcp_server.progress import Progress, quiet
+from mcp_server.proof.bench import bench as run_bench
+from mcp_server.proof.bench import load_bench_result
+from mcp_server.proof.bench import summary_line as bench_line
+from mcp_server.proof.validate import render_checks
+from mcp_server.proof.validate import validate as run_validate
+from mcp_server.queries import cached_profile, header, top_operators_result, top_rows
+from mcp_server.queries import kernel_detail as kernel_query
+from mcp_server.queries import operator_detail as operator_query
+from mcp_server.render.comparison import summary_line as compare_line
+from mcp_server.render.comparison import write_comparison
+from mcp_server.rundir import RunDir, dropped_if_empty, files_under, output_folder, profile_file
+from mcp_server.schema.io import load_profile
+from mcp_server.schema.requests import (
+    AnalyzeRequest,
+    AssembleRequest,
+    BenchRequest,
+    CompareRequest,
+    Interpreter,
+    KernelDetailRequest,
+    MapRequest,
+    NcuOptions,
+    OperatorDetailRequest,
+    PreflightRequest,
+    ProfileRequest,
+    ReportRequest,
+    SummaryRequest,
+    ValidateRequest,
+    cli_flags,
+)
+from mcp_server.schema.results import (
+    AnalyzeResult,
+    BenchSideSummary,
+    BenchToolResult,
+    CompareResult,
+    InterpreterInfo,
+    KernelDetail,
+    OperatorDetail,
+    PreflightResult,
+    ProfileRun,
+    ReportResult,
+    TopOperatorsResult,
+    ValidateToolResult,
+)
+
+Cancel = threading.Event | None
+PROGRAM = "operator-profiler"
+BACKEND_NAMES = {"torch": "torch.profiler (Kineto)", "nsys": "nsys timeline"}
+TORCH_VERSION = re.compile(r"^torch (\S+)")
+NO_COUNTERS_HERE = (
+    "no hardware counters: nsys and ncu need an NVIDIA GPU with Nsight Systems and Compute here (see "
+    "`operator-profiler preflight`); profiling with torch.profiler instead"
+)
+
+
+# --------------------------------------------------------------------------------------------- capture
+
+
+def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
+    """Capture the workload's window into a run directory and assemble profile.json; with `req.ncu`, replay
+    its kernels under ncu too (the `run` verb)."""
+    chosen = choose_backend(req.backend)
+    counters = req.ncu is not None and chosen == "nsys"
+    if req.ncu is not None and not counters:
+        if req.require_counters:
+            raise BackendUnavailable(
+                "counters need the nsys backend (an NVIDIA GPU with nsys and ncu), not available here",
+                "drop counters, or run on a GPU machine where `preflight` passes",
+            )
+        progress(f"profile: {NO_COUNTERS_HERE}")
+    check_workload(req.workload, req.python.python)  # before any directory is made
+    run_dir = RunDir(output_folder(req.output, req.project, req.workload)).prepare()
+    cap = CaptureRequest.of(req.workload, run_dir, req.python.python, req.capture)
+    label = BACKEND_NAMES[chosen] + (" + ncu counters" if counters else "")
+    note = f"{req.backend} -> {label}" + (
+        " (no NVIDIA GPU with nsys and ncu here)" if req.backend == "auto" and chosen == "torch" else ""
+    )
+    progress(f"profile: {label} into {run_dir.path} under {req.python.python}")
+    command = req.command_line or _equivalent_command(req, run_dir, counters)
+    with run_dir.locked():
+        capture(cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel)
+        return _profile_run(run_dir, req.python, note, req.top, progress)
+
+
+def run(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
+    """profile with ncu counters: the nsys timeline and the ncu replay (default options unless `req.ncu`)."""
+    return profile(req if req.ncu is not None else req.model_copy(update={"ncu": NcuOptions()}), progress, cancel)
+
+
+def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
+    """Replay a captured nsys run's kernels under ncu and rebuild its profile.json."""
+    run_dir = RunDir.existing(req.run_dir)
+    manifest = run_dir.read_manifest()
+    if manifest.backend != "nsys+ncu":
+        raise UsageError(f"{run_dir.path} was captured with backend {manifest.backend}",
+                         "map needs a run captured with the nsys backend: profile with backend='nsys' (--backend nsys) on a "
+                         "GPU machine")
+    cap = CaptureRequest(
+        workload=Path(manifest.workload), run_dir=run_dir, python=manifest.python,
+        compile_mode=manifest.compile_mode, warmup_iters=manifest.warmup_iters, iters=manifest.iters,
+        seed=manifest.seed, train_step=manifest.run_mode == "train_step", timeout_s=req.timeout_s,
+    )
+    progress(f"map: ncu replay of {run_dir.path} under {manifest.python}")
+    with run_dir.locked():
+        map_counters(cap, req.ncu, progress, cancel)
+        return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
+                            "nsys+ncu: counters replayed by ncu at base clocks, durations from nsys at real clocks",
+                            req.top, progress)
+
+
+def assemble(req: AssembleRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
+    """Rebuild profile.json from a run directory's raw artifacts (no GPU, no workload)."""
+    run_dir = RunDir.existing(req.run_dir)
+    manifest = run_dir.read_manifest()
+    progress(f"assemble: {run_dir.path}")
+    with run_dir.locked():
+        return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
+                            f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
+
+
+def _profile_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, progress: Progress) -> ProfileRun:
+    """Assemble and write the run's profile.json; the result naming every file of the run."""
+    progress("assembling profile.json")
+    profile = assemble_profile(run_dir)
+    path = write_profile(run_dir.profile_path, profile)
+    meta = profile.capture_metadata
+    if not meta.gpu_used:
+        note += "; NO GPU USED: CUDA was not available to the workload, so times are CPU operator times"
+    return ProfileRun(
+        run_dir=str(run_dir.path), profile_path=str(path), manifest_path=str(run_dir.manifest_path),
+        files=run_dir.files(), backend=run_dir.read_manifest().backend, backend_note=note,
+        interpreter=InterpreterInfo(python=interp.python, source=interp.source, executable=meta.python_executable,
+                                    torch_version=meta.torch_version),
+        profile=header(profile, path), window=profile.window, top_operators=top_rows(profile, top),
+        unattributed_kernel_count=len(profile.unattributed_kernels), warnings=profile.warnings, notes=meta.notes,
+    )
+
+
+def _equivalent_command(req: ProfileRequest, run_dir: RunDir, counters: bool) -> list[str]:
+    """The CLI command that captures what `req` asks for, as the manifest records it."""
+    command = [PROGRAM, "run" if counters else "profile", str(req.workload), "--backend", req.backend,
+               "--python", req.python.python, "--output", str(run_dir.path), *cli_flags(req.capture)]
+    return command + (cli_flags(req.ncu) if counters and req.ncu is not None else [])
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+def summary(req: SummaryRequest, progress: Progress = quiet, cancel: Cancel = None) -> TopOperatorsResult:
+    """The window and the heaviest operators of a profile."""
+    return top_operators_result(profile_file(req.profile), req.top)
+
+
+def operator_detail(req: OperatorDetailRequest, progress: Progress = quiet, cancel: Cancel = None) -> OperatorDetail:
+    """One operator call: module path, shapes, fused operators, its kernels and their counters."""
+    return operator_query(profile_file(req.profile), req.operator_id, req.max_kernels)
+
+
+def kernel_detail(req: KernelDetailRequest, progress: Progress = quiet, cancel: Cancel = None) -> KernelDetail:
+    """One kernel launch with every counter, its attribution and the launches sharing its counters."""
+    return kernel_query(profile_file(req.profile), req.kernel_id)
+
+
+def analyze(req: AnalyzeRequest, progress: Progress = quiet, cancel: Cancel = None) -> AnalyzeResult:
+    """Diagnose a profile: analysis.json, trace.json and charts."""
+    from mcp_server.analysis import analyze_profile, format_summary  # charts import matplotlib: only here
+
+    path = profile_file(req.profile)
+    loaded = load_profile(path)
+    with dropped_if_empty(output_folder(req.output, req.project, Path(loaded.capture_metadata.workload),
+                                        "analysis")) as out:
+        progress(f"analyze: {path}")
+        analysis = analyze_profile(loaded, out, profile_path=path.resolve(), measure=req.measure)
+    return AnalyzeResult(
+        analysis_path=analysis.artifacts.get("analysis.json", str(out / "analysis.json")), out_dir=str(out),
+        files=files_under(out), summary=format_summary(analysis), profile=header(loaded, path),
+        configuration=analysis.configuration, gpu_data=analysis.gpu_data, counters=analysis.counters,
+        diagnosis=analysis.diagnosis, stages=analysis.stages, opportunities=analysis.opportunities,
+        findings=analysis.findings, cpu_hotspots=analysis.cpu_hotspots, timeline=analysis.timeline,
+        notes=analysis.notes,
+    )
+
+
+def compare(req: CompareRequest, progress: Progress = quiet, cancel: Cancel = None) -> CompareResult:
+    """Compare two profiles: comparison.json and comparison.md."""
+    base, opt = profile_file(req.baseline), profile_file(req.optimized)
+    progress(f"compare: {base} against {opt}")
+    comparison = compare_paths(base, opt, req.allow_mismatch)
+    with dropped_if_empty(output_folder(req.output, req.project, Path(comparison.optimized.workload),
+                                        "compare")) as out:
+        json_path, md_path = write_comparison(comparison, out)
+    moved = sorted(comparison.operators, key=lambda d: abs(d.time_delta_ns), reverse=True)
+    return CompareResult(
+        comparison_path=str(json_path), markdown_path=str(md_path), files=files_under(out),
+        summary=compare_line(comparison), time_basis=comparison.time_basis, baseline=comparison.baseline,
+        optimized=comparison.optimized, totals=comparison.totals, match_counts=comparison.match_counts,
+        operator_deltas=moved[:req.top], operator_delta_count=len(moved), new_casts=comparison.new_casts,
+        mismatches=comparison.mismatches, warnings=comparison.warnings,
+    )
+
+
+# --------------------------------------------------------------------------------------------- proof
+
+
+def bench(req: BenchRequest, progress: Progress = quiet, cancel: Cancel = None) -> BenchToolResult:
+    """Time the two workloads interleaved in one child: bench.json."""
+    progress(f"bench: {req.baseline.name} against {req.optimized.name} under {req.python.python}")
+    with dropped_if_empty(output_folder(req.output, req.project, req.optimized, "bench")) as out:
+        result = run_bench(req.baseline, req.optimized, python=req.python.python, warmup=req.warmup, reps=req.reps,
+                           rounds=req.rounds, input_sets=req.input_sets, seed=req.seed,
+                           baseline_mode=req.baseline_mode, out_dir=out, timeout_s=req.timeout_s,
+                           progress=progress, cancel=cancel)
+    sides = {name: BenchSideSummary(workload=s.workload, how_run=s.how_run, first_call_ns=s.first_call_ns,
+                                    timing=s.summary)
+             for name, s in (("baseline", result.baseline), ("optimized", result.optimized))}
+    return BenchToolResult(
+        bench_path=str(out / "bench.json"), out_dir=str(out), files=files_under(out), summary=bench_line(result),
+        speedup=result.speedup, baseline=sides["baseline"], optimized=sides["optimized"],
+        device_type=result.device_type, device_name=result.device_name, timer=result.timer,
+        interpreter=InterpreterInfo(python=req.python.python, source=req.python.source,
+                                    executable=result.python_executable, torch_version=result.torch_version),
+        warnings=result.warnings,
+    )
+
+
+def validate(req: ValidateRequest, progress: Progress = quiet, cancel: Cancel = None) -> ValidateToolResult:
+    """Check the optimized workload against the baseline: validation_report.json."""
+    speedup = req.speedup
+    if req.bench_json is not None:
+        speedup = load_bench_result(req.bench_json).speedup.point
+    progress(f"validate: {req.optimized.name} against {req.baseline.name} under {req.python.python}")
+    with dropped_if_empty(output_folder(req.output, req.project, req.optimized, "validate")) as out:
+        report = run_validate(req.baseline, req.optimized, python=req.python.python, seeds=req.seeds, rtol=req.rtol,
+                              atol=req.atol, tolerances=req.tolerances, run_tests=req.run_tests, speedup=speedup,
+                              max_plausible_speedup=req.max_plausible_speedup, out_dir=out, timeout_s=req.timeout_s,
+                              progress=progress, cancel=cancel)
+    return ValidateToolResult(
+        report_path=str(out / "validation_report.json"), out_dir=str(out), files=files_under(out),
+        passed=report.passed, failed_checks=report.failed_checks, summary=render_checks(report).splitlines()[0],
+        checks=report.checks, device_type=report.device_type, device_name=report.device_name,
+        max_abs_error=report.max_abs_error, max_rel_error=report.max_rel_error, speedup=report.speedup,
+        max_plausible_speedup=report.max_plausible_speedup, precision_note=report.precision_note,
+        interpreter=InterpreterInfo(python=req.python.python, source=req.python.source,
+                                    executable=report.python_executable, torch_version=report.torch_version),
+        warnings=report.warnings,
+    )
+
+
+# --------------------------------------------------------------------------------------------- documents
+
+
+def report(req: ReportRequest, progress: Progress = quiet, cancel: Cancel = None) -> ReportResult:
+    """Render report.md (and OPTIMIZED_WORKLOAD.md), or with `plan` proposal.md and implementation.md."""
+    from mcp_server.render import render_plan, render_report  # Jinja2 and the templates: only here
+
+    base = profile_file(req.baseline_profile)
+    optimized = profile_file(req.optimized_profile) if req.optimized_profile else None
+    if req.plan and req.optimizations is None:
+        raise UsageError("plan mode needs optimizations", "pass the optimizations.json the strategist wrote")
+    workload = Path(cached_profile(base).capture_metadata.workload)
+    with dropped_if_empty(output_folder(req.output, req.project, workload, "report")) as out:
+        progress(f"report: rendering into {out}")
+        if req.plan:
+            assert req.optimizations is not None
+            written = render_plan(base, req.optimizations, out, analysis=req.analysis, project_dir=req.project)
+            main = "proposal.md"
+        else:
+            written = render_report(
+                base, out, optimized_profile=optimized, analysis=req.analysis, comparison=req.comparison,
+                bench=req.bench_json, validation=req.validation, optimizations=req.optimizations,
+                project_dir=req.project,
+            )
+            main = "report.md"
+    by_name = {p.name: str(p) for p in written}
+    return ReportResult(report_path=by_name.get(main, str(out / main)),
+                        optimized_workload_path=by_name.get("OPTIMIZED_WORKLOAD.md"), out_dir=str(out),
+                        files=[str(p) for p in written])
+
+
+# --------------------------------------------------------------------------------------------- the machine
+
+
+def preflight(req: PreflightRequest, progress: Progress = quiet, cancel: Cancel = None) -> PreflightResult:
+    """GPU, driver, torch/CUDA under the chosen interpreter, nsys, ncu and counter permission."""
+    progress(f"preflight: checking this machine and {req.python.python}")
+    found = check_machine(req.python.python, quick=req.quick)
+    torch_check = next((c for c in found.checks if c.name == "torch"), None)
+    version = TORCH_VERSION.match(torch_check.detail) if torch_check is not None and torch_check.detail else None
+    return PreflightResult(
+        ok=found.ok, checks=found.checks, backend=found.backend, summary=format_report(found),
+        interpreter=InterpreterInfo(python=req.python.python, source=req.python.source,
+                                    torch_version=version.group(1) if version else None),
+    )

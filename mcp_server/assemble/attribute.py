@@ -1,0 +1,433 @@
+"""Attribution: tie every window kernel to the operator call and module that launched it.
+
+The confidence ladder (DESIGN.md): Kineto External-id correlation (high) -> NVTX enclosure (medium) ->
+Inductor provenance (medium) -> unattributed (kept, never dropped). An operator call is the outermost
+operator range enclosing the launch; the innermost one is kept as the kernel's `launch_op`.
+
+Kernels are consumed one at a time (a list, or a reader's stream of a million), and their records are built
+without re-validating values the readers already typed. Records hold no private copy of what repeats: kernels
+of equal attribution share one `Attribution`, and all kernel records one (complete) fields-set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mcp_server.assemble.aggregate import aggregate_into, counted_fields, finish_record
+from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance
+from mcp_server.schema.profile import (
+    AggregatedMetrics,
+    Attribution,
+    AttributionMethod,
+    Confidence,
+    KernelRecord,
+    Metric,
+    OperatorRecord,
+)
+from mcp_server.schema.records import TraceKernel
+
+Counters = Callable[[int], tuple[dict[str, Metric], int | None]]
+
+
+class FrameLike(Protocol):
+    """What attribution reads of an enclosing range: `Frame`, or the nsys reader's light `NvtxRange`."""
+
+    name: str
+    kind: str
+    start_ns: int | None
+    input_shapes: list[list[int] | None] | None
+    input_dtypes: list[str | None] | None
+
+
+class KernelLike(Protocol):
+    """What attribution reads of a timeline kernel: `TraceKernel`, or the nsys reader's light `WindowKernel`."""
+
+    ordinal: int
+    name: str
+    mangled_name: str | None
+    start_ns: int
+    duration_ns: int
+    device_id: int | None
+    stream_id: int | None
+    correlation_id: int | None
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+    registers_per_thread: int | None
+    shared_memory_bytes: int | None
+    launch_thread: int | None
+    stack: Sequence[FrameLike]
+    linked_op: str | None
+
+
+@dataclass(slots=True)
+class _Call:
+    """Kernels of one operator call, before they become an OperatorRecord."""
+
+    name: str
+    first_ordinal: int
+    module_path: str | None
+    input_shapes: list[list[int] | None] | None = None
+    input_dtypes: list[str | None] | None = None
+    origin: KernelOrigin | None = None
+    graph_call: tuple[object, ...] | None = None
+    kernels: list[KernelRecord] = field(default_factory=list)
+
+
+def _module_path(stack: Sequence[FrameLike]) -> str | None:
+    modules = [f.name for f in stack if f.kind == "module"]
+    return modules[-1] if modules else None
+
+
+def _triton_range(stack: Sequence[FrameLike], origins: dict[str, KernelOrigin]) -> str | None:
+    """The innermost launch marker range naming a generated kernel."""
+    for frame in reversed(stack):
+        head = frame.name.split(",", 1)[0].strip()
+        if frame.kind == "annotation" and head in origins:
+            return head
+    return None
+
+
+class _StackFacts:
+    """What attribution needs of one stack, worked out once for all the kernels launched under it."""
+
+    __slots__ = ("outer_op", "launch_op", "module_path", "graph", "triton", "attribution")
+
+    def __init__(self, stack: Sequence[FrameLike], origins: dict[str, KernelOrigin], known: _Attributions) -> None:
+        ops = [f for f in stack if f.kind == "op"]
+        self.outer_op = ops[0] if ops else None
+        self.launch_op = ops[-1].name if ops else None
+        self.module_path = _module_path(stack)
+        self.graph = next((f for f in stack if f.name.startswith(GRAPH_CALL_PREFIX)), None)
+        self.triton = None if ops else _triton_range(stack, origins)
+        # NVTX enclosure: the attribution of every kernel under this stack the tool itself did not link
+        self.attribution = known.operator(self.launch_op, False) if ops else None
+
+
+_OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
+_BUILT_OPERATOR_FIELDS = frozenset({
+    "operator_id", "operator_name", "call_index", "module_path", "input_shapes", "input_dtypes", "is_fused",
+    "fused_operators", "kernels", "aggregated",
+})
+_KERNEL_FIELDS = frozenset(KernelRecord.model_fields)
+_BUILT_KERNEL_FIELDS = frozenset({
+    "kernel_id", "kernel_name", "mangled_name", "device_id", "stream_id", "correlation_id", "start_ns", "duration_ns",
+    "grid", "block", "registers_per_thread", "shared_memory_bytes", "module_path", "attribution", "metrics",
+    "propagated_from",
+})
+if _KERNEL_FIELDS != _BUILT_KERNEL_FIELDS or _OPERATOR_FIELDS != _BUILT_OPERATOR_FIELDS:
+    raise ImportError("KernelRecord/OperatorRecord fields changed: update _kernel_record and _operators")
+_set = object.__setattr__
+
+
+def _kernel_record(
+    kernel: KernelLike, start_ns: int, module_path: str | None, attribution: Attribution,
+    metrics: dict[str, Metric], propagated: int | None, fields_set: set[str],
+) -> KernelRecord:
+    """KernelRecord(...) of already typed values, without validation (a million of them: about 2 us each)."""
+    record = KernelRecord.__new__(KernelRecord)
+    _set(record, "kernel_id", kernel.ordinal)
+    _set(record, "kernel_name", kernel.name)
+    _set(record, "mangled_name", kernel.mangled_name)
+    _set(record, "device_id", kernel.device_id)
+    _set(record, "stream_id", kernel.stream_id)
+    _set(record, "correlation_id", kernel.correlation_id)
+    _set(record, "start_ns", start_ns)
+    _set(record, "duration_ns", kernel.duration_ns)
+    _set(record, "grid", kernel.grid)
+    _set(record, "block", kernel.block)
+    _set(record, "registers_per_thread", kernel.registers_per_thread)
+    _set(record, "shared_memory_bytes", kernel.shared_memory_bytes)
+    _set(record, "module_path", module_path)
+    _set(record, "attribution", attribution)
+    _set(record, "metrics", metrics)
+    _set(record, "propagated_from", propagated)
+    finish_record(record, fields_set)
+    return record
+
+
+class _Attributions:
+    """One Attribution per distinct (method, confidence, launch_op, detail), built as attribute_kernels always has."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[Any, ...], Attribution] = {}
+        self.none = Attribution(method=AttributionMethod.UNATTRIBUTED, confidence=Confidence.NONE)
+
+    def operator(self, launch_op: str, linked: bool) -> Attribution:
+        key = ("op", launch_op, linked)
+        found = self.known.get(key)
+        if found is None:
+            found = self.known[key] = Attribution(
+                method=AttributionMethod.KINETO_CORRELATION if linked else AttributionMethod.NVTX_ENCLOSURE,
+                confidence=Confidence.HIGH if linked else Confidence.MEDIUM,
+                launch_op=launch_op,
+            )
+        return found
+
+    def fused(self, origin: KernelOrigin) -> Attribution:
+        detail = f"fused: {', '.join(origin.aten_ops)}"
+        key = ("fused", detail)
+        found = self.known.get(key)
+        if found is None:
+            found = self.known[key] = Attribution(
+                method=AttributionMethod.INDUCTOR_PROVENANCE, confidence=Confidence.MEDIUM, detail=detail
+            )
+        return found
+
+
+def attribute_kernels(
+    kernels: list[TraceKernel],
+    provenance: Provenance,
+    window_start_ns: int,
+    counters: Counters | None = None,
+    high_confidence_links: bool = True,
+) -> tuple[list[OperatorRecord], list[KernelRecord]]:
+    """Group kernels into operator calls; return (operators in window order, unattributed kernels).
+
+    `counters(ordinal)` supplies each kernel's ncu metrics and the ordinal they were propagated from.
+    `high_confidence_links`: the stack comes from the same capture as the tool's own launch correlation
+    (Kineto); NVTX stacks (nsys) give medium confidence.
+    """
+    return attribute_stream(kernels, provenance, window_start_ns, counters, high_confidence_links, for_profile=False)
+
+
+def attribute_stream(
+    kernels: Iterable[KernelLike],
+    provenance: Provenance,
+    window_start_ns: int,
+    counters: Counters | None = None,
+    high_confidence_links: bool = True,
+    for_profile: bool = True,
+) -> tuple[list[OperatorRecord], list[KernelRecord]]:
+    """`attribute_kernels` over any iterable of kernels (a reader's stream), in one pass.
+
+    `for_profile`: the records go into a profile, read-only. Each operator also carries `aggregate(op.kernels)`
+    as the assemblers set it, and values that repeat by the million are shared: equal input shapes are one
+    list, the aggregated blocks one fields-set.
+    """
+    origins = provenance.kernels
+    calls: dict[tuple[object, ...], _Call] = {}
+    unattributed: list[KernelRecord] = []
+    attributions = _Attributions()
+    fields_set = set(_KERNEL_FIELDS)  # every field is set: shared, it can never change
+    facts: _StackFacts | None = None
+    last_stack: Sequence[FrameLike] | None = None
+    last_key: tuple[object, ...] | None = None
+    call: _Call | None = None
+    shapes_seen: dict[object, list[list[int] | None]] = {}
+    orphans: dict[tuple[object, ...], list[KernelRecord]] = {}
+    orphan_graph: tuple[object, ...] | None = None
+    for kernel in kernels:
+        stack = kernel.stack
+        if stack is not last_stack or facts is None:
+            facts, last_stack = _StackFacts(stack, origins, attributions), stack
+        if counters is not None:
+            metrics, propagated = counters(kernel.ordinal)
+            metrics = dict(metrics)
+        else:
+            metrics, propagated = {}, None
+        outer = facts.outer_op
+        module_path = facts.module_path
+        if outer is not None:
+            attribution = facts.attribution
+            if high_confidence_links and kernel.linked_op == facts.launch_op:
+                attribution = attributions.operator(facts.launch_op, True)
+            key: tuple[object, ...] = ("op", kernel.launch_thread, outer.start_ns, outer.name)
+            if key != last_key:
+                call = calls.get(key)
+                if call is None:
+                    graph = facts.graph
+                    graph_key = (kernel.launch_thread, graph.start_ns) if graph is not None else None
+                    shapes = _copy_shapes(outer.input_shapes)
+                    if for_profile and shapes is not None:
+                        shapes = shapes_seen.setdefault(_frozen(shapes), shapes)
+                    call = calls[key] = _Call(
+                        outer.name, kernel.ordinal, module_path, shapes,
+                        None if outer.input_dtypes is None else list(outer.input_dtypes), graph_call=graph_key,
+                    )
+                last_key = key
+        else:
+            triton = kernel.name if kernel.name in origins else facts.triton
+            last_key = None
+            if triton is not None:
+                origin = origins[triton]
+                attribution = attributions.fused(origin)
+                module_path = origin.module_path
+                graph = facts.graph
+                graph_key = (kernel.launch_thread, graph.start_ns) if graph is not None else None
+                fused = _Call(triton, kernel.ordinal, module_path, origin=origin, graph_call=graph_key)
+                call = calls.setdefault(("fused", kernel.ordinal), fused)
+            else:
+                attribution, call = attributions.none, None
+                if facts.graph is not None:  # a library kernel replayed by a CUDA graph: aligned below
+                    orphan_graph = (kernel.launch_thread, facts.graph.start_ns)
+        record = _kernel_record(
+            kernel, kernel.start_ns - window_start_ns, module_path, attribution, metrics, propagated, fields_set
+        )
+        if call is None:
+            unattributed.append(record)
+            if orphan_graph is not None:
+                orphans.setdefault(orphan_graph, []).append(record)
+                orphan_graph = None
+        else:
+            call.kernels.append(record)
+    ordered = sorted(calls.values(), key=lambda c: c.first_ordinal)
+    calls.clear()
+    if orphans:
+        aligned = _align_graph_replays(ordered, orphans, provenance.extern_calls)
+        if aligned:
+            placed = {id(r) for c in aligned for r in c.kernels}
+            unattributed = [r for r in unattributed if id(r) not in placed]
+            ordered = sorted(ordered + aligned, key=lambda c: c.first_ordinal)
+    _extern_module_paths(ordered, provenance.extern_calls)
+    return _operators(ordered, for_profile), unattributed
+
+
+def _copy_shapes(shapes: list[list[int] | None] | None) -> list[list[int] | None] | None:
+    """A copy of a frame's input shapes, as validating them into an OperatorRecord makes."""
+    return None if shapes is None else [None if dims is None else list(dims) for dims in shapes]
+
+
+def _frozen(shapes: list[list[int] | None]) -> object:
+    """Input shapes as a dict key."""
+    return tuple(None if dims is None else tuple(dims) for dims in shapes)
+
+
+def _extern_module_paths(calls: list[_Call], sequences: list[list[ExternCall]]) -> None:
+    """Give the operator calls inside a compiled graph the module of their own call site.
+
+    Within one call of a compiled graph, its launches run in the order of the generated call(): library
+    (extern) calls and generated kernels alike. The generated module whose launch sequence contains the
+    observed one, in order, supplies each call site's module — so a generated kernel Inductor reuses in a
+    later layer gets that layer's module, not the one of its definition's first use.
+    """
+    groups: dict[tuple[object, ...], list[_Call]] = {}
+    for call in calls:
+        if call.graph_call is not None:
+            groups.setdefault(call.graph_call, []).append(call)
+    for whole in groups.values():
+        # The whole launch sequence when the generated code lists it; the library calls alone otherwise.
+        # Calls the generated code does not make (e.g. CUDA-graph input copies) are left out of the match.
+        matched, group = None, whole
+        for sequence in sequences:
+            names = {site.operator_name for site in sequence}
+            known = [c for c in whole if c.name in names]
+            for group in (known, [c for c in known if c.origin is None]):
+                matched = _in_order(group, sequence) if group else None
+                if matched is not None:
+                    break
+            if matched is not None:
+                break
+        for call, site in zip(group, matched or [], strict=False):
+            path = site.module_path if call.origin is not None else call.module_path or site.module_path
+            if path and path != call.module_path:
+                call.module_path = path
+                for record in call.kernels:
+                    _set(record, "module_path", path)
+
+
+_REPLAY_DETAIL = "CUDA graph replay: placed by the generated call()'s launch order"
+
+
+def _align_graph_replays(
+    calls: list[_Call], orphans: dict[tuple[object, ...], list[KernelRecord]], sequences: list[list[ExternCall]]
+) -> list[_Call]:
+    """Operator calls for library kernels a CUDA graph replayed (no operator range encloses them).
+
+    The graph replays the generated call()'s launches in order. Its generated kernels, identified by name,
+    anchor the sequence; the library kernels between two anchors belong to the extern calls between the
+    matching call sites: all of them to the one extern call there, or one per call in order (the rest to the
+    last) when there are several. Kernels with no extern call between their anchors stay unattributed.
+    """
+    aligned: list[_Call] = []
+    attribution = Attribution(
+        method=AttributionMethod.INDUCTOR_PROVENANCE, confidence=Confidence.MEDIUM, detail=_REPLAY_DETAIL
+    )
+    for graph, kernels in orphans.items():
+        anchors = [c for c in calls if c.graph_call == graph and c.origin is not None]
+        for sequence in sequences:
+            sites = _site_indices([a.name for a in anchors], sequence)
+            if sites is None:
+                continue
+            site_of = {id(a): i for a, i in zip(anchors, sites, strict=True)}
+            gaps: dict[tuple[int, int], list[KernelRecord]] = {}
+            for record in kernels:
+                before = [a for a in anchors if a.first_ordinal < record.kernel_id]
+                after = [a for a in anchors if a.first_ordinal > record.kernel_id]
+                low = site_of[id(before[-1])] if before else -1
+                high = site_of[id(after[0])] if after else len(sequence)
+                gaps.setdefault((low, high), []).append(record)
+            for (low, high), records in gaps.items():
+                externs = [site for site in sequence[low + 1:high] if site.kind == "extern"]
+                if not externs:
+                    continue
+                shares = [records[i:i + 1] for i in range(len(externs) - 1)] + [records[len(externs) - 1:]]
+                for site, share in zip(externs, shares, strict=True):
+                    if not share:
+                        continue
+                    call = _Call(site.operator_name, share[0].kernel_id, site.module_path, graph_call=graph)
+                    for record in share:
+                        _set(record, "attribution", attribution)
+                        _set(record, "module_path", site.module_path)
+                        call.kernels.append(record)
+                    aligned.append(call)
+            break
+    return aligned
+
+
+def _site_indices(kernel_names: list[str], sequence: list[ExternCall]) -> list[int] | None:
+    """Indices of the generated-kernel call sites the names launch, in order, or None when they do not fit."""
+    indices, position = [], 0
+    for name in kernel_names:
+        while position < len(sequence) and not (
+            sequence[position].kind == "triton" and sequence[position].operator_name == name
+        ):
+            position += 1
+        if position == len(sequence):
+            return None
+        indices.append(position)
+        position += 1
+    return indices
+
+
+def _in_order(group: list[_Call], sequence: list[ExternCall]) -> list[ExternCall] | None:
+    """The extern calls the group's operators are, in order (some externs may launch no kernel), or None."""
+    matched, position = [], 0
+    for call in group:
+        while position < len(sequence) and sequence[position].operator_name != call.name:
+            position += 1
+        if position == len(sequence):
+            return None
+        matched.append(sequence[position])
+        position += 1
+    return matched
+
+
+def _operators(calls: list[_Call], for_profile: bool) -> list[OperatorRecord]:
+    """OperatorRecords of the calls in window order, as OperatorRecord(...) builds them (no re-validation).
+
+    `for_profile`: `aggregated` is set as the assemblers set it.
+    """
+    seen: dict[str, int] = {}
+    operators = []
+    complete = set(_OPERATOR_FIELDS)  # every field set: shared, it can never change
+    given = _OPERATOR_FIELDS - {"aggregated"}
+    counted = counted_fields()
+    for call in calls:
+        index = seen.get(call.name, 0)
+        seen[call.name] = index + 1
+        op = OperatorRecord.__new__(OperatorRecord)
+        _set(op, "operator_id", f"{call.name}#{index}")
+        _set(op, "operator_name", call.name)
+        _set(op, "call_index", index)
+        _set(op, "module_path", call.module_path)
+        _set(op, "input_shapes", call.input_shapes)
+        _set(op, "input_dtypes", call.input_dtypes)
+        _set(op, "is_fused", call.origin is not None)
+        _set(op, "fused_operators", list(call.origin.aten_ops) if call.origin else [])
+        _set(op, "kernels", call.kernels)
+        _set(op, "aggregated", aggregate_into(call.kernels, counted) if for_profile else AggregatedMetrics())
+        finish_record(op, complete if for_profile else set(given))
+        operators.append(op)
+    return operators

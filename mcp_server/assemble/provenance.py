@@ -1,0 +1,172 @@
+"""Inductor provenance: which aten ops and nn.Modules each generated kernel came from.
+
+The harness copies the code Inductor generated into `<pass>/inductor_code/` and records each FX graph
+node's `nn_module_stack` in `inductor_provenance.json`; this module reads both. Inductor writes, above
+each kernel definition (and above each extern-kernel call), a comment of the form
+`# Topologically Sorted Source Nodes: [conv2d, batch_norm], Original ATen: [aten.convolution, ...]`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+_ORIGIN = re.compile(r"Source Nodes: \[([^\]]*)\], Original ATen: \[([^\]]*)\]")
+_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.\w+\(")
+_EXTERN_CALL = re.compile(r"^\s+(?:\w+ = )?(?:extern_kernels\.(\w+)|torch\.ops\.(\w+)\.(\w+)\.\w+)\(")
+_TRITON_RUN = re.compile(r"^\s+(\w+)\.run\(")
+_STREAM_LINE = re.compile(r"^\s+stream\d+ = get_raw_stream\(")
+GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"
+
+
+class KernelOrigin(BaseModel):
+    """Where one generated kernel came from."""
+
+    kernel_name: str
+    aten_ops: list[str] = Field(default_factory=list, description="e.g. ['aten::convolution', 'aten::relu']")
+    source_nodes: list[str] = Field(default_factory=list)
+    module_paths: list[str] = Field(default_factory=list)
+
+    @property
+    def module_path(self) -> str | None:
+        """The deepest module path shared by every source node (None when unknown)."""
+        return common_module_path(self.module_paths)
+
+
+def common_module_path(paths: list[str]) -> str | None:
+    """The deepest module path shared by all `paths`; all of them, comma-joined, when they share none."""
+    if not paths:
+        return None
+    parts = [p.split(".") for p in paths]
+    common: list[str] = []
+    for level in zip(*parts, strict=False):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return ".".join(common) if common else ",".join(paths)
+
+
+def _aten_name(dotted: str) -> str:
+    """`aten._native_batch_norm_legit_no_training` -> `aten::_native_batch_norm_legit_no_training`."""
+    namespace, _, op = dotted.partition(".")
+    return f"{namespace}::{op}" if op else dotted
+
+
+def parse_generated_code(source: str) -> dict[str, tuple[list[str], list[str]]]:
+    """Kernel name -> (source FX node names, original aten ops) from one generated wrapper module."""
+    kernels: dict[str, tuple[list[str], list[str]]] = {}
+    pending: tuple[list[str], list[str]] | None = None
+    for line in source.splitlines():
+        origin = _ORIGIN.search(line)
+        if origin:
+            nodes = [n.strip() for n in origin.group(1).split(",") if n.strip()]
+            atens = [_aten_name(a.strip()) for a in origin.group(2).split(",") if a.strip()]
+            pending = (nodes, atens)
+            continue
+        match = _KERNEL_DEF.match(line)
+        if match:
+            if pending is not None:
+                kernels[match.group(1)] = pending
+            pending = None
+        elif pending is not None and line.strip() and not line.lstrip().startswith("#"):
+            pending = None
+    return kernels
+
+
+class ExternCall(BaseModel):
+    """One call of a library kernel (cuBLAS, cuDNN...) or fallback op in a generated graph's call()."""
+
+    operator_name: str = Field(description="The aten op of an extern call, the kernel name of a generated one.")
+    source_nodes: list[str] = Field(default_factory=list)
+    module_path: str | None = None
+    kind: str = Field(default="extern", description="'extern' (a library or fallback op) or 'triton'.")
+
+
+def parse_extern_calls(source: str) -> list[ExternCall]:
+    """The launches of a generated module's call(), in call order: extern/fallback operator calls, and
+    generated kernels' `.run(` calls (kind 'triton', named by the kernel), each with its comment's nodes."""
+    calls: list[ExternCall] = []
+    nodes: list[str] = []
+    for line in source.splitlines():
+        origin = _ORIGIN.search(line)
+        if origin:
+            nodes = [n.strip() for n in origin.group(1).split(",") if n.strip()]
+            continue
+        match = _EXTERN_CALL.match(line)
+        run = None if match else _TRITON_RUN.match(line)
+        if match:
+            name = f"aten::{match.group(1)}" if match.group(1) else f"{match.group(2)}::{match.group(3)}"
+            calls.append(ExternCall(operator_name=name, source_nodes=nodes))
+            nodes = []
+        elif run:
+            calls.append(ExternCall(operator_name=run.group(1), source_nodes=nodes, kind="triton"))
+            nodes = []
+        elif line.strip() and not line.lstrip().startswith("#") and not _STREAM_LINE.match(line):
+            nodes = []
+    return calls
+
+
+# An extern call's comment lists every FX node fused around it; the module that owns the call is the one of
+# this type (e.g. the convolution's Conv2d, not the BatchNorm folded into it or the ReLU after it).
+_OWNER_TYPES = {
+    "convolution": ("Conv",), "_convolution": ("Conv",), "mm": ("Linear",), "addmm": ("Linear",),
+    "linear": ("Linear",), "_scaled_dot_product_flash_attention": ("Attention",),
+    "_scaled_dot_product_efficient_attention": ("Attention",), "lstm": ("LSTM",), "embedding": ("Embedding",),
+}
+
+
+def extern_module_path(call: ExternCall, node_modules: dict[str, dict[str, str]]) -> str | None:
+    """The module of the FX node that owns an extern call: one of the op's own module type when present,
+    else the last source node with a module (the call's own node comes last in topological order)."""
+    known = [n for n in call.source_nodes if n in node_modules]
+    if not known:
+        return None
+    owners = _OWNER_TYPES.get(call.operator_name.split("::", 1)[-1], ())
+    for node in reversed(known):
+        if any(t in node_modules[node].get("module_type", "") for t in owners):
+            return node_modules[node]["module_path"]
+    return node_modules[known[-1]]["module_path"]
+
+
+class Provenance(BaseModel):
+    """Everything the harness gathered about Inductor's generated code in one pass."""
+
+    kernels: dict[str, KernelOrigin] = Field(default_factory=dict)
+    extern_calls: list[list[ExternCall]] = Field(default_factory=list, description="Per generated module.")
+
+
+def load_provenance(index: Path) -> Provenance:
+    """Origins of every kernel and extern call Inductor generated in a pass, from its provenance file (the
+    generated code's copies are listed relative to the file's folder); empty when the pass was not compiled."""
+    if not index.is_file():
+        return Provenance()
+    data = json.loads(index.read_text(encoding="utf-8"))
+    node_modules: dict[str, dict[str, str]] = data.get("node_modules", {})
+    origins: dict[str, KernelOrigin] = {}
+    externs: list[list[ExternCall]] = []
+    for rel in data.get("generated_code", []):
+        code = index.parent / rel
+        if not code.is_file():
+            continue
+        source = code.read_text(encoding="utf-8")
+        calls = parse_extern_calls(source)
+        for call in calls:
+            if call.kind == "triton":
+                paths = sorted({node_modules[n]["module_path"] for n in call.source_nodes if n in node_modules})
+                call.module_path = common_module_path(paths)
+            else:
+                call.module_path = extern_module_path(call, node_modules)
+        if calls:
+            externs.append(calls)
+        for name, (nodes, atens) in parse_generated_code(source).items():
+            paths = sorted({node_modules[n]["module_path"] for n in nodes if n in node_modules})
+            known = origins.get(name)
+            if known is None:
+                origins[name] = KernelOrigin(kernel_name=name, aten_ops=atens, source_nodes=nodes, module_paths=paths)
+            else:
+                known.aten_ops = sorted(set(known.aten_ops) | set(atens))
+                known.module_paths = sorted(set(known.module_paths) | set(paths))
+    return Provenance(kernels=origins, extern_calls=externs)

@@ -1,0 +1,122 @@
+"""Assemble the nsys + ncu backend: timeline and NVTX attribution from nsys, counters from ncu."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from mcp_server.assemble.aggregate import window_totals
+from mcp_server.assemble.attribute import Counters, attribute_stream
+from mcp_server.assemble.join import join_counters, launch_position
+from mcp_server.assemble.metadata import capture_metadata, harness_result
+from mcp_server.assemble.provenance import load_provenance
+from mcp_server.errors import ProfileFormatError
+from mcp_server.rundir import RunDir
+from mcp_server.schema.manifest import PassRecord, RunManifest
+from mcp_server.schema.profile import OperatorAttributedProfile
+from mcp_server.schema.requests import NcuOptions
+from plugins.ncu.command import default_metrics
+from plugins.ncu.reader import NcuCapture, NcuReportError, read_ncu_report
+from plugins.nsys.reader import NsysExportError, NsysWindow, WindowKernel, read_window
+
+
+def _read_counters(path: Path) -> tuple[NcuCapture, list[str]]:
+    """An ncu report's records with the default metrics, and its warnings."""
+    try:
+        report = read_ncu_report(path, default_metrics())
+    except NcuReportError as exc:
+        raise ProfileFormatError(str(exc), "install ncu-report matching the ncu that wrote the report") from exc
+    warnings = []
+    if report.missing_metrics:
+        warnings.append(f"ncu returned no value for {len(report.missing_metrics)} requested metrics: "
+                        f"{', '.join(report.missing_metrics)}")
+    return report, warnings + report.warnings
+
+
+def _replay_start(kernels: list[WindowKernel], options: NcuOptions) -> int:
+    """Position of the first launch a pass's kernel regex and launch skip let ncu replay."""
+    if not (options.kernel_regex or options.launch_skip):
+        return 0
+    return launch_position(kernels, options.kernel_regex, options.launch_skip or 0)
+
+
+def assemble_nsys(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributedProfile:
+    """Profile from the nsys pass (durations at real clocks, NVTX stacks) and the ncu pass (counters).
+
+    Without an ncu pass the window's kernels stream from the export straight into their operator calls, so a
+    capture of a million kernels never holds more than its profile.
+    """
+    harness = harness_result(run_dir, "nsys")
+    try:
+        return read_window(run_dir.nsys_sqlite(), lambda timeline: _assemble(run_dir, manifest, harness, timeline))
+    except NsysExportError as exc:
+        raise ProfileFormatError(str(exc), "re-run `operator-profiler profile --backend nsys`") from exc
+
+
+def _stopped_early(record: PassRecord) -> str:
+    """The warning for a counter pass that kept what it replayed before it was stopped."""
+    why = "its time limit (--timeout)" if record.stopped_early == "timeout" else "--max-kernels"
+    return f"the {record.name} pass was stopped at {why}: only the kernels it replayed before then carry counters"
+
+
+def _options(record: PassRecord) -> NcuOptions:
+    if record.ncu is None:
+        raise ProfileFormatError(f"the manifest's {record.name} pass records no ncu options", "re-run the capture")
+    return record.ncu
+
+
+def _assemble(
+    run_dir: RunDir, manifest: RunManifest, harness: dict[str, Any], timeline: NsysWindow
+) -> OperatorAttributedProfile:
+    kernels: Iterable[WindowKernel] = timeline.kernels()
+    counter_warnings: list[str] = []
+    counters: Counters | None = None
+    ncu_pass, variants_pass = manifest.pass_named("ncu"), manifest.pass_named("ncu_variants")
+    if ncu_pass is not None:
+        options = _options(ncu_pass)
+        reports = [run_dir.ncu_report("ncu")] + ([run_dir.ncu_report("ncu_variants")] if variants_pass else [])
+        with ThreadPoolExecutor(max_workers=len(reports)) as pool:
+            # Each report is read in a child process: all at once, while this one reads the timeline.
+            reading = [pool.submit(_read_counters, path) for path in reports]
+            launches = list(kernels)  # the join looks ahead along the launches
+            kernels = launches
+            timeline.check_activity_tables()
+            read = [future.result() for future in reading]
+        (report, _), variants = read[0], (read[1][0] if variants_pass else None)
+        counter_warnings += [warning for _, warnings in read for warning in warnings]
+        joined, problems, notes = join_counters(
+            launches, report.records, options.per_launch_config, options.filters_launches,
+            variants=variants.records if variants else (),
+            start=_replay_start(launches, options),
+            variants_start=_replay_start(launches, _options(variants_pass)) if variants_pass else 0,
+            truncated=ncu_pass.stopped_early is not None,
+        )
+        counter_warnings += [_stopped_early(p) for p in (ncu_pass, variants_pass) if p and p.stopped_early]
+        counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems] + notes
+        counters = lambda ordinal: joined.get(ordinal, ({}, None))  # noqa: E731
+    tool = "nsys+ncu" if ncu_pass is not None else "nsys"
+    meta = capture_metadata(manifest, harness, tool)
+    start = timeline.window_start_ns
+    if not start:  # no measure range (or one at 0): the earliest window kernel
+        kernels = list(kernels)
+        start = min((k.start_ns for k in kernels), default=0)
+    operators, unattributed = attribute_stream(
+        kernels, load_provenance(run_dir.provenance("nsys")), start, counters, high_confidence_links=False
+    )
+    del kernels
+    timeline.check_activity_tables()
+    warnings = list(harness.get("warnings", [])) + timeline.warnings + counter_warnings
+    if unattributed:
+        warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
+    window = window_totals(operators, unattributed, harness.get("window", {}).get("wall_time_ns", 0))
+    window.gpu_elapsed_ns = harness.get("window", {}).get("gpu_elapsed_ns")
+    if ncu_pass is not None:
+        window.kernels_with_counters = sum(1 for op in operators for k in op.kernels if k.metrics) + sum(
+            1 for k in unattributed if k.metrics
+        )
+    return OperatorAttributedProfile(
+        capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed,
+        warnings=warnings,
+    )

@@ -1,0 +1,212 @@
+"""The capture passes: the harness run once as a child process, under torch.profiler, nsys or ncu, into its
+folder of the run directory. The engine never imports the workload or torch: the harness runs under the
+workload's own interpreter, in its own process group, stopped with it on timeout, error or interrupt.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mcp_server.capture.request import CaptureRequest, harness_command
+from mcp_server.children.contract import CONTRACT_ERROR, NO_TORCH, NOT_CACHED
+from mcp_server.errors import BackendUnavailable, CaptureFailed, WorkloadError
+from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, uses_cache
+from mcp_server.progress import Progress, quiet
+from mcp_server.schema.manifest import PassRecord
+from mcp_server.schema.requests import NcuOptions
+from mcp_server.schema.types import PassName
+from plugins.ncu.command import capture_command as ncu_capture
+from plugins.ncu.command import find_ncu, is_replayed_kernel
+from plugins.nsys.command import capture_command as nsys_capture
+from plugins.nsys.command import export_command, find_nsys
+
+Cancel = threading.Event | None
+
+
+class NotCached(Exception):
+    """A pass asked to compile early from Inductor's cache met a graph the cache did not hold; it ran none of it
+    and can be run again to compile after the previous pass's window."""
+
+
+def read_harness_result(req: CaptureRequest, name: PassName) -> dict[str, Any]:
+    """The harness's result of pass `name`, or a CaptureFailed naming the log to read."""
+    path = req.run_dir.harness_result(name)
+    if not path.is_file():
+        raise CaptureFailed(
+            f"the harness wrote no result in {path.parent}", f"read {req.run_dir.output_log(name)} for what it printed"
+        )
+    result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return result
+
+
+def raise_for_harness(result: dict[str, Any], req: CaptureRequest, name: PassName) -> None:
+    """Turn a harness error into a one-line WorkloadError with the remedy and the traceback's tail."""
+    if result.get("status") == "ok":
+        return
+    error = result.get("error", {})
+    kind, message = error.get("kind"), error.get("message", "unknown error")
+    if kind == NO_TORCH:
+        raise WorkloadError(message, "pass --python PATH to an interpreter that has torch, or install torch there")
+    if kind == CONTRACT_ERROR:
+        raise WorkloadError(message, "see README: workload contract")
+    if kind == NOT_CACHED:
+        raise NotCached(message)
+    tail = error.get("traceback_tail", "").strip().splitlines()
+    where = f" (last lines: {' | '.join(line.strip() for line in tail[-3:])})" if tail else ""
+    raise WorkloadError(
+        f"the workload raised {message} during {result.get('phase', 'run')}{where}",
+        f"fix the workload; full output in {req.run_dir.output_log(name)}",
+    )
+
+
+def run_pass(
+    req: CaptureRequest,
+    name: PassName,
+    profiler: str,
+    prefix: list[str] | None = None,
+    progress: Progress = quiet,
+    cancel: Cancel = None,
+    early: EarlyStop | None = None,
+) -> tuple[PassRecord, dict[str, Any]]:
+    """Run one harness pass into its folder of the run directory, optionally under a profiler prefix; return
+    its record and the harness's result.
+
+    With `early`, a pass stopped at its time limit or by `early.when` is not a failure: its record says
+    `stopped_early` and the result is empty (the harness never finished); the caller keeps what it gathered.
+    """
+    run_dir = req.run_dir
+    run_dir.pass_dir(name).mkdir(parents=True, exist_ok=True)
+    run_dir.harness_result(name).unlink(missing_ok=True)
+    cmd = [*(prefix or []), *harness_command(req, profiler, name)]
+    env = interpreter_env(req.python)
+    started, t0 = now_iso(), time.monotonic()
+    code, timed_out = run_child(cmd, run_dir.output_log(name), req.timeout_s, progress, cancel, early, env=env)
+    wall = time.monotonic() - t0
+    if timed_out and early is None:
+        raise CaptureFailed(
+            f"the {name} pass ran past its {req.timeout_s:.0f} s limit and was stopped",
+            "raise --timeout, or shrink the workload's sizes",
+        )
+    record = PassRecord(
+        name=name, profiler=profiler, command=cmd, directory=name, started_at=started,
+        wall_time_s=round(wall, 3), exit_code=code,
+    )
+    if uses_cache(req.python):
+        record.notes.append(f"bytecode cached in {env['PYTHONPYCACHEPREFIX']} (the environment forbids writing it)")
+    if early is not None and early.reason is not None:
+        record.stopped_early = early.reason  # type: ignore[assignment]  # "timeout" or "condition"
+        return record, {}
+    result = read_harness_result(req, name)
+    raise_for_harness(result, req, name)
+    record.artifacts = [run_dir.relative(run_dir.harness_result(name))] + [
+        f"{name}/{artifact}" for artifact in result.get("artifacts", [])
+    ]
+    return record, result
+
+
+def torch_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:
+    """Run the window under torch.profiler (Kineto): the torch pass's Kineto trace."""
+    progress("torch.profiler pass: running the workload")
+    return run_pass(req, "torch", "torch", progress=progress, cancel=cancel)[0]
+
+
+def nsys_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:
+    """Run the window under nsys and export the timeline to SQLite."""
+    nsys = find_nsys()
+    if nsys is None:
+        raise BackendUnavailable("nsys not found", "install Nsight Systems or set NSYS=/path/to/nsys")
+    run_dir = req.run_dir
+    progress("nsys pass: recording the measured window's timeline")
+    record, _ = run_pass(req, "nsys", "nvtx", nsys_capture(nsys, run_dir.nsys_report_base()), progress, cancel)
+    report, sqlite = run_dir.nsys_report(), run_dir.nsys_sqlite()
+    if not report.is_file():
+        leftovers = sorted(p.name for p in report.parent.glob("report*"))
+        raise CaptureFailed(
+            f"nsys wrote no {report.name} (found: {leftovers or 'nothing'})",
+            "a .qdstrm alone means nsys's report importer could not run: its libraries (e.g. libdw.so.1) are "
+            "missing; run `operator-profiler preflight`",
+        )
+    progress("nsys pass: exporting SQLite")
+    t0 = time.monotonic()
+    code, _ = run_child(export_command(nsys, report, sqlite), run_dir.export_log(), req.timeout_s, cancel=cancel)
+    if code != 0 or not sqlite.is_file():
+        raise CaptureFailed(f"nsys export failed (exit {code})", f"read {run_dir.export_log()}")
+    record.artifacts += [run_dir.relative(report), run_dir.relative(sqlite)]
+    record.notes.append(f"sqlite export took {time.monotonic() - t0:.1f} s")
+    return record
+
+
+def require_ncu() -> str:
+    """ncu's path, or BackendUnavailable with the remedy."""
+    ncu = find_ncu()
+    if ncu is None:
+        raise BackendUnavailable("ncu not found", "install Nsight Compute or set NCU=/path/to/ncu")
+    return ncu
+
+
+def ncu_pass(
+    req: CaptureRequest, options: NcuOptions, progress: Progress = quiet, cancel: Cancel = None,
+    name: PassName = "ncu",
+) -> PassRecord:
+    """Replay the window's kernels under ncu, as `options` say, into pass `name`'s report."""
+    ncu = require_ncu()
+    progress(f"{name} pass: replaying the window's kernels for hardware counters")
+    early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels else None)
+    prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs")
+    try:
+        record, _ = run_pass(req, name, "nvtx", prefix, progress, cancel, early)
+    except CaptureFailed:
+        raise_if_permission(req, name)
+        raise
+    record.ncu = options
+    return kept_report(record, req, progress)
+
+
+def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress) -> PassRecord:
+    """Check an ncu pass left a report, say why it stopped early if it did, and list the report."""
+    name, run_dir = record.name, req.run_dir
+    raise_if_permission(req, name)
+    report = run_dir.ncu_report(name)
+    if not report.is_file():
+        if record.stopped_early == "timeout":
+            raise CaptureFailed(
+                f"the {name} pass ran past its {req.timeout_s:.0f} s limit before ncu replayed any kernel",
+                "raise --timeout, or replay fewer kernels (--kernel-regex, --max-kernels)",
+            )
+        raise CaptureFailed("ncu wrote no report", f"read {run_dir.output_log(name)}")
+    max_kernels = record.ncu.max_kernels if record.ncu else None
+    if record.stopped_early == "timeout":
+        record.notes.append(f"stopped at the {req.timeout_s:.0f} s limit; the kernels replayed until then are kept")
+        progress(f"{name} pass: stopped at the {req.timeout_s:.0f} s limit; keeping the kernels replayed so far")
+    elif record.stopped_early == "condition":
+        record.notes.append(f"stopped after {max_kernels} replayed kernels (--max-kernels)")
+        progress(f"{name} pass: {max_kernels} kernels replayed (--max-kernels): stopped")
+    record.artifacts.append(run_dir.relative(report))
+    return record
+
+
+def _replayed_count_reaches(limit: int) -> Callable[[str], bool]:
+    """A predicate on ncu's output lines that holds once `limit` kernels were replayed."""
+    seen = 0
+
+    def reached(line: str) -> bool:
+        nonlocal seen
+        seen += is_replayed_kernel(line)
+        return seen >= limit
+
+    return reached
+
+
+def raise_if_permission(req: CaptureRequest, name: PassName) -> None:
+    """CaptureFailed with the remedy when ncu said it may not read the GPU's performance counters."""
+    for log in (req.run_dir.output_log(name), req.run_dir.attach_log(name)):
+        if log.is_file() and "ERR_NVGPUCTRPERM" in log.read_text(encoding="utf-8", errors="replace"):
+            raise CaptureFailed(
+                "ncu may not read GPU performance counters (ERR_NVGPUCTRPERM)",
+                "run as root, pass --ncu-sudo (uses `sudo -n`), or allow all users: "
+                "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d, then reboot",
+            )

@@ -1,0 +1,200 @@
+"""The capture stage: choose a backend, run its passes into a run directory, write the manifest.
+
+nsys backend: the nsys timeline pass and (with ncu options) the ncu counter pass start together, so their
+start-ups overlap; a lock file then gives the GPU to one window at a time. `map` adds the ncu pass later.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from mcp_server.capture.passes import Cancel, NotCached, ncu_pass, nsys_pass, torch_pass
+from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass, ncu_variants_pass
+from mcp_server.errors import BackendUnavailable, CancelledCapture
+from mcp_server.process import now_iso
+from mcp_server.progress import Progress, quiet, tagged
+from mcp_server.schema.manifest import PassRecord, RunManifest
+from mcp_server.schema.requests import NcuOptions
+from mcp_server.schema.types import BACKENDS, Backend
+from plugins.executables import query_gpu, tool_version
+from plugins.ncu.command import find_ncu
+from plugins.nsys.command import find_nsys
+
+EARLY_COMPILE_MODES = ("inductor", "cudagraphs")  # compiled by the harness's own Inductor backend
+
+
+def choose_backend(requested: Backend) -> str:
+    """'nsys' when an NVIDIA GPU, nsys and ncu are all present (for auto), else 'torch'; check availability."""
+    if requested not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {requested!r}", f"choose one of {', '.join(BACKENDS)}")
+    has_gpu = shutil.which("nvidia-smi") is not None
+    tools = find_nsys() is not None and find_ncu() is not None
+    if requested == "auto":
+        return "nsys" if has_gpu and tools else "torch"
+    if requested == "nsys" and not (has_gpu and tools):
+        missing = [n for n, ok in (("an NVIDIA GPU (nvidia-smi)", has_gpu), ("nsys", find_nsys()),
+                                   ("ncu", find_ncu())) if not ok]
+        raise BackendUnavailable(
+            f"backend nsys needs {', '.join(missing)}, not found here",
+            "use --backend torch, or install Nsight Systems/Compute (set NSYS=/NCU= to their paths)",
+        )
+    return requested
+
+
+def new_manifest(req: CaptureRequest, backend: str, command_line: list[str]) -> RunManifest:
+    """A manifest describing the request, before any pass ran: the tools' versions and the GPU are asked for
+    at once (each query starts a process)."""
+    tools = {"nsys": find_nsys(), "ncu": find_ncu()} if backend == "nsys" else {}
+    with ThreadPoolExecutor(max_workers=1 + len(tools)) as pool:
+        gpu = pool.submit(query_gpu)
+        asked = {name: pool.submit(tool_version, path) for name, path in tools.items() if path}
+        versions = {name: version for name, future in asked.items() if (version := future.result())}
+        return RunManifest(
+            created_at=now_iso(), workload=str(req.workload.resolve()), python=req.python,
+            backend="nsys+ncu" if backend == "nsys" else "torch", compile_mode=req.compile_mode,
+            run_mode="train_step" if req.train_step else "inference", warmup_iters=req.warmup_iters,
+            iters=req.iters, seed=req.seed, command_line=command_line, tool_versions=versions, gpu=gpu.result(),
+        )
+
+
+def capture(
+    req: CaptureRequest,
+    backend: str,
+    command_line: list[str],
+    progress: Progress = quiet,
+    ncu: NcuOptions | None = None,
+    cancel: Cancel = None,
+) -> RunManifest:
+    """Run the backend's capture passes into the run directory and write manifest.json.
+
+    nsys backend: the nsys timeline pass and (unless `ncu` is None) the ncu counter pass, started together.
+    Setting `cancel` stops every child early (CancelledCapture).
+    """
+    req.check()
+    req.run_dir.prepare()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The manifest's facts are gathered while the passes start; it is written before any pass ends.
+        described = pool.submit(_described, req, backend, command_line)
+        try:
+            if backend == "torch":
+                records = [torch_pass(req, progress, cancel)]
+            elif ncu is None:
+                records = [nsys_pass(req, progress, cancel=cancel)]
+            else:
+                records = _timeline_and_counters(req, ncu, progress, cancel)
+        finally:
+            manifest = described.result()
+    manifest.passes += records
+    req.run_dir.write_manifest(manifest)
+    return manifest
+
+
+def _described(req: CaptureRequest, backend: str, command_line: list[str]) -> RunManifest:
+    manifest = new_manifest(req, backend, command_line)
+    req.run_dir.write_manifest(manifest)
+    return manifest
+
+
+def _timeline_and_counters(
+    req: CaptureRequest, ncu: NcuOptions, progress: Progress, outer: Cancel
+) -> list[PassRecord]:
+    """Run the nsys and ncu passes at once: their imports overlap, then they take the GPU in turn (nsys's
+    window, then ncu's build, warm-up and replay, which finds nsys's autotuned Triton configurations in the
+    cache). Under Inductor, ncu compiles and warms up alongside nsys when the cache already holds every graph
+    (from an earlier run): nothing autotunes then, and only the windows take turns; a graph the cache lacks
+    stops that attempt before it runs, and ncu starts again to compile after nsys's window. A third pass, for
+    shape variants, starts with them suspended under `ncu --mode launch`. Once the
+    timeline is exported, its replay plan is announced and, when launches of one ncu configuration differ in
+    input shapes, ncu attaches to the third pass to replay those variants after ncu's replay; otherwise it is
+    stopped.
+    """
+    run_dir = req.run_dir
+    lock, nsys_done, ncu_done = run_dir.gpu_lock, run_dir.window_done("nsys"), run_dir.window_done("ncu")
+    for path in (lock, nsys_done, ncu_done):
+        path.unlink(missing_ok=True)
+    first = replace(req, gpu_lock=lock, gpu_lock_done=nsys_done)
+    # When Inductor's cache already holds the workload's graphs, ncu compiles and warms up alongside nsys.
+    second = replace(req, gpu_lock=lock, gpu_lock_after=nsys_done, gpu_lock_done=ncu_done,
+                     compile_early_if_cached=req.compile_mode in EARLY_COMPILE_MODES)
+    # The variant pass only needs the compiled kernels: one warm-up iteration compiles (CUDA-graph trees need more).
+    warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
+    third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup, import_compiler_early=True)
+    cancel = threading.Event()
+    waiting = (WaitingVariantPass(third, ncu, tagged(NCU_VARIANTS, progress), cancel)
+               if ncu.whole_window else None)
+
+    def timeline_then_variants() -> list[PassRecord]:
+        records = [nsys_pass(first, tagged("nsys", progress), cancel=cancel)]
+        variants = ncu_variants_pass(third, ncu, tagged(NCU_VARIANTS, progress), cancel, waiting)
+        return records + ([variants] if variants else [])
+
+    def counters() -> list[PassRecord]:
+        try:
+            try:
+                return [ncu_pass(second, ncu, tagged("ncu", progress), cancel=cancel)]
+            except NotCached:
+                progress("[ncu] Inductor's cache lacks this workload's graphs: compiling after nsys's window")
+                record = ncu_pass(replace(second, compile_early_if_cached=False), ncu, tagged("ncu", progress),
+                                  cancel=cancel)
+                record.notes.append("compiled after nsys's window: Inductor's cache did not hold every graph yet")
+                return [record]
+        finally:
+            ncu_done.touch()  # also when ncu stopped before its harness marked the window done
+
+    jobs: dict[str, Callable[[], list[PassRecord]]] = {"nsys": timeline_then_variants, "ncu": counters}
+    results: dict[str, list[PassRecord]] = {}
+    errors: dict[str, BaseException] = {}
+
+    def work(name: str) -> None:
+        try:
+            results[name] = jobs[name]()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after both passes stopped
+            errors[name] = exc
+            cancel.set()
+
+    threads = [threading.Thread(target=work, args=(name,), name=f"pass-{name}") for name in jobs]
+    if waiting is not None:
+        waiting.start()
+    for thread in threads:
+        thread.start()
+    try:
+        while any(t.is_alive() for t in threads):
+            if outer is not None and outer.is_set():
+                cancel.set()
+            for thread in threads:
+                thread.join(timeout=0.2)
+    except KeyboardInterrupt:
+        cancel.set()
+        for thread in threads:
+            thread.join()
+        raise
+    finally:
+        if waiting is not None:
+            waiting.discard()  # stopped already unless a pass failed before the plan
+        if not any(t.is_alive() for t in threads):
+            for path in (lock, nsys_done, ncu_done):
+                path.unlink(missing_ok=True)
+    real = [e for e in errors.values() if not isinstance(e, CancelledCapture)]
+    if real or errors:
+        raise (real or list(errors.values()))[0]
+    nsys_record, *variants = results["nsys"]
+    return [nsys_record, *results["ncu"], *variants]
+
+
+def map_counters(
+    req: CaptureRequest, options: NcuOptions, progress: Progress = quiet, cancel: Cancel = None
+) -> RunManifest:
+    """Add the ncu pass to an existing run directory (the `map` stage), replacing any earlier one."""
+    with req.run_dir.updating_manifest() as manifest:
+        manifest.passes = [p for p in manifest.passes if p.name not in ("ncu", NCU_VARIANTS)]
+        manifest.passes.append(ncu_pass(req, options, progress, cancel))
+        if req.run_dir.nsys_sqlite().is_file():
+            variants = ncu_variants_pass(req, options, progress, cancel)
+            if variants:
+                manifest.passes.append(variants)
+    return manifest

@@ -1,0 +1,161 @@
+"""The shape-variant pass: launches that ncu's per-launch-config key cannot tell apart, replayed by a third pass.
+
+Once nsys's timeline is exported, its replay plan is announced; when launches of one configuration differ in
+input shapes, a pass replays the first launch of each such variant. Under `run` that pass starts with the others,
+suspended under `ncu --mode launch`, and ncu attaches to it with the plan's filter (`WaitingVariantPass`).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import replace
+
+from mcp_server.capture.passes import Cancel, kept_report, ncu_pass, raise_if_permission, require_ncu, run_pass
+from mcp_server.capture.replay_plan import ReplayPlan, plan_replays
+from mcp_server.capture.request import CaptureRequest
+from mcp_server.process import EarlyStop, run_child
+from mcp_server.progress import Progress
+from mcp_server.schema.manifest import PassRecord
+from mcp_server.schema.requests import NcuOptions
+from plugins.ncu.command import attach_command, launch_command
+
+NCU_VARIANTS = "ncu_variants"
+ATTACHED_EXIT_S = 60.0  # how long an attached workload may take to exit once ncu's session has ended
+WAITING_LINE = "==PROF== Waiting for profiler to attach"  # what ncu --mode launch prints once it listens
+POLL_S = 0.1
+
+
+def ncu_variants_pass(
+    req: CaptureRequest,
+    options: NcuOptions,
+    progress: Progress,
+    cancel: Cancel = None,
+    waiting: WaitingVariantPass | None = None,
+) -> PassRecord | None:
+    """Announce the replay plan of the nsys timeline; replay its shape variants when there are any and `options`
+    is the default deduplicated replay of the whole window. A `waiting` pass (started early, suspended) is
+    attached to, or stopped when there is nothing to replay."""
+    plan = plan_replays(req.run_dir.nsys_sqlite())
+    announce_plan(plan, progress)
+    if not (plan.variants and options.whole_window):
+        if waiting is not None:
+            waiting.discard()
+        return None
+    variant_options = variants_options(options, plan)
+    if waiting is not None:
+        record = waiting.attach(variant_options, cancel)
+        if record is not None:
+            return record
+    return ncu_pass(req, variant_options, progress, cancel, name=NCU_VARIANTS)
+
+
+class _Either(threading.Event):
+    """Set when this event or `other` is."""
+
+    def __init__(self, other: Cancel) -> None:
+        super().__init__()
+        self._other = other
+
+    def is_set(self) -> bool:
+        return super().is_set() or (self._other is not None and self._other.is_set())
+
+
+class WaitingVariantPass:
+    """The shape-variant pass of `run`, started with the other passes under `ncu --mode launch`.
+
+    Its workload imports torch and the compiler at once, then waits at its first CUDA call. Once nsys's timeline
+    is exported and its plan names shape variants, `attach` connects ncu with the plan's filter: the pass then
+    builds, warms up after the ncu pass's window and replays them. `discard` stops it when there is nothing to
+    replay. Started this early, its seconds of Python start-up are no longer spent after the ncu pass's replay.
+    """
+
+    def __init__(self, req: CaptureRequest, options: NcuOptions, progress: Progress, cancel: Cancel) -> None:
+        self.req, self.options, self.progress = req, options, progress
+        self.ncu = require_ncu()
+        self.port = _free_port()
+        self._stop = _Either(cancel)
+        self._waiting = threading.Event()  # ncu's launcher said it waits for a connection
+        self._record: PassRecord | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"pass-{NCU_VARIANTS}", daemon=True)
+
+    def start(self) -> WaitingVariantPass:
+        """Start the workload; it runs until its first CUDA call, then waits for `attach`."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        waiting = replace(self.req, timeout_s=2 * self.req.timeout_s)  # its limit also covers the wait for nsys
+        prefix = launch_command(self.ncu, self.port, self.options)
+
+        def watch(line: str) -> None:
+            if line.startswith(WAITING_LINE):
+                self._waiting.set()
+            self.progress(line)
+
+        try:
+            self._record, _ = run_pass(waiting, NCU_VARIANTS, "nvtx", prefix, watch, self._stop)
+        except BaseException as exc:  # noqa: BLE001 - reported by attach(), or dropped by discard()
+            self._error = exc
+
+    def attach(self, options: NcuOptions, cancel: Cancel) -> PassRecord | None:
+        """Attach ncu with `options` and let the pass run to its end; None when ncu could not attach (the
+        workload is then stopped, and the caller replays in a fresh process)."""
+        run_dir = self.req.run_dir
+        cmd = attach_command(self.ncu, self.port, run_dir.ncu_report_base(NCU_VARIANTS), options,
+                             self.req.compile_mode == "cudagraphs")
+        deadline = time.monotonic() + self.req.timeout_s
+        while not self._waiting.wait(timeout=POLL_S) and self._thread.is_alive() and time.monotonic() < deadline:
+            if cancel is not None and cancel.is_set():
+                break
+        early = EarlyStop()
+        log = run_dir.attach_log(NCU_VARIANTS)
+        if self._waiting.is_set():
+            self.progress(f"{NCU_VARIANTS} pass: attaching ncu to the waiting workload to replay the shape variants")
+            code, _ = run_child(cmd, log, self.req.timeout_s, self.progress, cancel, early)
+            if code == 0 or run_dir.ncu_report(NCU_VARIANTS).is_file():
+                self._thread.join(timeout=ATTACHED_EXIT_S)  # an attached workload ends with ncu's session
+        if not self._waiting.is_set() or self._thread.is_alive() or self._record is None and self._error is None:
+            self.discard()
+            self.progress(f"{NCU_VARIANTS} pass: ncu could not attach (see {log}); replaying in a fresh process")
+            return None
+        if self._error is not None:
+            raise_if_permission(self.req, NCU_VARIANTS)
+            raise self._error
+        assert self._record is not None
+        self._record.attach_command = cmd
+        self._record.ncu = options
+        if early.reason is not None:  # no condition was given: only the time limit stops it
+            self._record.stopped_early = "timeout"
+        return kept_report(self._record, self.req, self.progress)
+
+    def discard(self) -> None:
+        """Stop the waiting workload (and its ncu); nothing it did is kept."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+def _free_port() -> int:
+    """A TCP port free on this host now, for one launched workload and the ncu that attaches to it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
+    """The ncu options replaying exactly the plan's shape variants (and any launch of their names between)."""
+    return options.model_copy(update={"dedupe": False, "kernel_regex": plan.kernel_regex,
+                                      "launch_skip": plan.launch_skip, "launch_count": plan.launch_count})
+
+
+def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
+    """Say what the ncu passes replay, with estimated times (estimates: the H200's time per replay pass)."""
+    progress(f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations replayed "
+             f"(estimate: {plan.estimate_s(plan.configurations):.0f} s of replay)")
+    if plan.variants:
+        progress(f"ncu: {len(plan.variants)} launches share a configuration but not the input shapes of an earlier "
+                 f"one: a second ncu pass replays them ({plan.launch_count} launches; estimate: "
+                 f"{plan.estimate_s(plan.launch_count):.0f} s of replay after it warms up)")

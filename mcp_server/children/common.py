@@ -1,0 +1,269 @@
+"""What the children share: seeding, the workload's import and call, the environment, results written atomically.
+
+Standard library and torch only; torch is imported inside functions, after the child has checked that it can be
+imported at all.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import platform
+import random
+import sys
+import traceback
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_ERROR, EXIT_NO_TORCH = 0, 4, 3
+
+
+def now() -> str:
+    """UTC timestamp with seconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON through a temporary file and a rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def traceback_tail(exc: BaseException, frames: int = 6) -> str:
+    """The last frames of an exception's traceback, as text."""
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-frames:])
+
+
+def error(kind: str, message: str, exc: BaseException | None = None, remedy: str | None = None) -> dict[str, Any]:
+    """An `error` entry for a child result."""
+    entry: dict[str, Any] = {"kind": kind, "message": message}
+    if exc is not None:
+        entry["traceback_tail"] = traceback_tail(exc)
+    if remedy:
+        entry["remedy"] = remedy
+    return entry
+
+
+def torch_available(result: dict[str, Any], out: Path) -> bool:
+    """Import torch; on failure record a `no_torch` error in `out` and return False."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        result.update(status="error", error=error("no_torch", f"{sys.executable} cannot import torch: {exc}"))
+        write_json(out, result)
+        return False
+    return True
+
+
+def environment() -> dict[str, Any]:
+    """Interpreter, torch and device facts, as the workload's process sees them."""
+    import socket
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    env: dict[str, Any] = {
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "python_version": platform.python_version(),
+        "python_executable": sys.executable,
+        "hostname": socket.gethostname(),
+        "cuda_available": cuda,
+        "cpu_threads": torch.get_num_threads(),
+        "device_name": None,
+    }
+    if cuda:
+        props = torch.cuda.get_device_properties(0)
+        env.update(
+            device_name=props.name,
+            sm_count=props.multi_processor_count,
+            compute_capability=f"{props.major}.{props.minor}",
+            total_memory_bytes=props.total_memory,
+        )
+    return env
+
+
+def load_workload(path: Path) -> Any:
+    """Import a workload file as a module named after its stem (or a private alias if that name is taken)."""
+    path = path.resolve()
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    name = path.stem
+    existing = sys.modules.get(name)
+    if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() != path:
+        name = f"_operator_profiler_workload_{abs(hash(str(path)))}"
+    elif existing is not None:
+        return existing
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def seed_all(seed: int) -> None:
+    """Seed Python, torch (and numpy when present)."""
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+
+
+def as_call(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """get_model_and_input()'s inputs as call arguments: a tuple/list is positional, a dict keywords."""
+    if isinstance(inputs, dict):
+        return (), dict(inputs)
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    return (inputs,), {}
+
+
+def map_tensors(fn: Callable[[Any], Any], obj: Any) -> Any:
+    """Apply `fn` to every tensor inside nested tuples, lists and dicts; other leaves are kept."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(map_tensors(fn, v) for v in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(map_tensors(fn, v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: map_tensors(fn, v) for k, v in obj.items()}
+    return obj
+
+
+def clone(obj: Any) -> Any:
+    """A detached deep copy of every tensor in `obj`."""
+    return map_tensors(lambda t: t.detach().clone(), obj)
+
+
+def perturb(obj: Any, seed: int) -> Any:
+    """Fresh inputs of the same structure, shapes, dtypes and devices, deterministic in `seed`.
+
+    Floating tensors get new normal values with the original's mean and standard deviation; integer tensors
+    (token ids, indices) a random permutation of their own values, so they stay in range; bools new coin flips.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def fresh(t: Any) -> Any:
+        t = t.detach()
+        if t.numel() == 0:
+            return t.clone()
+        if t.is_floating_point() or t.is_complex():
+            ref = t.float() if not t.is_complex() else t.real.float()
+            std = float(ref.std()) if t.numel() > 1 else 1.0
+            std = std if std > 0 and std == std else 1.0
+            mean = float(ref.mean())
+            values = torch.randn(t.shape, generator=gen) * std + mean
+            return values.to(device=t.device, dtype=t.dtype)
+        if t.dtype == torch.bool:
+            return (torch.rand(t.shape, generator=gen) < 0.5).to(t.device)
+        order = torch.randperm(t.numel(), generator=gen).to(t.device)
+        return t.flatten()[order].reshape(t.shape).clone()
+
+    return map_tensors(fresh, obj)
+
+
+def flatten(obj: Any, prefix: str = "out") -> list[tuple[str, Any]]:
+    """(path, leaf) for every leaf of nested tuples, lists, dicts and dataclasses, in order."""
+    import dataclasses
+
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [(prefix, obj)]
+    if isinstance(obj, (tuple, list)):
+        return [leaf for i, v in enumerate(obj) for leaf in flatten(v, f"{prefix}[{i}]")]
+    if isinstance(obj, dict):
+        return [leaf for k, v in obj.items() for leaf in flatten(v, f"{prefix}[{k!r}]")]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [leaf for f in dataclasses.fields(obj) for leaf in flatten(getattr(obj, f.name), f"{prefix}.{f.name}")]
+    return [(prefix, obj)]
+
+
+def tensors(obj: Any) -> list[Any]:
+    """The tensors among `obj`'s leaves."""
+    import torch
+
+    return [leaf for _, leaf in flatten(obj) if isinstance(leaf, torch.Tensor)]
+
+
+def device_of(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """'cuda' if the model's parameters or the inputs are on a CUDA device, else 'cpu'."""
+    devices = set()
+    if hasattr(model, "parameters"):
+        devices |= {p.device.type for p in model.parameters()}
+    devices |= {t.device.type for t in tensors((args, kwargs))}
+    return "cuda" if "cuda" in devices else "cpu"
+
+
+def load_same_weights(source: Any, target: Any) -> str | None:
+    """Copy `source`'s state_dict into `target`; return why it could not, or None when it did."""
+    if not (hasattr(source, "state_dict") and hasattr(target, "load_state_dict")):
+        return "a model is not an nn.Module: the two sides' weights rely on identical seeding"
+    try:
+        target.load_state_dict(source.state_dict())
+    except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+        return f"the optimized model does not accept the baseline's state_dict: {str(exc).splitlines()[0]}"
+    return None
+
+
+def optimized_callable(module: Any, model: Any) -> tuple[Any, str]:
+    """How the optimized workload is run: its `optimize(model)`, else torch.compile with its BACKEND_NAME."""
+    import torch
+
+    optimize = getattr(module, "optimize", None)
+    if callable(optimize):
+        return optimize(model), "optimize()"
+    backend = getattr(module, "BACKEND_NAME", None)
+    if isinstance(backend, str) and backend:
+        return torch.compile(model, backend=backend), f"torch.compile(backend={backend!r})"
+    return model, "plain model (no optimize() nor BACKEND_NAME)"
+
+
+def synchronize() -> None:
+    """Wait for queued GPU work (no-op without CUDA)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def run_main(out: Path, run: Callable[[dict[str, Any]], None], failed: str, remedy: str | None = None) -> int:
+    """A child's main: run it, write the result JSON at `out` whatever happens, return the exit code.
+
+    `failed` names what failed in the error message ("the bench", "the baseline").
+    """
+    out = out.resolve()
+    result: dict[str, Any] = {"status": "running", "phase": "import", "started_at": now(), "warnings": []}
+    if not torch_available(result, out):
+        return EXIT_NO_TORCH
+    result["environment"] = environment()
+    code = EXIT_OK
+    try:
+        run(result)
+        result["status"] = "ok"
+    except BaseException as exc:  # noqa: BLE001 - the workload's failure is reported, not re-raised
+        message = f"{failed} failed during {result['phase']}: {type(exc).__name__}: {exc}"
+        result.update(status="error", error=error("workload_raised", message, exc, remedy))
+        code = EXIT_ERROR
+    result["finished_at"] = now()
+    write_json(out, result)
+    return code

@@ -1,0 +1,26 @@
+"""What the engine and its children agree on, defined once: the workload contract, the NVTX ranges the
+harness opens, its exit codes and error kinds. Standard library only: the engine imports this module, and the
+children import it under the workload's interpreter."""
+
+from __future__ import annotations
+
+import re
+
+# A workload defines or imports get_model_and_input (an optimized workload imports its baseline's).
+CONTRACT = re.compile(
+    r"^\s*(?:def get_model_and_input\b|from\s+\S+\s+import\s+.*\bget_model_and_input\b"
+    r"|get_model_and_input\s*=)",
+    re.MULTILINE,
+)
+# A script without the contract marks its own window.
+SCRIPT_WINDOW = re.compile(r"\bNvtxCapture\s*\(")
+
+COMPILE_MODES = ("eager", "inductor", "cudagraphs", "optimized")
+PROFILERS = ("torch", "nvtx", "none")
+
+MEASURE_RANGE = "operator_profiler::measure"
+MODULE_RANGE_PREFIX = "module:"
+
+EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW, EXIT_NOT_CACHED = 0, 2, 3, 4, 5, 6
+# harness.json's error.kind
+NO_TORCH, CONTRACT_ERROR, NOT_CACHED, WORKLOAD_RAISED = "no_torch", "contract", "not_cached", "workload_raised"

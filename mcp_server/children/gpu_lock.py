@@ -1,0 +1,78 @@
+"""The GPU lock: the passes of one run take the GPU in turn through one lock file (standard library only)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+POLL_S = 0.05
+
+
+class GpuPhases:
+    """The passes of one run (nsys, ncu, ncu's shape variants) take the GPU in turn, through one lock file.
+
+    Building the model takes the lock shared at once. A pass given `after` compiles and warms up only once
+    that file exists: the previous pass's window is done, and the Triton configurations it autotuned are in
+    Inductor's cache, so every pass runs the same kernels (autotuning under ncu would time configurations
+    differently). Compiling and warming up take the lock shared, the window takes it exclusively; a pass given
+    `done` writes that file after its window. An `early` pass (its compile may only reuse Inductor's cache, so
+    nothing autotunes in it) compiles and warms up at once; only its window waits for `after`.
+    """
+
+    def __init__(
+        self, path: Path | None, after: Path | None = None, done: Path | None = None, early: bool = False
+    ) -> None:
+        self._path, self._after, self._done, self._early = path, after, done, early
+        self._file: Any = None
+
+    def build(self) -> None:
+        """Take the lock shared: build the model while no other pass measures."""
+        if self._file is None:
+            self._take("LOCK_SH")
+
+    def warmup(self) -> None:
+        """Wait for the previous pass's window (not holding the lock), then take it shared: compile, warm up.
+        An `early` pass does not wait: it compiles from Inductor's cache only, so nothing autotunes in it."""
+        if not self._early:
+            self._wait_for_after()
+        self.build()
+
+    def window(self) -> None:
+        """Take the lock exclusively for the measured window (an `early` pass after the previous pass's)."""
+        self._wait_for_after()
+        self._drop()
+        self._take("LOCK_EX")
+
+    def _wait_for_after(self) -> None:
+        if self._after is not None and not self._after.exists():
+            self._drop()
+            while not self._after.exists():
+                time.sleep(POLL_S)
+
+    def release(self) -> None:
+        """Drop the lock and mark this pass's window done."""
+        held = self._file is not None
+        self._drop()
+        if held and self._done is not None:
+            self._done.touch()
+
+    def close(self) -> None:
+        """Drop the lock without marking a window done (the script never opened one)."""
+        self._drop()
+
+    def _take(self, mode: str) -> None:
+        if self._path is None:
+            return
+        import fcntl
+
+        self._file = open(self._path, "a+")  # noqa: SIM115 - held across phases, closed in _drop()
+        fcntl.flock(self._file.fileno(), getattr(fcntl, mode))
+
+    def _drop(self) -> None:
+        if self._file is not None:
+            import fcntl
+
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None

@@ -1,0 +1,310 @@
+"""Capture harness: runs one workload's measured window under the workload's own Python interpreter.
+
+Standard library and torch only (nvtx is not required: torch.cuda.nvtx is used), so it runs in the user's
+project environment. The engine starts it as a child process:
+
+    python harness.py --workload W.py --run-dir DIR --result DIR/harness.json --profiler torch|nvtx|none
+        [--kineto-trace FILE] [--provenance FILE] [--compile-mode ...]
+
+It seeds every RNG, builds the model with `get_model_and_input()`, compiles it if asked, warms up, and runs
+the measured window, writing `--result` (environment, window times, module table, errors) whatever happens
+and, with the torch profiler, the Kineto trace at `--kineto-trace` (nvtx: nsys/ncu record it from outside).
+In compiled modes it writes `--provenance`: which aten ops and nn.Modules each generated kernel came from,
+with a copy of Inductor's generated code beside it. A script without `get_model_and_input` marks its own
+window with `NvtxCapture` (mcp_server/children/script.py).
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":
+    import _operator_profiler_child  # noqa: F401 - this package importable, this folder off sys.path
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp_server.children.common import as_call, environment, load_workload, now, seed_all, traceback_tail, write_json
+from mcp_server.children.compiling import (
+    ContractError,
+    RecordingBackend,
+    RecordingInductor,
+    import_compiler,
+    inductor_provenance,
+    not_cached,
+)
+from mcp_server.children.contract import (
+    COMPILE_MODES,
+    CONTRACT,
+    CONTRACT_ERROR,
+    EXIT_CONTRACT,
+    EXIT_NO_TORCH,
+    EXIT_NOT_CACHED,
+    EXIT_OK,
+    EXIT_WORKLOAD_RAISED,
+    NO_TORCH,
+    NOT_CACHED,
+    PROFILERS,
+    SCRIPT_WINDOW,
+    WORKLOAD_RAISED,
+)
+from mcp_server.children.gpu_lock import GpuPhases
+from mcp_server.children.script import run_script
+from mcp_server.children.window import MeasuredWindow, ModuleRanges, capture_graph
+
+QUEUE_AHEAD_MIN_NS = 50_000_000  # the GPU spins at least 50 ms while the window is enqueued
+QUEUE_AHEAD_MAX_NS = 5_000_000_000
+WINDOW_FILE = ".window.json"  # where a script's NvtxCapture leaves its window's times for the harness
+
+
+def _describe_placement(model: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+    import torch
+
+    param_devices = sorted({str(p.device) for p in model.parameters()}) if hasattr(model, "parameters") else []
+    input_devices = sorted({str(a.device) for a in args if isinstance(a, torch.Tensor)})
+    return {"parameter_devices": param_devices, "input_devices": input_devices}
+
+
+def _artifact(path: Path, run_dir: Path) -> str:
+    """An artifact's path as harness.json lists it: relative to the pass directory."""
+    return os.path.relpath(path, run_dir)
+
+
+def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Build, compile, warm up and measure a `get_model_and_input()` workload."""
+    import torch
+
+    if torch.cuda.is_available() and args.gpu_lock is not None:
+        # The CUDA context is created before the lock: an allocation runs nothing on the GPU, so it need not
+        # wait while another pass measures (under ncu it takes seconds).
+        _enter(result, "cuda context")
+        torch.empty(1, device="cuda")
+    _enter(result, "waiting for the GPU lock (build)")
+    lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.compile_early_if_cached)
+    lock.build()
+    _enter(result, "build")
+    model, inputs = module.get_model_and_input()
+    call_args, call_kwargs = as_call(inputs)
+    result["placement"] = _describe_placement(model, call_args)
+    if torch.cuda.is_available() and "cpu" in result["placement"]["parameter_devices"] + result["placement"][
+        "input_devices"
+    ]:
+        result["warnings"].append(
+            "CUDA is available but part of the model or inputs is on the CPU: "
+            f"{result['placement']}; move them to 'cuda' in get_model_and_input()"
+        )
+    train_step = getattr(module, "train_step", None) if args.train_step else None
+    if args.train_step and train_step is None:
+        raise ContractError("--train-step was given but the workload defines no train_step(model, inputs)")
+    backend: RecordingBackend | RecordingInductor | None = None
+    fn = model
+    if args.compile_mode == "optimized":
+        backend = RecordingBackend(module)
+        fn = backend.optimize(model)
+    elif args.compile_mode != "eager":
+        backend = RecordingInductor(args.compile_mode, cached_only=args.compile_early_if_cached)
+        fn = torch.compile(model, backend=backend)
+
+    def step() -> None:
+        if train_step is not None:
+            train_step(fn, inputs)
+        else:
+            with torch.no_grad():
+                fn(*call_args, **call_kwargs)
+
+    _enter(result, "waiting for the previous pass")
+    lock.warmup()
+    _enter(result, "warmup")
+    t0 = time.perf_counter_ns()
+    last_step_ns = 0
+    for _ in range(args.warmup_iters):
+        t_step = time.perf_counter_ns()
+        step()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        last_step_ns = time.perf_counter_ns() - t_step
+    result["warmup_time_ns"] = time.perf_counter_ns() - t0
+    _enter(result, "waiting for the GPU lock (window)")
+    lock.window()
+    hooks = ModuleRanges(model, args.profiler) if args.compile_mode == "eager" and args.profiler != "none" else None
+    _enter(result, "measure")
+    queue_ahead_ns = None
+    if args.queue_ahead and torch.cuda.is_available():
+        queue_ahead_ns = min(max(QUEUE_AHEAD_MIN_NS, 4 * last_step_ns * args.iters), QUEUE_AHEAD_MAX_NS)
+    window = MeasuredWindow(args.profiler, args.kineto_trace, queue_ahead_ns, on_gpu_done=lock.release)
+    replay = capture_graph(step) if args.graph_replay and torch.cuda.is_available() else None
+    if isinstance(replay, str):
+        result["warnings"].append(f"--graph-replay: the window could not be captured in a CUDA graph: {replay}")
+    with window:
+        for _ in range(args.iters):
+            replay() if callable(replay) else step()
+    _enter(result, "finish")
+    if hooks is not None:
+        hooks.remove()
+    lock.release()
+    result["window"] = {
+        "wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns, "iters": args.iters
+    }
+    if window.profiler_start_ns is not None:
+        result["window"]["profiler_start_ns"] = window.profiler_start_ns
+        result["window"]["profiler_stop_ns"] = window.profiler_stop_ns
+    if queue_ahead_ns is not None:
+        result["window"]["queued_ahead"] = window.queued_ahead
+    if args.graph_replay:
+        result["window"]["graph_replay"] = callable(replay)
+    result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
+    if backend is not None:
+        write_json(args.provenance, inductor_provenance(backend, args.provenance.parent))
+        result["artifacts"].append(_artifact(args.provenance, args.run_dir))
+    if args.profiler == "torch":
+        result["artifacts"].append(_artifact(args.kineto_trace, args.run_dir))
+
+
+def _run_script_workload(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Run an NvtxCapture script; the code before its window builds under the GPU lock, taken shared."""
+    _enter(result, "script")
+    window_file = args.run_dir / WINDOW_FILE
+    window_file.unlink(missing_ok=True)
+    config = {
+        "profiler": args.profiler, "window_file": str(window_file), "kineto_trace": str(args.kineto_trace or ""),
+        "gpu_lock": str(args.gpu_lock or ""), "gpu_lock_after": str(args.gpu_lock_after or ""),
+        "gpu_lock_done": str(args.gpu_lock_done or ""),
+    }
+    run_script(args.workload, args.script_arg, config, GpuPhases(args.gpu_lock, args.gpu_lock_after,
+                                                                   args.gpu_lock_done))
+    if not window_file.exists():
+        raise ContractError(f"{args.workload} finished without closing an NvtxCapture window")
+    result["window"] = {**json.loads(window_file.read_text(encoding="utf-8")), "iters": 1}
+    if args.profiler == "torch":
+        result["artifacts"].append(_artifact(args.kineto_trace, args.run_dir))
+
+
+def _enter(result: dict[str, Any], phase: str) -> None:
+    """Move to the next phase; harness.json keeps when each phase began (epoch seconds)."""
+    result["phase"] = phase
+    result["phase_started_at"][phase] = round(time.time(), 3)
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Operator Profiler capture harness (runs one measured window).")
+    parser.add_argument("--workload", required=True, type=Path)
+    parser.add_argument("--run-dir", required=True, type=Path,
+                        help="this pass's directory (scratch files, Inductor's generated code)")
+    parser.add_argument("--result", required=True, type=Path, help="where to write the result JSON")
+    parser.add_argument("--kineto-trace", type=Path, help="(--profiler torch) where to export the Kineto trace")
+    parser.add_argument("--provenance", type=Path,
+                        help="(compiled modes) where to write the generated kernels' provenance JSON")
+    parser.add_argument("--profiler", choices=PROFILERS, default="none")
+    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default="eager")
+    parser.add_argument("--warmup-iters", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-step", action="store_true")
+    parser.add_argument("--gpu-lock", type=Path,
+                        help="lock file: shared while building and warming up, exclusive for the window")
+    parser.add_argument("--gpu-lock-after", type=Path,
+                        help="compile, warm up and measure only once this file exists (the previous pass's "
+                             "window is done)")
+    parser.add_argument("--gpu-lock-done", type=Path, help="file written once this pass's window is done")
+    parser.add_argument("--queue-ahead", action="store_true",
+                        help="(--profiler none) let the GPU spin while the window is enqueued, so the CUDA events "
+                             "time its busy time without host launch gaps")
+    parser.add_argument("--graph-replay", action="store_true",
+                        help="(--profiler none) run the window as replays of one iteration captured in a CUDA "
+                             "graph, so the CUDA events time its kernels with the GPU's smallest launch gaps")
+    parser.add_argument("--import-compiler-early", action="store_true",
+                        help="import TorchDynamo/Inductor before the first CUDA call (a pass started suspended at "
+                             "that call imports them while it waits)")
+    parser.add_argument("--compile-early-if-cached", action="store_true",
+                        help="compile and warm up without waiting for --gpu-lock-after (the window still waits), "
+                             f"from Inductor's cache only: exit with code {EXIT_NOT_CACHED} before running a graph "
+                             "the cache did not hold")
+    parser.add_argument("--script-arg", action="append", default=[], help="argument passed to a script workload")
+    args = parser.parse_args(argv)
+    if args.queue_ahead and args.profiler != "none":
+        parser.error("--queue-ahead times the window without a profiler: use it with --profiler none")
+    if args.graph_replay and args.profiler != "none":
+        parser.error("--graph-replay times the window without a profiler: use it with --profiler none")
+    if args.profiler == "torch" and args.kineto_trace is None:
+        parser.error("--profiler torch needs --kineto-trace FILE")
+    if args.compile_mode != "eager" and args.provenance is None:
+        parser.error(f"--compile-mode {args.compile_mode} needs --provenance FILE")
+    args.run_dir = args.run_dir.resolve()
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the workload's window; write the result whatever happens; return the exit code."""
+    args = _parse_args(argv)
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "status": "running",
+        "phase": "import",
+        "phase_started_at": {"import": round(time.time(), 3)},
+        "workload": str(args.workload),
+        "profiler": args.profiler,
+        "compile_mode": args.compile_mode,
+        "run_mode": "train_step" if args.train_step else "inference",
+        "warmup_iters": args.warmup_iters,
+        "iters": args.iters,
+        "seed": args.seed,
+        "started_at": now(),
+        "warnings": [],
+        "artifacts": [],
+    }
+    code = EXIT_OK
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        message = f"{sys.executable} cannot import torch: {exc}"
+        result.update(status="error", error={"kind": NO_TORCH, "message": message})
+        write_json(args.result, result)
+        return EXIT_NO_TORCH
+    if args.import_compiler_early and args.compile_mode != "eager":
+        _enter(result, "compiler import")
+        import_compiler(args.compile_mode)
+    _enter(result, "setup")
+    result["environment"] = environment()
+    seed_all(args.seed)
+    try:
+        source = args.workload.read_text(encoding="utf-8")
+        if CONTRACT.search(source):
+            result["workload_kind"] = "contract"
+            module = load_workload(args.workload)
+            if not callable(getattr(module, "get_model_and_input", None)):
+                raise ContractError(f"{args.workload} defines no callable get_model_and_input()")
+            run_contract(module, args, result)
+        elif SCRIPT_WINDOW.search(source):
+            result["workload_kind"] = "script"
+            _run_script_workload(args, result)
+        else:
+            raise ContractError(f"{args.workload} defines no get_model_and_input() and uses no NvtxCapture window")
+        result["status"] = "ok"
+    except ContractError as exc:
+        result.update(status="error", error={"kind": CONTRACT_ERROR, "message": str(exc)})
+        code = EXIT_CONTRACT
+    except BaseException as exc:  # noqa: BLE001 - the workload's own failure is reported, not re-raised
+        if (cached := not_cached(exc)) is not None:
+            result.update(status="error", error={"kind": NOT_CACHED, "message": str(cached)})
+            code = EXIT_NOT_CACHED
+        else:
+            result.update(
+                status="error",
+                error={"kind": WORKLOAD_RAISED, "message": f"{type(exc).__name__}: {exc}",
+                       "traceback_tail": traceback_tail(exc)},
+            )
+            code = EXIT_WORKLOAD_RAISED
+    result["finished_at"] = now()
+    write_json(args.result, result)
+    return code
+
+
+if __name__ == "__main__":
+    exit_code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown (CUDA/Inductor shutdown takes seconds); every result is already on disk.
+    os._exit(exit_code)

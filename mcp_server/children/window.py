@@ -1,0 +1,173 @@
+"""The measured window: profiler start/stop, the NVTX ranges (measure, emit_nvtx, one per module), its times,
+and a CUDA-graph capture of one iteration for a launch-gap-free timing (standard library and torch only)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX
+
+SLEEP_CALIBRATION_CYCLES = 10_000_000
+
+
+class MeasuredWindow:
+    """The measured window: profiler start/stop, NVTX measure range, emit_nvtx, host wall time and CUDA events.
+
+    `kineto_trace` is where a torch.profiler window exports its trace. With `queue_ahead_ns`, the GPU spins while
+    the host enqueues the window, so the events time its work back to back. `on_gpu_done` runs once the window's
+    GPU work is done, before the profiler stops (nsys takes seconds to stop; the next pass need not wait).
+    """
+
+    def __init__(
+        self, profiler: str, kineto_trace: Path | None = None, queue_ahead_ns: int | None = None,
+        on_gpu_done: Callable[[], None] | None = None,
+    ) -> None:
+        self.profiler = profiler
+        self.kineto_trace = kineto_trace
+        self.on_gpu_done = on_gpu_done
+        self.queue_ahead_ns = queue_ahead_ns
+        self.queued_ahead: bool | None = None
+        self.wall_time_ns = 0
+        self.gpu_elapsed_ns: int | None = None
+        self.profiler_start_ns: int | None = None
+        self.profiler_stop_ns: int | None = None
+        self._stack: list[Any] = []
+
+    def __enter__(self) -> MeasuredWindow:
+        import torch
+
+        self.cuda = torch.cuda.is_available()
+        if self.cuda:
+            torch.cuda.synchronize()
+        if self.profiler == "torch":
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.cuda:
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._prof = torch.profiler.profile(activities=activities, record_shapes=True)
+            self._prof.start()
+            self._enter(torch.autograd.profiler.record_function(MEASURE_RANGE))
+        elif self.profiler == "nvtx" and self.cuda:
+            t0 = time.perf_counter_ns()
+            torch.cuda.profiler.start()
+            self.profiler_start_ns = time.perf_counter_ns() - t0  # a profiler starting its collection
+            torch.cuda.nvtx.range_push(MEASURE_RANGE)
+            self._enter(torch.autograd.profiler.emit_nvtx(record_shapes=True))
+        if self.cuda:
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            if self.queue_ahead_ns:
+                # The GPU spins while the host enqueues the whole window: the events then time the window's
+                # work back to back, its busy time, with none of the host's launch gaps.
+                torch.cuda._sleep(sleep_cycles(self.queue_ahead_ns))
+            self._events[0].record()
+        self._t0 = time.perf_counter_ns()
+        return self
+
+    def _enter(self, ctx: Any) -> None:
+        ctx.__enter__()
+        self._stack.append(ctx)
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        if self.cuda:
+            if self.queue_ahead_ns:
+                self.queued_ahead = not self._events[0].query()  # still spinning: all of it was queued in time
+            self._events[1].record()
+            torch.cuda.synchronize()
+            self.gpu_elapsed_ns = round(self._events[0].elapsed_time(self._events[1]) * 1e6)
+        self.wall_time_ns = time.perf_counter_ns() - self._t0
+        if self.on_gpu_done is not None:
+            self.on_gpu_done()
+        while self._stack:
+            self._stack.pop().__exit__(None, None, None)
+        if self.profiler == "torch":
+            self._prof.stop()
+            if self.kineto_trace is not None:
+                self._prof.export_chrome_trace(str(self.kineto_trace))
+        elif self.profiler == "nvtx" and self.cuda:
+            torch.cuda.nvtx.range_pop()
+            t0 = time.perf_counter_ns()
+            torch.cuda.profiler.stop()
+            self.profiler_stop_ns = time.perf_counter_ns() - t0
+
+
+def sleep_cycles(ns: int) -> int:
+    """GPU clock cycles for which `torch.cuda._sleep` spins about `ns` nanoseconds, calibrated on this GPU."""
+    import torch
+
+    torch.cuda._sleep(1000)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(SLEEP_CALIBRATION_CYCLES)
+    end.record()
+    end.synchronize()
+    return int(ns * SLEEP_CALIBRATION_CYCLES / (start.elapsed_time(end) * 1e6))
+
+
+class ModuleRanges:
+    """Forward pre/post hooks that wrap every submodule's forward in a `module:<path>` range (eager only)."""
+
+    def __init__(self, model: Any, profiler: str) -> None:
+        import torch
+
+        self._torch = torch
+        self.profiler = profiler
+        self._open: list[Any] = []
+        self._handles = []
+        for path, module in model.named_modules():
+            if path:
+                self._handles.append(module.register_forward_pre_hook(self._pre(path)))
+                self._handles.append(module.register_forward_hook(self._post))
+
+    def _pre(self, path: str) -> Callable[..., None]:
+        name = MODULE_RANGE_PREFIX + path
+
+        def hook(module: Any, args: Any) -> None:
+            if self.profiler == "torch":
+                ctx = self._torch.autograd.profiler.record_function(name)
+                ctx.__enter__()
+                self._open.append(ctx)
+            else:
+                self._torch.cuda.nvtx.range_push(name)
+
+        return hook
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        if self.profiler == "torch":
+            if self._open:
+                self._open.pop().__exit__(None, None, None)
+        else:
+            self._torch.cuda.nvtx.range_pop()
+
+    def remove(self) -> None:
+        """Remove every hook."""
+        for handle in self._handles:
+            handle.remove()
+
+
+def capture_graph(step: Callable[[], None]) -> Callable[[], None] | str:
+    """One window iteration captured in a CUDA graph: its replay, or why capture failed.
+
+    Replays run the captured kernels back to back with the GPU's smallest launch gaps, so the window's CUDA
+    events time their busy time most closely (no profiler involved). Capture may change what a library runs
+    (cuDNN's LSTM did), so a replay's time only stands for the window when its kernels are the same.
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.stream(side):
+            step()  # allocations of the side stream's pool happen before capture
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            step()
+    except Exception as exc:  # noqa: BLE001 - the reason is reported, the window runs eagerly
+        torch.cuda.synchronize()
+        return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    torch.cuda.synchronize()
+    return graph.replay

@@ -1,0 +1,248 @@
+"""Validate: is an optimized workload still right, and is its speedup plausible?
+
+The contract of an optimized workload is in docs/optimized-workload-contract.md. The numerical checks run in a
+child process under the workload's interpreter (`children/validate.py`): both models on the baseline's
+weights, several seeds, the workload's own inputs and fresh random ones, dtype-aware tolerances, NaN/Inf,
+shapes and dtypes, input mutation, outputs aliased to inputs or cached across calls, the backend registered
+and invoked, the FX passes it applied. This module adds two checks of its own: the workload's generated
+pytest file (`test_<name>_optimized.py` beside it, run as a child) and a measured speedup above a roofline
+bound ('suspect'). It writes validation_report.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from mcp_server.errors import ProfileFormatError, UsageError
+from mcp_server.process import interpreter_env, run_child
+from mcp_server.progress import Progress, quiet
+from mcp_server.proof import check_python, check_workload, log_tail, run_proof_child
+from mcp_server.schema.io import write_model_atomic
+from mcp_server.schema.proof import CheckResult, ValidationReport
+
+VALIDATION_JSON = "validation_report.json"
+DEFAULT_SEEDS = (0, 1, 2)
+TOLERANCE_CLASSES = ("float64", "float32", "tf32", "bfloat16", "float16")
+PYTEST_TAIL_LINES = 15
+
+
+def generated_test_path(optimized: Path) -> Path:
+    """Where the generated pytest file of an optimized workload lives: `test_<stem>.py` beside it."""
+    return Path(optimized).with_name(f"test_{Path(optimized).stem}.py")
+
+
+def parse_seeds(value: str) -> tuple[int, ...]:
+    """`'0,1,2'` (the CLI's --seeds) as seeds; a UsageError for anything but comma-separated integers."""
+    try:
+        seeds = tuple(int(s) for s in value.split(",") if s.strip())
+    except ValueError:
+        raise UsageError(f"--seeds {value!r} is not a comma-separated list of integers", "pass e.g. --seeds 0,1,2") \
+            from None
+    if not seeds:
+        raise UsageError("--seeds names no seed", "pass e.g. --seeds 0,1,2")
+    return seeds
+
+
+def parse_tolerances(values: Sequence[str]) -> dict[str, float]:
+    """`['float32=1e-3', 'bfloat16=2e-2']` (the CLI's repeated --tolerance) as {class: rtol}."""
+    tolerances = {}
+    for value in values:
+        name, sep, number = value.partition("=")
+        try:
+            tolerances[name.strip()] = float(number)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise UsageError(f"--tolerance {value!r} is not CLASS=RTOL", "pass e.g. --tolerance float32=1e-3")
+    _check_options((0,), None, None, tolerances, None)
+    return tolerances
+
+
+def _check(name: str, status: str, detail: str) -> CheckResult:
+    return CheckResult(name=name, status=status, passed=status != "fail", detail=detail)  # type: ignore[arg-type]
+
+
+def run_pytest(
+    test_file: Path,
+    python: str,
+    work_dir: Path,
+    timeout_s: float,
+    progress: Progress = quiet,
+    cancel: threading.Event | None = None,
+) -> CheckResult:
+    """Run `python -m pytest -q test_file` as a child; pass/fail with the output's tail."""
+    if not test_file.is_file():
+        return _check("pytest", "skip", f"no generated test file {test_file.name} beside the optimized workload")
+    log = work_dir / "pytest_child.log"
+    cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)]
+    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=interpreter_env(python))
+    tail = log_tail(log, PYTEST_TAIL_LINES)
+    if timed_out:
+        return _check("pytest", "fail", f"{test_file.name} ran past {timeout_s:.0f} s and was stopped; tail: {tail}")
+    if code == 0:
+        return _check("pytest", "pass", f"{test_file.name} passed: {log_tail(log, 1)}")
+    if "No module named pytest" in tail:
+        return _check("pytest", "skip", f"pytest is not installed for {python}: {test_file.name} was not run")
+    if code == 5:
+        return _check("pytest", "fail", f"{test_file.name} collected no tests")
+    return _check("pytest", "fail", f"{test_file.name} failed (exit {code}): {tail}")
+
+
+def speedup_check(speedup: float | None, max_plausible_speedup: float | None) -> CheckResult:
+    """Flag a measured speedup above the roofline bound as suspect (skip when either is unknown)."""
+    if speedup is None or max_plausible_speedup is None:
+        missing = "measured speedup given (run bench)" if speedup is None else "roofline bound given"
+        return _check("speedup_plausible", "skip", f"not checked: no {missing}")
+    if speedup > max_plausible_speedup:
+        return _check(
+            "speedup_plausible", "fail",
+            f"suspect: the measured speedup {speedup:.2f}× exceeds the roofline bound {max_plausible_speedup:.2f}×; "
+            "an optimized workload that skips work, caches results or measures something else looks like this",
+        )
+    return _check("speedup_plausible", "pass",
+                  f"the measured speedup {speedup:.2f}× is within the roofline bound {max_plausible_speedup:.2f}×")
+
+
+def _child_args(
+    base: Path, opt: Path, seeds: Sequence[int], rtol: float | None, atol: float | None,
+    tolerances: dict[str, float] | None,
+) -> list[str]:
+    args = ["--baseline", str(base), "--optimized", str(opt), "--seeds", ",".join(str(s) for s in seeds)]
+    if tolerances:
+        args += ["--tolerances", json.dumps(tolerances)]
+    if rtol is not None:
+        args += ["--rtol", repr(float(rtol))]
+    if atol is not None:
+        args += ["--atol", repr(float(atol))]
+    return args
+
+
+def _check_options(
+    seeds: Sequence[int], rtol: float | None, atol: float | None, tolerances: dict[str, float] | None,
+    max_plausible_speedup: float | None,
+) -> None:
+    if not seeds:
+        raise UsageError("no seeds given", "pass at least one seed, e.g. --seeds 0,1,2")
+    for name, value in (("--rtol", rtol), ("--atol", atol), ("--max-plausible-speedup", max_plausible_speedup)):
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise UsageError(f"{name} must be a non-negative number, got {value}", f"pass a value like 1e-4 to {name}")
+    for key, value in (tolerances or {}).items():
+        if key not in TOLERANCE_CLASSES:
+            raise UsageError(f"unknown tolerance class {key!r}", f"choose among {', '.join(TOLERANCE_CLASSES)}")
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"tolerance for {key} must be positive, got {value}", "pass e.g. float32=1e-4")
+
+
+def _report(
+    raw: dict[str, Any], base: Path, opt: Path, python: str, extra: list[CheckResult],
+    speedup: float | None, max_plausible_speedup: float | None, atol: float | None,
+) -> ValidationReport:
+    env = raw.get("environment", {})
+    flags = raw.get("precision_flags", {})
+    tf32 = [k for k in ("cuda_matmul_allow_tf32", "cudnn_allow_tf32") if flags.get(k)]
+    precision = None
+    if flags:
+        regime = "float32 outputs held to the tf32 class" if raw.get("tf32") else "float32 outputs held to float32"
+        allowed = f"TF32 allowed by {', '.join(tf32)}" if tf32 else "TF32 off"
+        precision = f"float32 matmul precision {flags.get('float32_matmul_precision')!r}; {allowed}; {regime}"
+    try:
+        checks = [CheckResult.model_validate(c) for c in raw.get("checks", [])] + extra
+        failed = [c.name for c in checks if c.status == "fail"]
+        return ValidationReport(
+            baseline=str(base), optimized=str(opt), python_executable=env.get("python_executable", python),
+            torch_version=env.get("torch_version"),
+            device_type="cuda" if env.get("cuda_available") else "cpu",
+            device_name=env.get("device_name"),
+            seeds=raw.get("seeds", []), backend_name=raw.get("backend_name"),
+            backend_calls=raw.get("backend_calls"), applied_passes=raw.get("applied_passes", {}),
+            tolerances=raw.get("tolerances", {}), atol_override=atol, precision_note=precision,
+            max_abs_error=raw.get("max_abs_error"), max_rel_error=raw.get("max_rel_error"),
+            speedup=speedup, max_plausible_speedup=max_plausible_speedup,
+            checks=checks, passed=not failed, failed_checks=failed, warnings=raw.get("warnings", []),
+        )
+    except ValidationError as exc:
+        raise ProfileFormatError(
+            f"the validate child's result is malformed: {exc.error_count()} errors ({exc.errors()[0]['msg']})",
+            "report this as a bug with the child's JSON attached",
+        ) from exc
+
+
+def validate(
+    baseline: Path,
+    optimized: Path,
+    python: str = sys.executable,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    rtol: float | None = None,
+    atol: float | None = None,
+    tolerances: dict[str, float] | None = None,
+    run_tests: bool = True,
+    speedup: float | None = None,
+    max_plausible_speedup: float | None = None,
+    out_dir: Path | None = None,
+    timeout_s: float = 600.0,
+    progress: Progress = quiet,
+    cancel: threading.Event | None = None,
+) -> ValidationReport:
+    """Check `optimized` against `baseline` (two workload files) and return the report.
+
+    `rtol` overrides every floating tolerance class, `tolerances` single classes (float64, float32, tf32,
+    bfloat16, float16: rtol); `atol` replaces the default absolute tolerance (rtol × the output's RMS).
+    `run_tests` runs the generated `test_<name>_optimized.py`. A `speedup` (from bench) above
+    `max_plausible_speedup` (the roofline bound) fails 'speedup_plausible' as suspect. With `out_dir`,
+    validation_report.json and the children's logs are written there; setting `cancel` stops the children.
+    A failed check is a verdict, not an
+    exception; a baseline that cannot run, or an interpreter without torch, raises WorkloadError.
+    """
+    _check_options(seeds, rtol, atol, tolerances, max_plausible_speedup)
+    base_path, opt_path = check_workload(baseline, "baseline"), check_workload(optimized, "optimized")
+    python = check_python(python)
+    args = _child_args(base_path, opt_path, seeds, rtol, atol, tolerances)
+    with tempfile.TemporaryDirectory(prefix="operator_profiler_validate_") as scratch:
+        work_dir = Path(out_dir) if out_dir is not None else Path(scratch)
+        raw = run_proof_child(
+            "validate", args, python, work_dir, "validate", timeout_s, progress, cancel
+        )
+        extra = []
+        if run_tests:
+            progress(f"validate: running {generated_test_path(opt_path).name}")
+            extra.append(run_pytest(generated_test_path(opt_path), python, work_dir, timeout_s, progress, cancel))
+        else:
+            extra.append(_check("pytest", "skip", "not run (run_tests is off)"))
+    extra.append(speedup_check(speedup, max_plausible_speedup))
+    report = _report(raw, base_path, opt_path, python, extra, speedup, max_plausible_speedup, atol)
+    if out_dir is not None:
+        write_model_atomic(Path(out_dir) / VALIDATION_JSON, report)
+    return report
+
+
+def load_validation_report(path: Path) -> ValidationReport:
+    """Read a validation_report.json."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProfileFormatError(f"validation report not found: {path}", "run `operator-profiler validate` first")
+    try:
+        return ValidationReport.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise ProfileFormatError(f"{path} is not a valid validation_report.json: {exc.error_count()} errors",
+                                 "re-run `operator-profiler validate`") from exc
+
+
+def render_checks(report: ValidationReport) -> str:
+    """The verdict and one line per check, for the CLI."""
+    lines = [f"{'PASS' if report.passed else 'FAIL'}: {Path(report.optimized).name} against "
+             f"{Path(report.baseline).name} on {report.device_name or report.device_type} "
+             f"(seeds {', '.join(str(s) for s in report.seeds)})"]
+    for check in report.checks:
+        lines.append(f"  [{check.status:4}] {check.name}: {check.detail}")
+    for warning in report.warnings:
+        lines.append(f"  warning: {warning}")
+    return "\n".join(lines)

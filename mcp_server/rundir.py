@@ -1,0 +1,259 @@
+"""The run directory: every artifact path of every pass, the manifest, and the lock of the run writing it.
+
+Capture writes raw artifacts and manifest.json here; profile.json and everything after it are derived from
+these files alone. This module is the one place that knows where each file lies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import re
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+from pydantic import ValidationError
+
+from mcp_server.errors import ProfileFormatError, UsageError
+from mcp_server.schema.io import write_model_atomic
+from mcp_server.schema.manifest import RunManifest
+from mcp_server.schema.types import PassName
+
+MANIFEST = "manifest.json"
+PROFILE = "profile.json"
+RUNS_FOLDER = "op_runs"
+RESERVE_ATTEMPTS = 50
+
+
+class RunDir:
+    """One run directory: `RunDir(path).manifest_path`, `.pass_dir("nsys")`, `.read_manifest()`, ..."""
+
+    LOCK = ".run.lock"
+    GPU_LOCK = ".gpu.lock"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # ----------------------------------------------------------------------------------------- top-level files
+
+    @property
+    def manifest_path(self) -> Path:
+        """manifest.json: what ran, with which tools, options and artifacts."""
+        return self.path / MANIFEST
+
+    @property
+    def profile_path(self) -> Path:
+        """profile.json, assembled from the artifacts."""
+        return self.path / PROFILE
+
+    # ----------------------------------------------------------------------------------------- per pass
+
+    def pass_dir(self, name: PassName) -> Path:
+        """The folder of pass `name`."""
+        return self.path / name
+
+    def harness_result(self, name: PassName) -> Path:
+        """The harness's result (environment, window times, errors) of pass `name`."""
+        return self.pass_dir(name) / "harness.json"
+
+    def output_log(self, name: PassName) -> Path:
+        """Everything the child of pass `name` printed."""
+        return self.pass_dir(name) / "output.log"
+
+    def kineto_trace(self, name: PassName = "torch") -> Path:
+        """The torch.profiler pass's Kineto trace."""
+        return self.pass_dir(name) / "kineto_trace.json"
+
+    def provenance(self, name: PassName) -> Path:
+        """Inductor's provenance of a compiled pass (its generated code lies beside it)."""
+        return self.pass_dir(name) / "inductor_provenance.json"
+
+    def nsys_report_base(self) -> Path:
+        """What nsys's --output is given (it appends .nsys-rep)."""
+        return self.pass_dir("nsys") / "report"
+
+    def nsys_report(self) -> Path:
+        """nsys's report."""
+        return self.pass_dir("nsys") / "report.nsys-rep"
+
+    def nsys_sqlite(self) -> Path:
+        """nsys's report exported to SQLite: the timeline every later stage reads."""
+        return self.pass_dir("nsys") / "report.sqlite"
+
+    def export_log(self) -> Path:
+        """What `nsys export` printed."""
+        return self.pass_dir("nsys") / "export.log"
+
+    def ncu_report_base(self, name: PassName = "ncu") -> Path:
+        """What ncu's --export is given (it appends .ncu-rep)."""
+        return self.pass_dir(name) / "report"
+
+    def ncu_report(self, name: PassName = "ncu") -> Path:
+        """ncu's report of pass `name` (ncu, or ncu_variants)."""
+        return self.pass_dir(name) / "report.ncu-rep"
+
+    def attach_log(self, name: PassName) -> Path:
+        """What the ncu that attached to a waiting pass printed."""
+        return self.pass_dir(name) / "attach.log"
+
+    def relative(self, path: Path) -> str:
+        """An artifact's path as the manifest lists it: relative to the run directory."""
+        return Path(path).relative_to(self.path).as_posix()
+
+    # ----------------------------------------------------------------------------------------- the GPU's turns
+
+    @property
+    def gpu_lock(self) -> Path:
+        """The lock file the passes of one run take in turn (shared to build and warm up, exclusive to measure)."""
+        return self.path / self.GPU_LOCK
+
+    def window_done(self, name: PassName) -> Path:
+        """The file pass `name` writes once its window is done; the next pass waits for it."""
+        return self.path / f".gpu.{name}-done"
+
+    # ----------------------------------------------------------------------------------------- manifest
+
+    def read_manifest(self) -> RunManifest:
+        """manifest.json, validated (a version 1.0 manifest is upgraded on the way)."""
+        if not self.manifest_path.is_file():
+            raise ProfileFormatError(
+                f"{self.path} is not a run directory (no {MANIFEST})",
+                "pass a directory written by `operator-profiler profile`",
+            )
+        try:
+            return RunManifest.model_validate(json.loads(self.manifest_path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, ValidationError, RecursionError, UnicodeDecodeError) as exc:
+            raise ProfileFormatError(
+                f"{self.manifest_path} is corrupt: {str(exc).splitlines()[0]}", "re-run the capture"
+            ) from exc
+
+    def write_manifest(self, manifest: RunManifest) -> None:
+        """Atomically write manifest.json."""
+        write_model_atomic(self.manifest_path, manifest)
+
+    @contextlib.contextmanager
+    def updating_manifest(self) -> Iterator[RunManifest]:
+        """Read the manifest, let the caller change it, write it back atomically (nothing when the body raises)."""
+        manifest = self.read_manifest()
+        yield manifest
+        self.write_manifest(manifest)
+
+    # ----------------------------------------------------------------------------------------- the directory
+
+    def prepare(self) -> RunDir:
+        """Create the directory (or accept an existing one) and check it can be written."""
+        path = self.path = self.path.resolve()
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"output path exists and is not a directory: {path}", "pass an output directory path")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write to output directory {path}: {exc.strerror or exc}",
+                "pass an output directory you can write to",
+            ) from exc
+        return self
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[RunDir]:
+        """Hold the run directory for one run writing it; a second run into it at the same time is refused."""
+        handle: IO[str] = open(self.path / self.LOCK, "a+")  # noqa: SIM115 - held for the body, closed below
+        try:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                raise UsageError(
+                    f"{self.path} is in use by another run", "wait for it to finish, or pass another --output"
+                ) from exc
+            yield self
+        finally:
+            handle.close()
+
+    @classmethod
+    def existing(cls, path: Path) -> RunDir:
+        """The run directory at `path` (or holding the profile.json or manifest.json at `path`)."""
+        path = Path(path)
+        if path.is_file() and path.name in (PROFILE, MANIFEST):
+            path = path.parent
+        if not (path / MANIFEST).is_file():
+            raise ProfileFormatError(
+                f"{path} is not a run directory (no {MANIFEST})", "pass the run directory a `profile` call wrote"
+            )
+        return cls(path.resolve())
+
+    def files(self) -> list[str]:
+        """Every regular file of the run (not the lock files), as sorted absolute paths."""
+        return files_under(self.path)
+
+
+def files_under(folder: Path) -> list[str]:
+    """Every regular file below `folder` but the hidden bookkeeping ones, as sorted absolute paths."""
+    return sorted(str(p) for p in Path(folder).rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def profile_file(path: Path) -> Path:
+    """A profile.json, given either its path or the run directory holding it."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / PROFILE).is_file():
+            raise ProfileFormatError(
+                f"{path} holds no {PROFILE}",
+                "run `assemble` on it if it is a run directory, or pass the profile.json a `profile` call returned",
+            )
+        return path / PROFILE
+    if not path.is_file():
+        raise ProfileFormatError(f"profile not found: {path}", "pass a profile.json or the run directory holding it")
+    return path
+
+
+def fresh_name(name_from: Path, suffix: str | None = None) -> str:
+    """`<name>[-suffix]-<YYYYmmdd-HHMMSS>` for a new folder under op_runs/."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(name_from).stem) + (f"-{suffix}" if suffix else "")
+    return f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def claim_fresh_dir(project: Path, name_from: Path, suffix: str | None = None) -> Path:
+    """Create and return `<project>/op_runs/<name>[-suffix]-<time>[-N]`, never a folder another run holds:
+    creating it with exist_ok=False claims it, so two runs in the same second get two folders."""
+    base = Path(project) / RUNS_FOLDER
+    name = fresh_name(name_from, suffix)
+    for n in range(1, RESERVE_ATTEMPTS + 1):
+        candidate = base / (name if n == 1 else f"{name}-{n}")
+        try:
+            candidate.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write to output directory {candidate}: {exc.strerror or exc}",
+                "pass an output directory you can write to",
+            ) from exc
+        return candidate
+    raise UsageError(f"could not claim a fresh directory under {base}", "pass an output directory explicitly")
+
+
+def output_folder(output: Path | None, project: Path, name_from: Path, suffix: str | None = None) -> Path:
+    """The caller's output folder (created), or a fresh one under `<project>/op_runs`."""
+    if output is None:
+        return claim_fresh_dir(project, name_from, suffix)
+    return RunDir(Path(output)).prepare().path
+
+
+@contextlib.contextmanager
+def dropped_if_empty(folder: Path) -> Iterator[Path]:
+    """Remove `folder` again when the work inside fails before writing anything into it."""
+    try:
+        yield folder
+    except BaseException:
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only succeeds when empty
+        raise

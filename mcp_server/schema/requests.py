@@ -1,0 +1,302 @@
+"""The facade's typed requests (`mcp_server.api`): one model per verb, and the option groups they share.
+
+The CLI's flags and the MCP tools' parameters for the option groups (`CaptureOptions`, `NcuOptions`) are made
+from these fields, their types, bounds and descriptions: adding an option is one field here plus its use in the
+adapter that consumes it. A field's CLI spelling is `--<name-with-dashes>` (a boolean that defaults to true:
+`--no-<name>`) unless a `Flag` in its metadata says otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+
+from mcp_server.errors import UsageError
+from mcp_server.schema.types import Backend, BaselineMode, CompileMode
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class Flag(NamedTuple):
+    """A field's command-line spelling, where it is not `--<name-with-dashes>`; `repeat` for a list option."""
+
+    name: str
+    repeat: bool = False
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def cli_flag(name: str, field: FieldInfo) -> Flag:
+    """The command-line spelling of field `name`: its `Flag`, `--no-<name>` for a boolean that defaults to true,
+    else `--<name-with-dashes>`."""
+    for item in field.metadata:
+        if isinstance(item, Flag):
+            return item
+    dashed = name.replace("_", "-")
+    repeat = field.annotation == tuple[str, ...]
+    return Flag(f"--no-{dashed}" if field.default is True else f"--{dashed}", repeat=repeat)
+
+
+def usage_error(exc: ValidationError, spell: Callable[[str], str] = str) -> UsageError:
+    """The first problem of a request that failed validation, as a one-line UsageError; `spell` names a field as
+    the face shows it (`--warmup-iters` on the command line, `warmup_iters` over MCP)."""
+    error = exc.errors()[0]
+    name = str(error["loc"][-1]) if error["loc"] else "request"
+    if error["type"] == "literal_error":
+        choices = str(error.get("ctx", {}).get("expected", "")).replace("'", "").replace(" or ", ", ")
+        return UsageError(f"unknown {name.replace('_', ' ')} {error['input']!r}", f"choose one of {choices}")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return UsageError(f"{spell(name)}: {message[:1].lower()}{message[1:]}", "pass a valid value (see --help)")
+
+
+def cli_flags(options: BaseModel) -> list[str]:
+    """The command-line arguments that ask for `options`: one per field that differs from its default."""
+    argv: list[str] = []
+    for name, field in type(options).model_fields.items():
+        value = getattr(options, name)
+        if value == field.default:
+            continue
+        flag = cli_flag(name, field).name
+        if isinstance(value, bool):
+            argv.append(flag)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _not_an_option(value: str | None) -> str | None:
+    if value is not None and value.startswith("-"):
+        raise ValueError(f"{value!r} looks like a command-line option, not a plain value")
+    return value
+
+
+class CaptureOptions(_Request):
+    """How the harness runs the workload's measured window (every pass of a capture shares them)."""
+
+    compile_mode: Annotated[CompileMode, Field(
+        description="eager | inductor | cudagraphs (torch.compile mode='reduce-overhead') | optimized (the "
+        "workload's own optimize(model), see docs/optimized-workload-contract.md)."
+    )] = "eager"
+    warmup_iters: Annotated[int, Field(ge=0, description="Iterations before the window.")] = 3
+    iters: Annotated[int, Field(ge=1, description="Iterations inside the measured window.")] = 1
+    seed: Annotated[int, Field(description="Seed for every RNG (Python, torch, CUDA, NumPy).")] = 0
+    train_step: Annotated[bool, Field(
+        description="Profile the workload's train_step(model, inputs) instead of a forward under no_grad."
+    )] = False
+    timeout_s: Annotated[float, Field(
+        gt=0, description="Seconds each capture pass may run; an ncu pass stopped at this limit keeps the kernels "
+        "it replayed so far."
+    ), Flag("--timeout")] = DEFAULT_TIMEOUT_S
+
+
+class NcuOptions(_Request):
+    """What Nsight Compute replays of the window, and which counters it collects beyond the default set."""
+
+    dedupe: Annotated[bool, Field(
+        description="Replay each launch configuration (mangled name, grid, block, shared memory) once and copy its "
+        "counters to identical launches; turned off (dedupe=false, --no-dedupe), ncu replays every launch."
+    )] = True
+    kernel_regex: Annotated[str | None, Field(
+        description="Replay only kernels whose mangled name matches (a Triton kernel's mangled name is its name; a "
+        "C++ kernel's contains its identifiers)."
+    )] = None
+    launch_skip: Annotated[int | None, Field(ge=0, description="Skip this many matching launches first.")] = None
+    launch_count: Annotated[int | None, Field(ge=0, description="Replay at most this many launches.")] = None
+    max_kernels: Annotated[int | None, Field(
+        ge=1, description="Stop ncu once it replayed this many kernels (the first distinct ones in launch order); "
+        "later launches of their configurations still get their counters."
+    )] = None
+    metric_set: Annotated[str | None, Field(
+        description="Also collect an ncu section set (e.g. full) for deep dives."
+    ), Flag("--set")] = None
+    sections: Annotated[tuple[str, ...], Field(
+        description="Also collect these ncu sections."
+    ), Flag("--section", repeat=True)] = ()
+    ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False
+
+    @field_validator("kernel_regex", "metric_set")
+    @classmethod
+    def _plain(cls, value: str | None) -> str | None:
+        return _not_an_option(value)
+
+    @field_validator("sections")
+    @classmethod
+    def _plain_sections(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for section in value:
+            _not_an_option(section)
+        return value
+
+    @property
+    def per_launch_config(self) -> bool:
+        """ncu replays each launch configuration once (its per-launch-config filter)."""
+        return self.dedupe and self.launch_count is None
+
+    @property
+    def filters_launches(self) -> bool:
+        """ncu replays a chosen subset of the window's launches (by name, skip or count)."""
+        return bool(self.kernel_regex) or self.launch_skip is not None or self.launch_count is not None
+
+    @property
+    def whole_window(self) -> bool:
+        """The default deduplicated replay of the whole window (shape variants get their own pass behind it)."""
+        return self.dedupe and not (self.kernel_regex or self.launch_skip or self.launch_count or self.max_kernels)
+
+
+class Interpreter(_Request):
+    """The Python that runs the workload, and why that one."""
+
+    python: str
+    source: str = Field(
+        default="argument",
+        description="Why this one: 'argument', 'OPERATOR_PROFILER_PYTHON', 'project .venv', 'PATH' or 'manifest'.",
+    )
+
+
+Top = Annotated[int, Field(ge=1, description="How many operators to list.")]
+
+
+class ProfileRequest(_Request):
+    """profile / run: capture a workload's window into a run directory and assemble profile.json."""
+
+    workload: Path
+    python: Interpreter
+    capture: CaptureOptions = CaptureOptions()
+    backend: Backend = "auto"
+    ncu: NcuOptions | None = Field(
+        default=None, description="Replay the window under ncu too (the run verb); None: no counters."
+    )
+    require_counters: bool = Field(
+        default=True, description="With ncu options: fail where nsys + ncu cannot run, instead of profiling with "
+        "torch.profiler and saying so."
+    )
+    output: Path | None = Field(default=None, description="Run directory (default: a fresh one under op_runs/).")
+    project: Path = Field(description="The folder whose op_runs/ holds fresh run directories.")
+    command_line: list[str] | None = Field(
+        default=None, description="The command to record in the manifest (default: the equivalent CLI command)."
+    )
+    top: Top = 10
+
+
+class MapRequest(_Request):
+    """map: add ncu counters to a run captured with the nsys backend."""
+
+    run_dir: Path
+    ncu: NcuOptions = NcuOptions()
+    timeout_s: Annotated[float, Field(gt=0)] = DEFAULT_TIMEOUT_S
+    top: Top = 10
+
+
+class AssembleRequest(_Request):
+    """assemble: rebuild profile.json from a run directory's raw artifacts."""
+
+    run_dir: Path
+    top: Top = 10
+
+
+class SummaryRequest(_Request):
+    """summary: the window and the top operators of a profile (a profile.json or the run directory holding it)."""
+
+    profile: Path
+    top: Top = 10
+
+
+class OperatorDetailRequest(_Request):
+    """One operator call of a profile in detail."""
+
+    profile: Path
+    operator_id: str
+    max_kernels: Annotated[int, Field(ge=0)] = 50
+
+
+class KernelDetailRequest(_Request):
+    """One kernel launch of a profile in detail."""
+
+    profile: Path
+    kernel_id: int
+
+
+class AnalyzeRequest(_Request):
+    """analyze: roofline, bottlenecks, stalls, timeline health and ranked opportunities of a profile."""
+
+    profile: Path
+    output: Path | None = None
+    project: Path
+    measure: bool = Field(default=True, description="Microbenchmark a GPU missing from knowledge/devices.yaml.")
+
+
+class CompareRequest(_Request):
+    """compare: per-operator, per-module and per-kernel deltas of two profiles."""
+
+    baseline: Path
+    optimized: Path
+    allow_mismatch: bool = False
+    output: Path | None = None
+    project: Path
+    top: Annotated[int, Field(ge=1)] = 15
+
+
+class BenchRequest(_Request):
+    """bench: interleaved timing of a baseline and an optimized workload in one child."""
+
+    baseline: Path
+    optimized: Path
+    python: Interpreter
+    warmup: Annotated[int, Field(ge=0)] = 5
+    reps: Annotated[int, Field(ge=1)] = 20
+    rounds: Annotated[int, Field(ge=1)] = 6
+    input_sets: Annotated[int, Field(ge=1)] = 4
+    seed: int = 0
+    baseline_mode: BaselineMode = "eager"
+    output: Path | None = None
+    project: Path
+    timeout_s: Annotated[float, Field(gt=0)] = DEFAULT_TIMEOUT_S
+
+
+class ValidateRequest(_Request):
+    """validate: numerical and behavioural checks of an optimized workload against its baseline."""
+
+    baseline: Path
+    optimized: Path
+    python: Interpreter
+    seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2)
+    rtol: Annotated[float | None, Field(ge=0)] = None
+    atol: Annotated[float | None, Field(ge=0)] = None
+    tolerances: dict[str, float] | None = None
+    run_tests: bool = True
+    speedup: float | None = None
+    bench_json: Path | None = None
+    max_plausible_speedup: Annotated[float | None, Field(ge=0)] = None
+    output: Path | None = None
+    project: Path
+    timeout_s: Annotated[float, Field(gt=0)] = DEFAULT_TIMEOUT_S
+
+
+class ReportRequest(_Request):
+    """report: report.md and OPTIMIZED_WORKLOAD.md, or with `plan` proposal.md and implementation.md."""
+
+    baseline_profile: Path
+    optimized_profile: Path | None = None
+    analysis: Path | None = None
+    comparison: Path | None = None
+    bench_json: Path | None = None
+    validation: Path | None = None
+    optimizations: Path | None = None
+    plan: bool = False
+    output: Path | None = None
+    project: Path
+
+
+class PreflightRequest(_Request):
+    """preflight: can this machine profile, under this interpreter?"""
+
+    python: Interpreter
+    quick: bool = False

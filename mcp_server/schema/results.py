@@ -1,0 +1,288 @@
+"""Pydantic models of what the facade's verbs return: the MCP tools' structured content and output schemas, and
+what the CLI prints.
+
+Every result names the files the tool wrote (absolute paths) and, where a workload ran, which interpreter
+and which torch ran it. Results are digests an agent can read in one go; the full data stays in the files
+(profile.json, comparison.json, bench.json, validation_report.json) whose paths they give.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mcp_server.schema.analysis import (
+    Configuration,
+    CpuHotspot,
+    Diagnosis,
+    Finding,
+    Opportunity,
+    StageRow,
+    TimelineHealth,
+)
+from mcp_server.schema.profile import AggregatedMetrics, KernelRecord, WindowTotals
+from mcp_server.schema.proof import (
+    CheckResult,
+    OperatorDelta,
+    ProfileSummary,
+    SpeedupEstimate,
+    TimingSummary,
+    TotalDelta,
+)
+from mcp_server.schema.types import CaptureBackend, CompileMode, RunMode
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OperatorSummary(BaseModel):
+    """One operator name (all its calls) in the window."""
+
+    operator_name: str
+    module_paths: list[str]
+    calls: int
+    kernels: int
+    gpu_time_ns: int
+    cpu_total_time_ns: int | None = None
+    cpu_self_time_ns: int | None = None
+    share_pct: float
+    is_fused: bool
+
+
+class InterpreterInfo(_Model):
+    """Which Python ran the workload, why that one, and which torch it had."""
+
+    python: str = Field(description="The interpreter the server started (as chosen, before symlinks).")
+    source: str = Field(
+        description="Why this one: 'argument' (the tool's python argument), 'OPERATOR_PROFILER_PYTHON', "
+        "'project .venv' (<project>/.venv/bin/python), 'PATH' (python3 on PATH) or 'manifest' (the run's own)."
+    )
+    executable: str | None = Field(default=None, description="sys.executable as the workload's process saw it.")
+    torch_version: str | None = Field(default=None, description="torch.__version__ in that process.")
+
+
+class ProfileHeader(_Model):
+    """Where and how a profile was captured."""
+
+    profile_path: str
+    workload: str
+    tool: str = Field(description="'torch_profiler' or 'nsys+ncu'.")
+    device_type: str
+    device_name: str | None = None
+    gpu_used: bool
+    compile_mode: CompileMode
+    run_mode: RunMode
+    iters: int
+    torch_version: str
+    python_executable: str
+
+
+class TopOperator(OperatorSummary):
+    """One operator name ranked by time, with the ids of its calls for operator_detail."""
+
+    operator_ids: list[str] = Field(
+        default_factory=list, description="operator_id of its calls, heaviest first (at most 10)."
+    )
+
+
+class ProfileRun(_Model):
+    """What `profile`, `map` and `assemble` return: the run directory, its profile and a digest of it."""
+
+    run_dir: str
+    profile_path: str
+    manifest_path: str
+    files: list[str] = Field(description="Files of the run: manifest, raw artifacts of every pass, profile.json.")
+    backend: CaptureBackend = Field(description="What captured it: 'torch' (torch.profiler) or 'nsys+ncu'.")
+    backend_note: str = Field(description="Why this backend, and what it means for the numbers.")
+    interpreter: InterpreterInfo
+    profile: ProfileHeader
+    window: WindowTotals
+    top_operators: list[TopOperator]
+    unattributed_kernel_count: int
+    warnings: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class TopOperatorsResult(_Model):
+    """The heaviest operators of a profile."""
+
+    profile: ProfileHeader
+    time_basis: str = Field(description="'gpu_kernel_time' (sum of kernel durations) or 'cpu_total_time'.")
+    window: WindowTotals
+    operator_names: int = Field(description="Distinct operator names in the window.")
+    operators: list[TopOperator]
+
+
+class KernelBrief(_Model):
+    """One kernel launch, without its counters (kernel_detail has them)."""
+
+    kernel_id: int
+    kernel_name: str
+    start_ns: int
+    duration_ns: int
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    stream_id: int | None = None
+    module_path: str | None = None
+    attribution: str = Field(description="'<method>/<confidence>', e.g. 'kineto_correlation/high'.")
+    launch_op: str | None = None
+    metric_count: int = Field(description="How many counters kernel_detail will show.")
+    propagated_from: int | None = None
+
+
+class KernelNameTotal(_Model):
+    """Launches and time of one kernel name within an operator."""
+
+    kernel_name: str
+    launches: int
+    total_duration_ns: int
+
+
+class OperatorDetail(_Model):
+    """One operator call: identity, shapes, rolled-up counters and its kernels."""
+
+    profile: ProfileHeader
+    operator_id: str
+    operator_name: str
+    call_index: int
+    module_path: str | None = None
+    input_shapes: list[list[int] | None] | None = None
+    input_dtypes: list[str | None] | None = None
+    is_fused: bool
+    fused_operators: list[str] = Field(default_factory=list)
+    share_pct: float = Field(description="Share of the window's kernel time (CPU time in CPU-only profiles).")
+    aggregated: AggregatedMetrics
+    kernel_count: int
+    kernel_names: list[KernelNameTotal] = Field(description="Its kernels grouped by name, heaviest first.")
+    kernels: list[KernelBrief] = Field(description="Its kernel launches in launch order (up to max_kernels).")
+    kernels_truncated: bool
+    counter_names: list[str] = Field(description="Counters present on its kernels (ncu metric names).")
+
+
+class KernelDetail(_Model):
+    """One kernel launch with every counter, and the operator it is attributed to."""
+
+    profile: ProfileHeader
+    kernel: KernelRecord
+    operator_id: str | None = Field(default=None, description="None when the kernel is unattributed.")
+    operator_name: str | None = None
+    share_pct: float = Field(description="Share of the window's kernel time.")
+    propagated_to: list[int] = Field(
+        default_factory=list, description="Identical launches that received this kernel's replayed counters."
+    )
+
+
+class AnalyzeResult(_Model):
+    """The diagnosis of one profile: bottleneck, per-stage table, ranked opportunities, findings."""
+
+    analysis_path: str
+    out_dir: str
+    files: list[str] = Field(description="analysis.json, trace.json and charts (when matplotlib is installed).")
+    summary: str = Field(description="The diagnosis as the CLI prints it.")
+    profile: ProfileHeader
+    configuration: Configuration
+    gpu_data: bool
+    counters: bool
+    diagnosis: Diagnosis
+    stages: list[StageRow]
+    opportunities: list[Opportunity] = Field(description="Ranked changes, each with evidence and an estimate.")
+    findings: list[Finding]
+    cpu_hotspots: list[CpuHotspot] = Field(default_factory=list)
+    timeline: TimelineHealth | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class CompareResult(_Model):
+    """An optimized profile against its baseline: headline, totals and the operators that moved most."""
+
+    comparison_path: str
+    markdown_path: str
+    files: list[str]
+    summary: str
+    time_basis: str
+    baseline: ProfileSummary
+    optimized: ProfileSummary
+    totals: list[TotalDelta]
+    match_counts: dict[str, int]
+    operator_deltas: list[OperatorDelta] = Field(description="Largest |time delta| first (up to top).")
+    operator_delta_count: int
+    new_casts: list[str] = Field(default_factory=list)
+    mismatches: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ReportResult(_Model):
+    """The documents `report` wrote."""
+
+    report_path: str
+    optimized_workload_path: str | None = Field(
+        default=None, description="OPTIMIZED_WORKLOAD.md, written when validation, bench or optimizations were given."
+    )
+    out_dir: str
+    files: list[str]
+
+
+class BenchSideSummary(_Model):
+    """One side of a bench: how it ran and its per-call statistics."""
+
+    workload: str
+    how_run: str
+    first_call_ns: int
+    timing: TimingSummary
+
+
+class BenchToolResult(_Model):
+    """Interleaved timing of two workloads: the speedup with its confidence interval."""
+
+    bench_path: str
+    out_dir: str
+    files: list[str]
+    summary: str
+    speedup: SpeedupEstimate
+    baseline: BenchSideSummary
+    optimized: BenchSideSummary
+    device_type: str
+    device_name: str | None = None
+    timer: str
+    interpreter: InterpreterInfo
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ValidateToolResult(_Model):
+    """The verdict on an optimized workload: every check, and where the report is."""
+
+    report_path: str
+    out_dir: str
+    files: list[str]
+    passed: bool
+    failed_checks: list[str]
+    summary: str
+    checks: list[CheckResult]
+    device_type: str | None = None
+    device_name: str | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    speedup: float | None = None
+    max_plausible_speedup: float | None = None
+    precision_note: str | None = None
+    interpreter: InterpreterInfo
+    warnings: list[str] = Field(default_factory=list)
+
+
+class PreflightCheck(_Model):
+    """One preflight check, with the remedy when it failed."""
+
+    name: str
+    ok: bool
+    detail: str
+    remedy: str | None = None
+
+
+class PreflightResult(_Model):
+    """Can this machine profile, and which backend `profile` with backend auto would use."""
+
+    ok: bool
+    checks: list[PreflightCheck]
+    backend: str = Field(description="'nsys' (nsys + ncu) or 'torch' (torch.profiler).")
+    summary: str
+    interpreter: InterpreterInfo

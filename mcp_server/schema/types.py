@@ -1,0 +1,28 @@
+"""The closed vocabularies of the tool, each defined once: every model, request and face uses these."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+CompileMode = Literal["eager", "inductor", "cudagraphs", "optimized"]
+"""How the harness runs the model: as written, `torch.compile` (Inductor), `torch.compile(mode="reduce-overhead")`
+(Inductor with CUDA graphs), or the workload's own `optimize(model)`."""
+
+Backend = Literal["auto", "torch", "nsys"]
+"""The profiler a capture asks for: `auto` chooses nsys (+ ncu) when an NVIDIA GPU, nsys and ncu are present."""
+
+CaptureBackend = Literal["torch", "nsys+ncu"]
+"""What a run directory was captured with (`nsys+ncu` holds the nsys pass, and ncu's once counters were added)."""
+
+RunMode = Literal["inference", "train_step"]
+"""What one window iteration runs: a forward under `no_grad`, or the workload's `train_step(model, inputs)`."""
+
+PassName = Literal["torch", "nsys", "ncu", "ncu_variants", "timing"]
+"""A capture pass, and the sub-directory of the run directory holding its artifacts."""
+
+BaselineMode = Literal["eager", "inductor"]
+"""How bench runs the baseline: as written, or under `torch.compile`."""
+
+COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
+BACKENDS: tuple[str, ...] = get_args(Backend)
+BASELINE_MODES: tuple[str, ...] = get_args(BaselineMode)

@@ -1,0 +1,60 @@
+"""The text the CLI prints of a profile: the window paragraph and the top-operators table, with units."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mcp_server.schema.profile import WindowTotals
+from mcp_server.schema.results import OperatorSummary, ProfileHeader
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_top_operators(rows: Sequence[OperatorSummary], gpu: bool) -> str:
+    """A fixed-width table of the top operators (GPU kernel time, or CPU times), with units in the header."""
+    if gpu:
+        header = (
+            f"{'operator':44s} {'module':28s} {'calls':>5s} {'kernels':>7s} {'GPU time (us)':>13s} {'share':>6s}"
+        )
+        lines = [header, "-" * len(header)]
+        for r in rows:
+            module = ", ".join(r.module_paths) or "-"
+            lines.append(
+                f"{_short(r.operator_name, 44):44s} {_short(module, 28):28s} {r.calls:5d} {r.kernels:7d} "
+                f"{r.gpu_time_ns / 1000:13.1f} {r.share_pct:5.1f}%"
+            )
+    else:
+        header = (
+            f"{'operator':44s} {'module':28s} {'calls':>5s} {'CPU self (us)':>13s} {'CPU total (us)':>14s} "
+            f"{'share':>6s}"
+        )
+        lines = [header, "-" * len(header)]
+        for r in rows:
+            module = ", ".join(r.module_paths) or "-"
+            lines.append(
+                f"{_short(r.operator_name, 44):44s} {_short(module, 28):28s} {r.calls:5d} "
+                f"{(r.cpu_self_time_ns or 0) / 1000:13.1f} {(r.cpu_total_time_ns or 0) / 1000:14.1f} "
+                f"{r.share_pct:5.1f}%"
+            )
+    return "\n".join(lines)
+
+
+def format_window(meta: ProfileHeader, win: WindowTotals) -> str:
+    """One paragraph on the window: device, wall time, kernel time, attribution coverage."""
+    lines = [
+        f"device: {meta.device_name} ({meta.device_type}); torch {meta.torch_version}; "
+        f"compile mode {meta.compile_mode}; {meta.run_mode}; tool {meta.tool}",
+        f"window: {win.wall_time_ns / 1e6:.3f} ms wall over {meta.iters} iteration(s)",
+    ]
+    if meta.gpu_used:
+        lines.append(
+            f"kernels: {win.kernel_count}, {win.kernel_time_ns / 1e3:.1f} us total, "
+            f"GPU busy {(win.gpu_busy_time_ns or 0) / 1e3:.1f} us; "
+            f"attributed {win.attributed_kernel_time_pct or 0:.1f}% of kernel time "
+            f"({win.high_confidence_kernel_time_pct or 0:.1f}% high confidence)"
+        )
+    else:
+        lines.append("NO GPU USED: CUDA was not available to the workload; times below are CPU operator times.")
+    return "\n".join(lines)

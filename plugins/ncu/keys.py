@@ -1,0 +1,43 @@
+"""What ncu's per-launch-config filter keys a launch on, and what that key cannot tell apart (input shapes).
+
+Shared by the replay plan (which launches a shape-variant pass replays) and the join (which launch a replayed
+kernel's counters belong to, and which launches get copies of them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class LaunchLike(Protocol):
+    """What the ncu join reads of a timeline kernel."""
+
+    ordinal: int
+    name: str
+    mangled_name: str | None
+    stream_id: int | None
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+    shared_memory_bytes: int | None
+    stack: Sequence[FrameLike]
+
+
+class FrameLike(Protocol):
+    """What the join reads of an enclosing NVTX range: the recorded input shapes of its operator."""
+
+    @property
+    def input_shapes(self) -> list[list[int] | None] | None: ...
+
+
+def ncu_config(kernel: LaunchLike) -> tuple[object, ...]:
+    """ncu's per-launch-config key of a launch: (mangled name, grid, block, shared memory)."""
+    return (kernel.mangled_name or kernel.name, kernel.grid, kernel.block, kernel.shared_memory_bytes)
+
+
+def operator_shapes(kernel: LaunchLike) -> list[list[int] | None] | None:
+    """A launch's input shapes: those of the innermost enclosing operator range that recorded any."""
+    for frame in reversed(kernel.stack):
+        if frame.input_shapes is not None:
+            return frame.input_shapes
+    return None
