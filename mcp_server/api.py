@@ -115,9 +115,11 @@ def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) 
     run_dir = RunDir.existing(req.run_dir)
     manifest = run_dir.read_manifest()
     if manifest.backend != "nsys+ncu":
-        raise UsageError(f"{run_dir.path} was captured with backend {manifest.backend}",
-                         "map needs a run captured with the nsys backend: profile with backend='nsys' (--backend nsys) on a "
-                         "GPU machine")
+        raise UsageError(
+            f"{run_dir.path} was captured with backend {manifest.backend}",
+            "map needs a run captured with the nsys backend: profile with backend='nsys' (--backend nsys) on a GPU "
+            "machine",
+        )
     cap = CaptureRequest(
         workload=Path(manifest.workload), run_dir=run_dir, python=manifest.python,
         compile_mode=manifest.compile_mode, warmup_iters=manifest.warmup_iters, iters=manifest.iters,

@@ -110,13 +110,12 @@ def tool(
 
 
 def _with_options(fn: Callable[..., Any], model: type[BaseModel]) -> inspect.Signature:
-    """`fn`'s signature with its `**options` replaced by keyword parameters, one per field of `model`."""
+    """`fn`'s signature with its `**options` replaced by keyword parameters, one per field of `model`: each takes
+    the field's type, and the field itself (default, bounds, description) as its default."""
     signature = inspect.signature(fn, eval_str=True)
     params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    for name, field in model.model_fields.items():
-        annotation = Annotated[(field.annotation, *field.metadata, Field(description=field.description))]
-        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field.default,
-                                        annotation=annotation))
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field, annotation=field.annotation)
+               for name, field in model.model_fields.items()]
     return signature.replace(parameters=params)
 
 

@@ -1,15 +1,18 @@
-"""The code base stays ruff-clean."""
+"""The code base stays ruff-clean and type-checks (mypy, configured in pyproject.toml)."""
 
 from __future__ import annotations
 
-import shutil
+import importlib.util
 import subprocess
+import sys
 
 import pytest
 from conftest import REPO
 
 
-@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is installed by the test extra")
-def test_ruff_clean():
-    proc = subprocess.run(["ruff", "check", "--no-cache", "."], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:]
+@pytest.mark.parametrize("tool, args", [("ruff", ["check", "--no-cache", "."]), ("mypy", [])])
+def test_code_is_clean(tool: str, args: list[str]):
+    if importlib.util.find_spec(tool) is None:
+        pytest.fail(f"{tool} is missing: install the test extra (pip install -e '.[test]')")
+    proc = subprocess.run([sys.executable, "-m", tool, *args], cwd=REPO, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

@@ -27,10 +27,11 @@ from mcp_server.analysis.analyze import analyze_profile
 from mcp_server.cli import build_parser
 from mcp_server.cli import main as cli_main
 from mcp_server.compare import compare_profiles
+from mcp_server.data import data_dir
 from mcp_server.errors import ProfileFormatError
 from mcp_server.render import render_plan, render_report
 from mcp_server.render.comparison import write_comparison
-from mcp_server.render.render import PROMPTS_DIR, TEMPLATES
+from mcp_server.render.render import TEMPLATES
 from mcp_server.render.views import residual_from_analysis
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.export import schema_text
@@ -129,7 +130,7 @@ def printed_commands(text: str) -> list[list[str]]:
 
 
 def test_every_template_renders(documents: dict[str, str]) -> None:
-    assert set(documents) == set(TEMPLATES) == {p.name[:-3] for p in PROMPTS_DIR.glob("*.j2")}
+    assert set(documents) == set(TEMPLATES) == {p.name[:-3] for p in data_dir("prompts").glob("*.j2")}
     for name, text in documents.items():
         assert "{{" not in text and "{%" not in text, f"{name} kept template syntax"
         assert text.startswith("# ") and text.endswith("\n")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_server.analysis.devices import peak_at_clock
-from mcp_server.schema.analysis import Analysis, Bottleneck
+from mcp_server.schema.analysis import Analysis, Bottleneck, TimelineHealth
 
 COLORS = {
     Bottleneck.COMPUTE: "#d62728", Bottleneck.MEMORY: "#1f77b4", Bottleneck.LATENCY: "#ff7f0e",
@@ -50,17 +50,20 @@ def roofline_chart(analysis: Analysis, path: Path) -> Path | None:
     Returns None (and writes nothing) when no kernel has both FLOPs and DRAM bytes, or no device peaks exist.
     """
     device = analysis.device
-    points = [k for k in analysis.kernels if k.roofline and k.roofline.arithmetic_intensity_flop_per_byte
+    # (kernel, its roofline, intensity FLOP/byte, achieved FLOP/s) of each kernel with both numbers.
+    points = [(k, k.roofline, k.roofline.arithmetic_intensity_flop_per_byte, k.roofline.achieved_flop_per_s)
+              for k in analysis.kernels if k.roofline and k.roofline.arithmetic_intensity_flop_per_byte
               and k.roofline.achieved_flop_per_s]
     if device is None or not device.dram_bandwidth_bytes_per_s or not points:
         return None
     plt = _pyplot()
-    clocks = [k.roofline.sm_clock_mhz for k in points if k.roofline.sm_clock_mhz]
+    clocks = [roof.sm_clock_mhz for _, roof, _, _ in points if roof.sm_clock_mhz]
     clock = statistics.median(clocks) if clocks else None
-    intensities = [k.roofline.arithmetic_intensity_flop_per_byte for k in points]
-    used = {k.roofline.precision for k in points if k.roofline.precision}
+    intensities = [intensity for _, _, intensity, _ in points]
+    used = {roof.precision for _, roof, _, _ in points if roof.precision}
     shown = [p for p in device.peak_flop_per_s if p in used or p in ("fp32", "tf32_tensor", "bf16_tensor")]
-    peaks = {p: peak_at_clock(device, p, clock) for p in shown}
+    # Every shown precision has a peak (it is a key of peak_flop_per_s), so peak_at_clock never gives None here.
+    peaks = {p: peak for p in shown if (peak := peak_at_clock(device, p, clock)) is not None}
     lo = min(min(intensities) / 4, 0.01)
     hi = max(max(intensities) * 4, max(peaks.values()) / device.dram_bandwidth_bytes_per_s * 4)
     fig, ax = plt.subplots(figsize=(8, 5.5))
@@ -71,11 +74,11 @@ def roofline_chart(analysis: Analysis, path: Path) -> Path | None:
         ax.annotate(f"{precision} {peak / 1e12:.1f} TFLOP/s", (hi, peak), ha="right", va="bottom", fontsize=7)
     ax.annotate(f"DRAM {bw / 1e9:.0f} GB/s", (lo * 1.5, lo * 1.5 * bw), fontsize=7, rotation=30)
     for cls in Bottleneck:
-        members = [k for k in points if k.bottleneck == cls]
+        members = [point for point in points if point[0].bottleneck == cls]
         if members:
-            ax.scatter([k.roofline.arithmetic_intensity_flop_per_byte for k in members],
-                       [k.roofline.achieved_flop_per_s for k in members],
-                       s=[max(12.0, k.duration_ns / 100) for k in members], color=COLORS[cls], alpha=0.7,
+            ax.scatter([intensity for _, _, intensity, _ in members],
+                       [achieved for _, _, _, achieved in members],
+                       s=[max(12.0, k.duration_ns / 100) for k, _, _, _ in members], color=COLORS[cls], alpha=0.7,
                        label=f"{cls.value} ({len(members)})", edgecolors="none")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -97,9 +100,8 @@ GAP_COLORS = {"head": "#c7c7c7", "launch_bound": "#c5b0d5", "host_overhead": "#c
               "tail": "#dbdb8d"}
 
 
-def _window_panel(ax: Any, analysis: Analysis) -> None:
+def _window_panel(ax: Any, t: TimelineHealth) -> None:
     """One stacked bar: GPU busy time and idle time by likely cause, over the window."""
-    t = analysis.timeline
     parts = [("GPU busy", t.gpu_busy_ns, "#2ca02c")]
     parts += [(f"idle: {cause}", ns, GAP_COLORS.get(cause, "#c7c7c7")) for cause, ns in t.idle_by_cause_ns.items()]
     left = 0.0
@@ -127,7 +129,8 @@ def time_by_operator_chart(analysis: Analysis, path: Path) -> Path | None:
         xlabel, title = "CPU self time (us)", "CPU-only profile: no GPU data; CPU self time by operator"
     if not rows:
         return None
-    window = analysis.gpu_data and analysis.timeline is not None
+    timeline = analysis.timeline if analysis.gpu_data else None
+    window = timeline is not None
     height = 0.3 * len(rows) + (3.0 if window else 1.5)
     fig = plt.figure(figsize=(8, height))
     grid = fig.add_gridspec(2 if window else 1, 1, height_ratios=[max(len(rows), 2), 2] if window else [1])
@@ -142,8 +145,8 @@ def time_by_operator_chart(analysis: Analysis, path: Path) -> Path | None:
         used = [c for c in Bottleneck if any(s.bottleneck == c for s in analysis.stages[:TOP_BARS])]
         handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[c]) for c in used]
         ax.legend(handles, [c.value for c in used], fontsize=6, loc="lower right")
-    if window:
-        _window_panel(fig.add_subplot(grid[1]), analysis)
+    if timeline is not None:
+        _window_panel(fig.add_subplot(grid[1]), timeline)
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)

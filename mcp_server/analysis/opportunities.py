@@ -143,10 +143,10 @@ def build_opportunities(
     host_bound = "host_bound_window" in kinds or "tiny_kernel_swarm" in kinds
     if host_bound and mode != "cudagraphs" and placed:
         gap = rule("estimates", "graph_kernel_gap_ns")
-        e2e = sum(max(0, p.gap_before_ns - gap) for p in placed[1:])
+        e2e = int(sum(max(0, p.gap_before_ns - gap) for p in placed[1:]))
         title = ("Capture the window in CUDA graphs: torch.compile(mode='reduce-overhead')" if mode == "eager"
                  else "Replay the compiled graph with CUDA graphs: mode='reduce-overhead'")
-        add(title, "cuda_graphs", ["host_bound_window", "tiny_kernel_swarm"], int(e2e), 0,
+        add(title, "cuda_graphs", ["host_bound_window", "tiny_kernel_swarm"], e2e, 0,
             f"estimate (upper bound): every idle gap between kernels shrinks to ~{_us(gap)} under graph replay "
             f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); gaps were "
             f"inflated by profiler instrumentation{NOT_ADDITIVE}", modules=["(whole window)"])
@@ -155,11 +155,13 @@ def build_opportunities(
         e2e = sum(_pitch(by_id, c[1:]) for c in chains)
         kernel = sum(max(0, _duration(by_id, c) - max(by_id[i].kernel.duration_ns for i in c)) for c in chains)
         n = sum(len(c) for c in chains)
+        # host_bound: at least one of the two findings is present.
+        swarm = kinds["tiny_kernel_swarm"] if "tiny_kernel_swarm" in kinds else kinds["host_bound_window"]
         add(f"Fuse {n} element-wise/normalisation kernels into ~{len(chains)} with torch.compile (Inductor)",
             "inductor_config", ["tiny_kernel_swarm", "host_bound_window"], e2e, kernel,
             "estimate (upper bound): each run of consecutive element-wise/normalisation kernels becomes one kernel "
             f"and gives back the launches it removes{NOT_ADDITIVE}", modules=["(whole window)"],
-            triggers=[*kinds.get("tiny_kernel_swarm", kinds.get("host_bound_window")).triggers,
+            triggers=[*swarm.triggers,
                       f"fusible_kernels={n}", f"fusion_groups={len(chains)}"])
     target = _target_precision(device)
     for kind, cls in (("fp32_matmul", "dtype_autocast"), ("fp32_conv", "channels_last")):

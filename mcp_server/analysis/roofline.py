@@ -70,21 +70,23 @@ def roofline_from_counts(
     roof.achieved_dram_bytes_per_s = dram / seconds if dram is not None else None
     if device is None:
         return roof
-    artifacts = []
-    best: tuple[float, str] | None = None
+    artifacts: list[str] = []
+    best: tuple[float, str, float] | None = None  # (% of peak, precision, peak FLOP/s at the clock)
     for counter_precision, value in flops.items():
         key = precision_key(counter_precision)
-        peak = peak_at_clock(device, key, clock_mhz) if key else None
+        if not key:
+            continue
+        peak = peak_at_clock(device, key, clock_mhz)
         if not peak:
             continue
         pct = 100.0 * value / seconds / peak
         if best is None or pct > best[0]:
-            best = (pct, key)
+            best = (pct, key, peak)
     bandwidth = device.dram_bandwidth_bytes_per_s
     if best is not None:
-        roof.compute_pct_of_peak, roof.precision = best
+        roof.compute_pct_of_peak, roof.precision, best_peak = best
         if bandwidth:
-            roof.ridge_flop_per_byte = peak_at_clock(device, best[1], clock_mhz) / bandwidth
+            roof.ridge_flop_per_byte = best_peak / bandwidth
     if bandwidth and dram is not None:
         if dram < 0:
             artifacts.append(f"negative DRAM bytes ({dram:.0f} byte)")
@@ -97,9 +99,9 @@ def roofline_from_counts(
         )
         roof.roof = "memory" if memory_side else "compute"
         roof.pct_of_roof = max(candidates)
-    for name, value in (("compute", roof.compute_pct_of_peak), ("DRAM", roof.dram_pct_of_peak)):
-        if value is not None and value > 100.0:
-            artifacts.append(f"{name} rate at {value:.1f} % of peak")
+    for name, rate_pct in (("compute", roof.compute_pct_of_peak), ("DRAM", roof.dram_pct_of_peak)):
+        if rate_pct is not None and rate_pct > 100.0:
+            artifacts.append(f"{name} rate at {rate_pct:.1f} % of peak")
     if artifacts:
         roof.artifact = "; ".join(artifacts) + ": a measurement artifact (counter or clock inconsistent), clamped"
         roof.compute_pct_of_peak = _clamp(roof.compute_pct_of_peak)

@@ -1,12 +1,11 @@
 """The tables the analysis reads: knowledge/*.yaml (thresholds, stalls, devices) and patterns.yaml beside it.
 
-Thresholds and name patterns live in YAML, never in code. `knowledge/` sits at the repository root (the plugin
-root); OPERATOR_PROFILER_KNOWLEDGE points elsewhere when the package is installed without it.
+Thresholds and name patterns live in YAML, never in code. `knowledge/` is package data (`mcp_server.data`);
+OPERATOR_PROFILER_KNOWLEDGE points to another folder.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -14,10 +13,10 @@ from typing import Any
 
 import yaml
 
+from mcp_server.data import KNOWLEDGE_ENV, data_dir
 from mcp_server.errors import ProfilerError
 
 PATTERNS_FILE = Path(__file__).with_name("patterns.yaml")
-KNOWLEDGE_ENV = "OPERATOR_PROFILER_KNOWLEDGE"
 
 
 class KnowledgeError(ProfilerError):
@@ -26,15 +25,14 @@ class KnowledgeError(ProfilerError):
 
 def knowledge_dir() -> Path:
     """Folder holding devices.yaml, bottleneck_rules.yaml and warp_stalls.yaml."""
-    override = os.environ.get(KNOWLEDGE_ENV)
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "knowledge"
+    return data_dir("knowledge")
 
 
 def _load(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise KnowledgeError(
             f"knowledge table not found: {path}",
-            f"run from a checkout that has knowledge/, or set {KNOWLEDGE_ENV} to the folder holding it",
+            f"reinstall operator-profiler, or set {KNOWLEDGE_ENV} to the folder holding it",
         )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -82,4 +80,6 @@ def _compiled(key: str) -> tuple[re.Pattern[str], ...]:
 
 def matches(key: str, text: str | None) -> bool:
     """True when `text` matches any pattern of patterns.yaml[key]."""
-    return bool(text) and any(p.search(text) for p in _compiled(key))
+    if not text:
+        return False
+    return any(p.search(text) for p in _compiled(key))

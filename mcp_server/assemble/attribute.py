@@ -34,31 +34,51 @@ Counters = Callable[[int], tuple[dict[str, Metric], int | None]]
 class FrameLike(Protocol):
     """What attribution reads of an enclosing range: `Frame`, or the nsys reader's light `NvtxRange`."""
 
-    name: str
-    kind: str
-    start_ns: int | None
-    input_shapes: list[list[int] | None] | None
-    input_dtypes: list[str | None] | None
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str | None: ...  # a light range is classified once it encloses a launch
+    @property
+    def start_ns(self) -> int | None: ...
+    @property
+    def input_shapes(self) -> list[list[int] | None] | None: ...
+    @property
+    def input_dtypes(self) -> list[str | None] | None: ...
 
 
 class KernelLike(Protocol):
     """What attribution reads of a timeline kernel: `TraceKernel`, or the nsys reader's light `WindowKernel`."""
 
-    ordinal: int
-    name: str
-    mangled_name: str | None
-    start_ns: int
-    duration_ns: int
-    device_id: int | None
-    stream_id: int | None
-    correlation_id: int | None
-    grid: tuple[int, int, int] | None
-    block: tuple[int, int, int] | None
-    registers_per_thread: int | None
-    shared_memory_bytes: int | None
-    launch_thread: int | None
-    stack: Sequence[FrameLike]
-    linked_op: str | None
+    @property
+    def ordinal(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def mangled_name(self) -> str | None: ...
+    @property
+    def start_ns(self) -> int: ...
+    @property
+    def duration_ns(self) -> int: ...
+    @property
+    def device_id(self) -> int | None: ...
+    @property
+    def stream_id(self) -> int | None: ...
+    @property
+    def correlation_id(self) -> int | None: ...
+    @property
+    def grid(self) -> tuple[int, int, int] | None: ...
+    @property
+    def block(self) -> tuple[int, int, int] | None: ...
+    @property
+    def registers_per_thread(self) -> int | None: ...
+    @property
+    def shared_memory_bytes(self) -> int | None: ...
+    @property
+    def launch_thread(self) -> int | None: ...
+    @property
+    def stack(self) -> Sequence[FrameLike]: ...
+    @property
+    def linked_op(self) -> str | None: ...
 
 
 @dataclass(slots=True)
@@ -102,7 +122,7 @@ class _StackFacts:
         self.graph = next((f for f in stack if f.name.startswith(GRAPH_CALL_PREFIX)), None)
         self.triton = None if ops else _triton_range(stack, origins)
         # NVTX enclosure: the attribution of every kernel under this stack the tool itself did not link
-        self.attribution = known.operator(self.launch_op, False) if ops else None
+        self.attribution = known.operator(ops[-1].name, False) if ops else None
 
 
 _OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
@@ -231,6 +251,7 @@ def attribute_stream(
         module_path = facts.module_path
         if outer is not None:
             attribution = facts.attribution
+            assert attribution is not None and facts.launch_op is not None  # an enclosing operator range: both set
             if high_confidence_links and kernel.linked_op == facts.launch_op:
                 attribution = attributions.operator(facts.launch_op, True)
             key: tuple[object, ...] = ("op", kernel.launch_thread, outer.start_ns, outer.name)

@@ -19,9 +19,10 @@ from mcp_server.process import EarlyStop, run_child
 from mcp_server.progress import Progress
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
+from mcp_server.schema.types import PassName
 from plugins.ncu.command import attach_command, launch_command
 
-NCU_VARIANTS = "ncu_variants"
+NCU_VARIANTS: PassName = "ncu_variants"
 ATTACHED_EXIT_S = 60.0  # how long an attached workload may take to exit once ncu's session has ended
 WAITING_LINE = "==PROF== Waiting for profiler to attach"  # what ncu --mode launch prints once it listens
 POLL_S = 0.1

@@ -126,7 +126,7 @@ def inductor_provenance(backend: RecordingInductor | RecordingBackend, folder: P
 
     dest = folder / INDUCTOR_CODE_DIR
     dest.mkdir(exist_ok=True)
-    copied = []
+    copied: list[str] = []
     for module in list(PyCodeCache.modules):
         source = getattr(module, "__file__", None)
         if source and os.path.exists(source):

@@ -21,6 +21,7 @@ comes from `bench`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from mcp_server.compare.matching import (
     COUNTERS,
@@ -223,6 +224,7 @@ def _kernel_deltas(baseline: OperatorAttributedProfile, optimized: OperatorAttri
             tally[2 + side] += kernel.duration_ns
     deltas = []
     for name, (b_count, o_count, b_time, o_time) in tallies.items():
+        status: Literal["appeared", "disappeared", "changed", "unchanged"]
         if b_count == 0:
             status = "appeared"
         elif o_count == 0:

@@ -101,8 +101,8 @@ def run_proof_child(
         kind, message = error.get("kind"), error.get("message", "unknown error")
         if kind == "no_torch":
             raise WorkloadError(message, "pass --python PATH to an interpreter that has torch, or install torch there")
-        tail = [ln.strip() for ln in str(error.get("traceback_tail", "")).strip().splitlines() if ln.strip()]
-        where = f" (last lines: {' | '.join(tail[-3:])})" if tail else ""
+        lines = [ln.strip() for ln in str(error.get("traceback_tail", "")).strip().splitlines() if ln.strip()]
+        where = f" (last lines: {' | '.join(lines[-3:])})" if lines else ""
         raise WorkloadError(
             f"{message}{where}",
             error.get("remedy") or f"fix the workload; the child's full output is in {log}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from mcp_server.compare import COMPARISON_JSON, COMPARISON_MD, module_label, speedup, total
@@ -35,14 +36,18 @@ def fmt_ratio(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}×"
 
 
+def _fmt_count(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f}"
+
+
 def _fmt_total_row(t: TotalDelta) -> list[str]:
+    fmt: Callable[[float | None], str]
     if t.name.endswith("_ns"):
         fmt = fmt_ns
     elif t.name == "dram_bytes":
         fmt = fmt_bytes
     else:
-        def fmt(v: float | None) -> str:
-            return "–" if v is None else f"{v:,.0f}"
+        fmt = _fmt_count
     return [t.name, fmt(t.baseline), fmt(t.optimized), fmt(t.delta), fmt_ratio(t.speedup)]
 
 

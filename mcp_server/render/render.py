@@ -12,6 +12,7 @@ from typing import Any
 
 import jinja2
 
+from mcp_server.data import data_dir
 from mcp_server.errors import ProfileFormatError
 from mcp_server.render.comparison import fmt_bytes as _fmt_bytes
 from mcp_server.render.comparison import fmt_ns as _fmt_ns
@@ -20,7 +21,6 @@ from mcp_server.render.documents import build_optimized_workload_view, build_pla
 from mcp_server.render.inputs import ReportInputs, load_inputs
 from mcp_server.schema.io import write_text_atomic
 
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
 REPORT_MD = "report.md"
 OPTIMIZED_WORKLOAD_MD = "OPTIMIZED_WORKLOAD.md"
 PROPOSAL_MD = "proposal.md"
@@ -42,12 +42,12 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def environment(prompts_dir: Path = PROMPTS_DIR) -> jinja2.Environment:
-    """The Jinja2 environment of the templates: strict (an unknown name is an error), markdown filters."""
+def environment(prompts_dir: Path | None = None) -> jinja2.Environment:
+    """The Jinja2 environment of the templates (the package's prompts/ by default): strict (an unknown name is
+    an error), markdown filters."""
+    prompts_dir = prompts_dir or data_dir("prompts")
     if not prompts_dir.is_dir():
-        raise ProfileFormatError(f"templates not found: {prompts_dir}",
-                                 "run from a checkout or an editable install of operator-profiler (prompts/ ships "
-                                 "beside mcp_server/)")
+        raise ProfileFormatError(f"templates not found: {prompts_dir}", "reinstall operator-profiler")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(prompts_dir)), undefined=jinja2.StrictUndefined, autoescape=False,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,

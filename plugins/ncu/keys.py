@@ -13,14 +13,22 @@ from typing import Protocol
 class LaunchLike(Protocol):
     """What the ncu join reads of a timeline kernel."""
 
-    ordinal: int
-    name: str
-    mangled_name: str | None
-    stream_id: int | None
-    grid: tuple[int, int, int] | None
-    block: tuple[int, int, int] | None
-    shared_memory_bytes: int | None
-    stack: Sequence[FrameLike]
+    @property
+    def ordinal(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def mangled_name(self) -> str | None: ...
+    @property
+    def stream_id(self) -> int | None: ...
+    @property
+    def grid(self) -> tuple[int, int, int] | None: ...
+    @property
+    def block(self) -> tuple[int, int, int] | None: ...
+    @property
+    def shared_memory_bytes(self) -> int | None: ...
+    @property
+    def stack(self) -> Sequence[FrameLike]: ...
 
 
 class FrameLike(Protocol):

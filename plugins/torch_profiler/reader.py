@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from pydantic import BaseModel, Field
@@ -85,6 +85,11 @@ def _frame(event: dict[str, Any]) -> Frame:
     )
 
 
+def _start_ns(frame: Frame) -> int:
+    """Start of a range frame: `_frame` always sets it (Frame allows None only for frames built elsewhere)."""
+    return cast(int, frame.start_ns)
+
+
 def enclosing_stacks(ranges: list[Frame], points: list[int]) -> list[list[Frame]]:
     """For sorted `points`, the ranges (properly nested, one thread) enclosing each point, outermost first."""
     ordered = sorted(ranges, key=lambda f: (f.start_ns, -(f.end_ns or 0)))
@@ -92,15 +97,15 @@ def enclosing_stacks(ranges: list[Frame], points: list[int]) -> list[list[Frame]
     active: list[Frame] = []
     i = 0
     for t in points:
-        while i < len(ordered) and ordered[i].start_ns <= t:
+        while i < len(ordered) and _start_ns(ordered[i]) <= t:
             frame = ordered[i]
-            while active and (active[-1].end_ns or 0) < frame.start_ns:
+            while active and (active[-1].end_ns or 0) < _start_ns(frame):
                 active.pop()
             active.append(frame)
             i += 1
         while active and (active[-1].end_ns or 0) < t:
             active.pop()
-        stacks.append([f for f in active if f.start_ns <= t <= (f.end_ns or 0)])
+        stacks.append([f for f in active if _start_ns(f) <= t <= (f.end_ns or 0)])
     return stacks
 
 
@@ -203,14 +208,15 @@ def _top_level_ops(ranges: dict[int, list[Frame]]) -> list[CpuOp]:
         context: list[Frame] = []
         top: CpuOp | None = None
         for frame in sorted(frames, key=lambda f: (f.start_ns, -(f.end_ns or 0))):
-            while context and (context[-1].end_ns or 0) < frame.start_ns:
+            start = _start_ns(frame)
+            while context and (context[-1].end_ns or 0) < start:
                 context.pop()
             if frame.kind == "op":
-                span = (frame.end_ns or frame.start_ns) - frame.start_ns
+                span = (frame.end_ns or start) - start
                 depth = sum(1 for f in context if f.kind == "op")
                 if depth == 0:
                     top = CpuOp(
-                        name=frame.name, start_ns=frame.start_ns, duration_ns=span, self_ns=span, thread=tid,
+                        name=frame.name, start_ns=start, duration_ns=span, self_ns=span, thread=tid,
                         stack=list(context), input_shapes=frame.input_shapes, input_dtypes=frame.input_dtypes,
                     )
                     ops.append(top)
