@@ -2,6 +2,10 @@
 counter coverage, and per-operator time against the window's GPU busy time measured without any profiler.
 
     python scripts/benchmark_targets.py --out "$OUT" [--workloads conv_block,gpt2] [--modes eager,inductor]
+    python scripts/benchmark_targets.py --out "$OUT" --modes inductor \
+        --workloads scripts/gpu_workloads/resnet50.py,scripts/gpu_workloads/encoder_train_step.py+train
+
+A workload is an example's name or a .py file's path; `+train` profiles its `train_step` (--train-step).
 
 For each workload and mode: (1) two harness passes with no profiler measure the window's GPU busy time: in
 the first, the GPU spins (`torch.cuda._sleep`) while the host enqueues the whole window, then two CUDA events
@@ -39,12 +43,15 @@ ALL = ",".join([
 ])
 
 
-def measure(workload: str, mode: str, work: Path) -> dict[str, object]:
+def measure(entry: str, mode: str, work: Path) -> dict[str, object]:
     """One row of the targets table."""
-    path = REPO / "examples" / workload / f"{workload}.py"
-    row: dict[str, object] = {"workload": workload, "mode": mode}
+    spec, _, flag = entry.partition("+")
+    path = REPO / spec if spec.endswith(".py") else REPO / "examples" / spec / f"{spec}.py"
+    workload, train = path.stem, flag == "train"
+    row: dict[str, object] = {"workload": workload + ("+train" if train else ""), "mode": mode}
     timing_dir = work / f"{workload}_{mode}_timing"
-    request = CaptureRequest(workload=path, run_dir=RunDir(timing_dir), compile_mode=mode, queue_ahead=True)
+    request = CaptureRequest(workload=path, run_dir=RunDir(timing_dir), compile_mode=mode, queue_ahead=True,
+                             train_step=train)
     _, result = run_pass(request, "timing", "none")
     row["no_profiler_gpu_busy_ns"] = result["window"].get("gpu_elapsed_ns")
     marks = result.get("phase_started_at", {})
@@ -59,7 +66,8 @@ def measure(workload: str, mode: str, work: Path) -> dict[str, object]:
     run_dir = work / f"{workload}_{mode}"
     t0, t0_epoch = time.monotonic(), time.time()
     proc = subprocess.run(
-        [sys.executable, "-m", "mcp_server.cli", "run", str(path), "--compile-mode", mode, "-o", str(run_dir), "-q"],
+        [sys.executable, "-m", "mcp_server.cli", "run", str(path), "--compile-mode", mode, "-o", str(run_dir), "-q",
+         *(["--train-step"] if train else [])],
         capture_output=True, text=True, check=False,
     )
     row["run_wall_s"] = round(time.monotonic() - t0, 1)
