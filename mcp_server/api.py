@@ -92,7 +92,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
             )
         progress(f"profile: {NO_COUNTERS_HERE}")
     check_workload(req.workload, req.python.python)  # before any directory is made
-    run_dir = RunDir(output_folder(req.output, req.project, req.workload)).prepare()
+    run_dir = RunDir(output_folder(req.output, req.project, req.workload))
     cap = CaptureRequest.of(req.workload, run_dir, req.python.python, req.capture)
     label = BACKEND_NAMES[chosen] + (" + ncu counters" if counters else "")
     note = f"{req.backend} -> {label}" + (

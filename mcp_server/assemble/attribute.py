@@ -27,11 +27,12 @@ from mcp_server.schema.profile import (
     OperatorRecord,
 )
 from mcp_server.schema.records import TraceKernel
+from plugins.ncu import keys
 
 Counters = Callable[[int], tuple[dict[str, Metric], int | None]]
 
 
-class FrameLike(Protocol):
+class FrameLike(keys.FrameLike, Protocol):
     """What attribution reads of an enclosing range: `Frame`, or the nsys reader's light `NvtxRange`."""
 
     @property
@@ -41,20 +42,13 @@ class FrameLike(Protocol):
     @property
     def start_ns(self) -> int | None: ...
     @property
-    def input_shapes(self) -> list[list[int] | None] | None: ...
-    @property
     def input_dtypes(self) -> list[str | None] | None: ...
 
 
-class KernelLike(Protocol):
-    """What attribution reads of a timeline kernel: `TraceKernel`, or the nsys reader's light `WindowKernel`."""
+class KernelLike(keys.LaunchLike, Protocol):
+    """What attribution reads of a timeline kernel (beyond what the ncu join does): `TraceKernel`, or the nsys
+    reader's light `WindowKernel`."""
 
-    @property
-    def ordinal(self) -> int: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def mangled_name(self) -> str | None: ...
     @property
     def start_ns(self) -> int: ...
     @property
@@ -62,17 +56,9 @@ class KernelLike(Protocol):
     @property
     def device_id(self) -> int | None: ...
     @property
-    def stream_id(self) -> int | None: ...
-    @property
     def correlation_id(self) -> int | None: ...
     @property
-    def grid(self) -> tuple[int, int, int] | None: ...
-    @property
-    def block(self) -> tuple[int, int, int] | None: ...
-    @property
     def registers_per_thread(self) -> int | None: ...
-    @property
-    def shared_memory_bytes(self) -> int | None: ...
     @property
     def launch_thread(self) -> int | None: ...
     @property

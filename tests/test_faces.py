@@ -1,0 +1,81 @@
+"""Both faces expose every option of the request models they are made from: adding a field to `CaptureOptions`
+or `NcuOptions` is a CLI flag and an MCP parameter at once, and a bad value is a one-line error in either."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from pydantic import BaseModel
+
+from mcp_server.cli import build_parser, options_from
+from mcp_server.errors import UsageError
+from mcp_server.schema.requests import CaptureOptions, NcuOptions, cli_flag, cli_flags
+from mcp_server.server import server
+
+
+def _subparser(name: str) -> argparse.ArgumentParser:
+    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
+
+
+def _flags(name: str) -> set[str]:
+    return {flag for action in _subparser(name)._actions for flag in action.option_strings}
+
+
+def _tool_parameters() -> dict[str, set[str]]:
+    async def listed() -> dict[str, set[str]]:
+        async with Client(server) as client:
+            return {t.name: set(t.input_schema["properties"]) for t in (await client.list_tools()).tools}
+
+    return anyio.run(listed)
+
+
+@pytest.mark.parametrize("model, commands, tools", [
+    (CaptureOptions, ("profile", "run"), ("profile",)),
+    (NcuOptions, ("run", "map"), ("map",)),
+])
+def test_every_option_is_a_flag_and_a_parameter(model: type[BaseModel], commands: tuple[str, ...],
+                                                tools: tuple[str, ...]):
+    parameters = _tool_parameters()
+    for name, field in model.model_fields.items():
+        for command in commands:
+            assert cli_flag(name, field).name in _flags(command), (command, name)
+        for tool in tools:
+            assert name in parameters[tool], (tool, name)
+
+
+def test_flags_parse_into_the_options_and_the_options_print_as_the_same_flags():
+    options = NcuOptions(dedupe=False, kernel_regex="gemm", launch_skip=0, launch_count=4, metric_set="full",
+                         sections=("SpeedOfLight", "Occupancy"), ncu_sudo=True)
+    args = _subparser("map").parse_args(["RUN", *cli_flags(options)])
+    assert options_from(args, NcuOptions) == options
+    capture = CaptureOptions(compile_mode="cudagraphs", warmup_iters=0, iters=2, seed=7, train_step=True,
+                             timeout_s=30.0)
+    args = _subparser("run").parse_args(["w.py", *cli_flags(capture)])
+    assert options_from(args, CaptureOptions) == capture
+    assert options_from(_subparser("run").parse_args(["w.py"]), NcuOptions) == NcuOptions()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--launch-skip", "-1"], "--launch-skip: input should be greater than or equal to 0"),
+    (["--kernel-regex=-gemm"], "--kernel-regex: '-gemm' looks like a command-line option"),
+    (["--max-kernels", "0"], "--max-kernels: input should be greater than or equal to 1"),
+])
+def test_a_bad_flag_value_is_a_usage_error_naming_the_flag(argv: list[str], needle: str):
+    with pytest.raises(UsageError) as error:
+        options_from(_subparser("run").parse_args(["w.py", *argv]), NcuOptions)
+    assert needle in error.value.one_line() and error.value.remedy
+
+
+def test_a_bad_parameter_value_is_a_tool_error_naming_it(tmp_path: Path):
+    async def called() -> Any:
+        async with Client(server) as client:
+            return await client.call_tool("map", {"run_dir": str(tmp_path), "kernel_regex": "-gemm"})
+
+    result = anyio.run(called)
+    assert result.is_error and "kernel_regex: '-gemm' looks like a command-line option" in result.content[0].text
