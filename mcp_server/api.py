@@ -101,6 +101,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     progress(f"profile: {label} into {run_dir.path} under {req.python.python}")
     command = req.command_line or _equivalent_command(req, run_dir, counters)
     with run_dir.locked():
+        run_dir.claim(req.workload)
         capture(cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel)
         return _profile_run(run_dir, req.python, note, req.top, progress)
 

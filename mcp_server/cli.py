@@ -16,7 +16,8 @@ from typing import Any, TypeVar, get_args
 from pydantic import BaseModel, ValidationError
 
 from mcp_server import __version__, api
-from mcp_server.errors import ProfilerError
+from mcp_server.errors import ProfilerError, from_os_error
+from mcp_server.process.child import Terminated, stopping_children_on_signals
 from mcp_server.progress import Progress, is_phase
 from mcp_server.proof.validate import parse_seeds, parse_tolerances
 from mcp_server.schema.requests import (
@@ -167,8 +168,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Roofline, bottleneck classes, stalls, timeline health and ranked opportunities of a profile."""
-    output = args.output or _beside(args.profile) / "analysis"
-    result = api.analyze(build(AnalyzeRequest, profile=args.profile, output=output, project=Path.cwd(),
+    result = api.analyze(build(AnalyzeRequest, profile=args.profile, output=args.output, project=Path.cwd(),
                                measure=not args.no_microbench), _sink(False))
     print(result.summary)
     print(f"\nanalysis: {result.analysis_path}")
@@ -178,7 +178,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Per-operator and per-module deltas of two profiles: comparison.json and comparison.md."""
     result = api.compare(build(CompareRequest, baseline=args.baseline, optimized=args.optimized,
-                               allow_mismatch=args.allow_mismatch, output=args.output or _beside(args.optimized),
+                               allow_mismatch=args.allow_mismatch, output=args.output,
                                project=Path.cwd()))
     print(result.summary)
     for path in (result.comparison_path, result.markdown_path):
@@ -203,7 +203,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 seeds=parse_seeds(args.seeds), rtol=args.rtol, atol=args.atol,
                 tolerances=parse_tolerances(args.tolerance or []), run_tests=not args.no_tests, speedup=args.speedup,
                 bench_json=args.bench, max_plausible_speedup=args.max_plausible_speedup,
-                output=args.output or args.optimized.parent, project=Path.cwd(), timeout_s=args.timeout)
+                output=args.output, project=Path.cwd(), timeout_s=args.timeout)
     result = api.validate(req, _sink(args.quiet))
     _print_validation(result)
     print(f"wrote {result.report_path}")
@@ -215,15 +215,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     req = build(ReportRequest, baseline_profile=args.profile, optimized_profile=args.optimized_profile,
                 analysis=args.analysis, comparison=args.comparison, bench_json=args.bench,
                 validation=args.validation, optimizations=args.optimizations, plan=args.plan,
-                output=args.output or _beside(args.profile), project=Path.cwd())
+                output=args.output, project=Path.cwd())
     for path in api.report(req).files:
         print(f"wrote {path}")
     return 0
-
-
-def _beside(path: Path) -> Path:
-    """The folder an output goes to by default: the input's own (a run directory's, when given one)."""
-    return path if path.is_dir() else path.parent
 
 
 # --------------------------------------------------------------------------------------------- the parser
@@ -258,7 +253,8 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizations", type=Path, help="optimizations.json (what was planned, applied or not)")
     p.add_argument("--plan", action="store_true",
                    help="render proposal.md and implementation.md from PROFILE and --optimizations instead")
-    p.add_argument("--output", "-o", type=Path, help="folder for the documents (default: beside PROFILE)")
+    p.add_argument("--output", "-o", type=Path,
+                   help="folder for the documents (default: ./op_runs/<workload>-report-<time>)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -288,13 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p = sub.add_parser("analyze", help="diagnose a profile: roofline, bottlenecks, stalls, ranked opportunities")
     p.add_argument("profile", type=Path, help="a profile.json (or its run directory)")
-    p.add_argument("--output", "-o", type=Path, help="folder for analysis.json, charts, trace (default: beside it)")
+    p.add_argument("--output", "-o", type=Path,
+                   help="folder for analysis.json, charts, trace (default: ./op_runs/<workload>-analysis-<time>)")
     p.add_argument("--no-microbench", action="store_true",
                    help="for a GPU missing from knowledge/devices.yaml, do not measure its peaks")
     p = sub.add_parser("compare", help="per-operator deltas of two profile.json (comparison.json + .md)")
     p.add_argument("baseline", type=Path)
     p.add_argument("optimized", type=Path)
-    p.add_argument("--output", "-o", type=Path, help="folder for comparison.json/.md (default: beside OPTIMIZED)")
+    p.add_argument("--output", "-o", type=Path,
+                   help="folder for comparison.json/.md (default: ./op_runs/<workload>-compare-<time>)")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="compare profiles of different devices or input shapes anyway")
     p = sub.add_parser("bench", help="time two workloads interleaved; speedup with a 95%% confidence interval")
@@ -323,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speedup", type=float, help="measured speedup to check for plausibility")
     p.add_argument("--bench", type=Path, help="bench.json whose speedup to check for plausibility")
     p.add_argument("--max-plausible-speedup", type=float, help="roofline bound above which a speedup is suspect")
-    p.add_argument("--output", "-o", type=Path, help="folder for validation_report.json (default: beside OPTIMIZED)")
+    p.add_argument("--output", "-o", type=Path,
+                   help="folder for validation_report.json (default: ./op_runs/<optimized>-validate-<time>)")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--quiet", "-q", action="store_true")
     p = sub.add_parser("report", help="render report.md and OPTIMIZED_WORKLOAD.md (or, with --plan, the proposal)")
@@ -348,15 +347,22 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("profile", "run"):
-            return cmd_profile(args, argv, counters=args.command == "run")
-        return COMMANDS[args.command](args)
+        with stopping_children_on_signals():
+            if args.command in ("profile", "run"):
+                return cmd_profile(args, argv, counters=args.command == "run")
+            return COMMANDS[args.command](args)
     except ProfilerError as exc:
         print(f"operator-profiler: error: {exc.one_line()}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        print(f"operator-profiler: error: {from_os_error(exc).one_line()}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        print("operator-profiler: interrupted", file=sys.stderr)
+        print("operator-profiler: interrupted; its child processes were stopped", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"operator-profiler: stopped by {exc}; its child processes were stopped", file=sys.stderr)
+        return 128 + exc.signum
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ class ProfilerError(Exception):
         super().__init__(message)
         self.message = message
         self.remedy = remedy
+        self.records: list[object] = []  # capture passes that ran before the failure: the manifest keeps them
 
     def one_line(self) -> str:
         """The error and its remedy on one line."""
@@ -38,3 +39,12 @@ class CaptureFailed(ProfilerError):
 
 class CancelledCapture(ProfilerError):
     """The capture was cancelled (Ctrl-C or a cancelled request); its children were stopped."""
+
+
+def from_os_error(exc: OSError, limit: int = 200) -> ProfilerError:
+    """An operating-system error the engine met on a path (permissions, a name too long, a full disk) as a
+    one-line error with a remedy: the faces' last word on what escaped the typed errors."""
+    name = str(exc.filename) if exc.filename is not None else ""
+    shown = name if len(name) <= limit else f"{name[:limit]}… ({len(name)} characters)"
+    return UsageError(f"{exc.strerror or exc}" + (f": {shown}" if shown else ""),
+                      "check the path, its permissions and the free space")

@@ -1,4 +1,9 @@
-"""Preflight: can this machine profile? GPU, driver, torch/CUDA, nsys, ncu, counter permission."""
+"""Preflight: can this machine profile? GPU, driver, torch/CUDA, nsys, ncu, counter permission.
+
+Each check is either needed by the backend `profile --backend auto` chooses here (a failure is a FAIL, and
+preflight fails) or needed only for the GPU path (nsys timeline and ncu counters), which is information on a
+machine where the torch.profiler backend is what runs.
+"""
 
 from __future__ import annotations
 
@@ -32,8 +37,8 @@ class PreflightReport(BaseModel):
 
     @property
     def ok(self) -> bool:
-        """True when every check passed."""
-        return all(c.ok for c in self.checks)
+        """True when every check the chosen backend needs passed."""
+        return all(c.ok for c in self.checks if c.required)
 
 
 def _torch_check(python: str, timeout_s: float) -> tuple[PreflightCheck, bool]:
@@ -50,10 +55,9 @@ def _torch_check(python: str, timeout_s: float) -> tuple[PreflightCheck, bool]:
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     cuda = bool(info["cuda_available"])
     detail = f"torch {info['torch']} (CUDA build {info['cuda_build'] or 'none'}); " + (
-        f"CUDA available on {info['device']}" if cuda else "CUDA not available"
+        f"CUDA available on {info['device']}" if cuda else "CUDA not available: CPU operator times only"
     )
-    remedy = None if cuda else "install a CUDA build of torch and an NVIDIA driver to profile kernels"
-    return PreflightCheck(name="torch", ok=cuda, detail=detail, remedy=remedy), cuda
+    return PreflightCheck(name="torch", ok=True, detail=detail), cuda
 
 
 def _bytecode_check(python: str) -> PreflightCheck | None:
@@ -89,48 +93,57 @@ def preflight(python: str, quick: bool = False, timeout_s: float = 60.0) -> Pref
     gpu = query_gpu()
     checks.append(
         PreflightCheck(name="gpu", ok=True, detail=f"{gpu['name']}, driver {gpu.get('driver_version', '?')}, "
-              f"SM clock {gpu.get('clocks_sm_mhz', '?')} MHz")
+                       f"SM clock {gpu.get('clocks_sm_mhz', '?')} MHz")
         if gpu else
         PreflightCheck(name="gpu", ok=False, detail="no NVIDIA GPU visible (nvidia-smi missing or failing)",
-              remedy="run on a machine with an NVIDIA GPU and driver; --backend torch still profiles CPU operators")
+                       remedy="run on a machine with an NVIDIA GPU and its driver")
     )
     cuda = False
     if not quick:
         torch_check, cuda = _torch_check(python, timeout_s)
         checks.append(torch_check)
+        if gpu and torch_check.ok and not cuda:
+            checks.append(PreflightCheck(name="torch CUDA", ok=False, detail="a GPU is visible but this torch has no "
+                                         "CUDA", remedy="install a CUDA build of torch in that environment"))
         bytecode = _bytecode_check(python)
         if bytecode is not None:
             checks.append(bytecode)
     for name, path, env in (("nsys", find_nsys(), "NSYS"), ("ncu", find_ncu(), "NCU")):
-        if path is None:
-            product = "Nsight Systems" if name == "nsys" else "Nsight Compute"
-            checks.append(PreflightCheck(name=name, ok=False, detail="not found",
-                                remedy=f"install {product} or set {env}=/path/to/{name}"))
-            continue
-        version = None if quick else tool_version(path)
-        problems = importer_problems(path) if name == "nsys" else []
-        if problems:
-            checks.append(PreflightCheck(
-                name=name, ok=False, detail=f"{path}: cannot write reports, missing {problems}",
-                remedy="install the missing libraries (e.g. libdw1) or a full Nsight Systems",
-            ))
-        else:
-            checks.append(PreflightCheck(name=name, ok=True, detail=f"{path}" + (f" ({version})" if version else "")))
+        checks.append(_tool_check(name, path, env, quick))
     if gpu:
         checks.append(_counter_permission())
     has_tools = all(c.ok for c in checks if c.name in ("nsys", "ncu"))
     backend = "nsys" if gpu and has_tools and (cuda or quick) else "torch"
+    for check in checks:  # what the chosen backend does not use is information
+        check.required = check.name in ("torch", "bytecode") or backend == "nsys"
     return PreflightReport(checks=checks, backend=backend, python=python)
 
 
+def _tool_check(name: str, path: str | None, env: str, quick: bool) -> PreflightCheck:
+    if path is None:
+        product = "Nsight Systems" if name == "nsys" else "Nsight Compute"
+        return PreflightCheck(name=name, ok=False, detail="not found",
+                              remedy=f"install {product} or set {env}=/path/to/{name}")
+    version = None if quick else tool_version(path)
+    problems = importer_problems(path) if name == "nsys" else []
+    if problems:
+        return PreflightCheck(name=name, ok=False, detail=f"{path}: cannot write reports, missing {problems}",
+                              remedy="install the missing libraries (e.g. libdw1) or a full Nsight Systems")
+    return PreflightCheck(name=name, ok=True, detail=f"{path}" + (f" ({version})" if version else ""))
+
+
 def format_report(report: PreflightReport) -> str:
-    """One line per check, with its remedy."""
+    """One line per check, with its remedy: FAIL for what the chosen backend needs, info for the GPU path."""
     lines = []
     for check in report.checks:
-        mark = "ok  " if check.ok else "FAIL"
+        mark = "ok  " if check.ok else ("FAIL" if check.required else "info")
         lines.append(f"[{mark}] {check.name:18s} {check.detail}")
         if check.remedy and not check.ok:
-            lines.append(f"       {'':18s} remedy: {check.remedy}")
-    lines.append(f"backend auto -> {'nsys + ncu' if report.backend == 'nsys' else 'torch.profiler'}")
+            what = "remedy" if check.required else "for the GPU path (nsys timeline, ncu counters)"
+            lines.append(f"       {'':18s} {what}: {check.remedy}")
+    if report.backend == "nsys":
+        lines.append("backend auto -> nsys + ncu")
+    else:
+        lines.append("backend auto -> torch.profiler: operator times (CPU operators without a CUDA GPU); "
+                     "`[info]` lines say what the GPU path would need")
     return "\n".join(lines)
-

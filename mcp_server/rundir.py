@@ -10,10 +10,11 @@ import contextlib
 import fcntl
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, get_args
 
 from pydantic import ValidationError
 
@@ -24,6 +25,8 @@ from mcp_server.schema.types import PassName
 
 MANIFEST = "manifest.json"
 PROFILE = "profile.json"
+ANALYSIS = "analysis"  # where `analyze` wrote by default, beside the profile, before it took fresh folders
+RUN_ENTRIES = frozenset({*get_args(PassName), MANIFEST, PROFILE, ANALYSIS})
 RUNS_FOLDER = "op_runs"
 RESERVE_ATTEMPTS = 50
 
@@ -162,6 +165,34 @@ class RunDir:
                 "pass an output directory you can write to",
             ) from exc
         return self
+
+    def claim(self, workload: Path) -> RunDir:
+        """Make the directory this capture's own: an empty or new one as it is; a previous run of the same
+        workload cleared (its passes, manifest, profile and analysis), so nothing stale stays beside the new
+        manifest. A directory holding another workload's run, or files that belong to no run, is refused."""
+        entries = [p for p in self.path.iterdir() if not p.name.startswith(".")] if self.path.is_dir() else []
+        if not entries:
+            return self.prepare()
+        if not self.manifest_path.is_file():
+            raise UsageError(f"output directory {self.path} is not empty and holds no run",
+                             "pass a new or empty directory as the output")
+        try:
+            previous = self.read_manifest().workload
+        except ProfileFormatError:
+            previous = "an unreadable manifest"
+        if previous != str(Path(workload).resolve()):
+            raise UsageError(f"output directory {self.path} holds a run of {previous}",
+                             "pass another output directory, or remove that one first")
+        strangers = sorted(p.name for p in entries if p.name not in RUN_ENTRIES)
+        if strangers:
+            raise UsageError(f"output directory {self.path} holds files of no run: {', '.join(strangers[:5])}",
+                             "pass another output directory, or move those files away")
+        for entry in entries:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        return self.prepare()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[RunDir]:

@@ -81,7 +81,8 @@ ASSEMBLY_MARGIN_S = 300.0
 
 Python = Annotated[str | None, Field(description="Interpreter that runs the workload (default: see instructions).")]
 Output = Annotated[str | None, Field(description="Folder to write into (default: a fresh one under op_runs/).")]
-TimeoutS = Annotated[float, Field(gt=0, description="Seconds each child process may run before it is stopped.")]
+TimeoutS = Annotated[float, Field(gt=0, allow_inf_nan=False,
+                                  description="Seconds each child process may run before it is stopped.")]
 Count = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
 ProfileRef = Annotated[str, Field(description="A profile.json, or the run directory holding it.")]
@@ -393,11 +394,15 @@ async def kernel_detail(profile: ProfileRef, kernel_id: int, ctx: Context) -> Ke
 
 
 def _terminate(signum: int, _frame: object) -> None:
-    """SIGTERM: stop the workloads still running (they live in their own process groups), then exit at once.
+    """SIGTERM, SIGHUP: stop the workloads still running (they live in their own process groups), then exit at once.
 
-    os._exit, because a worker thread blocked reading stdin would keep a normal interpreter exit waiting.
+    os._exit, because a worker thread blocked reading stdin would keep a normal interpreter exit waiting; any
+    child a call did not stop within the grace period is killed first.
     """
+    from mcp_server.process.child import stop_children  # imported here: start-up imports no engine module
+
     stopped = stop_all()
+    stop_children()
     print(f"operator-profiler-mcp: terminated; stopped {stopped} running call(s)", file=sys.stderr, flush=True)
     os._exit(128 + signum)
 
@@ -405,6 +410,7 @@ def _terminate(signum: int, _frame: object) -> None:
 def main() -> None:
     """Serve over stdio (the console script `operator-profiler-mcp` and `python -m mcp_server`)."""
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
     try:
         server.run("stdio")
     except KeyboardInterrupt:

@@ -53,9 +53,10 @@ def test_a_wheel_install_without_torch_assembles_analyses_and_reports(tmp_path: 
                              capture_output=True, text=True, env=env, check=True).stdout
     assert str(venv) in located, "the installed package runs, not the checkout"
     assert f"profile: {run / 'profile.json'}" in cli_ok("assemble", str(run))
-    assert "analysis:" in cli_ok("analyze", str(run / "profile.json"))
-    assert (run / "analysis" / "analysis.json").is_file() and (run / "analysis" / "roofline.png").is_file()
-    cli_ok("report", str(run / "profile.json"), "--analysis", str(run / "analysis" / "analysis.json"),
+    printed = cli_ok("analyze", str(run / "profile.json"), "-o", str(work / "analysis"))
+    assert f"analysis: {work / 'analysis' / 'analysis.json'}" in printed
+    assert (work / "analysis" / "roofline.png").is_file()
+    cli_ok("report", str(run / "profile.json"), "--analysis", str(work / "analysis" / "analysis.json"),
            "-o", str(work / "report"))
     report = (work / "report" / "report.md").read_text(encoding="utf-8")
     assert "conv_block" in report and "H200" in report

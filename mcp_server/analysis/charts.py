@@ -5,14 +5,13 @@ Files are written through a temporary name and a rename, like every file the too
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from mcp_server.analysis.devices import peak_at_clock
 from mcp_server.schema.analysis import Analysis, Bottleneck, TimelineHealth
+from mcp_server.schema.io import atomic_path
 
 COLORS = {
     Bottleneck.COMPUTE: "#d62728", Bottleneck.MEMORY: "#1f77b4", Bottleneck.LATENCY: "#ff7f0e",
@@ -33,15 +32,8 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
 
 
 def roofline_chart(analysis: Analysis, path: Path) -> Path | None:

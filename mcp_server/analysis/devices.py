@@ -12,13 +12,11 @@ import re
 import tempfile
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from mcp_server.analysis.rules import KnowledgeError, knowledge
-from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfileFormatError, WorkloadError
+from mcp_server.errors import BackendUnavailable, CaptureFailed, WorkloadError
 from mcp_server.process import child_command, interpreter_env, run_child
 from mcp_server.schema.analysis import DeviceSpec
-from mcp_server.schema.io import write_model_atomic
+from mcp_server.schema.io import read_model, write_model_atomic
 
 MEASURED_SOURCE = "measured by microbenchmark"
 PEAKS_FILE = "device_peaks.json"
@@ -137,10 +135,7 @@ def measure_peaks(
 
 def load_measured(path: Path) -> DeviceSpec:
     """A DeviceSpec saved by `save_measured` (device_peaks.json)."""
-    try:
-        return DeviceSpec.model_validate_json(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValidationError) as exc:
-        raise ProfileFormatError(f"{path} is not a device_peaks.json ({exc})", "delete it to re-measure") from exc
+    return read_model(Path(path), DeviceSpec, "device_peaks.json", "delete it to re-measure")
 
 
 def save_measured(spec: DeviceSpec, path: Path) -> None:

@@ -13,8 +13,9 @@ from typing import Any
 
 from mcp_server.capture.request import CaptureRequest, harness_command
 from mcp_server.children.contract import CONTRACT_ERROR, NO_TORCH, NOT_CACHED
-from mcp_server.errors import BackendUnavailable, CaptureFailed, WorkloadError
+from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, WorkloadError
 from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, uses_cache
+from mcp_server.process.child import exit_description, log_tail
 from mcp_server.progress import Progress, quiet
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
@@ -32,12 +33,16 @@ class NotCached(Exception):
     and can be run again to compile after the previous pass's window."""
 
 
-def read_harness_result(req: CaptureRequest, name: PassName) -> dict[str, Any]:
-    """The harness's result of pass `name`, or a CaptureFailed naming the log to read."""
-    path = req.run_dir.harness_result(name)
+def read_harness_result(req: CaptureRequest, name: PassName, code: int) -> dict[str, Any]:
+    """The harness's result of pass `name` (whose process ended with `code`), or a CaptureFailed that says how the
+    process ended, with the last lines it printed."""
+    path, log = req.run_dir.harness_result(name), req.run_dir.output_log(name)
     if not path.is_file():
+        tail = log_tail(log)
+        remedy = f"read {log}" if tail else f"nothing was printed: check that {req.python} is a Python interpreter"
         raise CaptureFailed(
-            f"the harness wrote no result in {path.parent}", f"read {req.run_dir.output_log(name)} for what it printed"
+            f"the {name} pass's process {exit_description(code)} before the harness wrote its result"
+            + (f" (last lines: {tail})" if tail else ""), remedy,
         )
     result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return result
@@ -100,8 +105,13 @@ def run_pass(
     if early is not None and early.reason is not None:
         record.stopped_early = early.reason  # type: ignore[assignment]  # "timeout" or "condition"
         return record, {}
-    result = read_harness_result(req, name)
-    raise_for_harness(result, req, name)
+    try:
+        result = read_harness_result(req, name, code)
+        raise_for_harness(result, req, name)
+    except ProfilerError as exc:
+        record.notes.append(f"failed: {exc.message}")
+        exc.records.append(record)
+        raise
     record.artifacts = [run_dir.relative(run_dir.harness_result(name))] + [
         f"{name}/{artifact}" for artifact in result.get("artifacts", [])
     ]

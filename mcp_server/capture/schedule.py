@@ -15,7 +15,7 @@ from dataclasses import replace
 from mcp_server.capture.passes import Cancel, NotCached, ncu_pass, nsys_pass, torch_pass
 from mcp_server.capture.request import CaptureRequest
 from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass, ncu_variants_pass
-from mcp_server.errors import BackendUnavailable, CancelledCapture
+from mcp_server.errors import BackendUnavailable, CancelledCapture, ProfilerError
 from mcp_server.process import now_iso
 from mcp_server.progress import Progress, quiet, tagged
 from mcp_server.schema.manifest import PassRecord, RunManifest
@@ -87,8 +87,13 @@ def capture(
                 records = [nsys_pass(req, progress, cancel=cancel)]
             else:
                 records = _timeline_and_counters(req, ncu, progress, cancel)
-        finally:
-            manifest = described.result()
+        except ProfilerError as exc:  # the manifest says which passes ran and how they ended
+            _record(req, described.result(), [r for r in exc.records if isinstance(r, PassRecord)])
+            raise
+    return _record(req, described.result(), records)
+
+
+def _record(req: CaptureRequest, manifest: RunManifest, records: list[PassRecord]) -> RunManifest:
     manifest.passes += records
     req.run_dir.write_manifest(manifest)
     return manifest
@@ -168,7 +173,7 @@ def _timeline_and_counters(
                 cancel.set()
             for thread in threads:
                 thread.join(timeout=0.2)
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C or a signal in this thread: stop both passes, then go on unwinding
         cancel.set()
         for thread in threads:
             thread.join()
@@ -181,7 +186,10 @@ def _timeline_and_counters(
                 path.unlink(missing_ok=True)
     real = [e for e in errors.values() if not isinstance(e, CancelledCapture)]
     if real or errors:
-        raise (real or list(errors.values()))[0]
+        failure = (real or list(errors.values()))[0]
+        if isinstance(failure, ProfilerError):
+            failure.records += [r for done in results.values() for r in done]
+        raise failure
     nsys_record, *variants = results["nsys"]
     return [nsys_record, *results["ncu"], *variants]
 

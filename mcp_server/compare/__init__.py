@@ -108,7 +108,8 @@ def _shape_mismatches(matching: Matching) -> list[str]:
 def find_mismatches(
     baseline: OperatorAttributedProfile, optimized: OperatorAttributedProfile, matching: Matching | None = None
 ) -> list[str]:
-    """Why two profiles are not like for like: device, run mode, iteration count, input shapes. Empty if they are."""
+    """Why two profiles are not like for like: device, run mode, iteration count, no operator in common, input
+    shapes. Empty if they are."""
     b, o = baseline.capture_metadata, optimized.capture_metadata
     reasons = []
     if b.gpu_used != o.gpu_used or b.device_type != o.device_type:
@@ -123,6 +124,11 @@ def find_mismatches(
     if b.iters != o.iters:
         reasons.append(f"different measured iteration counts: baseline {b.iters}, optimized {o.iters}")
     matching = matching or Matching(baseline.operators, optimized.operators)
+    if baseline.operators and optimized.operators and not matching.taken:
+        reasons.append(
+            "no operator of the baseline has a counterpart in the optimized profile (by name, spelling, module or "
+            f"fusion): these look like different models ({Path(b.workload).name} and {Path(o.workload).name})"
+        )
     shapes = _shape_mismatches(matching)
     if shapes:
         more = f" and {len(shapes) - MAX_MISMATCH_EXAMPLES} more" if len(shapes) > MAX_MISMATCH_EXAMPLES else ""

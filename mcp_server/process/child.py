@@ -1,19 +1,27 @@
-"""Run one child process: its own process group, output streamed to a log and a progress sink, a time limit,
-cancellation, and a graceful stop that lets a profiler keep what it gathered. Argument lists only, never a
-shell string; the child and everything it started are gone when `run_child` returns."""
+"""Run one child process: its own process group, output streamed to a capped log and a progress sink, a time
+limit and cancellation checked on every turn, and a graceful stop that lets a profiler keep what it gathered.
+
+Argument lists only, never a shell string. The child and everything it started are gone when `run_child`
+returns; children still running when the process ends (a signal, an exception in another thread) are killed
+by `stop_children`, which the faces call on SIGTERM/SIGHUP and at exit.
+"""
 
 from __future__ import annotations
 
+import atexit
+import codecs
 import contextlib
 import os
+import selectors
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from types import FrameType
 
 from mcp_server.errors import CancelledCapture
 from mcp_server.progress import Progress, quiet
@@ -21,6 +29,15 @@ from mcp_server.progress import Progress, quiet
 INTERRUPT_GRACE_S = 60.0  # how long a child stopped with SIGINT may take to write what it gathered
 KILL_GRACE_S = 5.0  # how long a child has to exit after SIGTERM before SIGKILL
 POLL_S = 0.05
+DRAIN_S = 2.0  # how long output is still read once the child has exited (its workers may write on)
+READ_BYTES = 1 << 16
+LOG_LIMIT_ENV = "OPERATOR_PROFILER_LOG_LIMIT_MB"
+DEFAULT_LOG_LIMIT_MB = 64
+LOG_TAIL_LINES = 5
+TAIL_BYTES = 1 << 14
+
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
 
 
 def now_iso() -> str:
@@ -38,8 +55,45 @@ class EarlyStop:
     reason: str | None = None
 
 
-def kill_group(proc: subprocess.Popen[str]) -> None:
-    """Stop the child and anything it left behind in its process group (e.g. compile workers)."""
+class Terminated(BaseException):
+    """The engine's own process was asked to stop (SIGTERM, SIGHUP): unwinds like Ctrl-C, stopping children."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def exit_description(code: int) -> str:
+    """How a child ended, in words: `exit code 3`, or the signal that killed it."""
+    if code >= 0:
+        return f"exited with code {code}"
+    name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+    hint = " (out of memory, or killed from outside)" if -code == signal.SIGKILL else ""
+    return f"was killed by {name}{hint}"
+
+
+def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last non-empty lines of a child's log, joined with ' | ' (read from its end: a log may be large)."""
+    try:
+        with open(log_path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - TAIL_BYTES))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("[operator-profiler]")]
+    return " | ".join(kept[-lines:])
+
+
+def log_limit_bytes() -> int:
+    """How much of one child's output its log keeps ($OPERATOR_PROFILER_LOG_LIMIT_MB, default 64 MB)."""
+    try:
+        return max(1, int(float(os.environ.get(LOG_LIMIT_ENV, DEFAULT_LOG_LIMIT_MB)) * 1024 * 1024))
+    except ValueError:
+        return DEFAULT_LOG_LIMIT_MB * 1024 * 1024
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the child and anything it left behind in its process group (e.g. compile or data-loader workers)."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=KILL_GRACE_S)
@@ -49,13 +103,61 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    with contextlib.suppress(ProcessLookupError):  # the leader is gone; its workers may not be
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _interrupt(proc: subprocess.Popen[str]) -> float:
-    """SIGINT to the child's process group (a profiler then writes what it gathered); when it was sent."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGINT)
-    return time.monotonic()
+def stop_children() -> int:
+    """Kill every child process group still running; how many there were."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        kill_group(proc)
+    return len(live)
+
+
+@contextlib.contextmanager
+def stopping_children_on_signals(*signums: signal.Signals) -> Iterator[None]:
+    """In the main thread: turn `signums` (default SIGTERM, SIGHUP) into `Terminated`, so that every running call
+    unwinds and stops its children; the previous handlers come back afterwards."""
+
+    def terminate(signum: int, _frame: FrameType | None) -> None:
+        raise Terminated(signum)
+
+    wanted = signums or (signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, terminate) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+atexit.register(stop_children)
+
+
+class _Log:
+    """A child's log file, capped: what is over the limit is counted, and the count noted at the end."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.limit, self.written, self.dropped = limit, 0, 0
+
+    def write(self, text: str) -> None:
+        room = self.limit - self.written
+        if room <= 0:
+            self.dropped += len(text)
+            return
+        kept = text[:room]
+        self.handle.write(kept)
+        self.written += len(kept)
+        self.dropped += len(text) - len(kept)
+
+    def close(self) -> None:
+        if self.dropped:
+            self.handle.write(f"\n[operator-profiler] this log keeps the first {self.limit} characters of the "
+                              f"output: {self.dropped} more were dropped (${LOG_LIMIT_ENV} raises the limit)\n")
+        self.handle.close()
 
 
 def run_child(
@@ -67,56 +169,100 @@ def run_child(
     early: EarlyStop | None = None,
     env: Mapping[str, str] | None = None,
 ) -> tuple[int, bool]:
-    """Run `cmd` in its own process group, streaming its output to `log_path` and `progress`.
+    """Run `cmd` in its own process group, its output (stdout and stderr together) to `log_path` and `progress`.
 
-    Returns (exit code, timed out). Setting `cancel` stops the child early (CancelledCapture). With `early`,
-    the time limit and `early.when` stop it gracefully, so that it can keep what it gathered (`early.reason`
-    is then "timeout" or "condition"). The child and everything it started are gone when this returns.
-    `env` replaces the inherited environment (output is unbuffered either way).
+    Returns (exit code, timed out); a negative code is the signal that killed it (`exit_description`). The time
+    limit and `cancel` (CancelledCapture) are checked on every turn, whatever the child writes. With `early`, the
+    time limit and `early.when` stop it gracefully, so that it can keep what it gathered (`early.reason` is then
+    "timeout" or "condition"). Once the child has exited, what it wrote is read and the rest of its process
+    group is stopped: a worker it left holding the output open does not hold this up. `env` replaces the
+    inherited environment (output is unbuffered either way).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
     timed_out = False
     interrupted_at: float | None = None
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending = ""
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-            env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            assert proc.stdout is not None
-            os.set_blocking(proc.stdout.fileno(), False)
-            while True:
-                chunk = proc.stdout.readline()
-                if chunk:
-                    log.write(chunk)
-                    pending += chunk
-                    if pending.endswith("\n"):
-                        line, pending = pending.rstrip(), ""
-                        progress(line)
-                        if early and early.when and interrupted_at is None and early.when(line):
-                            early.reason = "condition"
-                            interrupted_at = _interrupt(proc)
-                    continue
-                if proc.poll() is not None:
-                    rest = proc.stdout.read() or ""
-                    log.write(rest)
+    log = _Log(log_path, log_limit_bytes())
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
+    )
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    selector = selectors.DefaultSelector()
+    selector.register(fd, selectors.EVENT_READ)
+
+    def take(text: str) -> None:
+        nonlocal pending, interrupted_at
+        log.write(text)
+        pending += text
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            line = line.rstrip("\r")
+            progress(line)
+            if early and early.when and interrupted_at is None and early.when(line):
+                early.reason = "condition"
+                interrupted_at = _interrupt(proc)
+
+    try:
+        open_pipe, exited_at = True, None
+        while True:
+            now = time.monotonic()
+            if cancel is not None and cancel.is_set():
+                raise CancelledCapture("capture cancelled", "")
+            if interrupted_at is not None and now > interrupted_at + (early.grace_s if early else 0):
+                break
+            if now > deadline and interrupted_at is None:
+                timed_out = True
+                if early is None:
                     break
-                now = time.monotonic()
-                if interrupted_at is not None and now > interrupted_at + (early.grace_s if early else 0):
+                early.reason = "timeout"
+                interrupted_at = _interrupt(proc)
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if not open_pipe:
+                if exited_at is not None:
                     break
-                if now > deadline and interrupted_at is None:
-                    timed_out = True
-                    if early is None:
-                        break
-                    early.reason = "timeout"
-                    interrupted_at = _interrupt(proc)
-                if cancel is not None and cancel.is_set():
-                    raise CancelledCapture("capture cancelled", "")
                 time.sleep(POLL_S)
-        finally:
-            if pending:
-                progress(pending.rstrip())
-            kill_group(proc)
+                continue
+            ready = selector.select(timeout=0 if exited_at is not None else POLL_S)
+            data = _read(fd) if ready else None
+            if data:
+                take(decoder.decode(data))
+            elif data == b"":  # the output's end: wait for the child itself
+                open_pipe = False
+                selector.unregister(fd)
+            # Once the child is gone, what it wrote is read; workers it left holding the output do not hold us up.
+            if exited_at is not None and (not data or now > exited_at + DRAIN_S):
+                break
+        take(decoder.decode(b"", final=True))
+    finally:
+        if pending:
+            progress(pending.rstrip())
+        selector.close()
+        kill_group(proc)
+        proc.stdout.close()
+        log.close()
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
     return proc.returncode, timed_out
+
+
+def _read(fd: int) -> bytes | None:
+    """What the pipe holds now (b"" at its end), or None when nothing is there yet."""
+    try:
+        return os.read(fd, READ_BYTES)
+    except BlockingIOError:
+        return None
+
+
+def _interrupt(proc: subprocess.Popen[bytes]) -> float:
+    """SIGINT to the child's process group (a profiler then writes what it gathered); when it was sent."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    return time.monotonic()

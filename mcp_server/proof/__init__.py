@@ -16,9 +16,8 @@ from typing import Any
 
 from mcp_server.errors import UsageError, WorkloadError
 from mcp_server.process import child_command, interpreter_env, run_child
+from mcp_server.process.child import exit_description, log_tail
 from mcp_server.progress import Progress, quiet
-
-LOG_TAIL_LINES = 5
 
 
 def check_python(python: str) -> str:
@@ -48,14 +47,6 @@ def check_workload(path: Path, role: str) -> Path:
             "add `def get_model_and_input(): return model, inputs` (see docs/optimized-workload-contract.md)",
         )
     return path.resolve()
-
-
-def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last non-empty lines of a child's log, joined with ' | '."""
-    if not log_path.is_file():
-        return ""
-    text = [ln.strip() for ln in log_path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-    return " | ".join(text[-lines:])
 
 
 def run_proof_child(
@@ -88,9 +79,9 @@ def run_proof_child(
     if not out.is_file():
         tail = log_tail(log)
         raise WorkloadError(
-            f"the {name} child exited with code {code} and wrote no result"
+            f"the {name} child {exit_description(code)} and wrote no result"
             + (f" (last lines: {tail})" if tail else ""),
-            f"read {log}",
+            f"read {log}" if tail else f"nothing was printed: check that {python} is a Python interpreter",
         )
     try:
         result = json.loads(out.read_text(encoding="utf-8"))

@@ -28,7 +28,7 @@ from mcp_server.errors import ProfileFormatError, UsageError
 from mcp_server.process import now_iso
 from mcp_server.progress import Progress, quiet
 from mcp_server.proof import check_python, check_workload, run_proof_child
-from mcp_server.schema.io import write_model_atomic
+from mcp_server.schema.io import read_model, write_model_atomic
 from mcp_server.schema.proof import (
     BenchResult,
     BenchSide,
@@ -247,16 +247,8 @@ def bench(
 
 def load_bench_result(path: Path) -> BenchResult:
     """Read a bench.json (e.g. to feed its speedup to validate)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ProfileFormatError(
-            f"bench result not found: {path}", "pass the bench.json an `operator-profiler bench` wrote"
-        )
-    try:
-        return BenchResult.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise ProfileFormatError(f"{path} is not a valid bench.json: {exc.error_count()} errors",
-                                 "re-run `operator-profiler bench`") from exc
+    return read_model(Path(path), BenchResult, "bench result",
+                      "pass the bench.json an `operator-profiler bench` wrote (or run it again)")
 
 
 def summary_line(result: BenchResult) -> str:

@@ -24,9 +24,10 @@ from pydantic import ValidationError
 
 from mcp_server.errors import ProfileFormatError, UsageError
 from mcp_server.process import interpreter_env, run_child
+from mcp_server.process.child import log_tail
 from mcp_server.progress import Progress, quiet
-from mcp_server.proof import check_python, check_workload, log_tail, run_proof_child
-from mcp_server.schema.io import write_model_atomic
+from mcp_server.proof import check_python, check_workload, run_proof_child
+from mcp_server.schema.io import read_model, write_model_atomic
 from mcp_server.schema.proof import CheckResult, ValidationReport
 
 VALIDATION_JSON = "validation_report.json"
@@ -226,14 +227,7 @@ def validate(
 
 def load_validation_report(path: Path) -> ValidationReport:
     """Read a validation_report.json."""
-    path = Path(path)
-    if not path.is_file():
-        raise ProfileFormatError(f"validation report not found: {path}", "run `operator-profiler validate` first")
-    try:
-        return ValidationReport.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise ProfileFormatError(f"{path} is not a valid validation_report.json: {exc.error_count()} errors",
-                                 "re-run `operator-profiler validate`") from exc
+    return read_model(Path(path), ValidationReport, "validation report", "run `operator-profiler validate` (again)")
 
 
 def render_checks(report: ValidationReport) -> str:

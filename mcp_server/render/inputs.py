@@ -9,15 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
-from mcp_server.errors import ProfileFormatError
 from mcp_server.proof.bench import load_bench_result
 from mcp_server.proof.validate import load_validation_report
 from mcp_server.schema.analysis import Analysis
-from mcp_server.schema.io import load_profile
+from mcp_server.schema.io import load_profile, read_model
 from mcp_server.schema.optimizations import OptimizationPlan, load_optimizations
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
@@ -43,15 +39,6 @@ class ReportInputs:
     optimizations_path: Path | None = None
 
 
-def _load_model(path: Path, model: type[BaseModel], what: str, remedy: str) -> Any:
-    if not path.is_file():
-        raise ProfileFormatError(f"{what} not found: {path}", remedy)
-    try:
-        return model.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise ProfileFormatError(f"{path} is not a valid {what}: {exc.error_count()} errors", remedy) from exc
-
-
 def load_inputs(
     baseline_profile: Path,
     optimized_profile: Path | None = None,
@@ -66,10 +53,10 @@ def load_inputs(
     if optimized_profile is not None:
         inputs.optimized, inputs.optimized_path = load_profile(optimized_profile), Path(optimized_profile)
     if analysis is not None:
-        inputs.analysis = _load_model(Path(analysis), Analysis, "analysis.json", "run `analyze` on the profile")
+        inputs.analysis = read_model(Path(analysis), Analysis, "analysis.json", "run `analyze` on the profile")
         inputs.analysis_path = Path(analysis)
     if comparison is not None:
-        inputs.comparison = _load_model(
+        inputs.comparison = read_model(
             Path(comparison), Comparison, "comparison.json", "run `operator-profiler compare` on the two profiles"
         )
         inputs.comparison_path = Path(comparison)

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mcp_server.errors import ProfileFormatError
+from mcp_server.schema.io import read_model
 
 OPTIMIZATIONS_VERSION = "1.0"
 OPTIMIZATIONS_JSON = "optimizations.json"
@@ -140,23 +141,8 @@ class OptimizationPlan(_Model):
 
 def load_optimizations(path: Path) -> OptimizationPlan:
     """Read and validate an optimizations.json; errors name the field and the remedy."""
-    path = Path(path)
-    if not path.is_file():
-        raise ProfileFormatError(f"optimizations file not found: {path}", "write it with the strategist first")
-    try:
-        return OptimizationPlan.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise ProfileFormatError(
-            f"{path} is not a valid optimizations.json: {format_errors(exc)}",
-            "fix the fields named (schema: schemas/optimizations.schema.json)",
-        ) from exc
-
-
-def format_errors(exc: ValidationError, limit: int = 8) -> str:
-    """The first validation errors as 'field.path: message' joined by '; '."""
-    parts = [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()[:limit]]
-    more = exc.error_count() - len(parts)
-    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+    return read_model(Path(path), OptimizationPlan, "optimizations.json",
+                      "write it with the strategist, fixing the fields named (schemas/optimizations.schema.json)")
 
 
 def main(argv: list[str] | None = None) -> int:

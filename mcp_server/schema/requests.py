@@ -93,7 +93,8 @@ class CaptureOptions(_Request):
         description="Profile the workload's train_step(model, inputs) instead of a forward under no_grad."
     )] = False
     timeout_s: Annotated[float, Field(
-        gt=0, description="Seconds each capture pass may run; an ncu pass stopped at this limit keeps the kernels "
+        gt=0, allow_inf_nan=False,
+        description="Seconds each capture pass may run; an ncu pass stopped at this limit keeps the kernels "
         "it replayed so far."
     ), Flag("--timeout")] = DEFAULT_TIMEOUT_S
 
@@ -162,6 +163,7 @@ class Interpreter(_Request):
 
 
 Top = Annotated[int, Field(ge=1, description="How many operators to list.")]
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, description="Seconds each child process may run.")]
 
 
 class ProfileRequest(_Request):
@@ -191,7 +193,7 @@ class MapRequest(_Request):
 
     run_dir: Path
     ncu: NcuOptions = NcuOptions()
-    timeout_s: Annotated[float, Field(gt=0)] = DEFAULT_TIMEOUT_S
+    timeout_s: Seconds = DEFAULT_TIMEOUT_S
     top: Top = 10
 
 
@@ -258,7 +260,7 @@ class BenchRequest(_Request):
     baseline_mode: BaselineMode = "eager"
     output: Path | None = None
     project: Path
-    timeout_s: Annotated[float, Field(gt=0)] = DEFAULT_TIMEOUT_S
+    timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
 
 class ValidateRequest(_Request):
@@ -277,7 +279,7 @@ class ValidateRequest(_Request):
     max_plausible_speedup: Annotated[float | None, Field(ge=0)] = None
     output: Path | None = None
     project: Path
-    timeout_s: Annotated[float, Field(gt=0)] = DEFAULT_TIMEOUT_S
+    timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
 
 class ReportRequest(_Request):

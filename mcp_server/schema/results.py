@@ -276,6 +276,9 @@ class PreflightCheck(_Model):
     ok: bool
     detail: str
     remedy: str | None = None
+    required: bool = Field(
+        default=True, description="Needed by the backend chosen here; false: only the GPU path (nsys + ncu) needs it."
+    )
 
 
 class PreflightResult(_Model):

@@ -22,7 +22,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_server.errors import ProfilerError
+from mcp_server.errors import ProfilerError, from_os_error
 from mcp_server.progress import Progress, is_phase
 
 T = TypeVar("T")
@@ -110,6 +110,8 @@ async def run_engine(ctx: Context[Any, Any] | None, tool: str, work: Work[T], ti
         succeeded, value = outcome[0]
         if succeeded:
             return value
+        if isinstance(value, OSError):
+            value = from_os_error(value)
         if isinstance(value, ProfilerError):
             raise ToolError(value.one_line()) from value
         raise value
