@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, NoReturn, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -224,6 +224,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------- the parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose errors are one line with a remedy like every other error of the tool (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"operator-profiler: error: {message} — see `{self.prog} --help`\n")
+
+
 def _count(minimum: int) -> Callable[[str], int]:
     def parse(value: str) -> int:
         number = int(value)
@@ -259,7 +266,7 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="operator-profiler",
         description="Attribute every CUDA kernel of a PyTorch workload to the operator and module that launched it.",
     )

@@ -30,7 +30,8 @@ def format_top_operators(rows: Sequence[OperatorSummary], gpu: bool) -> str:
             f"{'operator':44s} {'module':28s} {'calls':>5s} {'CPU self (us)':>13s} {'CPU total (us)':>14s} "
             f"{'share':>6s}"
         )
-        lines = [header, "-" * len(header)]
+        lines = ["outermost operator calls, ranked by CPU total time (`analyze` ranks every operator by self time)",
+                 header, "-" * len(header)]
         for r in rows:
             module = ", ".join(r.module_paths) or "-"
             lines.append(

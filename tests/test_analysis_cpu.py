@@ -31,8 +31,13 @@ def test_cpu_only_profile_gives_cpu_hotspots_and_says_no_gpu(tmp_path):
     assert analysis.kernels == [] and analysis.timeline is None and analysis.opportunities == []
     assert analysis.diagnosis.root_cause.startswith("No GPU data exists")
     assert analysis.diagnosis.bottleneck == Bottleneck.UNKNOWN
-    names = {op.operator_name for op in profile.operators}
+    # Self time at every depth of the call tree: an outermost call's time splits, without a gap or an overlap,
+    # among itself and the operators it called, and the hotspots rank those (aten::linear's time is aten::addmm's).
+    for op in profile.operators:
+        assert sum(op.aggregated.cpu_self_time_by_operator_ns.values()) == op.aggregated.cpu_total_time_ns
+    names = {name for op in profile.operators for name in op.aggregated.cpu_self_time_by_operator_ns}
     assert {h.operator_name for h in analysis.cpu_hotspots} == names
+    assert analysis.cpu_hotspots[0].operator_name == "aten::addmm"
     self_times = [h.cpu_self_time_ns for h in analysis.cpu_hotspots]
     assert self_times == sorted(self_times, reverse=True)
     assert sum(h.share_of_self_time_pct for h in analysis.cpu_hotspots) == pytest.approx(100.0)

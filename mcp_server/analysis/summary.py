@@ -3,7 +3,7 @@ the compact terminal summary (`format_summary`)."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 from mcp_server.analysis.rules import rule
 from mcp_server.schema.analysis import (
@@ -110,17 +110,27 @@ def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: l
 
 
 def cpu_only_analysis(profile: OperatorAttributedProfile, config: Configuration) -> Analysis:
-    """A CPU-only profile: no GPU numbers, CPU-operator hotspots by self time."""
-    groups: dict[str, list] = {}
+    """A CPU-only profile: no GPU numbers, CPU hotspots by self time, nested operators included (an operator's
+    self time is its span minus the operators it called, wherever in the call tree it ran)."""
+    self_ns: dict[str, int] = defaultdict(int)
+    total_ns: dict[str, int] = defaultdict(int)
+    calls: dict[str, int] = defaultdict(int)
+    modules: dict[str, set[str]] = defaultdict(set)
     for op in profile.operators:
-        groups.setdefault(op.operator_name, []).append(op)
-    total = sum(op.aggregated.cpu_self_time_ns or 0 for op in profile.operators) or 1
+        agg = op.aggregated
+        by_operator = agg.cpu_self_time_by_operator_ns or {op.operator_name: agg.cpu_self_time_ns or 0}
+        for name, ns in by_operator.items():
+            self_ns[name] += ns
+            if op.module_path:
+                modules[name].add(op.module_path)
+        calls[op.operator_name] += 1
+        total_ns[op.operator_name] += agg.cpu_total_time_ns or 0
+    whole = sum(self_ns.values()) or 1
     hotspots = sorted((
-        CpuHotspot(operator_name=name, module_paths=sorted({o.module_path for o in ops if o.module_path})[:5],
-                   calls=len(ops), cpu_self_time_ns=sum(o.aggregated.cpu_self_time_ns or 0 for o in ops),
-                   cpu_total_time_ns=sum(o.aggregated.cpu_total_time_ns or 0 for o in ops),
-                   share_of_self_time_pct=100.0 * sum(o.aggregated.cpu_self_time_ns or 0 for o in ops) / total)
-        for name, ops in groups.items()), key=lambda h: -h.cpu_self_time_ns)
+        CpuHotspot(operator_name=name, module_paths=sorted(modules[name])[:5], calls=calls.get(name, 0),
+                   cpu_self_time_ns=ns, cpu_total_time_ns=total_ns.get(name, 0),
+                   share_of_self_time_pct=100.0 * ns / whole)
+        for name, ns in self_ns.items()), key=lambda h: -h.cpu_self_time_ns)
     top = hotspots[0] if hotspots else None
     cause = NO_GPU + (f" The CPU hotspot is {top.operator_name} ({top.share_of_self_time_pct:.0f} % of CPU self time)."
                       if top else "")
@@ -155,7 +165,9 @@ def format_summary(analysis: Analysis) -> str:
     lines = [f"configuration: {c.device} ({c.device_source}) | compile {c.compile_mode} | {c.run_mode} | "
              f"dtype {c.dtype or 'unknown'} | {c.tool} | {c.iters} iteration(s)"]
     if not analysis.gpu_data:
-        lines += ["NO GPU DATA: " + analysis.diagnosis.root_cause, "", "CPU hotspots (self time):"]
+        lines += ["NO GPU DATA: " + analysis.diagnosis.root_cause, "",
+                  "CPU hotspots by self time (every operator's own time, nested calls included; calls and CPU "
+                  "total count the outermost calls, as `summary` ranks them):"]
         rows = [["operator", "calls", "CPU self", "CPU total", "share"]]
         rows += [[_clip(h.operator_name, 40), str(h.calls), _us(h.cpu_self_time_ns), _us(h.cpu_total_time_ns),
                   f"{h.share_of_self_time_pct:.1f} %"] for h in analysis.cpu_hotspots[:8]]

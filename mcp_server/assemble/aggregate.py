@@ -54,7 +54,7 @@ _AGGREGATED_FIELDS = (
     "total_duration_ns", "kernel_count", "dominant_kernel", "dram_bytes_read", "dram_bytes_written",
     "achieved_occupancy_pct", "tensor_core_active_pct", "l1_hit_rate_pct", "l2_hit_rate_pct", "sm_throughput_pct",
     "dram_throughput_pct", "flops_by_precision", "arithmetic_intensity_flop_per_byte", "cpu_self_time_ns",
-    "cpu_total_time_ns",
+    "cpu_total_time_ns", "cpu_self_time_by_operator_ns",
 )
 if tuple(AggregatedMetrics.model_fields) != _AGGREGATED_FIELDS:  # a schema change must reach _counted_only
     raise ImportError("AggregatedMetrics fields changed: update _counted_only")
@@ -72,6 +72,7 @@ def _counted_only(total: int, count: int, dominant: str, fields_set: set[str]) -
     _set(agg, "arithmetic_intensity_flop_per_byte", None)
     _set(agg, "cpu_self_time_ns", None)
     _set(agg, "cpu_total_time_ns", None)
+    _set(agg, "cpu_self_time_by_operator_ns", None)
     finish_record(agg, fields_set)
     return agg
 

@@ -5,30 +5,71 @@ from __future__ import annotations
 from mcp_server.assemble.aggregate import window_totals
 from mcp_server.assemble.attribute import attribute_stream
 from mcp_server.assemble.metadata import capture_metadata, harness_result
-from mcp_server.assemble.provenance import load_provenance
+from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import AggregatedMetrics, OperatorAttributedProfile, OperatorRecord
 from mcp_server.schema.records import CpuOp
 from plugins.torch_profiler.reader import read_kineto_trace
 
+GENERATED_CPU_KERNEL = "cpp_fused_"
 
-def _cpu_operators(cpu_ops: list[CpuOp]) -> list[OperatorRecord]:
+
+def _cpu_operators(cpu_ops: list[CpuOp], provenance: Provenance) -> list[OperatorRecord]:
+    """One record per outermost operator call; a kernel Inductor generated is one too, with the aten ops it
+    fused (from its provenance when known, else from its name)."""
     seen: dict[str, int] = {}
     operators = []
-    for op in cpu_ops:
+    placed = _extern_modules(cpu_ops, provenance)
+    for position, op in enumerate(cpu_ops):
         index = seen.get(op.name, 0)
         seen[op.name] = index + 1
         modules = [f.name for f in op.stack if f.kind == "module"]
+        origin = provenance.kernels.get(op.name)
+        fused = op.name.startswith(GENERATED_CPU_KERNEL)
+        module_path = modules[-1] if modules else (origin.module_path if origin else placed.get(position))
         operators.append(
             OperatorRecord(
-                operator_id=f"{op.name}#{index}", operator_name=op.name, call_index=index,
-                module_path=modules[-1] if modules else None,
-                input_shapes=op.input_shapes, input_dtypes=op.input_dtypes,
-                aggregated=AggregatedMetrics(cpu_self_time_ns=op.self_ns, cpu_total_time_ns=op.duration_ns),
+                operator_id=f"{op.name}#{index}", operator_name=op.name, call_index=index, module_path=module_path,
+                input_shapes=op.input_shapes, input_dtypes=op.input_dtypes, is_fused=fused,
+                fused_operators=(origin.aten_ops if origin and origin.aten_ops else _fused_from_name(op.name))
+                if fused else [],
+                aggregated=AggregatedMetrics(cpu_self_time_ns=op.self_ns, cpu_total_time_ns=op.duration_ns,
+                                             cpu_self_time_by_operator_ns=dict(op.nested_self_ns)),
             )
         )
     return operators
+
+
+def _extern_modules(cpu_ops: list[CpuOp], provenance: Provenance) -> dict[int, str | None]:
+    """Module paths of the aten ops a compiled graph called (its extern calls), by position in `cpu_ops`: the
+    calls of one graph invocation are those of a generated module when their names follow the same order."""
+    groups: dict[tuple[int | None, int | None], list[int]] = {}
+    for position, op in enumerate(cpu_ops):
+        graph = next((f for f in op.stack if f.name.startswith(GRAPH_CALL_PREFIX)), None)
+        if graph is not None and not op.name.startswith(GENERATED_CPU_KERNEL):
+            groups.setdefault((op.thread, graph.start_ns), []).append(position)
+    placed: dict[int, str | None] = {}
+    for positions in groups.values():
+        names = [cpu_ops[p].name for p in positions]
+        for calls in provenance.extern_calls:
+            externs = [c for c in calls if c.kind == "extern"]
+            if [c.operator_name for c in externs] == names:
+                placed.update(zip(positions, (c.module_path for c in externs), strict=True))
+                break
+    return placed
+
+
+def _fused_from_name(kernel: str) -> list[str]:
+    """The aten ops a generated kernel's name lists (`cpp_fused_convolution_relu_1` -> convolution, relu):
+    Inductor names a fused kernel after its ops."""
+    ops = kernel.removeprefix(GENERATED_CPU_KERNEL).rsplit("_", 1)[0]
+    known = ("_native_batch_norm_legit_no_training", "max_pool2d_with_indices", "leaky_relu", "native_layer_norm")
+    found = [name for name in known if name in ops]
+    for name in found:
+        ops = ops.replace(name, "")
+    found += [part for part in ops.split("_") if part]
+    return sorted(f"aten::{name}" for name in found)
 
 
 def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributedProfile:
@@ -39,7 +80,13 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
     wall = harness.get("window", {}).get("wall_time_ns", 0)
     warnings = list(harness.get("warnings", [])) + capture.warnings
     if not meta.gpu_used:
-        operators = _cpu_operators(capture.cpu_ops)
+        operators = _cpu_operators(capture.cpu_ops, load_provenance(run_dir.provenance("torch")))
+        unplaced = sum(1 for op in operators if op.module_path is None)
+        if manifest.compile_mode != "eager" and unplaced:
+            warnings.append(
+                f"{unplaced} of {len(operators)} operator calls have no module path: Inductor's generated C++ "
+                "kernels name neither the FX nodes nor the modules they came from"
+            )
         window = window_totals(operators, [], wall)
         window.cpu_operator_time_ns = sum(op.duration_ns for op in capture.cpu_ops)
         return OperatorAttributedProfile(capture_metadata=meta, window=window, operators=operators, warnings=warnings)

@@ -87,24 +87,56 @@ def environment() -> dict[str, Any]:
     return env
 
 
+class ContractError(Exception):
+    """The workload does not follow the contract (README: the workload contract)."""
+
+
 def load_workload(path: Path) -> Any:
-    """Import a workload file as a module named after its stem (or a private alias if that name is taken)."""
+    """Import a workload file as a module named after its stem (or a private alias if that name is taken by
+    another file already imported). A file named like a module the process can import (`copy.py`, `torch.py`)
+    would hide that module from everything imported after it: a ContractError says so."""
     path = path.resolve()
-    if str(path.parent) not in sys.path:
-        sys.path.insert(0, str(path.parent))
     name = path.stem
     existing = sys.modules.get(name)
-    if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() != path:
-        name = f"_operator_profiler_workload_{abs(hash(str(path)))}"
-    elif existing is not None:
+    if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() == path:
         return existing
+    hidden = None if name in _WORKLOADS else _module_named(name, path)
+    if hidden is not None:
+        raise ContractError(f"the workload's file name {path.name} is the name of the module `{name}` ({hidden}), "
+                            f"which it would hide: rename the file, e.g. to {name}_model.py")
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    if existing is not None:
+        name = f"_operator_profiler_workload_{abs(hash(str(path)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    _WORKLOADS.add(name)
     spec.loader.exec_module(module)
     return module
+
+
+_WORKLOADS: set[str] = set()  # module names of workload files loaded here (two of one stem get an alias)
+
+
+def _module_named(name: str, path: Path) -> str | None:
+    """Where the module `name` comes from when it is not the workload file itself: the standard library, or
+    the file or package an import of `name` finds (None when there is none)."""
+    if name in sys.stdlib_module_names:
+        return "standard library"
+    loaded = sys.modules.get(name)
+    origin = getattr(loaded, "__file__", None) if loaded is not None else None
+    if origin is None and loaded is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        origin = spec.origin if spec is not None else None
+    if origin is None or Path(origin).resolve() == path:
+        return None
+    return str(origin)
 
 
 def seed_all(seed: int) -> None:

@@ -9,12 +9,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mcp_server.children.common import ContractError
+
 INDUCTOR_CODE_DIR = "inductor_code"  # beside the provenance file; the file lists what it holds
 CACHE_COUNTERS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")
-
-
-class ContractError(Exception):
-    """The workload does not follow the contract (README: the workload contract)."""
 
 
 class NotCached(Exception):
@@ -83,21 +81,26 @@ class RecordingInductor:
 
     With `cached_only`, a graph that Inductor's FX graph cache did not hold raises NotCached once compiled,
     before any of it runs: its Triton kernels would autotune in this pass instead of reusing the configurations
-    the previous pass chose."""
+    the previous pass chose. With `cpu_kernel_ranges` (torch.profiler on the CPU), each generated C++ kernel
+    opens a profiler range of its own name, so its time is an operator's and not lost between them."""
 
-    def __init__(self, compile_mode: str, cached_only: bool = False) -> None:
+    def __init__(self, compile_mode: str, cached_only: bool = False, cpu_kernel_ranges: bool = False) -> None:
         self.compile_mode = compile_mode
         self.cached_only = cached_only
         self.node_modules: dict[str, dict[str, str]] = {}
+        self.patches: dict[str, object] = {}
+        if compile_mode == "cudagraphs":
+            self.patches["triton.cudagraphs"] = True
+        if cpu_kernel_ranges:  # each generated C++ kernel records a profiler range named after it
+            self.patches["cpp.enable_kernel_profile"] = True
 
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         from torch._dynamo.utils import counters
         from torch._inductor.compile_fx import compile_fx
 
         record_node_modules(gm, self.node_modules)
-        patches = {"triton.cudagraphs": True} if self.compile_mode == "cudagraphs" else None
         before = dict(counters["inductor"])
-        compiled = compile_fx(gm, example_inputs, config_patches=patches)
+        compiled = compile_fx(gm, example_inputs, config_patches=self.patches or None)
         grew = {key: counters["inductor"].get(key, 0) - before.get(key, 0) for key in CACHE_COUNTERS}
         if self.cached_only and (grew["fxgraph_cache_miss"] or grew["fxgraph_cache_bypass"]
                                  or not grew["fxgraph_cache_hit"]):

@@ -27,9 +27,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcp_server.children.common import as_call, environment, load_workload, now, seed_all, traceback_tail, write_json
-from mcp_server.children.compiling import (
+from mcp_server.children.common import (
     ContractError,
+    as_call,
+    environment,
+    load_workload,
+    now,
+    seed_all,
+    traceback_tail,
+    write_json,
+)
+from mcp_server.children.compiling import (
     RecordingBackend,
     RecordingInductor,
     import_compiler,
@@ -105,7 +113,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         backend = RecordingBackend(module)
         fn = backend.optimize(model)
     elif args.compile_mode != "eager":
-        backend = RecordingInductor(args.compile_mode, cached_only=args.compile_early_if_cached)
+        backend = RecordingInductor(args.compile_mode, cached_only=args.compile_early_if_cached,
+                                    cpu_kernel_ranges=args.profiler == "torch" and not torch.cuda.is_available())
         fn = torch.compile(model, backend=backend)
 
     def step() -> None:

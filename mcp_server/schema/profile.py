@@ -93,6 +93,10 @@ class AggregatedMetrics(_Model):
     arithmetic_intensity_flop_per_byte: float | None = None
     cpu_self_time_ns: int | None = Field(default=None, description="CPU self time (CPU-only profiles).")
     cpu_total_time_ns: int | None = Field(default=None, description="CPU inclusive time (CPU-only profiles).")
+    cpu_self_time_by_operator_ns: dict[str, int] | None = Field(
+        default=None, description="CPU self time of this call and of every operator it called, by operator name "
+        "(CPU-only profiles): where the call's time was spent, nested operators included.",
+    )
 
 
 class OperatorRecord(_Model):

@@ -70,3 +70,6 @@ class CpuOp(BaseModel):
     stack: list[Frame] = Field(default_factory=list)
     input_shapes: list[list[int] | None] | None = None
     input_dtypes: list[str | None] | None = None
+    nested_self_ns: dict[str, int] = Field(
+        default_factory=dict, description="Self time of this call and of every operator it called, by name."
+    )

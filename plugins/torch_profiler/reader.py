@@ -8,6 +8,7 @@ operator/module/marker ranges enclosing the launch on its CPU thread is rebuilt 
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -42,10 +43,18 @@ class KinetoCapture(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
+@lru_cache(maxsize=1)
+def _generated_kernel() -> re.Pattern[str]:
+    return re.compile(trace_format()["generated_kernel"])
+
+
 def classify(name: str) -> str:
-    """'module' for `module:<path>` ranges, 'op' for namespaced operators, else 'annotation'."""
+    """'module' for `module:<path>` ranges, 'op' for namespaced operators and Inductor's generated CPU kernels,
+    else 'annotation'."""
     if name.startswith(MODULE_RANGE_PREFIX):
         return "module"
+    if _generated_kernel().match(name):
+        return "op"
     head = name.split(",", 1)[0]
     if "::" in head and not head.startswith("operator_profiler::") and " " not in head:
         return "op"
@@ -75,8 +84,13 @@ def _frame(event: dict[str, Any]) -> Frame:
     kind = classify(name)
     args = event.get("args", {})
     start = _ns(event["ts"])
+    generated = _generated_kernel().match(name)
+    if kind == "module":
+        name = name[len(MODULE_RANGE_PREFIX):]
+    elif generated:
+        name = generated.group(1)
     return Frame(
-        name=name[len(MODULE_RANGE_PREFIX):] if kind == "module" else name,
+        name=name,
         kind=kind,
         input_shapes=_shapes(args) if kind == "op" else None,
         input_dtypes=args.get(trace_format()["args"]["input_types"]) if kind == "op" else None,
@@ -202,26 +216,47 @@ def _kernels(
 
 
 def _top_level_ops(ranges: dict[int, list[Frame]]) -> list[CpuOp]:
-    """Outermost operator calls per thread, with self time (their span minus directly nested operators)."""
+    """Outermost operator calls per thread: their span, their own self time (span minus directly nested
+    operators), and the self time of every operator nested in them, by name (compute done below the call)."""
     ops: list[CpuOp] = []
     for tid, frames in ranges.items():
         context: list[Frame] = []
+        calls: list[tuple[Frame, list[int]]] = []  # open operator frames, each with [self time]
         top: CpuOp | None = None
         for frame in sorted(frames, key=lambda f: (f.start_ns, -(f.end_ns or 0))):
             start = _start_ns(frame)
             while context and (context[-1].end_ns or 0) < start:
                 context.pop()
+            while calls and (calls[-1][0].end_ns or 0) < start:
+                _close(calls.pop(), top)
             if frame.kind == "op":
                 span = (frame.end_ns or start) - start
-                depth = sum(1 for f in context if f.kind == "op")
-                if depth == 0:
+                if calls:
+                    calls[-1][1][0] -= span
+                else:
+                    if top is not None:
+                        ops.append(top)
                     top = CpuOp(
                         name=frame.name, start_ns=start, duration_ns=span, self_ns=span, thread=tid,
                         stack=list(context), input_shapes=frame.input_shapes, input_dtypes=frame.input_dtypes,
                     )
-                    ops.append(top)
-                elif depth == 1 and top is not None:
-                    top.self_ns -= span
+                calls.append((frame, [span]))
             context.append(frame)
+        while calls:
+            _close(calls.pop(), top)
+        if top is not None:
+            ops.append(top)
     ops.sort(key=lambda o: o.start_ns)
     return ops
+
+
+def _close(call: tuple[Frame, list[int]], top: CpuOp | None) -> None:
+    """An operator frame ends: its self time joins its outermost call's per-operator self times (and is that
+    call's own self time when the frame is the call itself)."""
+    frame, (self_ns,) = call
+    if top is None:
+        return
+    self_ns = max(self_ns, 0)
+    top.nested_self_ns[frame.name] = top.nested_self_ns.get(frame.name, 0) + self_ns
+    if frame.start_ns == top.start_ns and frame.name == top.name:
+        top.self_ns = self_ns
