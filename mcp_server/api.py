@@ -103,7 +103,10 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     with run_dir.locked():
         run_dir.claim(req.workload)
         capture(cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel)
-        return _profile_run(run_dir, req.python, note, req.top, progress)
+        result = _profile_run(run_dir, req.python, note, req.top, progress)
+    if req.ncu is not None and not counters:
+        result.warnings.insert(0, NO_COUNTERS_HERE)
+    return result
 
 
 def run(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:

@@ -1,24 +1,26 @@
 """operator-profiler: the command-line face of the engine (`mcp_server.api`).
 
 Each subcommand parses its arguments into the verb's typed request, runs the verb with a progress sink that
-prints phase lines (and, unless --quiet, the workload's output) on stderr, and prints the result. The flags of
+shows its phases on stderr (one updating line on a terminal, plain lines otherwise; none with --quiet; the
+children's own output too with --verbose, which every pass keeps in its log anyway), and prints the result. The flags of
 the capture and ncu option groups are made from their request models' fields.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar, get_args
+from typing import Any, NoReturn, TextIO, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
 from mcp_server import __version__, api
 from mcp_server.errors import ProfilerError, from_os_error
 from mcp_server.process.child import Terminated, stopping_children_on_signals
-from mcp_server.progress import Progress, is_phase
+from mcp_server.progress import is_phase
 from mcp_server.proof.validate import parse_seeds, parse_tolerances
 from mcp_server.schema.requests import (
     AnalyzeRequest,
@@ -93,34 +95,64 @@ def _spelling(name: str) -> str:
 # --------------------------------------------------------------------------------------------- printing
 
 
-def _sink(quiet: bool) -> Progress:
-    """Phase lines always, the children's output unless --quiet; all on stderr."""
+class Status:
+    """The CLI's progress sink: phase lines on stderr, rewriting one line on a terminal."""
 
-    def show(line: str) -> None:
+    def __init__(self, quiet: bool = False, verbose: bool = False, stream: TextIO | None = None) -> None:
+        self.quiet, self.verbose = quiet, verbose
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self._open = False
+
+    def __call__(self, line: str) -> None:
         if is_phase(line):
-            print(f"[operator-profiler] {line}", file=sys.stderr, flush=True)
-        elif not quiet:
-            print(f"  {line}", file=sys.stderr, flush=True)
+            if self.quiet:
+                return
+            text = f"[operator-profiler] {line}"
+            if self.tty:
+                width = shutil.get_terminal_size().columns - 1
+                self.stream.write(f"\r\033[K{text[:width]}")
+                self._open = True
+            else:
+                self.stream.write(text + "\n")
+        elif self.verbose:
+            self.end()
+            self.stream.write(f"  {line}\n")
+        self.stream.flush()
 
-    return show
+    def end(self) -> None:
+        """Close the updating line before anything else is printed."""
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False
+
+
+_STATUS = Status()
+
+
+def _print(*lines: str) -> None:
+    _STATUS.end()
+    for line in lines:
+        print(line)
 
 
 def _print_profile(result: ProfileRun) -> int:
-    print(format_window(result.profile, result.window))
+    _print(format_window(result.profile, result.window))
     for warning in result.warnings:
-        print(f"warning: {warning}")
-    print()
-    print(format_top_operators(result.top_operators, result.profile.gpu_used))
-    print(f"\nprofile: {result.profile_path}")
+        _print(f"warning: {warning}")
+    _print("")
+    _print(format_top_operators(result.top_operators, result.profile.gpu_used))
+    _print(f"\nprofile: {result.profile_path}")
     return 0
 
 
 def _print_validation(result: ValidateToolResult) -> None:
-    print(result.summary)
+    _print(result.summary)
     for check in result.checks:
-        print(f"  [{check.status:4}] {check.name}: {check.detail}")
+        _print(f"  [{check.status:4}] {check.name}: {check.detail}")
     for warning in result.warnings:
-        print(f"  warning: {warning}")
+        _print(f"  warning: {warning}")
 
 
 # --------------------------------------------------------------------------------------------- commands
@@ -136,42 +168,42 @@ def cmd_profile(args: argparse.Namespace, argv: list[str], counters: bool = Fals
                 capture=options_from(args, CaptureOptions), backend=args.backend,
                 ncu=options_from(args, NcuOptions) if counters else None, require_counters=False,
                 output=args.output, project=Path.cwd(), command_line=["operator-profiler", *argv])
-    return _print_profile(api.profile(req, _sink(args.quiet)))
+    return _print_profile(api.profile(req, _STATUS))
 
 
 def cmd_map(args: argparse.Namespace) -> int:
     """Add ncu counters to a run directory captured with the nsys backend."""
     req = build(MapRequest, run_dir=args.run_dir, ncu=options_from(args, NcuOptions), timeout_s=args.timeout)
-    return _print_profile(api.map_run(req, _sink(args.quiet)))
+    return _print_profile(api.map_run(req, _STATUS))
 
 
 def cmd_assemble(args: argparse.Namespace) -> int:
     """Rebuild profile.json from the raw artifacts (no GPU needed)."""
-    return _print_profile(api.assemble(build(AssembleRequest, run_dir=args.run_dir), _sink(False)))
+    return _print_profile(api.assemble(build(AssembleRequest, run_dir=args.run_dir), _STATUS))
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
     """Print the window paragraph and top-operators table of an existing profile.json."""
     result = api.summary(build(SummaryRequest, profile=args.profile, top=args.top))
-    print(format_window(result.profile, result.window))
-    print()
-    print(format_top_operators(result.operators, result.profile.gpu_used))
+    _print(format_window(result.profile, result.window))
+    _print("")
+    _print(format_top_operators(result.operators, result.profile.gpu_used))
     return 0
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     """Check GPU, driver, torch/CUDA, nsys, ncu and counter permission; exit 1 if any check failed."""
     result = api.preflight(build(PreflightRequest, python=_interpreter(args), quick=args.quick))
-    print(result.summary)
+    _print(result.summary)
     return 0 if result.ok else 1
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Roofline, bottleneck classes, stalls, timeline health and ranked opportunities of a profile."""
     result = api.analyze(build(AnalyzeRequest, profile=args.profile, output=args.output, project=Path.cwd(),
-                               measure=not args.no_microbench), _sink(False))
-    print(result.summary)
-    print(f"\nanalysis: {result.analysis_path}")
+                               measure=not args.no_microbench), _STATUS)
+    _print(result.summary)
+    _print(f"\nanalysis: {result.analysis_path}")
     return 0
 
 
@@ -180,9 +212,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     result = api.compare(build(CompareRequest, baseline=args.baseline, optimized=args.optimized,
                                allow_mismatch=args.allow_mismatch, output=args.output,
                                project=Path.cwd()))
-    print(result.summary)
+    _print(result.summary)
     for path in (result.comparison_path, result.markdown_path):
-        print(f"wrote {path}")
+        _print(f"wrote {path}")
     return 0
 
 
@@ -191,9 +223,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     req = build(BenchRequest, baseline=args.baseline, optimized=args.optimized, python=_interpreter(args),
                 warmup=args.warmup, reps=args.reps, rounds=args.rounds, input_sets=args.input_sets, seed=args.seed,
                 baseline_mode=args.baseline_mode, output=args.output, project=Path.cwd(), timeout_s=args.timeout)
-    result = api.bench(req, _sink(args.quiet))
-    print(result.summary)
-    print(f"wrote {result.bench_path}")
+    result = api.bench(req, _STATUS)
+    _print(result.summary)
+    _print(f"wrote {result.bench_path}")
     return 0
 
 
@@ -204,9 +236,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 tolerances=parse_tolerances(args.tolerance or []), run_tests=not args.no_tests, speedup=args.speedup,
                 bench_json=args.bench, max_plausible_speedup=args.max_plausible_speedup,
                 output=args.output, project=Path.cwd(), timeout_s=args.timeout)
-    result = api.validate(req, _sink(args.quiet))
+    result = api.validate(req, _STATUS)
     _print_validation(result)
-    print(f"wrote {result.report_path}")
+    _print(f"wrote {result.report_path}")
     return 0 if result.passed else 1
 
 
@@ -217,7 +249,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 validation=args.validation, optimizations=args.optimizations, plan=args.plan,
                 output=args.output, project=Path.cwd())
     for path in api.report(req).files:
-        print(f"wrote {path}")
+        _print(f"wrote {path}")
     return 0
 
 
@@ -247,7 +279,13 @@ def _add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", default=sys.executable,
                    help="interpreter that runs the workload (default: this one, %(default)s)")
     add_options(p, CaptureOptions)
-    p.add_argument("--quiet", "-q", action="store_true", help="do not echo the workload's output")
+    _add_output_options(p)
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", "-q", action="store_true", help="show no progress, only the result")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="also show the workload's and the profilers' own output (each pass's output.log keeps it)")
 
 
 def _add_report_arguments(p: argparse.ArgumentParser) -> None:
@@ -286,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds for the ncu pass (default 600)")
     add_options(p, NcuOptions)
-    p.add_argument("--quiet", "-q", action="store_true", help="do not echo ncu's output")
+    _add_output_options(p)
     p = sub.add_parser("assemble", help="rebuild RUN_DIR/profile.json from its raw artifacts (no GPU needed)")
     p.add_argument("run_dir", type=Path)
     p = sub.add_parser("analyze", help="diagnose a profile: roofline, bottlenecks, stalls, ranked opportunities")
@@ -315,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the baseline eagerly or under torch.compile (default eager)")
     p.add_argument("--output", "-o", type=Path, help="folder for bench.json (default ./op_runs/<name>-bench-<time>)")
     p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--quiet", "-q", action="store_true")
+    _add_output_options(p)
     p = sub.add_parser("validate", help="check an optimized workload against its baseline (validation_report.json)")
     p.add_argument("baseline", type=Path)
     p.add_argument("optimized", type=Path)
@@ -331,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", type=Path,
                    help="folder for validation_report.json (default: ./op_runs/<optimized>-validate-<time>)")
     p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--quiet", "-q", action="store_true")
+    _add_output_options(p)
     p = sub.add_parser("report", help="render report.md and OPTIMIZED_WORKLOAD.md (or, with --plan, the proposal)")
     _add_report_arguments(p)
     p = sub.add_parser("preflight", help="check GPU, driver, torch/CUDA, nsys, ncu and counter permission")
@@ -353,21 +391,27 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors with a remedy, exit 1; 130 on Ctrl-C."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    global _STATUS
+    _STATUS = Status(quiet=getattr(args, "quiet", False), verbose=getattr(args, "verbose", False))
     try:
         with stopping_children_on_signals():
             if args.command in ("profile", "run"):
                 return cmd_profile(args, argv, counters=args.command == "run")
             return COMMANDS[args.command](args)
     except ProfilerError as exc:
+        _STATUS.end()
         print(f"operator-profiler: error: {exc.one_line()}", file=sys.stderr)
         return 1
     except OSError as exc:
+        _STATUS.end()
         print(f"operator-profiler: error: {from_os_error(exc).one_line()}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        _STATUS.end()
         print("operator-profiler: interrupted; its child processes were stopped", file=sys.stderr)
         return 130
     except Terminated as exc:
+        _STATUS.end()
         print(f"operator-profiler: stopped by {exc}; its child processes were stopped", file=sys.stderr)
         return 128 + exc.signum
 

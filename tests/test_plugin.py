@@ -184,3 +184,12 @@ def test_capture_errors_cover_the_failures_the_skills_promise() -> None:
     text = (REPO / "knowledge" / "capture_errors.md").read_text(encoding="utf-8")
     for topic in ("nsys missing", ".qdstrm", "ERR_NVGPUCTRPERM", "No CUDA", "workload crashed", "ncu timed out"):
         assert topic.lower() in text.lower(), topic
+
+
+def test_the_committed_uv_lock_matches_pyproject() -> None:
+    """The plugin's server environment is resolved once, here, not afresh on a user's first start."""
+    if shutil.which("uv") is None:
+        pytest.skip("uv is not on PATH")
+    proc = subprocess.run(["uv", "lock", "--check"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, "uv.lock is stale: run `uv lock` — " + proc.stderr[-2000:]

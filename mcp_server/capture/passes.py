@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_server.capture.request import CaptureRequest, harness_command
-from mcp_server.children.contract import CONTRACT_ERROR, NO_TORCH, NOT_CACHED
+from mcp_server.children.contract import CONTRACT_ERROR, NO_TORCH, NOT_CACHED, PHASE_MARKER
 from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, WorkloadError
 from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, uses_cache
 from mcp_server.process.child import exit_description, log_tail
@@ -26,6 +26,46 @@ from plugins.nsys.command import capture_command as nsys_capture
 from plugins.nsys.command import export_command, find_nsys
 
 Cancel = threading.Event | None
+COUNT_EVERY_S = 1.0
+
+
+class ReplayCount:
+    """How many kernels ncu has replayed, and how many the replay plan expects once it is known."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.expected: int | None = None
+        self.seconds_each: float | None = None  # estimated replay time of one kernel
+
+
+class PassProgress:
+    """A pass's progress sink: the harness's phases and ncu's replayed kernels become phase lines of the pass
+    (the count at most once a second); every line, raw, still goes on to the faces' sink and the pass's log."""
+
+    def __init__(self, name: PassName, progress: Progress, replays: ReplayCount | None = None) -> None:
+        self.name, self.progress, self.replays = name, progress, replays
+        self._said_at = 0.0
+
+    def __call__(self, line: str) -> None:
+        if line.startswith(PHASE_MARKER):
+            self.progress(f"{self.name} pass: {line.removeprefix(PHASE_MARKER)}")
+            return
+        if self.replays is not None and is_replayed_kernel(line):
+            self.replays.done += 1
+            now = time.monotonic()
+            if now - self._said_at >= COUNT_EVERY_S or self.replays.done == self.replays.expected:
+                self._said_at = now
+                self.progress(f"{self.name} pass: {self._count()}")
+        self.progress(line)
+
+    def _count(self) -> str:
+        replays = self.replays
+        assert replays is not None
+        if replays.expected is None:
+            return f"replayed {replays.done} kernels"
+        left = max(replays.expected - replays.done, 0)
+        estimate = f" (estimate: {left * replays.seconds_each:.0f} s left)" if replays.seconds_each and left else ""
+        return f"replayed {replays.done} of {replays.expected} kernel configurations{estimate}"
 
 
 class NotCached(Exception):
@@ -76,6 +116,7 @@ def run_pass(
     progress: Progress = quiet,
     cancel: Cancel = None,
     early: EarlyStop | None = None,
+    replays: ReplayCount | None = None,
 ) -> tuple[PassRecord, dict[str, Any]]:
     """Run one harness pass into its folder of the run directory, optionally under a profiler prefix; return
     its record and the harness's result.
@@ -89,7 +130,8 @@ def run_pass(
     cmd = [*(prefix or []), *harness_command(req, profiler, name)]
     env = interpreter_env(req.python)
     started, t0 = now_iso(), time.monotonic()
-    code, timed_out = run_child(cmd, run_dir.output_log(name), req.timeout_s, progress, cancel, early, env=env)
+    sink = PassProgress(name, progress, replays)
+    code, timed_out = run_child(cmd, run_dir.output_log(name), req.timeout_s, sink, cancel, early, env=env)
     wall = time.monotonic() - t0
     if timed_out and early is None:
         raise CaptureFailed(
@@ -160,7 +202,7 @@ def require_ncu() -> str:
 
 def ncu_pass(
     req: CaptureRequest, options: NcuOptions, progress: Progress = quiet, cancel: Cancel = None,
-    name: PassName = "ncu",
+    name: PassName = "ncu", replays: ReplayCount | None = None,
 ) -> PassRecord:
     """Replay the window's kernels under ncu, as `options` say, into pass `name`'s report."""
     ncu = require_ncu()
@@ -168,7 +210,7 @@ def ncu_pass(
     early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels else None)
     prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs")
     try:
-        record, _ = run_pass(req, name, "nvtx", prefix, progress, cancel, early)
+        record, _ = run_pass(req, name, "nvtx", prefix, progress, cancel, early, replays or ReplayCount())
     except CaptureFailed:
         raise_if_permission(req, name)
         raise

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from mcp_server.capture.passes import Cancel, NotCached, ncu_pass, nsys_pass, torch_pass
+from mcp_server.capture.passes import Cancel, NotCached, ReplayCount, ncu_pass, nsys_pass, torch_pass
 from mcp_server.capture.request import CaptureRequest
-from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass, ncu_variants_pass
+from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass, ncu_variants_pass, planned
 from mcp_server.errors import BackendUnavailable, CancelledCapture, ProfilerError
 from mcp_server.process import now_iso
 from mcp_server.progress import Progress, quiet, tagged
@@ -130,22 +130,24 @@ def _timeline_and_counters(
     warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
     third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup, import_compiler_early=True)
     cancel = threading.Event()
+    replays = ReplayCount()
     waiting = (WaitingVariantPass(third, ncu, tagged(NCU_VARIANTS, progress), cancel)
                if ncu.whole_window else None)
 
     def timeline_then_variants() -> list[PassRecord]:
         records = [nsys_pass(first, tagged("nsys", progress), cancel=cancel)]
-        variants = ncu_variants_pass(third, ncu, tagged(NCU_VARIANTS, progress), cancel, waiting)
+        variants = ncu_variants_pass(third, ncu, tagged(NCU_VARIANTS, progress), cancel, waiting, replays)
         return records + ([variants] if variants else [])
 
     def counters() -> list[PassRecord]:
         try:
             try:
-                return [ncu_pass(second, ncu, tagged("ncu", progress), cancel=cancel)]
+                return [ncu_pass(second, ncu, tagged("ncu", progress), cancel=cancel, replays=replays)]
             except NotCached:
                 progress("[ncu] Inductor's cache lacks this workload's graphs: compiling after nsys's window")
+                replays.done = 0
                 record = ncu_pass(replace(second, compile_early_if_cached=False), ncu, tagged("ncu", progress),
-                                  cancel=cancel)
+                                  cancel=cancel, replays=replays)
                 record.notes.append("compiled after nsys's window: Inductor's cache did not hold every graph yet")
                 return [record]
         finally:
@@ -198,11 +200,13 @@ def map_counters(
     req: CaptureRequest, options: NcuOptions, progress: Progress = quiet, cancel: Cancel = None
 ) -> RunManifest:
     """Add the ncu pass to an existing run directory (the `map` stage), replacing any earlier one."""
+    replays = ReplayCount()
+    plan = planned(req, options, progress, replays) if req.run_dir.nsys_sqlite().is_file() else None
     with req.run_dir.updating_manifest() as manifest:
         manifest.passes = [p for p in manifest.passes if p.name not in ("ncu", NCU_VARIANTS)]
-        manifest.passes.append(ncu_pass(req, options, progress, cancel))
-        if req.run_dir.nsys_sqlite().is_file():
-            variants = ncu_variants_pass(req, options, progress, cancel)
+        manifest.passes.append(ncu_pass(req, options, progress, cancel, replays=replays))
+        if plan is not None:
+            variants = ncu_variants_pass(req, options, progress, cancel, plan=plan)
             if variants:
                 manifest.passes.append(variants)
     return manifest

@@ -12,7 +12,15 @@ import threading
 import time
 from dataclasses import replace
 
-from mcp_server.capture.passes import Cancel, kept_report, ncu_pass, raise_if_permission, require_ncu, run_pass
+from mcp_server.capture.passes import (
+    Cancel,
+    ReplayCount,
+    kept_report,
+    ncu_pass,
+    raise_if_permission,
+    require_ncu,
+    run_pass,
+)
 from mcp_server.capture.replay_plan import ReplayPlan, plan_replays
 from mcp_server.capture.request import CaptureRequest
 from mcp_server.process import EarlyStop, run_child
@@ -34,12 +42,15 @@ def ncu_variants_pass(
     progress: Progress,
     cancel: Cancel = None,
     waiting: WaitingVariantPass | None = None,
+    replays: ReplayCount | None = None,
+    plan: ReplayPlan | None = None,
 ) -> PassRecord | None:
-    """Announce the replay plan of the nsys timeline; replay its shape variants when there are any and `options`
-    is the default deduplicated replay of the whole window. A `waiting` pass (started early, suspended) is
-    attached to, or stopped when there is nothing to replay."""
-    plan = plan_replays(req.run_dir.nsys_sqlite())
-    announce_plan(plan, progress)
+    """Replay the shape variants of the nsys timeline's replay plan when there are any and `options` is the
+    default deduplicated replay of the whole window. A `waiting` pass (started early, suspended) is attached to,
+    or stopped when there is nothing to replay. Without a `plan`, it is made and announced here, and the ncu
+    pass's `replays` learn how many kernels it replays."""
+    if plan is None:
+        plan = planned(req, options, progress, replays)
     if not (plan.variants and options.whole_window):
         if waiting is not None:
             waiting.discard()
@@ -144,6 +155,15 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def planned(req: CaptureRequest, options: NcuOptions, progress: Progress, replays: ReplayCount | None) -> ReplayPlan:
+    """The replay plan of the run's nsys timeline, announced; the ncu pass's count learns what it expects."""
+    plan = plan_replays(req.run_dir.nsys_sqlite())
+    announce_plan(plan, progress)
+    if replays is not None and options.whole_window:
+        replays.expected, replays.seconds_each = plan.configurations, plan.estimate_s(1)
+    return plan
 
 
 def variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:

@@ -19,6 +19,7 @@ COMPILE_MODES = ("eager", "inductor", "cudagraphs", "optimized")
 PROFILERS = ("torch", "nvtx", "none")
 
 MEASURE_RANGE = "operator_profiler::measure"
+PHASE_MARKER = "operator_profiler_harness: phase "  # what the harness prints as it enters each phase
 MODULE_RANGE_PREFIX = "module:"
 
 EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW, EXIT_NOT_CACHED = 0, 2, 3, 4, 5, 6

@@ -55,6 +55,7 @@ from mcp_server.children.contract import (
     EXIT_WORKLOAD_RAISED,
     NO_TORCH,
     NOT_CACHED,
+    PHASE_MARKER,
     PROFILERS,
     SCRIPT_WINDOW,
     WORKLOAD_RAISED,
@@ -192,9 +193,11 @@ def _run_script_workload(args: argparse.Namespace, result: dict[str, Any]) -> No
 
 
 def _enter(result: dict[str, Any], phase: str) -> None:
-    """Move to the next phase; harness.json keeps when each phase began (epoch seconds)."""
+    """Move to the next phase: said on stdout for the engine's progress, kept in harness.json with when each
+    phase began (epoch seconds)."""
     result["phase"] = phase
     result["phase_started_at"][phase] = round(time.time(), 3)
+    print(f"{PHASE_MARKER}{phase}", flush=True)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
