@@ -9,8 +9,11 @@ the capture and ncu option groups are made from their request models' fields.
 from __future__ import annotations
 
 import argparse
+import queue
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypeVar, get_args
@@ -96,36 +99,69 @@ def _spelling(name: str) -> str:
 
 
 class Status:
-    """The CLI's progress sink: phase lines on stderr, rewriting one line on a terminal."""
+    """The CLI's progress sink: phase lines on stderr, rewriting one line on a terminal.
+
+    Lines are handed to a writer thread and never block the engine: when stderr is not being read (a stuck pipe
+    reader), lines beyond a bounded queue are dropped and counted, and time limits keep being enforced."""
+
+    QUEUED = 1000
+    DRAIN_S = 5.0
 
     def __init__(self, quiet: bool = False, verbose: bool = False, stream: TextIO | None = None) -> None:
         self.quiet, self.verbose = quiet, verbose
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
+        self.dropped = 0
         self._open = False
+        self._lines: queue.Queue[tuple[bool, str]] = queue.Queue(self.QUEUED)
+        self._writer = threading.Thread(target=self._write, name="cli-status", daemon=True)
+        self._writer.start()
 
     def __call__(self, line: str) -> None:
-        if is_phase(line):
-            if self.quiet:
-                return
-            text = f"[operator-profiler] {line}"
-            if self.tty:
-                width = shutil.get_terminal_size().columns - 1
-                self.stream.write(f"\r\033[K{text[:width]}")
-                self._open = True
-            else:
-                self.stream.write(text + "\n")
-        elif self.verbose:
-            self.end()
-            self.stream.write(f"  {line}\n")
-        self.stream.flush()
+        phase = is_phase(line)
+        if (phase and self.quiet) or (not phase and not self.verbose):
+            return
+        try:
+            self._lines.put_nowait((phase, line))
+        except queue.Full:
+            self.dropped += 1
 
-    def end(self) -> None:
-        """Close the updating line before anything else is printed."""
+    def _write(self) -> None:
+        while True:
+            phase, line = self._lines.get()
+            try:
+                if phase and self.tty:
+                    width = shutil.get_terminal_size().columns - 1
+                    self.stream.write(f"\r\033[K[operator-profiler] {line}"[: width + 4])
+                    self._open = True
+                else:
+                    self._close_line()
+                    self.stream.write(f"[operator-profiler] {line}\n" if phase else f"  {line}\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+            finally:
+                self._lines.task_done()
+
+    def _close_line(self) -> None:
         if self._open:
             self.stream.write("\n")
-            self.stream.flush()
             self._open = False
+
+    def end(self) -> None:
+        """Let the queued lines out (for a few seconds at most) and close the updating line."""
+        deadline = time.monotonic() + self.DRAIN_S
+        while self._lines.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        try:
+            self._close_line()
+            if self.dropped:
+                self.stream.write(f"[operator-profiler] {self.dropped} progress lines were not shown (stderr was "
+                                  "not read fast enough)\n")
+                self.dropped = 0
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 _STATUS = Status()

@@ -1,0 +1,131 @@
+"""Set up `.venv` for Operator Profiler with the torch build this machine can use, then the package itself.
+
+    python3 scripts/setup_env.py [--test] [--dry-run] [--venv PATH]
+
+- A `.venv` whose torch already imports is kept as it is.
+- A machine with an NVIDIA GPU (nvidia-smi lists one): when the system's python3 already has a CUDA build of
+  torch, the venv sees it (`--system-site-packages`, nothing downloaded: GPU machines are often offline);
+  otherwise the CUDA build comes from PyPI (`pip install torch`).
+- A machine without one: the CPU build, from PyTorch's CPU index (a plain `pip install torch` on Linux brings
+  several GB of CUDA libraries); when that index cannot be reached, a CPU wheel (`torch-*+cpu-*.whl`) from
+  pip's configured find-links folders.
+- Then `pip install -e .` (with `[test]` for --test). Standard library only; argument lists, never a shell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VENV = REPO / ".venv"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+TORCH_PROBE = "import torch, sys; sys.stdout.write(str(torch.version.cuda))"
+
+
+def has_nvidia_gpu() -> bool:
+    """Whether nvidia-smi lists a GPU."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        proc = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and "GPU" in proc.stdout
+
+
+def torch_cuda(python: Path | str) -> str | None:
+    """`torch.version.cuda` under `python` ("None" for a CPU build); None when torch does not import."""
+    try:
+        proc = subprocess.run([str(python), "-c", TORCH_PROBE], capture_output=True, text=True, timeout=300,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def local_cpu_wheels() -> list[str]:
+    """CPU torch wheels in pip's configured find-links folders (newest last)."""
+    folders: list[str] = os.environ.get("PIP_FIND_LINKS", "").split()
+    for config in (Path("/etc/pip.conf"), Path.home() / ".config" / "pip" / "pip.conf", Path.home() / ".pip" /
+                   "pip.conf", Path(os.environ.get("PIP_CONFIG_FILE", "/nonexistent"))):
+        parser = configparser.ConfigParser()
+        if config.is_file():
+            parser.read(config)
+            folders += parser.get("global", "find-links", fallback="").split()
+    wheels = [w for folder in folders for w in glob.glob(os.path.join(folder.removeprefix("file://"),
+                                                                        "torch-*+cpu-*.whl"))]
+    return sorted(wheels)
+
+
+def plan(test: bool, venv: Path = VENV) -> list[list[str]]:
+    """The commands that set up `venv` on this machine, in order."""
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    steps: list[list[str]] = []
+    venv_torch = torch_cuda(venv / "bin" / "python") if (venv / "bin" / "python").is_file() else None
+    if venv_torch is None:
+        gpu = has_nvidia_gpu()
+        system_torch = torch_cuda(sys.executable)
+        if gpu and system_torch not in (None, "None"):
+            steps.append([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
+        else:
+            steps.append([sys.executable, "-m", "venv", str(venv)])
+            if gpu:
+                steps.append([*pip, "torch"])
+            else:
+                steps.append([*pip, "torch", "--index-url", CPU_INDEX])
+    steps.append([*pip, "-e", f"{REPO}[test]" if test else str(REPO)])
+    return steps
+
+
+def run(steps: list[list[str]], venv: Path = VENV) -> int:
+    """Run the steps; a CPU index that cannot be reached falls back to a local CPU wheel."""
+    for step in steps:
+        print("setup:", " ".join(step), flush=True)
+        t0 = time.monotonic()
+        # From the CPU index alone: another index configured for pip would offer the CUDA build beside it.
+        env = {**os.environ, "PIP_CONFIG_FILE": os.devnull} if CPU_INDEX in step else None
+        code = subprocess.run(step, check=False, env=env).returncode
+        if code != 0 and CPU_INDEX in step:
+            wheels = local_cpu_wheels()
+            if not wheels:
+                print(f"setup: error: could not install a CPU build of torch from {CPU_INDEX} — reach that index, "
+                      "or put a torch-*+cpu wheel in a pip find-links folder", file=sys.stderr)
+                return code
+            fallback = [*step[: step.index("torch")], wheels[-1]]
+            print("setup: the CPU index is out of reach; using", wheels[-1], flush=True)
+            code = subprocess.run(fallback, check=False).returncode
+        if code != 0:
+            print(f"setup: error: `{' '.join(step)}` failed (exit {code})", file=sys.stderr)
+            return code
+        print(f"setup: done in {time.monotonic() - t0:.0f} s", flush=True)
+    cuda = torch_cuda(venv / "bin" / "python")
+    print(f"setup: .venv ready; torch's CUDA: {cuda if cuda != 'None' else 'none (CPU build)'}", flush=True)
+    return 0
+
+
+def main() -> int:
+    """Plan the setup for this machine and run it (or print it with --dry-run)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--test", action="store_true", help="also install the test tools (the test extra)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--venv", type=Path, default=VENV, help="the environment to set up (default: .venv)")
+    args = parser.parse_args()
+    steps = plan(args.test, args.venv.absolute())
+    if args.dry_run:
+        for step in steps:
+            print(" ".join(step))
+        return 0
+    return run(steps, args.venv.absolute())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
