@@ -92,7 +92,8 @@ def one_line_error(proc: subprocess.CompletedProcess[str], *needles: str, code: 
 
 def only(work: Path, *names: str) -> None:
     """Nothing but `names` (and the hostile workloads) was written in the working folder."""
-    expected = {p.name for p in HOSTILE.iterdir()} | {"tiny_mlp.py", "tiny_mlp_optimized.py", "tiny_passes.py", "__pycache__", *names}
+    copied = {"tiny_mlp.py", "tiny_mlp_optimized.py", "tiny_passes.py", "__pycache__"}
+    expected = {p.name for p in HOSTILE.iterdir()} | copied | set(names)
     assert {p.name for p in work.iterdir()} <= expected, sorted({p.name for p in work.iterdir()} - expected)
 
 
