@@ -3,8 +3,9 @@
     python3 scripts/setup_env.py [--test] [--dry-run] [--venv PATH]
 
 - A `.venv` whose torch already imports is kept as it is.
-- A machine with an NVIDIA GPU (nvidia-smi lists one): when the system's python3 already has a CUDA build of
-  torch, the venv sees it (`--system-site-packages`, nothing downloaded: GPU machines are often offline);
+- A machine with an NVIDIA GPU (nvidia-smi lists one): when the python3 running this script already has a CUDA
+  build of torch, the venv sees that interpreter's packages (a .pth file naming its site-packages; nothing is
+  downloaded: GPU machines are often offline, so the package builds with that interpreter's setuptools);
   otherwise the CUDA build comes from PyPI (`pip install torch`).
 - A machine without one: the CPU build, from PyTorch's CPU index (a plain `pip install torch` on Linux brings
   several GB of CUDA libraries); when that index cannot be reached, a CPU wheel (`torch-*+cpu-*.whl`) from
@@ -19,6 +20,7 @@ import configparser
 import glob
 import os
 import shutil
+import site
 import subprocess
 import sys
 import time
@@ -66,23 +68,37 @@ def local_cpu_wheels() -> list[str]:
     return sorted(wheels)
 
 
+BORROWED = "operator_profiler_system_torch.pth"  # names the site-packages a venv borrows torch from
+SEE_PACKAGES = (
+    f"import pathlib, site, sys; pathlib.Path(site.getsitepackages()[0], '{BORROWED}')"
+    ".write_text(''.join(p + chr(10) for p in sys.argv[1:]))"
+)
+
+
+def site_packages() -> list[str]:
+    """The site-packages folders of the interpreter running this script (where its torch lives)."""
+    return [p for p in site.getsitepackages() if Path(p).is_dir()]
+
+
 def plan(test: bool, venv: Path = VENV) -> list[list[str]]:
     """The commands that set up `venv` on this machine, in order."""
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     steps: list[list[str]] = []
     venv_torch = torch_cuda(venv / "bin" / "python") if (venv / "bin" / "python").is_file() else None
+    borrowed = any(venv.glob(f"lib/python*/site-packages/{BORROWED}"))
+    offline = ["--no-build-isolation"] if borrowed else []
     if venv_torch is None:
         gpu = has_nvidia_gpu()
         system_torch = torch_cuda(sys.executable)
+        steps.append([sys.executable, "-m", "venv", str(venv)])
         if gpu and system_torch not in (None, "None"):
-            steps.append([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
+            steps.append([str(venv / "bin" / "python"), "-c", SEE_PACKAGES, *site_packages()])
+            offline = ["--no-build-isolation"]  # builds with the interpreter's own setuptools: nothing to fetch
+        elif gpu:
+            steps.append([*pip, "torch"])
         else:
-            steps.append([sys.executable, "-m", "venv", str(venv)])
-            if gpu:
-                steps.append([*pip, "torch"])
-            else:
-                steps.append([*pip, "torch", "--index-url", CPU_INDEX])
-    steps.append([*pip, "-e", f"{REPO}[test]" if test else str(REPO)])
+            steps.append([*pip, "torch", "--index-url", CPU_INDEX])
+    steps.append([*pip, *offline, "-e", f"{REPO}[test]" if test else str(REPO)])
     return steps
 
 

@@ -65,6 +65,10 @@ class Terminated(BaseException):
 
 def exit_description(code: int) -> str:
     """How a child ended, in words: `exit code 3`, or the signal that killed it."""
+    if code > 128 and code - 128 in signal.valid_signals():  # a wrapper (nsys, a shell) saying its child was killed
+        name = signal.Signals(code - 128).name
+        hint = ": out of memory, or killed from outside" if code - 128 == signal.SIGKILL else ""
+        return f"exited with code {code} (its workload was killed by {name}{hint})"
     if code >= 0:
         return f"exited with code {code}"
     name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
