@@ -16,7 +16,7 @@ from pathlib import Path
 from mcp_server.assemble import assemble as assemble_profile
 from mcp_server.assemble import write_profile
 from mcp_server.capture.request import CaptureRequest, check_workload
-from mcp_server.capture.schedule import capture, choose_backend, map_counters
+from mcp_server.capture.schedule import capture, choose_backend, has_gpu, map_counters
 from mcp_server.compare import compare_paths
 from mcp_server.errors import BackendUnavailable, UsageError
 from mcp_server.preflight import format_report
@@ -102,7 +102,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     command = req.command_line or _equivalent_command(req, run_dir, counters)
     with run_dir.locked():
         run_dir.claim(req.workload)
-        capture(cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel)
+        capture(cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())
         result = _profile_run(run_dir, req.python, note, req.top, progress)
     if req.ncu is not None and not counters:
         result.warnings.insert(0, NO_COUNTERS_HERE)
@@ -206,7 +206,7 @@ def analyze(req: AnalyzeRequest, progress: Progress = quiet, cancel: Cancel = No
         configuration=analysis.configuration, gpu_data=analysis.gpu_data, counters=analysis.counters,
         diagnosis=analysis.diagnosis, stages=analysis.stages, opportunities=analysis.opportunities,
         findings=analysis.findings, cpu_hotspots=analysis.cpu_hotspots, timeline=analysis.timeline,
-        notes=analysis.notes,
+        notes=analysis.notes, speed_of_light=analysis.speed_of_light,
     )
 
 

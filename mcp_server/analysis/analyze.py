@@ -20,11 +20,12 @@ from mcp_server.analysis.detect import (
     window_findings,
 )
 from mcp_server.analysis.devices import PEAKS_FILE, load_measured, match_device, measure_peaks, save_measured
+from mcp_server.analysis.floor import speed_of_light
 from mcp_server.analysis.opportunities import build_opportunities
 from mcp_server.analysis.roofline import combined_roofline, kernel_roofline
 from mcp_server.analysis.stalls import stall_breakdown
 from mcp_server.analysis.summary import cpu_only_analysis, diagnose, stage_rows
-from mcp_server.analysis.timeline import Placed, place_kernels, timeline_health, window_length
+from mcp_server.analysis.timeline import Placed, place_kernels, timeline_health, unprofiled_window, window_length
 from mcp_server.analysis.trace import write_trace
 from mcp_server.errors import ProfilerError
 from mcp_server.schema.analysis import (
@@ -232,6 +233,10 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
     window_ns, source = window_length(profile)
     placed = place_kernels(profile, window_ns)
     health = timeline_health(profile, placed, window_ns, source)
+    ground = unprofiled_window(profile)
+    if ground is not None:  # every window-level verdict and estimate from the window without the profiler
+        window_ns, source, placed = ground
+        health = timeline_health(profile, placed, window_ns, source, profiled=health)
     sm_count = (spec.sm_count if spec else None) or meta.sm_count
     kernels = [_kernel_analysis(p, spec, sm_count) for p in placed]
     by_id = {k.kernel_id: k for k in kernels}
@@ -257,6 +262,7 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
         device=spec, diagnosis=diagnose(health, kernels, operators, counters), timeline=health,
         stages=stage_rows(operators, kernels), operators=operators, kernels=kernels, findings=findings,
         opportunities=opportunities, notes=notes + profile.warnings[:5],
+        speed_of_light=speed_of_light(kernels, spec, window_ns, source),
     )
     _write_outputs(analysis, placed, out_dir)
     return analysis

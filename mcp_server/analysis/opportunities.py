@@ -148,8 +148,9 @@ def build_opportunities(
                  else "Replay the compiled graph with CUDA graphs: mode='reduce-overhead'")
         add(title, "cuda_graphs", ["host_bound_window", "tiny_kernel_swarm"], e2e, 0,
             f"estimate (upper bound): every idle gap between kernels shrinks to ~{_us(gap)} under graph replay "
-            f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); gaps were "
-            f"inflated by profiler instrumentation{NOT_ADDITIVE}", modules=["(whole window)"])
+            f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); "
+            + ("gaps measured without the profiler" if health.unprofiled else "gaps inflated by profiler "
+               "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"])
     if host_bound and mode == "eager" and fusible:
         chains = _chains(placed, fusible)
         e2e = sum(_pitch(by_id, c[1:]) for c in chains)

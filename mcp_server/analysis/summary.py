@@ -89,8 +89,9 @@ def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: l
         cause = (f"The GPU is busy {util:.1f} % of the {_us(health.window_ns)} window: its {health.kernel_count} "
                  f"kernels run {_us(health.mean_kernel_ns)} on average but wait {_us(health.mean_gap_ns)} on average "
                  f"for the host to launch them ({_us(head)} pass before the first one). The host — Python dispatch "
-                 "and kernel launches, inflated here by profiler instrumentation — is the critical path, so faster "
-                 "kernels barely shorten the window.")
+                 "and kernel launches" + (", measured without the profiler" if health.unprofiled else
+                                          ", inflated here by profiler instrumentation (no timing pass ran)")
+                 + " — is the critical path, so faster kernels barely shorten the window.")
         return Diagnosis(bottleneck=cls, root_cause=cause, triggers=[
             f"gpu_utilization_pct={util:.1f}", f"mean_kernel_ns={health.mean_kernel_ns or 0:.0f}",
             f"mean_gap_ns={health.mean_gap_ns or 0:.0f}", f"tiny_kernel_pct={health.tiny_kernel_pct or 0:.0f}",
@@ -183,7 +184,14 @@ def format_summary(analysis: Analysis) -> str:
                      _pct(s.tensor_pipe_pct), _pct(s.dram_throughput_pct), _pct(s.achieved_occupancy_pct),
                      s.bottleneck.value, _clip(s.key_issue, 60)])
     lines += ["", *_table(rows), "", f"bottleneck: {analysis.diagnosis.bottleneck.value} — "
-              f"{analysis.diagnosis.root_cause}", "", "top opportunities (estimates, upper bounds):"]
+              f"{analysis.diagnosis.root_cause}"]
+    sol = analysis.speed_of_light
+    if sol is not None:
+        lines.append(f"speed of light: the window runs at {sol.pct_of_speed_of_light:.0f} % of its speed of light "
+                     f"({_us(sol.floor_ns)} at its precisions, {_us(sol.reduced_precision_floor_ns)} with BF16 tensor "
+                     f"cores, against {_us(sol.window_ns)}; a speedup above {sol.max_plausible_speedup:.1f}x is "
+                     f"suspect; {sol.estimate_label})")
+    lines += ["", "top opportunities (estimates, upper bounds):"]
     if not analysis.opportunities:
         lines.append("  none above the reporting threshold")
     for o in analysis.opportunities[:3]:

@@ -24,6 +24,13 @@ INSTRUMENTATION_NOTE = (
 )
 
 
+UNPROFILED_NOTE = (
+    "utilisation, gaps and every window-level estimate come from the window measured without the profiler; "
+    "under the profiler the same window took {profiled:.3f} ms with the GPU busy {util:.1f} % of it (its "
+    "instrumentation slows the host)"
+)
+
+
 @dataclass
 class Placed:
     """A kernel on the window timeline with its neighbourhood."""
@@ -56,11 +63,38 @@ def window_length(profile: OperatorAttributedProfile) -> tuple[int, str]:
     return length, source
 
 
+def unprofiled_window(profile: OperatorAttributedProfile) -> tuple[int, str, list[Placed]] | None:
+    """The window as measured without the profiler, when the timing pass's totals and per-kernel gaps exist: its
+    length and source, and the kernels re-laid in launch order with their profiled durations and unprofiled gaps
+    (what the window holds besides kernels and the gaps between them is put before the first kernel)."""
+    win = profile.window
+    owners: list[tuple[KernelRecord, OperatorRecord | None]] = [(k, op) for op in profile.operators for k in op.kernels]
+    owners += [(k, None) for k in profile.unattributed_kernels]
+    owners.sort(key=lambda pair: pair[0].kernel_id)
+    if not (win.unprofiled_wall_time_ns and owners) or any(k.unprofiled_gap_ns is None for k, _ in owners[1:]):
+        return None
+    laid: list[tuple[KernelRecord, OperatorRecord | None]] = []
+    end = 0
+    for kernel, op in owners:
+        start = end + (kernel.unprofiled_gap_ns or 0) if laid else 0
+        laid.append((kernel.model_copy(update={"start_ns": start}), op))
+        end = max(end, start + kernel.duration_ns)
+    head = max(0, win.unprofiled_wall_time_ns - end)
+    relaid = [(k.model_copy(update={"start_ns": k.start_ns + head}), op) for k, op in laid]
+    source = (f"no profiler: CUDA events around the window, median of {win.unprofiled_windows} windows "
+              "(the timing pass)")
+    return max(win.unprofiled_wall_time_ns, end + head), source, _place(relaid, win.unprofiled_wall_time_ns)
+
+
 def place_kernels(profile: OperatorAttributedProfile, window_ns: int) -> list[Placed]:
     """Every kernel of the window in start order, with the GPU idle time before and after it."""
     owners: list[tuple[KernelRecord, OperatorRecord | None]] = [(k, op) for op in profile.operators for k in op.kernels]
     owners += [(k, None) for k in profile.unattributed_kernels]
-    owners.sort(key=lambda pair: (pair[0].start_ns, pair[0].kernel_id))
+    return _place(owners, window_ns)
+
+
+def _place(owners: list[tuple[KernelRecord, OperatorRecord | None]], window_ns: int) -> list[Placed]:
+    owners = sorted(owners, key=lambda pair: (pair[0].start_ns, pair[0].kernel_id))
     critical_gap = rule("timeline", "critical_gap_ns")
     placed: list[Placed] = []
     max_end, holder = 0, None
@@ -146,10 +180,14 @@ def _per_operator(profile: OperatorAttributedProfile) -> list[OperatorKernelCoun
 
 
 def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], window_ns: int,
-                    window_source: str) -> TimelineHealth:
-    """Utilisation, gaps by cause, kernel statistics and stream usage of the window."""
+                    window_source: str, profiled: TimelineHealth | None = None) -> TimelineHealth:
+    """Utilisation, gaps by cause, kernel statistics and stream usage of the window. With `profiled` (the
+    instrumented window's health), `placed` is the window measured without the profiler, whose measured GPU busy
+    time stands, and the instrumented numbers are kept beside it."""
     durations = [p.kernel.duration_ns for p in placed]
     busy = busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in placed]) if placed else 0
+    if profiled is not None and profile.window.unprofiled_gpu_busy_time_ns:
+        busy = profile.window.unprofiled_gpu_busy_time_ns
     tiny = sum(1 for d in durations if d < rule("launch", "tiny_kernel_ns"))
     ratio = rule("launch", "launch_bound_gap_ratio")
     waited = sum(1 for p in placed if p.gap_before_ns >= ratio * max(p.kernel.duration_ns, 1))
@@ -160,8 +198,11 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
     inner = [g.duration_ns for g in gaps if g.cause not in ("head", "tail")]
     streams, overlap = _streams(placed)
     notes = []
-    if placed:
+    if placed and profiled is None:
         notes.append(INSTRUMENTATION_NOTE.format(tool=profile.capture_metadata.tool))
+    elif placed and profiled is not None:
+        notes.append(UNPROFILED_NOTE.format(profiled=profiled.window_ns / 1e6,
+                                            util=profiled.gpu_utilization_pct))
     if "lead-in" in window_source:
         notes.append("kernel times count from the window's opening range, which starts before the CUDA events "
                      "are recorded: the window is extended to the last kernel's end, and the head gap includes "
@@ -179,4 +220,6 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
         mean_gap_ns=statistics.fmean(inner) if inner else None, idle_by_cause_ns=by_cause,
         largest_gaps=sorted(gaps, key=lambda g: -g.duration_ns)[: int(rule("timeline", "largest_gaps"))],
         streams=streams, multi_stream_overlap_ns=overlap, kernels_per_operator=_per_operator(profile), notes=notes,
+        unprofiled=profiled is not None, profiled_window_ns=profiled.window_ns if profiled else None,
+        profiled_gpu_utilization_pct=profiled.gpu_utilization_pct if profiled else None,
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mcp_server.assemble.kineto import assemble_torch
 from mcp_server.assemble.timeline import assemble_nsys
+from mcp_server.assemble.unprofiled import apply_unprofiled, read_unprofiled
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
 from mcp_server.schema.io import write_model_streaming
@@ -22,10 +23,15 @@ def assemble(run_dir: RunDir) -> OperatorAttributedProfile:
     manifest = run_dir.read_manifest()
     with gc_paused():
         if manifest.pass_named("nsys") is not None:
-            return assemble_nsys(run_dir, manifest)
-        if manifest.pass_named("torch") is not None:
-            return assemble_torch(run_dir, manifest)
-    raise ProfileFormatError(f"{run_dir.path} holds no capture pass", "re-run `operator-profiler profile`")
+            profile = assemble_nsys(run_dir, manifest)
+        elif manifest.pass_named("torch") is not None:
+            profile = assemble_torch(run_dir, manifest)
+        else:
+            raise ProfileFormatError(f"{run_dir.path} holds no capture pass", "re-run `operator-profiler profile`")
+        if manifest.pass_named("timing") is not None:
+            kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
+            apply_unprofiled(profile, read_unprofiled(run_dir, kernels))
+    return profile
 
 
 def write_profile(path: Path, profile: OperatorAttributedProfile) -> Path:

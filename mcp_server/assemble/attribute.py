@@ -120,7 +120,7 @@ _KERNEL_FIELDS = frozenset(KernelRecord.model_fields)
 _BUILT_KERNEL_FIELDS = frozenset({
     "kernel_id", "kernel_name", "mangled_name", "device_id", "stream_id", "correlation_id", "start_ns", "duration_ns",
     "grid", "block", "registers_per_thread", "shared_memory_bytes", "module_path", "attribution", "metrics",
-    "propagated_from",
+    "propagated_from", "unprofiled_gap_ns",
 })
 if _KERNEL_FIELDS != _BUILT_KERNEL_FIELDS or _OPERATOR_FIELDS != _BUILT_OPERATOR_FIELDS:
     raise ImportError("KernelRecord/OperatorRecord fields changed: update _kernel_record and _operators")
@@ -149,6 +149,7 @@ def _kernel_record(
     _set(record, "attribution", attribution)
     _set(record, "metrics", metrics)
     _set(record, "propagated_from", propagated)
+    _set(record, "unprofiled_gap_ns", None)
     finish_record(record, fields_set)
     return record
 

@@ -166,6 +166,13 @@ def torch_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel =
     return run_pass(req, "torch", "torch", progress=progress, cancel=cancel)[0]
 
 
+def timing_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:
+    """Measure the window with no profiler (no NVTX, no hooks, no operator recording), `req.windows` times, while
+    CUPTI alone records the kernels: the ground truth of the window's length and GPU busy time."""
+    progress(f"timing pass: measuring the window {req.windows} times without the profiler")
+    return run_pass(req, "timing", "kernels", progress=progress, cancel=cancel)[0]
+
+
 def nsys_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:
     """Run the window under nsys and export the timeline to SQLite."""
     nsys = find_nsys()

@@ -25,6 +25,7 @@ class CaptureRequest:
     compile_mode: CompileMode = "eager"
     warmup_iters: int = 3
     iters: int = 1
+    windows: int = 1
     seed: int = 0
     train_step: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -74,8 +75,10 @@ def harness_command(req: CaptureRequest, profiler: str, name: PassName) -> list[
         "--profiler", profiler, "--compile-mode", req.compile_mode,
         "--warmup-iters", str(req.warmup_iters), "--iters", str(req.iters), "--seed", str(req.seed),
     ]
-    if profiler == "torch":
+    if profiler in ("torch", "kernels"):
         args += ["--kineto-trace", str(run_dir.kineto_trace(name).resolve())]
+    if req.windows > 1:
+        args += ["--windows", str(req.windows)]
     if req.compile_mode != "eager":
         args += ["--provenance", str(run_dir.provenance(name).resolve())]
     if req.train_step:

@@ -12,32 +12,47 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from mcp_server.capture.passes import Cancel, NotCached, ReplayCount, ncu_pass, nsys_pass, torch_pass
+from mcp_server.capture.passes import (
+    Cancel,
+    NotCached,
+    ReplayCount,
+    ncu_pass,
+    nsys_pass,
+    timing_pass,
+    torch_pass,
+)
 from mcp_server.capture.request import CaptureRequest
 from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass, ncu_variants_pass, planned
 from mcp_server.errors import BackendUnavailable, CancelledCapture, ProfilerError
 from mcp_server.process import now_iso
-from mcp_server.progress import Progress, quiet, tagged
+from mcp_server.progress import Progress, quiet
+from mcp_server.progress import tagged as _tagged
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.requests import NcuOptions
-from mcp_server.schema.types import BACKENDS, Backend
+from mcp_server.schema.types import BACKENDS, Backend, PassName
 from plugins.executables import query_gpu, tool_version
 from plugins.ncu.command import find_ncu
 from plugins.nsys.command import find_nsys
 
 EARLY_COMPILE_MODES = ("inductor", "cudagraphs")  # compiled by the harness's own Inductor backend
+TIMING_WINDOWS = 5  # the timing pass measures the window this many times
+
+
+def has_gpu() -> bool:
+    """Whether an NVIDIA GPU is visible here (nvidia-smi is on PATH): the timing pass needs one."""
+    return shutil.which("nvidia-smi") is not None
 
 
 def choose_backend(requested: Backend) -> str:
     """'nsys' when an NVIDIA GPU, nsys and ncu are all present (for auto), else 'torch'; check availability."""
     if requested not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {requested!r}", f"choose one of {', '.join(BACKENDS)}")
-    has_gpu = shutil.which("nvidia-smi") is not None
+    gpu = has_gpu()
     tools = find_nsys() is not None and find_ncu() is not None
     if requested == "auto":
-        return "nsys" if has_gpu and tools else "torch"
-    if requested == "nsys" and not (has_gpu and tools):
-        missing = [n for n, ok in (("an NVIDIA GPU (nvidia-smi)", has_gpu), ("nsys", find_nsys()),
+        return "nsys" if gpu and tools else "torch"
+    if requested == "nsys" and not (gpu and tools):
+        missing = [n for n, ok in (("an NVIDIA GPU (nvidia-smi)", gpu), ("nsys", find_nsys()),
                                    ("ncu", find_ncu())) if not ok]
         raise BackendUnavailable(
             f"backend nsys needs {', '.join(missing)}, not found here",
@@ -69,11 +84,13 @@ def capture(
     progress: Progress = quiet,
     ncu: NcuOptions | None = None,
     cancel: Cancel = None,
+    timing: bool = False,
 ) -> RunManifest:
     """Run the backend's capture passes into the run directory and write manifest.json.
 
-    nsys backend: the nsys timeline pass and (unless `ncu` is None) the ncu counter pass, started together.
-    Setting `cancel` stops every child early (CancelledCapture).
+    The main pass (torch.profiler, or nsys's timeline), with `timing` the no-profiler timing pass, and on the nsys
+    backend (unless `ncu` is None) the ncu counter pass, all started together. Setting `cancel` stops every child
+    early (CancelledCapture).
     """
     req.check()
     req.run_dir.prepare()
@@ -81,12 +98,7 @@ def capture(
         # The manifest's facts are gathered while the passes start; it is written before any pass ends.
         described = pool.submit(_described, req, backend, command_line)
         try:
-            if backend == "torch":
-                records = [torch_pass(req, progress, cancel)]
-            elif ncu is None:
-                records = [nsys_pass(req, progress, cancel=cancel)]
-            else:
-                records = _timeline_and_counters(req, ncu, progress, cancel)
+            records = _in_turn(req, backend, ncu if backend == "nsys" else None, timing, progress, cancel)
         except ProfilerError as exc:  # the manifest says which passes ran and how they ended
             _record(req, described.result(), [r for r in exc.records if isinstance(r, PassRecord)])
             raise
@@ -105,62 +117,93 @@ def _described(req: CaptureRequest, backend: str, command_line: list[str]) -> Ru
     return manifest
 
 
-def _timeline_and_counters(
-    req: CaptureRequest, ncu: NcuOptions, progress: Progress, outer: Cancel
+def _in_turn(
+    req: CaptureRequest, backend: str, ncu: NcuOptions | None, timing: bool, progress: Progress, outer: Cancel
 ) -> list[PassRecord]:
-    """Run the nsys and ncu passes at once: their imports overlap, then they take the GPU in turn (nsys's
-    window, then ncu's build, warm-up and replay, which finds nsys's autotuned Triton configurations in the
-    cache). Under Inductor, ncu compiles and warms up alongside nsys when the cache already holds every graph
-    (from an earlier run): nothing autotunes then, and only the windows take turns; a graph the cache lacks
-    stops that attempt before it runs, and ncu starts again to compile after nsys's window. A third pass, for
-    shape variants, starts with them suspended under `ncu --mode launch`. Once the
-    timeline is exported, its replay plan is announced and, when launches of one ncu configuration differ in
-    input shapes, ncu attaches to the third pass to replay those variants after ncu's replay; otherwise it is
-    stopped.
+    """Run a backend's passes at once: their imports overlap, then they take the GPU in turn.
+
+    The main pass (torch.profiler, or nsys's timeline) measures first. The no-profiler timing pass (`timing`)
+    measures next, its window repeated; then ncu's build, warm-up and replay, which find the main pass's
+    autotuned Triton configurations in Inductor's cache. Under Inductor the timing and ncu passes compile and warm
+    up alongside the main pass when the cache already holds every graph (from an earlier run): nothing autotunes
+    then, and only the windows take turns; a graph the cache lacks stops that attempt before it runs, and the pass
+    starts again to compile after the previous window. A fourth pass, for shape variants, starts with them
+    suspended under `ncu --mode launch`; once the timeline is exported, its replay plan is announced and, when
+    launches of one ncu configuration differ in input shapes, ncu attaches to it to replay those variants after
+    ncu's replay; otherwise it is stopped. The timing pass is best effort: when it fails, the run goes on and the
+    manifest says why.
     """
     run_dir = req.run_dir
-    lock, nsys_done, ncu_done = run_dir.gpu_lock, run_dir.window_done("nsys"), run_dir.window_done("ncu")
-    for path in (lock, nsys_done, ncu_done):
+    main_name: PassName = "torch" if backend == "torch" else "nsys"
+    lock = run_dir.gpu_lock
+    main_done, timing_done, ncu_done = run_dir.window_done(main_name), run_dir.window_done("timing"), \
+        run_dir.window_done("ncu")
+    markers = (lock, main_done, timing_done, ncu_done)
+    for path in markers:
         path.unlink(missing_ok=True)
-    first = replace(req, gpu_lock=lock, gpu_lock_done=nsys_done)
-    # When Inductor's cache already holds the workload's graphs, ncu compiles and warms up alongside nsys.
-    second = replace(req, gpu_lock=lock, gpu_lock_after=nsys_done, gpu_lock_done=ncu_done,
-                     compile_early_if_cached=req.compile_mode in EARLY_COMPILE_MODES)
+    early = req.compile_mode in EARLY_COMPILE_MODES
+    several = timing or ncu is not None
+    first = replace(req, gpu_lock=lock, gpu_lock_done=main_done) if several else req
+    tagged = _tagged if several else _untagged
+    timed = replace(req, gpu_lock=lock, gpu_lock_after=main_done, gpu_lock_done=timing_done, windows=TIMING_WINDOWS,
+                    compile_early_if_cached=early)
+    second = replace(req, gpu_lock=lock, gpu_lock_after=timing_done if timing else main_done, gpu_lock_done=ncu_done,
+                     compile_early_if_cached=early)
     # The variant pass only needs the compiled kernels: one warm-up iteration compiles (CUDA-graph trees need more).
     warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
     third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup, import_compiler_early=True)
     cancel = threading.Event()
     replays = ReplayCount()
     waiting = (WaitingVariantPass(third, ncu, tagged(NCU_VARIANTS, progress), cancel)
-               if ncu.whole_window else None)
+               if ncu is not None and ncu.whole_window else None)
 
-    def timeline_then_variants() -> list[PassRecord]:
+    def main_then_variants() -> list[PassRecord]:
+        if backend == "torch":
+            return [torch_pass(first, tagged("torch", progress), cancel=cancel)]
         records = [nsys_pass(first, tagged("nsys", progress), cancel=cancel)]
+        if ncu is None:
+            return records
         variants = ncu_variants_pass(third, ncu, tagged(NCU_VARIANTS, progress), cancel, waiting, replays)
         return records + ([variants] if variants else [])
 
-    def counters() -> list[PassRecord]:
+    def no_profiler() -> list[PassRecord]:
         try:
-            try:
-                return [ncu_pass(second, ncu, tagged("ncu", progress), cancel=cancel, replays=replays)]
-            except NotCached:
-                progress("[ncu] Inductor's cache lacks this workload's graphs: compiling after nsys's window")
+            return [_compiled_in_turn(lambda r: timing_pass(r, tagged("timing", progress), cancel), timed,
+                                      "timing", progress)]
+        except CancelledCapture:
+            raise
+        except ProfilerError as exc:
+            progress(f"[timing] timing pass: failed, the analysis keeps to the profiled window: {exc.message}")
+            for record in exc.records:
+                if isinstance(record, PassRecord):
+                    record.notes.append("the timing pass failed; the run went on without it")
+            return [r for r in exc.records if isinstance(r, PassRecord)]
+        finally:
+            timing_done.touch()  # also when the pass stopped before its harness marked the window done
+
+    def counters() -> list[PassRecord]:
+        assert ncu is not None
+        try:
+            def replay(r: CaptureRequest) -> PassRecord:
                 replays.done = 0
-                record = ncu_pass(replace(second, compile_early_if_cached=False), ncu, tagged("ncu", progress),
-                                  cancel=cancel, replays=replays)
-                record.notes.append("compiled after nsys's window: Inductor's cache did not hold every graph yet")
-                return [record]
+                return ncu_pass(r, ncu, tagged("ncu", progress), cancel=cancel, replays=replays)
+
+            return [_compiled_in_turn(replay, second, "ncu", progress)]
         finally:
             ncu_done.touch()  # also when ncu stopped before its harness marked the window done
 
-    jobs: dict[str, Callable[[], list[PassRecord]]] = {"nsys": timeline_then_variants, "ncu": counters}
+    jobs: dict[str, Callable[[], list[PassRecord]]] = {"main": main_then_variants}
+    if timing:
+        jobs["timing"] = no_profiler
+    if ncu is not None:
+        jobs["ncu"] = counters
     results: dict[str, list[PassRecord]] = {}
     errors: dict[str, BaseException] = {}
 
     def work(name: str) -> None:
         try:
             results[name] = jobs[name]()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below, after both passes stopped
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after every pass stopped
             errors[name] = exc
             cancel.set()
 
@@ -175,7 +218,7 @@ def _timeline_and_counters(
                 cancel.set()
             for thread in threads:
                 thread.join(timeout=0.2)
-    except BaseException:  # Ctrl-C or a signal in this thread: stop both passes, then go on unwinding
+    except BaseException:  # Ctrl-C or a signal in this thread: stop every pass, then go on unwinding
         cancel.set()
         for thread in threads:
             thread.join()
@@ -184,7 +227,7 @@ def _timeline_and_counters(
         if waiting is not None:
             waiting.discard()  # stopped already unless a pass failed before the plan
         if not any(t.is_alive() for t in threads):
-            for path in (lock, nsys_done, ncu_done):
+            for path in markers:
                 path.unlink(missing_ok=True)
     real = [e for e in errors.values() if not isinstance(e, CancelledCapture)]
     if real or errors:
@@ -192,8 +235,26 @@ def _timeline_and_counters(
         if isinstance(failure, ProfilerError):
             failure.records += [r for done in results.values() for r in done]
         raise failure
-    nsys_record, *variants = results["nsys"]
-    return [nsys_record, *results["ncu"], *variants]
+    main, *variants = results["main"]
+    return [main, *results.get("timing", []), *results.get("ncu", []), *variants]
+
+
+def _untagged(_name: str, progress: Progress) -> Progress:
+    return progress
+
+
+def _compiled_in_turn(
+    run: Callable[[CaptureRequest], PassRecord], req: CaptureRequest, name: str, progress: Progress
+) -> PassRecord:
+    """Run a pass that compiles early from Inductor's cache when it may; on a graph the cache lacks, again,
+    compiling after the previous pass's window."""
+    try:
+        return run(req)
+    except NotCached:
+        progress(f"[{name}] Inductor's cache lacks this workload's graphs: compiling after the previous window")
+        record = run(replace(req, compile_early_if_cached=False))
+        record.notes.append("compiled after the previous pass's window: Inductor's cache did not hold every graph")
+        return record
 
 
 def map_counters(

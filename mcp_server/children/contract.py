@@ -16,7 +16,7 @@ CONTRACT = re.compile(
 SCRIPT_WINDOW = re.compile(r"\bNvtxCapture\s*\(")
 
 COMPILE_MODES = ("eager", "inductor", "cudagraphs", "optimized")
-PROFILERS = ("torch", "nvtx", "none")
+PROFILERS = ("torch", "nvtx", "kernels", "none")
 
 MEASURE_RANGE = "operator_profiler::measure"
 PHASE_MARKER = "operator_profiler_harness: phase "  # what the harness prints as it enters each phase

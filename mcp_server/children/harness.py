@@ -3,12 +3,14 @@
 Standard library and torch only (nvtx is not required: torch.cuda.nvtx is used), so it runs in the user's
 project environment. The engine starts it as a child process:
 
-    python harness.py --workload W.py --run-dir DIR --result DIR/harness.json --profiler torch|nvtx|none
+    python harness.py --workload W.py --run-dir DIR --result DIR/harness.json --profiler torch|nvtx|kernels|none
         [--kineto-trace FILE] [--provenance FILE] [--compile-mode ...]
 
 It seeds every RNG, builds the model with `get_model_and_input()`, compiles it if asked, warms up, and runs
 the measured window, writing `--result` (environment, window times, module table, errors) whatever happens
-and, with the torch profiler, the Kineto trace at `--kineto-trace` (nvtx: nsys/ncu record it from outside).
+and, with the torch profiler, the Kineto trace at `--kineto-trace` (nvtx: nsys/ncu record it from outside). The
+no-profiler timing pass (`--profiler kernels --windows K`) measures the window K times with no NVTX, no hooks and
+no operator recording, while CUPTI alone records the kernels (a Kineto trace of CUDA activity only).
 In compiled modes it writes `--provenance`: which aten ops and nn.Modules each generated kernel came from,
 with a copy of Inductor's generated code beside it. A script without `get_model_and_input` marks its own
 window with `NvtxCapture` (mcp_server/children/script.py).
@@ -20,6 +22,7 @@ if __name__ == "__main__":
     import _operator_profiler_child  # noqa: F401 - this package importable, this folder off sys.path
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -27,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mcp_server.children.clocks import ClockSampler
 from mcp_server.children.common import (
     ContractError,
     as_call,
@@ -62,7 +66,7 @@ from mcp_server.children.contract import (
 )
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.script import run_script
-from mcp_server.children.window import MeasuredWindow, ModuleRanges, capture_graph
+from mcp_server.children.window import KernelTrace, MeasuredWindow, ModuleRanges, capture_graph
 
 QUEUE_AHEAD_MIN_NS = 50_000_000  # the GPU spins at least 50 ms while the window is enqueued
 QUEUE_AHEAD_MAX_NS = 5_000_000_000
@@ -127,6 +131,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
 
     _enter(result, "waiting for the previous pass")
     lock.warmup()
+    clocks = ClockSampler().start() if args.profiler == "kernels" and torch.cuda.is_available() else None
     _enter(result, "warmup")
     t0 = time.perf_counter_ns()
     last_step_ns = 0
@@ -139,18 +144,29 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     result["warmup_time_ns"] = time.perf_counter_ns() - t0
     _enter(result, "waiting for the GPU lock (window)")
     lock.window()
-    hooks = ModuleRanges(model, args.profiler) if args.compile_mode == "eager" and args.profiler != "none" else None
+    ranged = args.compile_mode == "eager" and args.profiler in ("torch", "nvtx")
+    hooks = ModuleRanges(model, args.profiler) if ranged else None
     _enter(result, "measure")
     queue_ahead_ns = None
     if args.queue_ahead and torch.cuda.is_available():
         queue_ahead_ns = min(max(QUEUE_AHEAD_MIN_NS, 4 * last_step_ns * args.iters), QUEUE_AHEAD_MAX_NS)
-    window = MeasuredWindow(args.profiler, args.kineto_trace, queue_ahead_ns, on_gpu_done=lock.release)
     replay = capture_graph(step) if args.graph_replay and torch.cuda.is_available() else None
     if isinstance(replay, str):
         result["warnings"].append(f"--graph-replay: the window could not be captured in a CUDA graph: {replay}")
-    with window:
-        for _ in range(args.iters):
-            replay() if callable(replay) else step()
+    windows = []
+    trace = KernelTrace(args.kineto_trace) if args.profiler == "kernels" else None
+    with trace or contextlib.nullcontext():
+        for number in range(args.windows):
+            last = number == args.windows - 1
+            window = MeasuredWindow("none" if args.profiler == "kernels" else args.profiler, args.kineto_trace,
+                                    queue_ahead_ns, on_gpu_done=lock.release if last else None)
+            with window:
+                for _ in range(args.iters):
+                    replay() if callable(replay) else step()
+            windows.append({"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns})
+    if clocks is not None:  # sampled through the warm-up and the windows: the clocks the window's work runs at
+        clocks.stop()
+        result["clocks"] = clocks.summary()
     _enter(result, "finish")
     if hooks is not None:
         hooks.remove()
@@ -165,12 +181,16 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         result["window"]["queued_ahead"] = window.queued_ahead
     if args.graph_replay:
         result["window"]["graph_replay"] = callable(replay)
+    if args.windows > 1:
+        result["windows"] = windows
     result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
     if backend is not None:
         write_json(args.provenance, inductor_provenance(backend, args.provenance.parent))
         result["artifacts"].append(_artifact(args.provenance, args.run_dir))
-    if args.profiler == "torch":
+    if args.profiler == "torch" or (trace is not None and trace.traced):
         result["artifacts"].append(_artifact(args.kineto_trace, args.run_dir))
+    elif trace is not None:
+        result["warnings"].append("no CUDA device: the timing pass traced no kernels")
 
 
 def _run_script_workload(args: argparse.Namespace, result: dict[str, Any]) -> None:
@@ -213,6 +233,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--compile-mode", choices=COMPILE_MODES, default="eager")
     parser.add_argument("--warmup-iters", type=int, default=3)
     parser.add_argument("--iters", type=int, default=1)
+    parser.add_argument("--windows", type=int, default=1,
+                        help="measure the window this many times, each on its own (synchronised before and after)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-step", action="store_true")
     parser.add_argument("--gpu-lock", type=Path,
@@ -240,8 +262,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--queue-ahead times the window without a profiler: use it with --profiler none")
     if args.graph_replay and args.profiler != "none":
         parser.error("--graph-replay times the window without a profiler: use it with --profiler none")
-    if args.profiler == "torch" and args.kineto_trace is None:
-        parser.error("--profiler torch needs --kineto-trace FILE")
+    if args.profiler in ("torch", "kernels") and args.kineto_trace is None:
+        parser.error(f"--profiler {args.profiler} needs --kineto-trace FILE")
+    if args.windows < 1:
+        parser.error("--windows must be at least 1")
     if args.compile_mode != "eager" and args.provenance is None:
         parser.error(f"--compile-mode {args.compile_mode} needs --provenance FILE")
     args.run_dir = args.run_dir.resolve()

@@ -94,6 +94,29 @@ class MeasuredWindow:
             self.profiler_stop_ns = time.perf_counter_ns() - t0
 
 
+class KernelTrace:
+    """The GPU's kernels and runtime launch calls only (CUPTI activity, no operator or range recording), exported
+    as a Kineto trace: the timeline of a window measured without the profiler's host work."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.traced = False  # without CUDA there are no kernels to trace: nothing is written
+
+    def __enter__(self) -> KernelTrace:
+        import torch
+
+        self.traced = torch.cuda.is_available()
+        if self.traced:
+            self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+            self._prof.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.traced:
+            self._prof.stop()
+            self._prof.export_chrome_trace(str(self.path))
+
+
 def sleep_cycles(ns: int) -> int:
     """GPU clock cycles for which `torch.cuda._sleep` spins about `ns` nanoseconds, calibrated on this GPU."""
     import torch

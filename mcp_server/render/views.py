@@ -201,7 +201,12 @@ def clock_views(inputs: ReportInputs) -> list[ClockView]:
         if profile is None:
             continue
         clocks = profile.capture_metadata.clocks
-        if clocks.sm_clock_mhz is not None:
+        if clocks.sm_clock_mhz is not None and clocks.samples:
+            low, _, high = clocks.sm_clock_range_mhz or [clocks.sm_clock_mhz] * 3
+            views.append(ClockView(when=f"{label}: while its window ran (median; SM {low:.0f}-{high:.0f} MHz)",
+                                   sm_mhz=clocks.sm_clock_mhz, memory_mhz=clocks.memory_clock_mhz,
+                                   source=f"{clocks.source} ({clocks.samples} samples)"))
+        elif clocks.sm_clock_mhz is not None:
             views.append(ClockView(when=f"{label}: before capture", sm_mhz=clocks.sm_clock_mhz,
                                    memory_mhz=clocks.memory_clock_mhz,
                                    source=f"{clocks.source or 'unknown'} (an idle GPU reports its idle clock)"))

@@ -183,6 +183,14 @@ class TimelineHealth(_Model):
 
     window_ns: int = Field(description="Window length on the GPU clock (CUDA events), else host wall time.")
     window_source: str
+    unprofiled: bool = Field(
+        default=False, description="True: the window, its busy time and its gaps are the ones measured without the "
+        "profiler (the timing pass); False: the instrumented window's, whose gaps the profiler inflates.",
+    )
+    profiled_window_ns: int | None = Field(default=None, description="The instrumented window's length, ns.")
+    profiled_gpu_utilization_pct: float | None = Field(
+        default=None, description="GPU utilisation of the instrumented window, for comparison, 0-100."
+    )
     wall_time_ns: int
     gpu_busy_ns: int
     gpu_utilization_pct: float = Field(description="Busy (union of kernels) over window, 0-100.")
@@ -203,6 +211,23 @@ class TimelineHealth(_Model):
     multi_stream_overlap_ns: int = 0
     kernels_per_operator: list[OperatorKernelCount] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+
+
+class SpeedOfLight(_Model):
+    """The window's speed of light: the least time its kernels could take on this GPU (an estimate)."""
+
+    window_ns: int = Field(description="The window the floor is compared with (the unprofiled one when measured).")
+    window_source: str
+    floor_ns: int = Field(description="Kernels at the device's peaks in the precisions they ran in, plus launches.")
+    reduced_precision_floor_ns: int = Field(description="The same with every FP32/TF32 FLOP on BF16 tensor cores.")
+    launch_floor_ns: int
+    kernels_bounded: int = Field(description="Kernels with FLOP and DRAM counts (ncu counters).")
+    kernels_at_measured_time: int = Field(description="Kernels without counters, counted at their measured time.")
+    pct_of_speed_of_light: float = Field(description="floor_ns over the window, 0-100: how close the window runs.")
+    max_plausible_speedup: float = Field(
+        description="The window over reduced_precision_floor_ns: a larger measured speedup is suspect."
+    )
+    estimate_label: str
 
 
 class Finding(_Model):
@@ -278,5 +303,6 @@ class Analysis(_Model):
     findings: list[Finding] = Field(default_factory=list)
     opportunities: list[Opportunity] = Field(default_factory=list)
     cpu_hotspots: list[CpuHotspot] = Field(default_factory=list)
+    speed_of_light: SpeedOfLight | None = None
     artifacts: dict[str, str] = Field(default_factory=dict, description="Files written: name -> path.")
     notes: list[str] = Field(default_factory=list, description="Caveats every reader needs (clocks, caches...).")

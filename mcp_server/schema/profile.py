@@ -73,6 +73,11 @@ class KernelRecord(_Model):
     propagated_from: int | None = Field(
         default=None, description="kernel_id whose counters were replayed and copied to this identical launch."
     )
+    unprofiled_gap_ns: int | None = Field(
+        default=None, description="GPU idle time before this launch in the window measured without the profiler "
+        "(median over the timing pass's windows), ns; None where that pass did not run or its kernels did not "
+        "join this timeline.",
+    )
 
 
 class AggregatedMetrics(_Model):
@@ -115,9 +120,14 @@ class OperatorRecord(_Model):
 
 
 class Clocks(_Model):
-    sm_clock_mhz: float | None = None
+    """The GPU's clocks: sampled while the window's work ran when the timing pass did, else read before capture."""
+
+    sm_clock_mhz: float | None = Field(default=None, description="Median SM clock while sampled, MHz.")
     memory_clock_mhz: float | None = None
     source: str | None = Field(default=None, description="Where the clocks were read.")
+    sm_clock_range_mhz: list[float] | None = Field(default=None, description="[min, median, max] of the samples.")
+    memory_clock_range_mhz: list[float] | None = None
+    samples: int | None = None
 
 
 class CaptureMetadata(_Model):
@@ -165,6 +175,14 @@ class WindowTotals(_Model):
         default=None, description="GPU time between CUDA events around the window, ns (idle gaps included)."
     )
     kernels_with_counters: int | None = Field(default=None, description="Window kernels that carry ncu counters.")
+    unprofiled_wall_time_ns: int | None = Field(
+        default=None, description="The same window measured with no profiler (CUDA events; median over the timing "
+        "pass's windows), ns: comparable with gpu_elapsed_ns.",
+    )
+    unprofiled_gpu_busy_time_ns: int | None = Field(
+        default=None, description="Union of kernel intervals in that window (CUPTI activity only), ns.",
+    )
+    unprofiled_windows: int | None = Field(default=None, description="How many windows the timing pass measured.")
 
 
 class OperatorAttributedProfile(_Model):

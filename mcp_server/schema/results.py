@@ -16,6 +16,7 @@ from mcp_server.schema.analysis import (
     Diagnosis,
     Finding,
     Opportunity,
+    SpeedOfLight,
     StageRow,
     TimelineHealth,
 )
@@ -188,6 +189,7 @@ class AnalyzeResult(_Model):
     opportunities: list[Opportunity] = Field(description="Ranked changes, each with evidence and an estimate.")
     findings: list[Finding]
     cpu_hotspots: list[CpuHotspot] = Field(default_factory=list)
+    speed_of_light: SpeedOfLight | None = None
     timeline: TimelineHealth | None = None
     notes: list[str] = Field(default_factory=list)
 

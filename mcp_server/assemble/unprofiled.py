@@ -1,0 +1,112 @@
+"""The window measured without the profiler: the timing pass's windows and kernels, joined to the attributed
+timeline on launch order.
+
+The timing pass runs the same window `K` times (no NVTX, no hooks, no operator recording), each between CUDA
+events, while CUPTI alone records the kernels. Its kernels are the attributed window's launches, K times over;
+each window's length, GPU busy time (the union of its kernels) and the idle time before each launch are taken as
+the median over the K windows.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_server.assemble.aggregate import busy_time_ns
+from mcp_server.assemble.metadata import harness_result
+from mcp_server.errors import ProfileFormatError
+from mcp_server.rundir import RunDir
+from mcp_server.schema.profile import Clocks, KernelRecord, OperatorAttributedProfile
+from mcp_server.schema.records import TraceKernel
+from plugins.torch_profiler.reader import read_kineto_trace
+
+MAX_NAME_MISMATCH = 0.05  # launches whose name differs from the attributed one; above this, no per-kernel gaps
+
+
+@dataclass
+class Unprofiled:
+    """The timing pass's window, summarised."""
+
+    windows: int
+    clocks: dict[str, Any] | None = None
+    wall_ns: int | None = None
+    busy_ns: int | None = None
+    gaps: dict[int, int] = field(default_factory=dict)  # kernel_id -> median idle time before it
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofiled | None:
+    """The timing pass of `run_dir` against the attributed window's `kernels` (None when it did not run)."""
+    if not run_dir.harness_result("timing").is_file():
+        return None
+    result = harness_result(run_dir, "timing")
+    if result.get("status") != "ok":
+        return None
+    windows = result.get("windows") or [result.get("window", {})]
+    elapsed = [w["gpu_elapsed_ns"] for w in windows if w.get("gpu_elapsed_ns")]
+    summary = Unprofiled(windows=len(windows), wall_ns=int(statistics.median(elapsed)) if elapsed else None,
+                         clocks=result.get("clocks"))
+    trace = run_dir.kineto_trace("timing")
+    if not trace.is_file():
+        summary.warnings.append("the timing pass traced no kernels: no unprofiled GPU busy time")
+        return summary
+    try:
+        traced = read_kineto_trace(trace).kernels
+    except (ValueError, KeyError) as exc:
+        raise ProfileFormatError(f"{trace} is not a readable Kineto trace: {exc}", "re-run the capture") from exc
+    ordered = sorted(kernels, key=lambda k: k.kernel_id)
+    count = len(ordered)
+    if not count or len(traced) != count * len(windows):
+        summary.warnings.append(
+            f"the timing pass ran {len(traced)} kernels in {len(windows)} windows, not {count} per window as the "
+            "profiled window did: its per-kernel gaps are left out"
+        )
+        busy = [busy_time_ns([(k.start_ns, k.start_ns + k.duration_ns) for k in traced])]
+        summary.busy_ns = busy[0] // max(len(windows), 1)
+        return summary
+    per_window = [traced[i * count:(i + 1) * count] for i in range(len(windows))]
+    summary.busy_ns = int(statistics.median(busy_time_ns([(k.start_ns, k.start_ns + k.duration_ns) for k in w])
+                                            for w in per_window))
+    mismatched = sum(1 for k, t in zip(ordered, per_window[0], strict=True) if _name(k.kernel_name) != _name(t.name))
+    if mismatched > MAX_NAME_MISMATCH * count:
+        summary.warnings.append(f"{mismatched} of {count} launches of the timing pass are other kernels than the "
+                                "profiled window's, in launch order: its per-kernel gaps are left out")
+        return summary
+    gaps = [_gaps(w) for w in per_window]
+    summary.gaps = {k.kernel_id: int(statistics.median(g[i] for g in gaps)) for i, k in enumerate(ordered) if i}
+    return summary
+
+
+def _gaps(window: Sequence[TraceKernel]) -> list[int]:
+    """The idle time before each launch of one window (0 for its first: the window's start is not on this clock)."""
+    gaps, ends = [0], window[0].start_ns + window[0].duration_ns
+    for kernel in window[1:]:
+        gaps.append(max(0, kernel.start_ns - ends))
+        ends = max(ends, kernel.start_ns + kernel.duration_ns)
+    return gaps
+
+
+def _name(name: str) -> str:
+    return " ".join(name.split())
+
+
+def apply_unprofiled(profile: OperatorAttributedProfile, unprofiled: Unprofiled | None) -> None:
+    """Put the unprofiled window's totals and per-kernel gaps into the profile (and its warnings)."""
+    if unprofiled is None:
+        return
+    window = profile.window
+    window.unprofiled_wall_time_ns, window.unprofiled_gpu_busy_time_ns = unprofiled.wall_ns, unprofiled.busy_ns
+    window.unprofiled_windows = unprofiled.windows
+    profile.warnings += unprofiled.warnings
+    clocks = unprofiled.clocks
+    if clocks:
+        profile.capture_metadata.clocks = Clocks(
+            sm_clock_mhz=clocks["sm_mhz"][1], memory_clock_mhz=clocks["memory_mhz"][1],
+            sm_clock_range_mhz=clocks["sm_mhz"], memory_clock_range_mhz=clocks["memory_mhz"], samples=clocks["samples"],
+            source=f"nvidia-smi every {clocks.get('every_ms', '?')} ms through the timing pass's warm-up and windows",
+        )
+    if unprofiled.gaps:
+        for kernel in [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels:
+            object.__setattr__(kernel, "unprofiled_gap_ns", unprofiled.gaps.get(kernel.kernel_id))
