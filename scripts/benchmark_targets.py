@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from mcp_server.analysis import analyze_profile  # noqa: E402
 from mcp_server.capture.passes import run_pass  # noqa: E402
 from mcp_server.capture.request import CaptureRequest  # noqa: E402
 from mcp_server.rundir import RunDir  # noqa: E402
@@ -43,12 +44,19 @@ ALL = ",".join([
 ])
 
 
-def measure(entry: str, mode: str, work: Path) -> dict[str, object]:
+def measure(entry: str, mode: str, work: Path, references: bool = True) -> dict[str, object]:
     """One row of the targets table."""
     spec, _, flag = entry.partition("+")
     path = REPO / spec if spec.endswith(".py") else REPO / "examples" / spec / f"{spec}.py"
     workload, train = path.stem, flag == "train"
     row: dict[str, object] = {"workload": workload + ("+train" if train else ""), "mode": mode}
+    if references:
+        _references(row, path, workload, mode, train, work)
+    return _run(row, path, workload, mode, train, work)
+
+
+def _references(row: dict[str, object], path: Path, workload: str, mode: str, train: bool, work: Path) -> None:
+    """Two no-profiler references of the window's busy time: queued ahead, and replayed from a CUDA graph."""
     timing_dir = work / f"{workload}_{mode}_timing"
     request = CaptureRequest(workload=path, run_dir=RunDir(timing_dir), compile_mode=mode, queue_ahead=True,
                              train_step=train)
@@ -63,6 +71,10 @@ def measure(entry: str, mode: str, work: Path) -> dict[str, object]:
         row["graph_replay_gpu_busy_ns"] = result["window"].get("gpu_elapsed_ns")
     else:
         row["graph_replay_error"] = result["warnings"][-1] if result["warnings"] else "not captured"
+
+
+def _run(row: dict[str, object], path: Path, workload: str, mode: str, train: bool, work: Path) -> dict[str, object]:
+    """`operator-profiler run` as a user runs it, its profile's coverage, and its analysis's verdicts."""
     run_dir = work / f"{workload}_{mode}"
     t0, t0_epoch = time.monotonic(), time.time()
     proc = subprocess.run(
@@ -90,13 +102,35 @@ def measure(entry: str, mode: str, work: Path) -> dict[str, object]:
         variant_pass_attached=any(p.get("attach_command") for p in manifest_passes),
         pass_phases=_pass_phases(run_dir, t0_epoch),
     )
-    busy = row["no_profiler_gpu_busy_ns"]
+    row.update(_verdicts(run_dir))
+    busy = row.get("no_profiler_gpu_busy_ns")
     if busy:
         row["operator_time_vs_unprofiled_pct"] = round(100.0 * (op_time - busy) / busy, 2)
     graph_busy = row.get("graph_replay_gpu_busy_ns")
     if graph_busy:
         row["operator_time_vs_graph_replay_pct"] = round(100.0 * (op_time - graph_busy) / graph_busy, 2)
     return row
+
+
+def _verdicts(run_dir: Path) -> dict[str, object]:
+    """What `analyze` concludes, beside the unprofiled and the profiled window."""
+    profile = load_profile(run_dir / "profile.json")
+    analysis = analyze_profile(profile, run_dir / "analysis")
+    t, sol = analysis.timeline, analysis.speed_of_light
+    top = analysis.opportunities[0] if analysis.opportunities else None
+    return {
+        "unprofiled": bool(t and t.unprofiled), "window_ms": t.window_ns / 1e6 if t else None,
+        "gpu_busy_pct": round(t.gpu_utilization_pct, 1) if t else None,
+        "profiled_window_ms": t.profiled_window_ns / 1e6 if t and t.profiled_window_ns else None,
+        "profiled_gpu_busy_pct": round(t.profiled_gpu_utilization_pct, 1)
+        if t and t.profiled_gpu_utilization_pct is not None else None,
+        "verdict": analysis.diagnosis.bottleneck.value,
+        "top_opportunity": f"{top.title}: <= {top.estimated_saving_ns / 1e3:.1f} us ({top.estimated_saving_pct:.1f} %)"
+        if top else None,
+        "speed_of_light_pct": round(sol.pct_of_speed_of_light, 1) if sol else None,
+        "max_plausible_speedup": round(sol.max_plausible_speedup, 2) if sol else None,
+        "clocks": profile.capture_metadata.clocks.model_dump(),
+    }
 
 
 def _pass_phases(run_dir: Path, t0_epoch: float) -> dict[str, dict[str, float]]:
@@ -118,6 +152,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/op_targets"))
     parser.add_argument("--workloads", default=ALL)
     parser.add_argument("--modes", default="eager,inductor")
+    parser.add_argument("--no-references", action="store_true",
+                        help="skip the two reference timings (queued ahead, graph replay) before each run")
     parser.add_argument("--pack", action="append", default=[],
                         help="also bring back <workload>_<mode>'s run directory as a tar.xz in --out (repeatable)")
     args = parser.parse_args()
@@ -126,7 +162,7 @@ def main() -> None:
     rows = []
     for workload in args.workloads.split(","):
         for mode in args.modes.split(","):
-            row = measure(workload, mode, args.work)
+            row = measure(workload, mode, args.work, references=not args.no_references)
             rows.append(row)
             print(json.dumps(row), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -137,18 +173,16 @@ def main() -> None:
             rep.unlink()
         subprocess.run(["tar", "-cJf", str(args.out / f"{name}.tar.xz"), "-C", str(args.work), name],
                        check=True, env={**os.environ, "XZ_OPT": "-6"})
-    print(f"\n{'workload':26s} {'mode':9s} {'run s':>6s} {'kernels':>7s} {'attrib %':>8s} {'counters':>8s} "
-          f"{'op time us':>10s} {'busy us':>10s} {'diff %':>7s} {'graph us':>9s} {'diff %':>7s} queued")
+    print(f"\n{'workload':26s} {'mode':9s} {'run s':>6s} {'kernels':>7s} {'attrib %':>8s} {'window ms':>9s} "
+          f"{'busy %':>6s} {'prof. ms':>8s} {'prof. %':>7s} {'SOL %':>5s} verdict / top opportunity")
     for r in rows:
         if "error" in r:
             print(f"{r['workload']:26s} {r['mode']:9s} {r['run_wall_s']:6.1f} ERROR {r['error']}")
             continue
-        unprof = (r["no_profiler_gpu_busy_ns"] or 0) / 1e3
         print(f"{r['workload']:26s} {r['mode']:9s} {r['run_wall_s']:6.1f} {r['kernels']:7d} {r['attributed_pct']:8.2f} "
-              f"{r['kernels_with_counters']:8d} {r['operator_time_ns'] / 1e3:10.1f} {unprof:10.1f} "
-              f"{r.get('operator_time_vs_unprofiled_pct', float('nan')):7.2f} "
-              f"{(r.get('graph_replay_gpu_busy_ns') or 0) / 1e3:9.1f} "
-              f"{r.get('operator_time_vs_graph_replay_pct', float('nan')):7.2f} {r.get('queued_ahead')}")
+              f"{r['window_ms'] or 0:9.3f} {r['gpu_busy_pct'] or 0:6.1f} {r['profiled_window_ms'] or 0:8.3f} "
+              f"{r['profiled_gpu_busy_pct'] or 0:7.1f} {r['speed_of_light_pct'] or 0:5.0f} {r['verdict']} / "
+              f"{r['top_opportunity']}")
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ def main() -> None:
                         help="skip the torch-only recordings (conv_block train step, full-size gpt2)")
     parser.add_argument("--no-torch", action="store_true", help="record the nsys+ncu run directories only")
     parser.add_argument("--max-kernels", type=int, help="stop ncu after this many replayed kernels (name: _max<N>)")
+    parser.add_argument("--scale", default="small", choices=("small", "full"), help="the examples' sizes")
     args = parser.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -94,7 +95,7 @@ def main() -> None:
     for workload in args.workloads.split(","):
         for mode in args.modes.split(","):
             backends = ["nsys"] if args.no_torch else ["nsys", "torch"]
-            rows.append((workload, mode, record(workload, mode, "small", backends, args.work, False,
+            rows.append((workload, mode, record(workload, mode, args.scale, backends, args.work, False,
                                                 args.max_kernels)))
     if not args.no_extras:
         rows.append(("conv_block", "eager-train", record("conv_block", "eager", "small", ["torch"], args.work, True)))
