@@ -33,7 +33,8 @@ from mcp_server.queries import operator_detail as operator_query
 from mcp_server.render.comparison import summary_line as compare_line
 from mcp_server.render.comparison import write_comparison
 from mcp_server.rundir import RunDir, dropped_if_empty, files_under, output_folder, profile_file
-from mcp_server.schema.io import load_profile
+from mcp_server.schema.analysis import Analysis
+from mcp_server.schema.io import load_profile, read_model
 from mcp_server.schema.requests import (
     AnalyzeRequest,
     AssembleRequest,
@@ -257,11 +258,19 @@ def validate(req: ValidateRequest, progress: Progress = quiet, cancel: Cancel = 
     speedup = req.speedup
     if req.bench_json is not None:
         speedup = load_bench_result(req.bench_json).speedup.point
+    bound = req.max_plausible_speedup
+    if bound is None and req.analysis is not None:
+        sol = read_model(req.analysis, Analysis, "analysis.json", "run `analyze` on the baseline's profile"
+                         ).speed_of_light
+        bound = sol.max_plausible_speedup if sol is not None else None
+        if sol is not None:
+            progress(f"validate: a speedup above {bound:.2f}x is suspect (the baseline's speed of light, "
+                     f"{req.analysis})")
     progress(f"validate: {req.optimized.name} against {req.baseline.name} under {req.python.python}")
     with dropped_if_empty(output_folder(req.output, req.project, req.optimized, "validate")) as out:
         report = run_validate(req.baseline, req.optimized, python=req.python.python, seeds=req.seeds, rtol=req.rtol,
                               atol=req.atol, tolerances=req.tolerances, run_tests=req.run_tests, speedup=speedup,
-                              max_plausible_speedup=req.max_plausible_speedup, out_dir=out, timeout_s=req.timeout_s,
+                              max_plausible_speedup=bound, out_dir=out, timeout_s=req.timeout_s,
                               progress=progress, cancel=cancel)
     return ValidateToolResult(
         report_path=str(out / "validation_report.json"), out_dir=str(out), files=files_under(out),

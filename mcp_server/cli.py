@@ -270,7 +270,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     req = build(ValidateRequest, baseline=args.baseline, optimized=args.optimized, python=_interpreter(args),
                 seeds=parse_seeds(args.seeds), rtol=args.rtol, atol=args.atol,
                 tolerances=parse_tolerances(args.tolerance or []), run_tests=not args.no_tests, speedup=args.speedup,
-                bench_json=args.bench, max_plausible_speedup=args.max_plausible_speedup,
+                bench_json=args.bench, max_plausible_speedup=args.max_plausible_speedup, analysis=args.analysis,
                 output=args.output, project=Path.cwd(), timeout_s=args.timeout)
     result = api.validate(req, _STATUS)
     _print_validation(result)
@@ -402,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speedup", type=float, help="measured speedup to check for plausibility")
     p.add_argument("--bench", type=Path, help="bench.json whose speedup to check for plausibility")
     p.add_argument("--max-plausible-speedup", type=float, help="roofline bound above which a speedup is suspect")
+    p.add_argument("--analysis", type=Path,
+                   help="the baseline's analysis.json: its speed of light is the bound when "
+                        "--max-plausible-speedup is not given")
     p.add_argument("--output", "-o", type=Path,
                    help="folder for validation_report.json (default: ./op_runs/<optimized>-validate-<time>)")
     p.add_argument("--timeout", type=float, default=600.0)

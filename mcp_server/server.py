@@ -302,6 +302,8 @@ async def validate(
     speedup: Annotated[float | None, Field(description="Measured speedup to check for plausibility.")] = None,
     bench_json: Annotated[str | None, Field(description="A bench.json whose speedup to check instead.")] = None,
     max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None,
+    analysis: Annotated[str | None, Field(description="The baseline's analysis.json: its speed of light bounds the "
+                                          "speedup when max_plausible_speedup is not given.")] = None,
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
 ) -> ValidateToolResult:
@@ -316,6 +318,7 @@ async def validate(
         optimized=workload_file(optimized, "optimized workload"), python=choose_python(python), seeds=seeds,
         rtol=rtol, atol=atol, tolerances=tolerances, run_tests=run_tests, speedup=speedup,
         bench_json=resolve_optional(bench_json, "bench.json"), max_plausible_speedup=max_plausible_speedup,
+        analysis=resolve_optional(analysis, "analysis.json"),
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 

@@ -18,6 +18,7 @@ from mcp_server.analysis.detect import (
     structural_findings,
     unfused_attention,
     window_findings,
+    work_kernels,
 )
 from mcp_server.analysis.devices import PEAKS_FILE, load_measured, match_device, measure_peaks, save_measured
 from mcp_server.analysis.floor import speed_of_light
@@ -262,7 +263,7 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
         device=spec, diagnosis=diagnose(health, kernels, operators, counters), timeline=health,
         stages=stage_rows(operators, kernels), operators=operators, kernels=kernels, findings=findings,
         opportunities=opportunities, notes=notes + profile.warnings[:5],
-        speed_of_light=speed_of_light(kernels, spec, window_ns, source),
+        speed_of_light=speed_of_light(kernels, spec, window_ns, source, work_kernels(placed)),
     )
     _write_outputs(analysis, placed, out_dir)
     return analysis

@@ -252,6 +252,12 @@ def _qkv(ops: list[OperatorRecord]) -> list[Finding]:
     )]
 
 
+def work_kernels(placed: list[Placed]) -> set[int]:
+    """The GEMM, convolution and fused-attention kernels: the work no fusion removes."""
+    return {p.kernel.kernel_id for p in placed
+            if _op_kind(p.op, p.kernel) is not None or matches("fused_attention_kernels", p.kernel.kernel_name)}
+
+
 def fusible_kernels(placed: list[Placed]) -> set[int]:
     """Kernels torch.compile would fuse: element-wise, normalisation, reduction and copy kernels of eager
     operators (not GEMMs or convolutions, not fused attention, not host-syncing ops)."""

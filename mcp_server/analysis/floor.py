@@ -4,11 +4,19 @@ Each kernel with counters is bounded below by the larger of its FLOPs at the dev
 DRAM bytes at the peak bandwidth; a kernel without counters counts at its measured duration (nothing bounds it
 lower). Launches cost at least `estimates.launch_floor_ns` each (an assumption, knowledge/bottleneck_rules.yaml).
 The floor is given twice: with the FLOPs in the precisions the kernels ran in, and with every FP32/TF32 FLOP on
-BF16 tensor cores (the reduced-precision tier's cheapest): the window over that second floor is the largest
-speedup a change can plausibly claim. Peaks are datasheet peaks at boost clocks: the floors are estimates.
+BF16 tensor cores (the reduced-precision tier's cheapest).
+
+A change may do more than run the same kernels faster: fusion removes element-wise and normalisation kernels and
+their memory traffic, BF16 halves the bytes of FP32 tensors. The plausibility floor allows all of it: only the
+window's GEMM, convolution and attention kernels remain, on BF16 tensor cores reading half their bytes, each with
+one launch; every other kernel, and every kernel without counters, costs nothing. The window over that floor is
+the largest speedup a change can plausibly claim (`max_plausible_speedup`). Peaks are datasheet peaks at boost
+clocks: the floors are estimates.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from mcp_server.analysis.devices import precision_key
 from mcp_server.analysis.rules import rule
@@ -33,32 +41,51 @@ def _compute_s(flops: dict[str, float], device: DeviceSpec, reduced: bool) -> fl
     return seconds
 
 
-def speed_of_light(kernels: list[KernelAnalysis], device: DeviceSpec | None, window_ns: int,
-                   window_source: str) -> SpeedOfLight | None:
-    """The window's floors and its distance from them (None without device peaks or kernels)."""
+def _bounds(kernel: KernelAnalysis, device: DeviceSpec) -> tuple[float, float, float] | None:
+    """Seconds at the peaks: as run, with BF16 compute, and with BF16 compute on half the bytes of FP32 data
+    (None without counters to bound it)."""
+    roof = kernel.roofline
+    if roof is None or not (roof.flop_by_precision or roof.dram_bytes):
+        return None
+    flops = roof.flop_by_precision
+    compute_s, reduced_s = _compute_s(flops, device, False), _compute_s(flops, device, True)
+    if compute_s is None or reduced_s is None:
+        return None
+    assert device.dram_bandwidth_bytes_per_s
+    memory_s = (roof.dram_bytes or 0.0) / device.dram_bandwidth_bytes_per_s
+    fp32 = any(precision_key(p) in REDUCIBLE for p in flops)
+    return max(compute_s, memory_s), max(reduced_s, memory_s), max(reduced_s, memory_s / 2 if fp32 else memory_s)
+
+
+def speed_of_light(kernels: list[KernelAnalysis], device: DeviceSpec | None, window_ns: int, window_source: str,
+                   work_kernels: Collection[int] = ()) -> SpeedOfLight | None:
+    """The window's floors and its distance from them (None without device peaks or kernels). `work_kernels`
+    are the GEMM, convolution and attention kernels: the only ones the plausibility floor keeps."""
     if device is None or not kernels or window_ns <= 0 or not device.dram_bandwidth_bytes_per_s:
         return None
-    floor = reduced_floor = 0.0
+    launch_ns = rule("estimates", "launch_floor_ns")
+    floor = reduced_floor = plausible = 0.0
     bounded = 0
     for kernel in kernels:
-        roof = kernel.roofline
-        flops = roof.flop_by_precision if roof else {}
-        memory_s = (roof.dram_bytes or 0.0) / device.dram_bandwidth_bytes_per_s if roof else 0.0
-        compute_s, reduced_s = _compute_s(flops, device, False), _compute_s(flops, device, True)
-        if roof is None or compute_s is None or reduced_s is None or not (flops or roof.dram_bytes):
+        bounds = _bounds(kernel, device)
+        if bounds is None:
             floor += kernel.duration_ns
             reduced_floor += kernel.duration_ns
             continue
         bounded += 1
-        floor += max(compute_s, memory_s) * 1e9
-        reduced_floor += max(reduced_s, memory_s) * 1e9
-    launches = len(kernels) * rule("estimates", "launch_floor_ns")
+        floor += bounds[0] * 1e9
+        reduced_floor += bounds[1] * 1e9
+        if kernel.kernel_id in work_kernels:
+            plausible += bounds[2] * 1e9 + launch_ns
+    launches = len(kernels) * launch_ns
     floor_ns, reduced_ns = int(floor + launches), int(reduced_floor + launches)
+    plausible_ns = max(int(plausible), int(launch_ns))
     return SpeedOfLight(
         window_ns=window_ns, window_source=window_source, floor_ns=floor_ns, reduced_precision_floor_ns=reduced_ns,
         launch_floor_ns=int(launches), kernels_bounded=bounded, kernels_at_measured_time=len(kernels) - bounded,
-        pct_of_speed_of_light=100.0 * floor_ns / window_ns, max_plausible_speedup=window_ns / max(reduced_ns, 1),
+        pct_of_speed_of_light=100.0 * floor_ns / window_ns, plausible_floor_ns=plausible_ns,
+        max_plausible_speedup=window_ns / plausible_ns,
         estimate_label="estimate: datasheet peaks at boost clocks, FLOP and DRAM counts from ncu, an assumed "
-        f"{rule('estimates', 'launch_floor_ns') / 1e3:.1f} µs per launch; kernels without counters at their "
-        "measured time",
+        f"{launch_ns / 1e3:.1f} µs per launch; kernels without counters at their measured time (none in the "
+        "plausibility floor)",
     )

@@ -64,26 +64,53 @@ def window_length(profile: OperatorAttributedProfile) -> tuple[int, str]:
 
 
 def unprofiled_window(profile: OperatorAttributedProfile) -> tuple[int, str, list[Placed]] | None:
-    """The window as measured without the profiler, when the timing pass's totals and per-kernel gaps exist: its
-    length and source, and the kernels re-laid in launch order with their profiled durations and unprofiled gaps
-    (what the window holds besides kernels and the gaps between them is put before the first kernel)."""
+    """The window as measured without the profiler, when the timing pass's totals exist: its length and source,
+    and the kernels re-laid in launch order with their profiled durations and their unprofiled gaps (what the
+    window holds besides kernels and the gaps between them is put before the first kernel). When the per-kernel
+    join failed, each profiled gap is scaled so that the window's idle time is the unprofiled one: totals stay
+    measured, the split of idle time between gaps is the profiled one."""
     win = profile.window
     owners: list[tuple[KernelRecord, OperatorRecord | None]] = [(k, op) for op in profile.operators for k in op.kernels]
     owners += [(k, None) for k in profile.unattributed_kernels]
     owners.sort(key=lambda pair: pair[0].kernel_id)
-    if not (win.unprofiled_wall_time_ns and owners) or any(k.unprofiled_gap_ns is None for k, _ in owners[1:]):
+    if not (win.unprofiled_wall_time_ns and owners):
         return None
+    source = (f"no profiler: CUDA events around the window, median of {win.unprofiled_windows} windows "
+              "(the timing pass)")
+    if any(k.unprofiled_gap_ns is None for k, _ in owners[1:]):
+        gaps = _scaled_gaps(owners, win.unprofiled_wall_time_ns, win.unprofiled_gpu_busy_time_ns,
+                            window_length(profile)[0])
+        if gaps is None:
+            return None
+        source += "; per-kernel gaps scaled from the profiled ones (their join failed)"
+    else:
+        gaps = [0] + [k.unprofiled_gap_ns or 0 for k, _ in owners[1:]]
     laid: list[tuple[KernelRecord, OperatorRecord | None]] = []
     end = 0
-    for kernel, op in owners:
-        start = end + (kernel.unprofiled_gap_ns or 0) if laid else 0
+    for (kernel, op), gap in zip(owners, gaps, strict=True):
+        start = end + gap if laid else 0
         laid.append((kernel.model_copy(update={"start_ns": start}), op))
         end = max(end, start + kernel.duration_ns)
     head = max(0, win.unprofiled_wall_time_ns - end)
     relaid = [(k.model_copy(update={"start_ns": k.start_ns + head}), op) for k, op in laid]
-    source = (f"no profiler: CUDA events around the window, median of {win.unprofiled_windows} windows "
-              "(the timing pass)")
     return max(win.unprofiled_wall_time_ns, end + head), source, _place(relaid, win.unprofiled_wall_time_ns)
+
+
+def _scaled_gaps(owners: list[tuple[KernelRecord, OperatorRecord | None]], window_ns: int,
+                 busy_ns: int | None, profiled_window_ns: int) -> list[int] | None:
+    """The profiled gap before each launch, scaled by the unprofiled window's idle time over the profiled one's
+    (None without an unprofiled busy time)."""
+    if not busy_ns:
+        return None
+    gaps, end = [0], owners[0][0].start_ns + owners[0][0].duration_ns
+    for kernel, _ in owners[1:]:
+        gaps.append(max(0, kernel.start_ns - end))
+        end = max(end, kernel.start_ns + kernel.duration_ns)
+    laid_busy = busy_time_ns([(k.start_ns, k.start_ns + k.duration_ns) for k, _ in owners])
+    profiled_idle = max(profiled_window_ns, end) - laid_busy
+    idle = max(0, window_ns - max(busy_ns, laid_busy))
+    factor = min(1.0, idle / profiled_idle) if profiled_idle > 0 else 0.0
+    return [int(g * factor) for g in gaps]
 
 
 def place_kernels(profile: OperatorAttributedProfile, window_ns: int) -> list[Placed]:
@@ -149,6 +176,16 @@ def idle_gaps(placed: list[Placed], window_ns: int) -> list[Gap]:
     return gaps
 
 
+def _head_as_remainder(gaps: list[Gap], idle_ns: int) -> list[Gap]:
+    """The gaps with the head gap set to what the measured idle time leaves after the others (the re-laid
+    window's kernels keep their profiled durations, which differ slightly from the unprofiled ones)."""
+    rest = sum(g.duration_ns for g in gaps if g.cause != "head")
+    head = max(0, idle_ns - rest)
+    others = [g for g in gaps if g.cause != "head"]
+    return ([Gap(start_ns=0, duration_ns=head, before_kernel_id=gaps[0].before_kernel_id, cause="head")]
+            if head and gaps[0].cause == "head" else []) + others
+
+
 def _streams(placed: list[Placed]) -> tuple[list[StreamUsage], int]:
     groups: dict[int | None, list[Placed]] = {}
     for p in placed:
@@ -192,6 +229,8 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
     ratio = rule("launch", "launch_bound_gap_ratio")
     waited = sum(1 for p in placed if p.gap_before_ns >= ratio * max(p.kernel.duration_ns, 1))
     gaps = idle_gaps(placed, window_ns)
+    if profiled is not None and gaps:  # the head is the remainder: idle time by cause sums to the measured idle
+        gaps = _head_as_remainder(gaps, max(0, window_ns - busy))
     by_cause: dict[str, int] = {}
     for gap in gaps:
         by_cause[gap.cause] = by_cause.get(gap.cause, 0) + gap.duration_ns

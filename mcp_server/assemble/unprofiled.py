@@ -89,7 +89,11 @@ def _gaps(window: Sequence[TraceKernel]) -> list[int]:
 
 
 def _name(name: str) -> str:
-    return " ".join(name.split())
+    """A kernel's function name without return type, scope, template and parameters: CUPTI's demangled names
+    differ between Kineto and Nsight Systems (`true` / `(bool)1`, `(anonymous namespace)` / `<unnamed>`)."""
+    text = " ".join(name.split()).replace("(anonymous namespace)", "_").replace("<unnamed>", "_")
+    cut = min((i for i in (text.find("<"), text.find("(")) if i > 0), default=len(text))
+    return text[:cut].split(" ")[-1].rsplit("::", 1)[-1]
 
 
 def apply_unprofiled(profile: OperatorAttributedProfile, unprofiled: Unprofiled | None) -> None:

@@ -277,6 +277,7 @@ class ValidateRequest(_Request):
     speedup: float | None = None
     bench_json: Path | None = None
     max_plausible_speedup: Annotated[float | None, Field(ge=0)] = None
+    analysis: Path | None = None  # the baseline's analysis.json: its speed of light bounds the speedup
     output: Path | None = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
