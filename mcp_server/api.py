@@ -306,7 +306,7 @@ def report(req: ReportRequest, progress: Progress = quiet, cancel: Cancel = None
             written = render_report(
                 base, out, optimized_profile=optimized, analysis=req.analysis, comparison=req.comparison,
                 bench=req.bench_json, validation=req.validation, optimizations=req.optimizations,
-                project_dir=req.project,
+                project_dir=req.project, baseline_analysis=req.baseline_analysis,
             )
             main = "report.md"
     by_name = {p.name: str(p) for p in written}

@@ -281,7 +281,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Render the documents and print their paths."""
     req = build(ReportRequest, baseline_profile=args.profile, optimized_profile=args.optimized_profile,
-                analysis=args.analysis, comparison=args.comparison, bench_json=args.bench,
+                analysis=args.analysis, baseline_analysis=args.baseline_analysis, comparison=args.comparison,
+                bench_json=args.bench,
                 validation=args.validation, optimizations=args.optimizations, plan=args.plan,
                 output=args.output, project=Path.cwd())
     for path in api.report(req).files:
@@ -328,6 +329,9 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("profile", type=Path, help="the baseline profile.json (or its run directory)")
     p.add_argument("--optimized-profile", type=Path, help="profile.json of the optimized workload")
     p.add_argument("--analysis", type=Path, help="analysis.json (residual opportunities)")
+    p.add_argument("--baseline-analysis", type=Path,
+                   help="the baseline's analysis.json: its estimates and speed of light beside the measured speedup "
+                        "(default: the analysis optimizations.json names, when it exists)")
     p.add_argument("--comparison", type=Path, help="comparison.json of the two profiles")
     p.add_argument("--bench", type=Path, help="bench.json: the only source of the stated speedup")
     p.add_argument("--validation", type=Path, help="validation_report.json")

@@ -330,6 +330,10 @@ async def report(
     analysis: Annotated[str | None, Field(
         description="analysis.json (from analyze): the optimized profile's for a report, the baseline's for a plan."
     )] = None,
+    baseline_analysis: Annotated[str | None, Field(
+        description="The baseline profile's analysis.json: its estimates and speed of light are set beside the "
+        "measured speedup (default: the analysis optimizations.json names, when it exists)."
+    )] = None,
     comparison: Annotated[str | None, Field(description="comparison.json (from compare).")] = None,
     bench_json: Annotated[str | None, Field(description="bench.json (from bench): the only speedup stated.")] = None,
     validation: Annotated[str | None, Field(description="validation_report.json (from validate).")] = None,
@@ -352,6 +356,7 @@ async def report(
         ReportRequest, baseline_profile=resolve(baseline_profile, "profile"),
         optimized_profile=resolve_optional(optimized_profile, "profile"),
         analysis=resolve_optional(analysis, "analysis.json"),
+        baseline_analysis=resolve_optional(baseline_analysis, "analysis.json"),
         comparison=resolve_optional(comparison, "comparison.json"),
         bench_json=resolve_optional(bench_json, "bench.json"),
         validation=resolve_optional(validation, "validation_report.json"),

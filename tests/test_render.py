@@ -271,6 +271,44 @@ def test_residual_opportunities_skip_what_was_applied(loop: dict[str, Path]) -> 
     assert "gpu_utilization_pct=" in graphs.evidence and "% of the window; estimate" in graphs.estimate
 
 
+def _calibration_section(loop: dict[str, Path], out: Path, baseline_analysis: Path) -> str:
+    paths = render_report(loop["baseline"], out, bench=loop["bench"], validation=loop["validation"],
+                          optimizations=loop["optimizations"], analysis=loop["analysis"],
+                          baseline_analysis=baseline_analysis, project_dir=REPO)
+    report = next(p for p in paths if p.name == "report.md").read_text()
+    assert "## Estimates against the measurement" in report
+    return report.split("## Estimates against the measurement")[1].split("## Device and clocks")[0]
+
+
+def test_report_sets_the_estimates_beside_the_measured_speedup(loop: dict[str, Path], tmp_path: Path) -> None:
+    section = _calibration_section(loop, tmp_path, loop["analysis_baseline"])
+    bench = BenchResult.model_validate_json(loop["bench"].read_text())
+    analysis = Analysis.model_validate_json(loop["analysis_baseline"].read_text())
+    assert analysis.timeline is not None and analysis.speed_of_light is not None
+    fold = next(o for o in analysis.opportunities if o.change_class == "conv_bn_fold")
+    window = analysis.timeline.window_ns
+    assert f"Measured: **{bench.speedup.point:.2f}×**" in section
+    assert "1.05×–1.15× (the plan)" in section  # the applied item's estimate; the deferred one is left out
+    assert f"≤ {window / (window - fold.estimated_saving_ns):.2f}× (analysis, upper bound)" in section
+    assert "the profiled window (no timing pass ran" in section  # the recorded H200 run predates the timing pass
+    verdict = "below the estimate" if bench.speedup.point < 1.05 else (
+        "above the estimate" if bench.speedup.point > 1.15 else "within the estimate")
+    assert verdict in section
+    assert f"a speedup above {analysis.speed_of_light.max_plausible_speedup:.2f}× is suspect" in section
+    assert "Replay as a CUDA graph" not in section
+
+
+def test_a_speedup_above_the_speed_of_light_is_flagged(loop: dict[str, Path], tmp_path: Path) -> None:
+    analysis = Analysis.model_validate_json(loop["analysis_baseline"].read_text())
+    assert analysis.speed_of_light is not None
+    bench = BenchResult.model_validate_json(loop["bench"].read_text())
+    low = analysis.speed_of_light.model_copy(update={"max_plausible_speedup": bench.speedup.point / 2})
+    path = tmp_path / "analysis.json"
+    path.write_text(analysis.model_copy(update={"speed_of_light": low}).model_dump_json())
+    section = _calibration_section(loop, tmp_path / "out", path)
+    assert f"the measured {bench.speedup.point:.2f}× exceeds it" in section
+
+
 def test_proposal_quotes_the_diagnosis(documents: dict[str, str]) -> None:
     proposal = documents["proposal.md"]
     assert "## Diagnosis (analysis.json)" in proposal and "launch_overhead: The GPU is busy" in proposal

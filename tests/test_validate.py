@@ -166,3 +166,28 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path):
         validate(BASELINE, CORRECT, rtol=-1.0)
     with pytest.raises(WorkloadError, match="not found"):
         validate(BASELINE, tmp_path / "nope_optimized.py")
+
+
+@pytest.mark.slow
+def test_the_bound_comes_from_the_baselines_speed_of_light(tmp_path):
+    """`validate --analysis`: the baseline analysis's max_plausible_speedup is the bound when none is given."""
+    from mcp_server import api
+    from mcp_server.schema.analysis import Analysis, SpeedOfLight
+    from mcp_server.schema.requests import Interpreter, ValidateRequest
+
+    example = Analysis.model_validate_json((Path(__file__).resolve().parents[1] / "examples" / "conv_block"
+                                            / "analysis.json").read_text())
+    sol = SpeedOfLight(window_ns=6_000_000, window_source="test", floor_ns=4_000_000,
+                       reduced_precision_floor_ns=3_000_000, launch_floor_ns=40_000, kernels_bounded=40,
+                       kernels_at_measured_time=0, pct_of_speed_of_light=66.7, plausible_floor_ns=2_000_000,
+                       max_plausible_speedup=3.0, estimate_label="estimate")
+    analysis = tmp_path / "analysis.json"
+    analysis.write_text(example.model_copy(update={"speed_of_light": sol}).model_dump_json())
+    said: list[str] = []
+    req = ValidateRequest(baseline=BASELINE, optimized=CORRECT, python=Interpreter(python=sys.executable), seeds=(0,),
+                          run_tests=False,
+                          speedup=3.5, analysis=analysis, output=tmp_path / "out", project=tmp_path)
+    result = api.validate(req, said.append)
+    assert result.max_plausible_speedup == 3.0
+    assert "speedup_plausible" in result.failed_checks
+    assert any("a speedup above 3.00x is suspect" in line for line in said)

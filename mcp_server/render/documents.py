@@ -11,6 +11,7 @@ from mcp_server.render.inputs import ReportInputs
 from mcp_server.render.repro import CommandView, optimized_workload_path, plan_commands, report_commands, show_path
 from mcp_server.render.views import (
     IR_LEVEL_HOW,
+    CalibrationView,
     ClockView,
     DeviceView,
     HotspotView,
@@ -21,6 +22,7 @@ from mcp_server.render.views import (
     SpeedupView,
     TotalView,
     ValidationView,
+    calibration_view,
     clock_views,
     consistency_notes,
     device_view,
@@ -56,6 +58,7 @@ class ReportView(BaseModel):
     clocks: list[ClockView]
     speedup: SpeedupView | None
     validation: ValidationView | None
+    calibration: CalibrationView | None = None
     totals: list[TotalView]
     operators: list[OperatorChange]
     applied: list[ItemView]
@@ -139,6 +142,9 @@ def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) ->
         device=device_view(inputs.baseline), clocks=clock_views(inputs),
         speedup=speedup_view(inputs.bench) if inputs.bench else None,
         validation=validation_view(inputs.validation) if inputs.validation else None,
+        calibration=calibration_view(inputs.optimizations, inputs.validation, inputs.bench,
+                                     inputs.baseline_analysis)
+        if inputs.optimizations else None,
         totals=totals_view(inputs.comparison) if inputs.comparison else [],
         operators=operator_changes(inputs.comparison) if inputs.comparison else [],
         applied=[i for i in items if i.applied], not_applied=[i for i in items if not i.applied],

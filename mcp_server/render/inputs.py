@@ -29,6 +29,8 @@ class ReportInputs:
     optimized_path: Path | None = None
     analysis: Analysis | None = None
     analysis_path: Path | None = None
+    baseline_analysis: Analysis | None = None
+    baseline_analysis_path: Path | None = None
     comparison: Comparison | None = None
     comparison_path: Path | None = None
     bench: BenchResult | None = None
@@ -47,6 +49,7 @@ def load_inputs(
     bench: Path | None = None,
     validation: Path | None = None,
     optimizations: Path | None = None,
+    baseline_analysis: Path | None = None,
 ) -> ReportInputs:
     """Load and validate every given file; a missing or malformed file raises ProfileFormatError."""
     inputs = ReportInputs(baseline=load_profile(baseline_profile), baseline_path=Path(baseline_profile))
@@ -66,4 +69,14 @@ def load_inputs(
         inputs.validation, inputs.validation_path = load_validation_report(Path(validation)), Path(validation)
     if optimizations is not None:
         inputs.optimizations, inputs.optimizations_path = load_optimizations(Path(optimizations)), Path(optimizations)
+        if baseline_analysis is None and inputs.optimizations.analysis:  # the analysis the plan was drawn from
+            consulted = Path(inputs.optimizations.analysis)
+            for candidate in (consulted, Path(optimizations).parent / consulted):
+                if candidate.is_file() and candidate != inputs.analysis_path:
+                    baseline_analysis = candidate
+                    break
+    if baseline_analysis is not None:
+        inputs.baseline_analysis = read_model(Path(baseline_analysis), Analysis, "analysis.json",
+                                              "run `analyze` on the baseline profile")
+        inputs.baseline_analysis_path = Path(baseline_analysis)
     return inputs

@@ -110,6 +110,7 @@ def report_command(inputs: ReportInputs, out_dir: Path, project_dir: Path, plan:
     argv = [PROGRAM, "report", show_path(inputs.baseline_path, project_dir)]
     for flag, path in (
         ("--optimized-profile", inputs.optimized_path), ("--analysis", inputs.analysis_path),
+        ("--baseline-analysis", inputs.baseline_analysis_path),
         ("--comparison", inputs.comparison_path), ("--bench", inputs.bench_path),
         ("--validation", inputs.validation_path), ("--optimizations", inputs.optimizations_path),
     ):

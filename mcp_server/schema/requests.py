@@ -289,6 +289,7 @@ class ReportRequest(_Request):
     baseline_profile: Path
     optimized_profile: Path | None = None
     analysis: Path | None = None
+    baseline_analysis: Path | None = None
     comparison: Path | None = None
     bench_json: Path | None = None
     validation: Path | None = None
