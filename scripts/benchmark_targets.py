@@ -160,14 +160,14 @@ def main() -> None:
     os.environ.setdefault("OPERATOR_PROFILER_EXAMPLE_SCALE", "full")
     shutil.rmtree(args.work, ignore_errors=True)
     rows = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    suffix = "_".join(args.modes.split(","))
     for workload in args.workloads.split(","):
         for mode in args.modes.split(","):
             row = measure(workload, mode, args.work, references=not args.no_references)
             rows.append(row)
             print(json.dumps(row), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    suffix = "_".join(args.modes.split(","))
-    (args.out / f"targets_{suffix}.json").write_text(json.dumps(rows, indent=1))
+            (args.out / f"targets_{suffix}.json").write_text(json.dumps(rows, indent=1))  # each row as it comes
     for name in args.pack:
         for rep in (args.work / name).glob("*/report.nsys-rep"):
             rep.unlink()

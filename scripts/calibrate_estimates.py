@@ -180,11 +180,12 @@ def main() -> None:
     parser.add_argument("--workloads", default=ALL)
     args = parser.parse_args()
     rows: list[dict[str, object]] = []
-    for entry in args.workloads.split(","):
-        rows += calibrate(entry, args.work)
-        print(table(rows[-TOP:]).splitlines()[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "calibration.json").write_text(json.dumps(rows, indent=1))
+    for entry in args.workloads.split(","):
+        added = calibrate(entry, args.work)
+        rows += added
+        print("\n".join(table(added).splitlines()[2:]), flush=True)
+        (args.out / "calibration.json").write_text(json.dumps(rows, indent=1))  # each workload as it comes
     print(table(rows))
 
 
