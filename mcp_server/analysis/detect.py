@@ -260,9 +260,11 @@ def work_kernels(placed: list[Placed]) -> set[int]:
 
 def fusible_kernels(placed: list[Placed]) -> set[int]:
     """Kernels torch.compile would fuse: element-wise, normalisation, reduction and copy kernels of eager
-    operators (not GEMMs or convolutions, not fused attention, not host-syncing ops)."""
+    operators (not GEMMs or convolutions, not fused attention, not host-syncing ops, not the kernels of ops
+    Inductor calls as they are: patterns.yaml opaque_ops)."""
     return {
         p.kernel.kernel_id for p in placed
         if p.op is not None and not p.op.is_fused and _op_kind(p.op, p.kernel) is None
         and not matches("fused_attention_kernels", p.kernel.kernel_name) and not matches("sync_ops", p.op.operator_name)
+        and not matches("opaque_ops", p.op.operator_name) and not matches("opaque_ops", p.kernel.attribution.launch_op)
     }

@@ -67,10 +67,11 @@ def _speedup(placed: dict[int, Placed], analyses: dict[int, KernelAnalysis], ids
         elif roof and device and roof.ncu_duration_ns and roof.flop > 0:
             peak = peak_at_clock(device, target, roof.sm_clock_mhz)
             bandwidth = device.dram_bandwidth_bytes_per_s
-            if peak:
-                seconds = roof.flop / peak
-                if bandwidth and roof.dram_bytes:
-                    seconds = max(seconds, roof.dram_bytes * bytes_ratio / bandwidth)
+            if peak:  # the kernel's own DRAM traffic is no floor (a tensor-core kernel tiles differently):
+                seconds = roof.flop / peak  # the FLOPs at the new peak, and a GEMM's compulsory bytes
+                minimum = gemm_flops_and_bytes(p.op) if p.op is not None else None
+                if bandwidth and minimum:
+                    seconds = max(seconds, minimum[1] * bytes_ratio / bandwidth)
                 new = min(t, max(floor, t * seconds * 1e9 / roof.ncu_duration_ns))
         saving = t - new
         kernel_total += saving
@@ -151,19 +152,25 @@ def build_opportunities(
             f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); "
             + ("gaps measured without the profiler" if health.unprofiled else "gaps inflated by profiler "
                "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"])
-    if host_bound and mode == "eager" and fusible:
-        chains = _chains(placed, fusible)
-        e2e = sum(_pitch(by_id, c[1:]) for c in chains)
+    chains = _chains(placed, fusible) if mode == "eager" and fusible else []
+    if chains:
         kernel = sum(max(0, _duration(by_id, c) - max(by_id[i].kernel.duration_ns for i in c)) for c in chains)
         n = sum(len(c) for c in chains)
-        # host_bound: at least one of the two findings is present.
-        swarm = kinds["tiny_kernel_swarm"] if "tiny_kernel_swarm" in kinds else kinds["host_bound_window"]
+        if host_bound:  # compiled code launches with far less host work: every gap between kernels may shrink
+            inner = sum(p.gap_before_ns for p in placed[1:])
+            e2e = min(inner + kernel, max(0, health.window_ns - placed[0].gap_before_ns))
+            how = (f"and the compiled code's launches cost the host less, so every idle gap between kernels may "
+                   f"shrink ({_us(inner)} of them, "
+                   + ("measured without the profiler)" if health.unprofiled else "inflated by instrumentation)"))
+            swarm = kinds["tiny_kernel_swarm"] if "tiny_kernel_swarm" in kinds else kinds["host_bound_window"]
+            triggers = [*swarm.triggers]
+        else:  # the GPU is the critical path: the memory passes fusion removes shorten it
+            e2e, how, triggers = kernel, "(the GPU is the critical path: the kernel time saved is the estimate)", []
         add(f"Fuse {n} element-wise/normalisation kernels into ~{len(chains)} with torch.compile (Inductor)",
             "inductor_config", ["tiny_kernel_swarm", "host_bound_window"], e2e, kernel,
             "estimate (upper bound): each run of consecutive element-wise/normalisation kernels becomes one kernel "
-            f"and gives back the launches it removes{NOT_ADDITIVE}", modules=["(whole window)"],
-            triggers=[*swarm.triggers,
-                      f"fusible_kernels={n}", f"fusion_groups={len(chains)}"])
+            f"as long as its longest, {how}{NOT_ADDITIVE}", modules=["(whole window)"],
+            triggers=[*triggers, f"fusible_kernels={n}", f"fusion_groups={len(chains)}"])
     target = _target_precision(device)
     for kind, cls in (("fp32_matmul", "dtype_autocast"), ("fp32_conv", "channels_last")):
         finding = kinds.get(kind)
@@ -182,8 +189,9 @@ def build_opportunities(
         later = (f"; the GPU waits on the host after these kernels, so the {_us(kernel)} of kernel time counts "
                  "end to end only once launch overhead is removed") if e2e < kernel / 2 else ""
         add(f"Run {len(finding.kernel_ids)} FP32 {what} on tensor cores: {how}", cls, [kind], e2e, kernel,
-            f"estimate (upper bound): each kernel shrinks to its {target.replace('_', ' ')} roofline time (counter "
-            "FLOPs and bytes, or model FLOPs from shapes without counters), not below "
+            f"estimate (upper bound): each kernel shrinks to its {target.replace('_', ' ')} roofline time (its "
+            "FLOPs at that peak and, for a GEMM, the bytes its shapes must move; the FP32 kernel's own DRAM "
+            "traffic is no floor, a tensor-core kernel tiles differently), not below "
             f"{_us(rule('estimates', 'kernel_floor_ns'))}; only kernels on the GPU critical path shorten the "
             f"window{later}")
     for kind in ("unfused_attention", "sdpa_math_path"):
