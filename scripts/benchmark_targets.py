@@ -75,7 +75,7 @@ def _references(row: dict[str, object], path: Path, workload: str, mode: str, tr
 
 def _run(row: dict[str, object], path: Path, workload: str, mode: str, train: bool, work: Path) -> dict[str, object]:
     """`operator-profiler run` as a user runs it, its profile's coverage, and its analysis's verdicts."""
-    run_dir = work / f"{workload}_{mode}"
+    run_dir = work / f"{workload}{'_train' if train else ''}_{mode}"
     t0, t0_epoch = time.monotonic(), time.time()
     proc = subprocess.run(
         [sys.executable, "-m", "mcp_server.cli", "run", str(path), "--compile-mode", mode, "-o", str(run_dir), "-q",
@@ -154,6 +154,8 @@ def main() -> None:
     parser.add_argument("--modes", default="eager,inductor")
     parser.add_argument("--no-references", action="store_true",
                         help="skip the two reference timings (queued ahead, graph replay) before each run")
+    parser.add_argument("--profiles", action="store_true",
+                        help="also bring back each run's profile.json as --out/profiles/<workload>_<mode>.json")
     parser.add_argument("--pack", action="append", default=[],
                         help="also bring back <workload>_<mode>'s run directory as a tar.xz in --out (repeatable)")
     args = parser.parse_args()
@@ -167,6 +169,10 @@ def main() -> None:
             row = measure(workload, mode, args.work, references=not args.no_references)
             rows.append(row)
             print(json.dumps(row), flush=True)
+            name = f"{str(row['workload']).replace('+', '_')}_{mode}"
+            if args.profiles and (args.work / name / "profile.json").is_file():
+                (args.out / "profiles").mkdir(parents=True, exist_ok=True)
+                shutil.copy(args.work / name / "profile.json", args.out / "profiles" / f"{name}.json")
             (args.out / f"targets_{suffix}.json").write_text(json.dumps(rows, indent=1))  # each row as it comes
     for name in args.pack:
         for rep in (args.work / name).glob("*/report.nsys-rep"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mcp_server.analysis.devices import peak_at_clock
-from mcp_server.analysis.rules import rule
+from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes
 from mcp_server.analysis.timeline import Placed
 from mcp_server.schema.analysis import DeviceSpec, Finding, KernelAnalysis, Opportunity, TimelineHealth
@@ -154,8 +154,10 @@ def build_opportunities(
                "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"])
     chains = _chains(placed, fusible) if mode == "eager" and fusible else []
     if chains:
-        kernel = sum(max(0, _duration(by_id, c) - max(by_id[i].kernel.duration_ns for i in c)) for c in chains)
-        n = sum(len(c) for c in chains)
+        # upper bound: every fusible kernel may fuse into a neighbour, and Inductor may run the convolutions
+        # channels-last, without cuDNN's layout conversions
+        layouts = [p for p in placed if matches("cudnn_layout_kernels", p.kernel.kernel_name)]
+        kernel = sum(by_id[i].kernel.duration_ns for i in fusible) + sum(p.kernel.duration_ns for p in layouts)
         if host_bound:  # compiled code launches with far less host work: every gap between kernels may shrink
             inner = sum(p.gap_before_ns for p in placed[1:])
             e2e = min(inner + kernel, max(0, health.window_ns - placed[0].gap_before_ns))
@@ -165,12 +167,14 @@ def build_opportunities(
             swarm = kinds["tiny_kernel_swarm"] if "tiny_kernel_swarm" in kinds else kinds["host_bound_window"]
             triggers = [*swarm.triggers]
         else:  # the GPU is the critical path: the memory passes fusion removes shorten it
-            e2e, how, triggers = kernel, "(the GPU is the critical path: the kernel time saved is the estimate)", []
-        add(f"Fuse {n} element-wise/normalisation kernels into ~{len(chains)} with torch.compile (Inductor)",
+            e2e, how, triggers = kernel, "the GPU being the critical path", []
+        add(f"Fuse {len(fusible)} element-wise/normalisation kernels with torch.compile (Inductor)",
             "inductor_config", ["tiny_kernel_swarm", "host_bound_window"], e2e, kernel,
-            "estimate (upper bound): each run of consecutive element-wise/normalisation kernels becomes one kernel "
-            f"as long as its longest, {how}{NOT_ADDITIVE}", modules=["(whole window)"],
-            triggers=[*triggers, f"fusible_kernels={n}", f"fusion_groups={len(chains)}"])
+            f"estimate (upper bound): the {len(fusible)} element-wise/normalisation kernels' time fuses away into "
+            f"their neighbours{f' and cuDNN drops its {len(layouts)} layout conversions' if layouts else ''}, "
+            f"{how}{NOT_ADDITIVE}", modules=["(whole window)"],
+            triggers=[*triggers, f"fusible_kernels={len(fusible)}", f"fusion_groups={len(chains)}",
+                      f"cudnn_layout_kernels={len(layouts)}"])
     target = _target_precision(device)
     for kind, cls in (("fp32_matmul", "dtype_autocast"), ("fp32_conv", "channels_last")):
         finding = kinds.get(kind)

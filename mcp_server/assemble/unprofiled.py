@@ -1,10 +1,12 @@
 """The window measured without the profiler: the timing pass's windows and kernels, joined to the attributed
 timeline on launch order.
 
-The timing pass runs the same window `K` times (no NVTX, no hooks, no operator recording), each between CUDA
-events, while CUPTI alone records the kernels. Its kernels are the attributed window's launches, K times over;
-each window's length, GPU busy time (the union of its kernels) and the idle time before each launch are taken as
-the median over the K windows.
+The timing pass runs the same window `K` times (no NVTX, no hooks, no operator recording, no tracing), each
+between CUDA events: the window's length is their median. It then runs the window `T` more times while CUPTI alone
+records the kernels: the attributed window's launches, T times over. GPU busy time (the union of a window's
+kernels) and the idle time before each launch are the median over the T traced windows; CUPTI's launch callbacks
+slow the host, so the gaps are scaled by the untraced window's idle time over the traced one's. (Runs recorded
+before the untraced windows existed traced all K windows: the factor is then 1.)
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Unprofiled:
     windows: int
     clocks: dict[str, Any] | None = None
     wall_ns: int | None = None
+    traced_wall_ns: int | None = None
     busy_ns: int | None = None
     gaps: dict[int, int] = field(default_factory=dict)  # kernel_id -> median idle time before it
     warnings: list[str] = field(default_factory=list)
@@ -45,9 +48,9 @@ def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofi
     if result.get("status") != "ok":
         return None
     windows = result.get("windows") or [result.get("window", {})]
-    elapsed = [w["gpu_elapsed_ns"] for w in windows if w.get("gpu_elapsed_ns")]
-    summary = Unprofiled(windows=len(windows), wall_ns=int(statistics.median(elapsed)) if elapsed else None,
-                         clocks=result.get("clocks"))
+    traced_windows = result.get("traced_windows") or windows
+    summary = Unprofiled(windows=len(windows), wall_ns=_median_elapsed(windows),
+                         traced_wall_ns=_median_elapsed(traced_windows), clocks=result.get("clocks"))
     trace = run_dir.kineto_trace("timing")
     if not trace.is_file():
         summary.warnings.append("the timing pass traced no kernels: no unprofiled GPU busy time")
@@ -57,16 +60,16 @@ def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofi
     except (ValueError, KeyError) as exc:
         raise ProfileFormatError(f"{trace} is not a readable Kineto trace: {exc}", "re-run the capture") from exc
     ordered = sorted(kernels, key=lambda k: k.kernel_id)
-    count = len(ordered)
-    if not count or len(traced) != count * len(windows):
+    count, runs = len(ordered), len(traced_windows)
+    if not count or len(traced) != count * runs:
         summary.warnings.append(
-            f"the timing pass ran {len(traced)} kernels in {len(windows)} windows, not {count} per window as the "
+            f"the timing pass ran {len(traced)} kernels in {runs} traced windows, not {count} per window as the "
             "profiled window did: its per-kernel gaps are left out"
         )
         busy = [busy_time_ns([(k.start_ns, k.start_ns + k.duration_ns) for k in traced])]
-        summary.busy_ns = busy[0] // max(len(windows), 1)
+        summary.busy_ns = busy[0] // max(runs, 1)
         return summary
-    per_window = [traced[i * count:(i + 1) * count] for i in range(len(windows))]
+    per_window = [traced[i * count:(i + 1) * count] for i in range(runs)]
     summary.busy_ns = int(statistics.median(busy_time_ns([(k.start_ns, k.start_ns + k.duration_ns) for k in w])
                                             for w in per_window))
     mismatched = sum(1 for k, t in zip(ordered, per_window[0], strict=True) if _name(k.kernel_name) != _name(t.name))
@@ -75,8 +78,17 @@ def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofi
                                 "profiled window's, in launch order: its per-kernel gaps are left out")
         return summary
     gaps = [_gaps(w) for w in per_window]
-    summary.gaps = {k.kernel_id: int(statistics.median(g[i] for g in gaps)) for i, k in enumerate(ordered) if i}
+    factor = 1.0
+    if summary.wall_ns and summary.traced_wall_ns and summary.traced_wall_ns > summary.busy_ns:
+        factor = min(1.0, max(0, summary.wall_ns - summary.busy_ns) / (summary.traced_wall_ns - summary.busy_ns))
+    summary.gaps = {k.kernel_id: int(factor * statistics.median(g[i] for g in gaps))
+                    for i, k in enumerate(ordered) if i}
     return summary
+
+
+def _median_elapsed(windows: Sequence[dict[str, Any]]) -> int | None:
+    elapsed = [w["gpu_elapsed_ns"] for w in windows if w.get("gpu_elapsed_ns")]
+    return int(statistics.median(elapsed)) if elapsed else None
 
 
 def _gaps(window: Sequence[TraceKernel]) -> list[int]:
@@ -103,6 +115,7 @@ def apply_unprofiled(profile: OperatorAttributedProfile, unprofiled: Unprofiled 
     window = profile.window
     window.unprofiled_wall_time_ns, window.unprofiled_gpu_busy_time_ns = unprofiled.wall_ns, unprofiled.busy_ns
     window.unprofiled_windows = unprofiled.windows
+    window.unprofiled_traced_wall_time_ns = unprofiled.traced_wall_ns
     profile.warnings += unprofiled.warnings
     clocks = unprofiled.clocks
     if clocks:

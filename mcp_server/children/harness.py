@@ -9,8 +9,10 @@ project environment. The engine starts it as a child process:
 It seeds every RNG, builds the model with `get_model_and_input()`, compiles it if asked, warms up, and runs
 the measured window, writing `--result` (environment, window times, module table, errors) whatever happens
 and, with the torch profiler, the Kineto trace at `--kineto-trace` (nvtx: nsys/ncu record it from outside). The
-no-profiler timing pass (`--profiler kernels --windows K`) measures the window K times with no NVTX, no hooks and
-no operator recording, while CUPTI alone records the kernels (a Kineto trace of CUDA activity only).
+no-profiler timing pass (`--profiler kernels --windows K`) measures the window K times with no NVTX, no hooks, no
+operator recording and no tracing (`windows`), then twice more while CUPTI alone records the kernels (a Kineto
+trace of CUDA activity only; `traced_windows`): CUPTI's launch callbacks slow the host, so the window's time comes
+from the untraced windows and the kernels' durations and gaps from the traced ones.
 In compiled modes it writes `--provenance`: which aten ops and nn.Modules each generated kernel came from,
 with a copy of Inductor's generated code beside it. A script without `get_model_and_input` marks its own
 window with `NvtxCapture` (mcp_server/children/script.py).
@@ -22,7 +24,6 @@ if __name__ == "__main__":
     import _operator_profiler_child  # noqa: F401 - this package importable, this folder off sys.path
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -153,17 +154,25 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     replay = capture_graph(step) if args.graph_replay and torch.cuda.is_available() else None
     if isinstance(replay, str):
         result["warnings"].append(f"--graph-replay: the window could not be captured in a CUDA graph: {replay}")
-    windows = []
-    trace = KernelTrace(args.kineto_trace) if args.profiler == "kernels" else None
-    with trace or contextlib.nullcontext():
-        for number in range(args.windows):
-            last = number == args.windows - 1
+    def measure(count: int, release: bool) -> tuple[list[dict[str, int | None]], MeasuredWindow]:
+        timed = []
+        for number in range(count):
+            last = release and number == count - 1
             window = MeasuredWindow("none" if args.profiler == "kernels" else args.profiler, args.kineto_trace,
                                     queue_ahead_ns, on_gpu_done=lock.release if last else None)
             with window:
                 for _ in range(args.iters):
                     replay() if callable(replay) else step()
-            windows.append({"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns})
+            timed.append({"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns})
+        return timed, window
+
+    trace = KernelTrace(args.kineto_trace) if args.profiler == "kernels" else None
+    if trace is None:
+        windows, window = measure(args.windows, release=True)
+    else:  # the window's own time untraced; then its kernels under CUPTI, whose launch callbacks slow the host
+        windows, window = measure(args.windows, release=False)
+        with trace:
+            result["traced_windows"], _ = measure(TRACED_WINDOWS, release=True)
     if clocks is not None:  # sampled through the warm-up and the windows: the clocks the window's work runs at
         clocks.stop()
         result["clocks"] = clocks.summary()
@@ -191,6 +200,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         result["artifacts"].append(_artifact(args.kineto_trace, args.run_dir))
     elif trace is not None:
         result["warnings"].append("no CUDA device: the timing pass traced no kernels")
+
+
+TRACED_WINDOWS = 2  # windows of the timing pass run again under the kernel trace, for busy time and gaps
 
 
 def _run_script_workload(args: argparse.Namespace, result: dict[str, Any]) -> None:

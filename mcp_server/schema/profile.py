@@ -183,6 +183,11 @@ class WindowTotals(_Model):
         default=None, description="Union of kernel intervals in that window (CUPTI activity only), ns.",
     )
     unprofiled_windows: int | None = Field(default=None, description="How many windows the timing pass measured.")
+    unprofiled_traced_wall_time_ns: int | None = Field(
+        default=None, description="The window under the kernel trace that gives busy time and gaps (CUDA events, "
+        "median), ns: CUPTI's launch callbacks slow the host, so its gaps are scaled to the untraced window's idle "
+        "time.",
+    )
 
 
 class OperatorAttributedProfile(_Model):
