@@ -81,25 +81,29 @@ def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: l
     if not kernels:
         return Diagnosis(bottleneck=Bottleneck.HOST, root_cause="The window launched no GPU kernel: all its time "
                          "is host work.", triggers=["kernel_count=0"])
-    if util < rule("timeline", "low_utilisation_pct"):
+    time: Counter[Bottleneck] = Counter()
+    for k in kernels:
+        time[k.bottleneck] += k.duration_ns
+    cls, ns = time.most_common(1)[0]
+    idle_leads = util < rule("timeline", "saturated_pct") and health.idle_ns > ns  # idle: the window's largest share
+    if util < rule("timeline", "low_utilisation_pct") or idle_leads:
         tiny = (health.tiny_kernel_pct or 0) > rule("launch", "swarm_tiny_kernel_pct")
         waited = (health.launch_bound_kernel_pct or 0) >= 50
-        cls = Bottleneck.LAUNCH_OVERHEAD if tiny or waited else Bottleneck.HOST
+        host_cls = Bottleneck.LAUNCH_OVERHEAD if tiny or waited else Bottleneck.HOST
         head = health.idle_by_cause_ns.get("head", 0)
         cause = (f"The GPU is busy {util:.1f} % of the {_us(health.window_ns)} window: its {health.kernel_count} "
                  f"kernels run {_us(health.mean_kernel_ns)} on average but wait {_us(health.mean_gap_ns)} on average "
                  f"for the host to launch them ({_us(head)} pass before the first one). The host — Python dispatch "
                  "and kernel launches" + (", measured without the profiler" if health.unprofiled else
                                           ", inflated here by profiler instrumentation (no timing pass ran)")
-                 + " — is the critical path, so faster kernels barely shorten the window.")
-        return Diagnosis(bottleneck=cls, root_cause=cause, triggers=[
+                 + " — is the critical path, so faster kernels barely shorten the window."
+                 + (f" Idle time ({_us(health.idle_ns)}) is a larger share of the window than the kernels of its "
+                    f"most common class ({cls.value}, {_us(ns)})." if idle_leads and util >= rule(
+                        "timeline", "low_utilisation_pct") else ""))
+        return Diagnosis(bottleneck=host_cls, root_cause=cause, triggers=[
             f"gpu_utilization_pct={util:.1f}", f"mean_kernel_ns={health.mean_kernel_ns or 0:.0f}",
             f"mean_gap_ns={health.mean_gap_ns or 0:.0f}", f"tiny_kernel_pct={health.tiny_kernel_pct or 0:.0f}",
             f"launch_bound_kernel_pct={health.launch_bound_kernel_pct or 0:.0f}"])
-    time: Counter[Bottleneck] = Counter()
-    for k in kernels:
-        time[k.bottleneck] += k.duration_ns
-    cls, ns = time.most_common(1)[0]
     share = 100.0 * ns / max(sum(time.values()), 1)
     top = max((o for o in operators if o.bottleneck == cls), key=lambda o: o.duration_ns, default=None)
     lead = f", led by {top.operator_id} ({top.module_path or '-'}): {top.key_issue}" if top and top.key_issue else ""
