@@ -2,8 +2,9 @@
 
 `h100_conv_block_eager_full`: conv_block at full size, eager, a GPU-saturated window (the timing pass measured it
 busy ~98 %; under nsys + NVTX the same window looks ~86 % busy and longer). `h100_gpt2_eager`: gpt2 small, eager,
-a window the host really does hold up (GPU busy ~13 % without the profiler, ~8 % under the kernel trace alone). Expected values are recomputed here
-from the raw timing pass (its harness.json and Kineto trace, read with `json`), independently of the assembly.
+a window the host really does hold up (GPU busy ~13 % without the profiler, ~8 % under the kernel trace alone).
+Expected values are recomputed here from the raw timing pass (its harness.json and Kineto trace, read with `json`),
+independently of the assembly.
 """
 
 from __future__ import annotations
