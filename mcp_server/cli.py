@@ -351,12 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"operator-profiler {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("profile", help="capture a workload's measured window and write profile.json")
+    p = sub.add_parser("profile", help="capture a workload's measured window and write profile.json (on a GPU, "
+                       "also timed with no profiler)")
     _add_capture_options(p)
     p.add_argument("--backend", default="auto",
                    help=f"{' | '.join(BACKENDS)}: auto uses nsys when an NVIDIA GPU, nsys and ncu are present, "
                    "else torch.profiler")
-    p = sub.add_parser("run", help="profile with nsys, then replay with ncu for counters (profile + map)")
+    p = sub.add_parser("run", help="profile with nsys, time the window with no profiler, replay with ncu for counters")
     _add_capture_options(p)
     add_options(p, NcuOptions)
     p.add_argument("--backend", default="auto", help=argparse.SUPPRESS)

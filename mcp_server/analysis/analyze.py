@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from mcp_server.analysis.charts import roofline_chart, time_by_operator_chart
-from mcp_server.analysis.classify import classify_kernel, key_issue
+from mcp_server.analysis.classify import classify_kernel, kernel_issue, key_issue
 from mcp_server.analysis.detect import (
     fp32_tensor_core_candidates,
     fusible_kernels,
@@ -136,11 +136,6 @@ def dominant_class(kernels: list[KernelAnalysis]) -> Bottleneck:
     for k in kernels:
         time[k.bottleneck] += k.duration_ns
     return time.most_common(1)[0][0] if time else Bottleneck.UNKNOWN
-
-
-def kernel_issue(k: KernelAnalysis) -> str | None:
-    """The key_issue phrase recorded among a kernel's reasons."""
-    return next((r.split("=", 1)[1] for r in k.reasons if r.startswith("key_issue=")), None)
 
 
 def _operator_analyses(profile: OperatorAttributedProfile, kernels: dict[int, KernelAnalysis],

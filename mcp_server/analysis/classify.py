@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from mcp_server.analysis.rules import rule
 from mcp_server.analysis.stalls import stall_name
-from mcp_server.schema.analysis import Bottleneck, StallBreakdown
+from mcp_server.schema.analysis import Bottleneck, KernelAnalysis, StallBreakdown
 from mcp_server.schema.profile import KernelRecord
 
 
@@ -69,6 +69,9 @@ def key_issue(kernel: KernelRecord, bottleneck: Bottleneck, gap_before_ns: int |
         dram, l2 = _value(kernel, "dram_throughput_pct"), _value(kernel, "l2_hit_rate_pct")
         if l2 is not None and l2 < rule("memory", "l2_hit_low_pct"):
             return f"memory-bound, L2 hit {l2:.0f} %"
+        mem = _value(kernel, "memory_throughput_pct") or 0.0
+        if dram is not None and mem - dram >= rule("speed_of_light", "balanced_diff_pct"):
+            return f"memory-bound on chip (L1/shared/L2 {mem:.0f} % of peak, DRAM {dram:.0f} %)"
         return f"memory-bound, DRAM {dram or 0:.0f} % of peak"
     if bottleneck == Bottleneck.COMPUTE:
         tensor = _value(kernel, "tensor_pipe_active_pct")
@@ -81,3 +84,8 @@ def key_issue(kernel: KernelRecord, bottleneck: Bottleneck, gap_before_ns: int |
         return f"stalled on {stall_name(stalls.dominant)} ({stalls.dominant_share_pct:.0f} % of stalls)"
     occupancy = _value(kernel, "achieved_occupancy_pct")
     return f"latency-bound, occupancy {occupancy or 0:.0f} %"
+
+
+def kernel_issue(k: KernelAnalysis) -> str | None:
+    """The key_issue phrase recorded among a kernel's reasons."""
+    return next((r.split("=", 1)[1] for r in k.reasons if r.startswith("key_issue=")), None)

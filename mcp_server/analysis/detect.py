@@ -253,9 +253,12 @@ def _qkv(ops: list[OperatorRecord]) -> list[Finding]:
 
 
 def work_kernels(placed: list[Placed]) -> set[int]:
-    """The GEMM, convolution and fused-attention kernels: the work no fusion removes."""
+    """The GEMM, convolution and fused-attention kernels, and the kernels of ops Inductor calls as they are
+    (patterns.yaml opaque_ops: cuDNN's RNNs, sorts...): the work no fusion removes."""
     return {p.kernel.kernel_id for p in placed
-            if _op_kind(p.op, p.kernel) is not None or matches("fused_attention_kernels", p.kernel.kernel_name)}
+            if _op_kind(p.op, p.kernel) is not None or matches("fused_attention_kernels", p.kernel.kernel_name)
+            or (p.op is not None and matches("opaque_ops", p.op.operator_name))
+            or matches("opaque_ops", p.kernel.attribution.launch_op)}
 
 
 def fusible_kernels(placed: list[Placed]) -> set[int]:

@@ -8,8 +8,9 @@ BF16 tensor cores (the reduced-precision tier's cheapest).
 
 A change may do more than run the same kernels faster: fusion removes element-wise and normalisation kernels and
 their memory traffic, BF16 halves the bytes of FP32 tensors. The plausibility floor allows all of it: only the
-window's GEMM, convolution and attention kernels remain, on BF16 tensor cores reading half their bytes, each with
-one launch; every other kernel, and every kernel without counters, costs nothing. The window over that floor is
+window's GEMM, convolution and attention kernels, and those of ops no compiler fuses (cuDNN's RNNs, sorts...),
+remain, on BF16 tensor cores reading half their bytes, each with one launch; every other kernel, and every kernel
+without counters, costs nothing. The window over that floor is
 the largest speedup a change can plausibly claim (`max_plausible_speedup`). Peaks are datasheet peaks at boost
 clocks: the floors are estimates.
 """
@@ -60,7 +61,7 @@ def _bounds(kernel: KernelAnalysis, device: DeviceSpec) -> tuple[float, float, f
 def speed_of_light(kernels: list[KernelAnalysis], device: DeviceSpec | None, window_ns: int, window_source: str,
                    work_kernels: Collection[int] = ()) -> SpeedOfLight | None:
     """The window's floors and its distance from them (None without device peaks or kernels). `work_kernels`
-    are the GEMM, convolution and attention kernels: the only ones the plausibility floor keeps."""
+    are the GEMM, convolution, attention and opaque ops' kernels: the only ones the plausibility floor keeps."""
     if device is None or not kernels or window_ns <= 0 or not device.dram_bandwidth_bytes_per_s:
         return None
     launch_ns = rule("estimates", "launch_floor_ns")

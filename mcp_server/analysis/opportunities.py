@@ -157,7 +157,11 @@ def build_opportunities(
         # upper bound: every fusible kernel may fuse into a neighbour, and Inductor may run the convolutions
         # channels-last, without cuDNN's layout conversions
         layouts = [p for p in placed if matches("cudnn_layout_kernels", p.kernel.kernel_name)]
-        kernel = sum(by_id[i].kernel.duration_ns for i in fusible) + sum(p.kernel.duration_ns for p in layouts)
+        # and Inductor's pattern matcher rewrites unfused attention (matmul, softmax, matmul) to fused SDPA
+        attention = {i for kind in ("unfused_attention", "sdpa_math_path") if kind in kinds
+                     for group in _runs(profile, kinds[kind]) for i in group if i in by_id and i not in fusible}
+        kernel = (sum(by_id[i].kernel.duration_ns for i in fusible) + sum(p.kernel.duration_ns for p in layouts)
+                  + sum(by_id[i].kernel.duration_ns for i in attention))
         if host_bound:  # compiled code launches with far less host work: every gap between kernels may shrink
             inner = sum(p.gap_before_ns for p in placed[1:])
             e2e = min(inner + kernel, max(0, health.window_ns - placed[0].gap_before_ns))
@@ -171,10 +175,11 @@ def build_opportunities(
         add(f"Fuse {len(fusible)} element-wise/normalisation kernels with torch.compile (Inductor)",
             "inductor_config", ["tiny_kernel_swarm", "host_bound_window"], e2e, kernel,
             f"estimate (upper bound): the {len(fusible)} element-wise/normalisation kernels' time fuses away into "
-            f"their neighbours{f' and cuDNN drops its {len(layouts)} layout conversions' if layouts else ''}, "
+            f"their neighbours{f' and cuDNN drops its {len(layouts)} layout conversions' if layouts else ''}"
+            f"{f', the {len(attention)} unfused attention GEMMs become fused attention' if attention else ''}, "
             f"{how}{NOT_ADDITIVE}", modules=["(whole window)"],
             triggers=[*triggers, f"fusible_kernels={len(fusible)}", f"fusion_groups={len(chains)}",
-                      f"cudnn_layout_kernels={len(layouts)}"])
+                      f"cudnn_layout_kernels={len(layouts)}", f"attention_kernels={len(attention)}"])
     target = _target_precision(device)
     for kind, cls in (("fp32_matmul", "dtype_autocast"), ("fp32_conv", "channels_last")):
         finding = kinds.get(kind)

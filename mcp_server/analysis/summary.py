@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from mcp_server.analysis.classify import kernel_issue
 from mcp_server.analysis.rules import rule
 from mcp_server.schema.analysis import (
     Analysis,
@@ -74,6 +75,21 @@ def stage_rows(operators: list[OperatorAnalysis], kernels: list[KernelAnalysis],
     return sorted(rows, key=lambda r: -r.duration_ns)[:limit]
 
 
+def _lead(cls: Bottleneck, kernels: list[KernelAnalysis], operators: list[OperatorAnalysis]) -> str:
+    """", led by <operator> (<module>): <issue>": the operator with the most kernel time of class `cls`, and the
+    issue of its longest kernel of that class (an operator's own longest kernel may be of another class)."""
+    mine: dict[str, list[KernelAnalysis]] = {}
+    for k in kernels:
+        if k.bottleneck == cls and k.operator_id:
+            mine.setdefault(k.operator_id, []).append(k)
+    if not mine:
+        return ""
+    op_id, ks = max(mine.items(), key=lambda item: sum(k.duration_ns for k in item[1]))
+    issue = kernel_issue(max(ks, key=lambda k: k.duration_ns))
+    module = next((o.module_path for o in operators if o.operator_id == op_id), None) or ks[0].module_path
+    return f", led by {op_id} ({module or '-'}): {issue}" if issue else ""
+
+
 def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: list[OperatorAnalysis],
              counters: bool) -> Diagnosis:
     """The window's bottleneck and its root cause in at most two sentences."""
@@ -105,8 +121,7 @@ def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: l
             f"mean_gap_ns={health.mean_gap_ns or 0:.0f}", f"tiny_kernel_pct={health.tiny_kernel_pct or 0:.0f}",
             f"launch_bound_kernel_pct={health.launch_bound_kernel_pct or 0:.0f}"])
     share = 100.0 * ns / max(sum(time.values()), 1)
-    top = max((o for o in operators if o.bottleneck == cls), key=lambda o: o.duration_ns, default=None)
-    lead = f", led by {top.operator_id} ({top.module_path or '-'}): {top.key_issue}" if top and top.key_issue else ""
+    lead = _lead(cls, kernels, operators)
     second = ("" if counters else " Kernels carry no hardware counters (torch backend), so classes beyond launch "
               "overhead are unknown: profile with --backend nsys for roofline and stalls.")
     cause = f"The GPU is busy {util:.1f} % of the window and {share:.0f} % of kernel time is {cls.value}-bound{lead}."

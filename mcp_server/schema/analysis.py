@@ -225,9 +225,9 @@ class SpeedOfLight(_Model):
     kernels_at_measured_time: int = Field(description="Kernels without counters, counted at their measured time.")
     pct_of_speed_of_light: float = Field(description="floor_ns over the window, 0-100: how close the window runs.")
     plausible_floor_ns: int = Field(
-        description="The least time any change could plausibly reach: the GEMM, convolution and attention kernels "
-        "with counters on BF16 tensor cores reading half the bytes of their FP32 data, one launch each; every other "
-        "kernel fused away."
+        description="The least time any change could plausibly reach: the GEMM, convolution and attention kernels, "
+        "and those of ops no compiler fuses (cuDNN RNNs, sorts...), with counters, on BF16 tensor cores reading half "
+        "the bytes of their FP32 data, one launch each; every other kernel fused away."
     )
     max_plausible_speedup: float = Field(
         description="The window over plausible_floor_ns: a larger measured speedup is suspect."

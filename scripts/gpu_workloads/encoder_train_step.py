@@ -18,7 +18,8 @@ class Encoder(nn.Module):
         self.layers = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.head = nn.Linear(d_model, d_model)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+        """The head's output; `target` (the second input, for `train_step`) is not used by a forward alone."""
         return self.head(self.layers(x))
 
 

@@ -1,0 +1,109 @@
+"""Estimates against measurements, on profiles recorded on the H100 with the timing pass.
+
+`fixtures/h100_timing_profiles/` holds the profile.json of eager runs of the examples and of the workloads in
+`scripts/gpu_workloads/` (recorded by `scripts/benchmark_targets.py --profiles`; xz-compressed). Each change was
+also applied alone and benched against eager on the same kind of GPU (`scripts/calibrate_estimates.py`; the rows
+are in docs/measurements/). These tests hold the analysis to those numbers: no verdict contradicts the window
+measured without the profiler, no estimate exceeds what that window allows, no measured speedup exceeds the
+plausible speed-of-light ceiling, and the published calibration table is the current analysis's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import lzma
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_server.analysis import analyze_profile
+from mcp_server.schema.analysis import Analysis, Bottleneck
+from mcp_server.schema.io import load_profile
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILES = sorted((REPO / "tests" / "fixtures" / "h100_timing_profiles").glob("*_eager.json.xz"))
+MEASURED = [REPO / "docs" / "measurements" / name for name in
+            ("h100_calibration_examples_bench.json", "h100_calibration_own_bench.json")]
+TABLE = REPO / "docs" / "measurements" / "h100_calibration.json"
+
+
+def _table_script():
+    spec = importlib.util.spec_from_file_location("calibration_table", REPO / "scripts" / "calibration_table.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("calibration_table", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module", params=PROFILES, ids=lambda p: p.name.split(".")[0])
+def analysed(request, tmp_path_factory) -> tuple[str, Analysis]:
+    path: Path = request.param
+    plain = tmp_path_factory.mktemp("profile") / path.stem
+    plain.write_bytes(lzma.decompress(path.read_bytes()))
+    analysis = analyze_profile(load_profile(plain), tmp_path_factory.mktemp("analysis"))
+    return path.name.split(".")[0].removesuffix("_eager"), analysis
+
+
+def test_ten_workloads_were_recorded():
+    names = {p.name.split(".")[0] for p in PROFILES}
+    assert len(names) == 10
+    assert {"resnet50_eager", "encoder_train_step_train_eager", "graph_breaks_eager"} <= names
+
+
+def test_window_numbers_come_from_the_timing_pass(analysed):
+    _, analysis = analysed
+    timeline = analysis.timeline
+    assert timeline is not None and timeline.unprofiled
+    assert timeline.window_source.startswith("no profiler")
+    assert 0 < timeline.gpu_busy_ns <= timeline.window_ns
+
+
+def test_no_verdict_contradicts_the_unprofiled_window(analysed):
+    _, analysis = analysed
+    timeline = analysis.timeline
+    assert timeline is not None
+    host = {Bottleneck.LAUNCH_OVERHEAD, Bottleneck.HOST}
+    if timeline.gpu_utilization_pct >= 90:
+        assert analysis.diagnosis.bottleneck not in host
+    if timeline.gpu_utilization_pct < 50:
+        assert analysis.diagnosis.bottleneck in host
+
+
+def test_no_estimate_exceeds_what_the_window_allows(analysed):
+    _, analysis = analysed
+    timeline = analysis.timeline
+    assert timeline is not None
+    for opportunity in analysis.opportunities:
+        assert 0 < opportunity.estimated_saving_ns < timeline.window_ns
+        assert "estimate" in opportunity.estimate_label
+        if opportunity.change_class == "cuda_graphs":
+            assert opportunity.estimated_saving_ns <= timeline.idle_ns
+
+
+def test_the_speed_of_light_is_below_the_window(analysed):
+    _, analysis = analysed
+    sol = analysis.speed_of_light
+    assert sol is not None
+    assert sol.plausible_floor_ns <= sol.reduced_precision_floor_ns <= sol.floor_ns < sol.window_ns
+
+
+def test_no_measured_speedup_exceeds_the_plausible_ceiling(analysed):
+    name, analysis = analysed
+    assert analysis.speed_of_light is not None
+    ceiling = analysis.speed_of_light.max_plausible_speedup
+    rows = [r for file in MEASURED for r in json.loads(file.read_text()) if r.get("workload") == name]
+    for row in rows:
+        if "measured_speedup" in row:
+            assert row["measured_speedup"] <= ceiling, (row["change_class"], ceiling)
+
+
+def test_the_published_calibration_table_is_the_current_analysis():
+    script = _table_script()
+    measured = script._measured(MEASURED)
+    rows = [r for path in PROFILES for r in script.rows_of(path, measured)]
+    assert rows == json.loads(TABLE.read_text()), "regenerate it: python scripts/calibration_table.py (see its --help)"
+    benched = [r for r in rows if "measured_speedup" in r]
+    assert len(benched) >= 12
