@@ -411,3 +411,22 @@ def test_cli_assemble_rebuilds_profile_json_without_a_gpu(dirs, profiles, tmp_pa
     assert written == profiles[run].model_dump(mode="json")
     assert written["window"]["kernel_count"] == KERNELS[run]
     assert f"kernels: {KERNELS[run]}," in done.stdout
+
+
+def test_module_coverage_is_stated_and_warned_below_95_pct(profiles, raw_sqlite, raw_kineto):
+    """The share of kernel time with a module path, from each run's raw kernel durations; a training step's
+    backward kernels have none, so its profile says so."""
+    for run, profile in profiles.items():
+        durations = raw_durations(run, raw_sqlite, raw_kineto)
+        if not durations:
+            continue
+        total = sum(durations.values())
+        with_module = sum(durations[k.correlation_id] for op in profile.operators if op.module_path
+                          for k in op.kernels if k.correlation_id in durations)
+        pct = profile.window.module_path_kernel_time_pct
+        assert pct == pytest.approx(100.0 * with_module / total, abs=0.01), run
+        warned = any(w.startswith("module paths cover") for w in profile.warnings)
+        assert warned == (pct < 95.0), run
+    assert profiles["conv_block_eager_train_torch"].window.module_path_kernel_time_pct < 95.0
+    assert profiles["conv_block_eager"].window.module_path_kernel_time_pct == pytest.approx(100.0)
+    assert all(p.schema_version == "1.1" for p in profiles.values())

@@ -176,14 +176,16 @@ def _union_ns(starts: list[int], ends: list[int]) -> int:
 
 def window_totals(operators: list[OperatorRecord], unattributed: list[KernelRecord], wall_time_ns: int) -> WindowTotals:
     """Totals over the window: kernel time, GPU busy time, attributed and high-confidence shares."""
-    kernel_time = attributed = high = 0
+    kernel_time = attributed = high = with_module = 0
     starts: list[int] = []
     ends: list[int] = []
     reversed_interval = False
-    for kernels in [op.kernels for op in operators] + [unattributed]:
+    for kernels, module in [(op.kernels, op.module_path) for op in operators] + [(unattributed, None)]:
         for k in kernels:
             duration, attribution = k.duration_ns, k.attribution
             kernel_time += duration
+            if module:
+                with_module += duration
             if attribution.method != AttributionMethod.UNATTRIBUTED:
                 attributed += duration
             if attribution.confidence == Confidence.HIGH:
@@ -204,5 +206,25 @@ def window_totals(operators: list[OperatorRecord], unattributed: list[KernelReco
         kernel_time_ns=kernel_time,
         attributed_kernel_time_pct=100.0 * attributed / kernel_time if kernel_time else None,
         high_confidence_kernel_time_pct=100.0 * high / kernel_time if kernel_time else None,
+        module_path_kernel_time_pct=100.0 * with_module / kernel_time if kernel_time else None,
         operator_count=len(operators),
     )
+
+
+MODULE_COVERAGE_WARN_PCT = 95.0  # below this share of kernel time with a module path, the profile says so
+
+
+def module_coverage_warning(operators: list[OperatorRecord], window: WindowTotals) -> list[str]:
+    """A warning when module paths cover less than MODULE_COVERAGE_WARN_PCT % of the window's kernel time, naming
+    the operators that carry most of the rest."""
+    pct = window.module_path_kernel_time_pct
+    if pct is None or pct >= MODULE_COVERAGE_WARN_PCT:
+        return []
+    missing: dict[str, int] = {}
+    for op in operators:
+        if not op.module_path:
+            missing[op.operator_name] = missing.get(op.operator_name, 0) + sum(k.duration_ns for k in op.kernels)
+    top = ", ".join(name for name, _ in sorted(missing.items(), key=lambda item: -item[1])[:3])
+    return [f"module paths cover {pct:.1f} % of the window's kernel time (below {MODULE_COVERAGE_WARN_PCT:.0f} %): "
+            f"module-level numbers leave out the rest{f', led by {top}' if top else ''} (backward and optimizer "
+            "kernels, and ops called outside any nn.Module, have no module path)"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mcp_server.assemble.aggregate import window_totals
+from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import attribute_stream
 from mcp_server.assemble.metadata import capture_metadata, harness_result
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
@@ -99,6 +99,7 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
         warnings.append("CUDA was available but the window launched no kernel")
     window = window_totals(operators, unattributed, wall)
     window.gpu_elapsed_ns = harness.get("window", {}).get("gpu_elapsed_ns")
+    warnings += module_coverage_warning(operators, window)
     return OperatorAttributedProfile(
         capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed, warnings=warnings
     )

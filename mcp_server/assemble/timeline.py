@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from mcp_server.assemble.aggregate import window_totals
+from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Counters, attribute_stream
 from mcp_server.assemble.join import join_counters, launch_position
 from mcp_server.assemble.metadata import capture_metadata, harness_result
@@ -112,6 +112,7 @@ def _assemble(
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
     window = window_totals(operators, unattributed, harness.get("window", {}).get("wall_time_ns", 0))
     window.gpu_elapsed_ns = harness.get("window", {}).get("gpu_elapsed_ns")
+    warnings += module_coverage_warning(operators, window)
     if ncu_pass is not None:
         window.kernels_with_counters = sum(1 for op in operators for k in op.kernels if k.metrics) + sum(
             1 for k in unattributed if k.metrics

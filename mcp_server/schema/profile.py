@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.schema.types import CompileMode, RunMode
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
 
 
 class _Model(BaseModel):
@@ -169,6 +169,9 @@ class WindowTotals(_Model):
     kernel_time_ns: int = Field(default=0, description="Sum of kernel durations, ns.")
     attributed_kernel_time_pct: float | None = None
     high_confidence_kernel_time_pct: float | None = None
+    module_path_kernel_time_pct: float | None = Field(
+        default=None, description="Share of kernel time whose operator carries a module path, 0-100 (schema 1.1)."
+    )
     operator_count: int = 0
     cpu_operator_time_ns: int | None = Field(default=None, description="Sum of top-level CPU op time, ns.")
     gpu_elapsed_ns: int | None = Field(
