@@ -172,7 +172,10 @@ def test_all_kernel_time_is_attributed_without_warnings(profiles, run):
     assert profile.window.attributed_kernel_time_pct >= TARGET_ATTRIBUTED_PCT
     assert profile.window.attributed_kernel_time_pct == 100.0
     assert profile.unattributed_kernels == []
-    assert profile.warnings == []
+    # a training step's backward kernels have no module path, and the profile says so; nothing else is warned
+    expected = 1 if run == "conv_block_eager_train_torch" else 0
+    assert [w for w in profile.warnings if not w.startswith("module paths cover")] == []
+    assert len(profile.warnings) == expected
 
 
 @pytest.mark.parametrize("run", ALL_RUNS)
