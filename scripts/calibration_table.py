@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mcp_server.analysis import analyze_profile  # noqa: E402
-from mcp_server.schema.io import load_profile  # noqa: E402
+from mcp_server.schema.analysis import Analysis  # noqa: E402
+from mcp_server.schema.io import load_profile, write_text_atomic  # noqa: E402
 from mcp_server.schema.profile import OperatorAttributedProfile  # noqa: E402
 
 TOP = 3
@@ -53,13 +54,18 @@ def _measured(files: list[Path]) -> dict[tuple[str, str], dict[str, object]]:
     return rows
 
 
-def rows_of(profile_path: Path, measured: dict[tuple[str, str], dict[str, object]]) -> list[dict[str, object]]:
-    """One row per top opportunity of the profile's analysis (one row when it has none)."""
+def analyse(profile_path: Path) -> tuple[str, Analysis]:
+    """The workload's name (the file's, less `_eager`) and the current analysis of its recorded profile."""
     workload = profile_path.name.split(".")[0].removesuffix("_eager")
     with tempfile.TemporaryDirectory() as tmp:
-        analysis = analyze_profile(_load(profile_path), Path(tmp))
+        return workload, analyze_profile(_load(profile_path), Path(tmp))
+
+
+def rows_of(workload: str, analysis: Analysis, measured: dict[tuple[str, str], dict[str, object]]
+            ) -> list[dict[str, object]]:
+    """One row per top opportunity of the analysis (one row when it has none)."""
     timeline = analysis.timeline
-    assert timeline is not None, f"{profile_path}: no timeline"
+    assert timeline is not None, f"{workload}: no timeline"
     sol = analysis.speed_of_light
     base: dict[str, object] = {
         "workload": workload, "window_ns": timeline.window_ns, "window_source": timeline.window_source,
@@ -82,12 +88,12 @@ def rows_of(profile_path: Path, measured: dict[tuple[str, str], dict[str, object
             continue
         ceiling = row["max_plausible_speedup"]
         speedup = float(bench["measured_speedup"])  # type: ignore[arg-type]
-        saving_ms = int(bench["measured_saving_ns"])  # type: ignore[call-overload]
+        measured_ns = int(bench["measured_saving_ns"])  # type: ignore[call-overload]
         row.update(measured_speedup=speedup, measured_ci=bench.get("measured_ci"),
-                   measured_saving_ns=saving_ms, bench_baseline_median_ns=bench.get("baseline_median_ns"),
+                   measured_saving_ns=measured_ns, bench_baseline_median_ns=bench.get("baseline_median_ns"),
                    applied_as=bench.get("recipe"), rewrites=bench.get("rewrites"),
                    estimate_holds=speedup <= float(row["estimated_speedup"]),  # type: ignore[arg-type]
-                   saving_within_estimate=saving_ms <= saving,
+                   saving_within_estimate=measured_ns <= saving,
                    within_ceiling=ceiling is None or speedup <= float(ceiling))  # type: ignore[arg-type]
     return out
 
@@ -127,11 +133,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the rows here as JSON")
     args = parser.parse_args()
     measured = _measured(args.measured)
-    rows = [r for path in sorted(args.profiles.glob("*_eager.json*")) for r in rows_of(path, measured)]
+    rows = [r for path in sorted(args.profiles.glob("*_eager.json*")) for r in rows_of(*analyse(path), measured)]
     if args.out is not None:
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rows, indent=1))
-        tmp.replace(args.out)
+        write_text_atomic(args.out, json.dumps(rows, indent=1))
     print(table(rows))
 
 

@@ -252,13 +252,21 @@ def _qkv(ops: list[OperatorRecord]) -> list[Finding]:
     )]
 
 
+def _opaque(p: Placed) -> bool:
+    """The kernel belongs to an op Inductor calls as it is (patterns.yaml opaque_ops: cuDNN's RNNs, sorts...)."""
+    return (p.op is not None and matches("opaque_ops", p.op.operator_name)) \
+        or matches("opaque_ops", p.kernel.attribution.launch_op)
+
+
+def _work(p: Placed) -> bool:
+    """A GEMM, convolution or fused-attention kernel."""
+    return _op_kind(p.op, p.kernel) is not None or matches("fused_attention_kernels", p.kernel.kernel_name)
+
+
 def work_kernels(placed: list[Placed]) -> set[int]:
-    """The GEMM, convolution and fused-attention kernels, and the kernels of ops Inductor calls as they are
-    (patterns.yaml opaque_ops: cuDNN's RNNs, sorts...): the work no fusion removes."""
-    return {p.kernel.kernel_id for p in placed
-            if _op_kind(p.op, p.kernel) is not None or matches("fused_attention_kernels", p.kernel.kernel_name)
-            or (p.op is not None and matches("opaque_ops", p.op.operator_name))
-            or matches("opaque_ops", p.kernel.attribution.launch_op)}
+    """The GEMM, convolution and fused-attention kernels, and the opaque ops' kernels: the work no fusion
+    removes."""
+    return {p.kernel.kernel_id for p in placed if _work(p) or _opaque(p)}
 
 
 def fusible_kernels(placed: list[Placed]) -> set[int]:
@@ -267,7 +275,6 @@ def fusible_kernels(placed: list[Placed]) -> set[int]:
     Inductor calls as they are: patterns.yaml opaque_ops)."""
     return {
         p.kernel.kernel_id for p in placed
-        if p.op is not None and not p.op.is_fused and _op_kind(p.op, p.kernel) is None
-        and not matches("fused_attention_kernels", p.kernel.kernel_name) and not matches("sync_ops", p.op.operator_name)
-        and not matches("opaque_ops", p.op.operator_name) and not matches("opaque_ops", p.kernel.attribution.launch_op)
+        if p.op is not None and not p.op.is_fused and not _work(p) and not matches("sync_ops", p.op.operator_name)
+        and not _opaque(p)
     }
