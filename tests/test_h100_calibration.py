@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -107,3 +108,43 @@ def test_the_published_calibration_table_is_the_current_analysis(analyses):
     assert rows == json.loads(TABLE.read_text()), "regenerate it: python scripts/calibration_table.py (see its --help)"
     benched = [r for r in rows if "measured_speedup" in r]
     assert len(benched) >= 12
+
+
+def test_the_diagnosis_is_led_by_an_operator_of_its_own_class(analysed):
+    _, analysis = analysed
+    led = re.search(r"led by (\S+) \(", analysis.diagnosis.root_cause)
+    if led is None:
+        return
+    classes = {k.bottleneck for k in analysis.kernels if k.operator_id == led.group(1)}
+    assert analysis.diagnosis.bottleneck in classes, (led.group(1), classes)
+
+
+def test_a_kernel_said_bound_by_dram_uses_dram_most(analysed):
+    _, analysis = analysed
+    for k in analysis.kernels:
+        issue = next((r.split("=", 1)[1] for r in k.reasons if r.startswith("key_issue=")), "")
+        if issue.startswith("memory-bound, DRAM"):
+            assert k.memory_throughput_pct is not None and k.dram_throughput_pct is not None
+            assert k.memory_throughput_pct - k.dram_throughput_pct < 10, (k.kernel_name, issue)
+        elif issue.startswith("memory-bound on chip"):
+            assert k.memory_throughput_pct is not None and k.dram_throughput_pct is not None
+            assert k.memory_throughput_pct - k.dram_throughput_pct >= 10, (k.kernel_name, issue)
+
+
+def test_the_plausible_floor_keeps_the_kernels_no_compiler_fuses(analyses):
+    """cuDNN's LSTM kernels stay in the plausibility floor, one launch each at least (not fused away)."""
+    analysis = analyses["lstm_sequence_encoder"]
+    assert analysis.speed_of_light is not None
+    rnn = [k for k in analysis.kernels if k.operator_name == "aten::lstm"]
+    assert len(rnn) > 100
+    assert analysis.speed_of_light.plausible_floor_ns >= 1000 * len(rnn)  # launch_floor_ns per kernel
+
+
+def test_inductor_s_bound_counts_unfused_attention(analyses):
+    for name, analysis in analyses.items():
+        attention = any(f.kind in ("unfused_attention", "sdpa_math_path") for f in analysis.findings)
+        inductor = next((o for o in analysis.opportunities if o.change_class == "inductor_config"), None)
+        if inductor is None:
+            continue
+        counted = next(int(t.split("=")[1]) for t in inductor.triggers if t.startswith("attention_kernels="))
+        assert (counted > 0) == attention, name
