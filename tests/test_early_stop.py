@@ -13,7 +13,8 @@ from mcp_server.process import EarlyStop, run_child
 from plugins.ncu.command import is_replayed_kernel
 from plugins.ncu.reader import read_ncu_report
 
-# A child that prints one ncu-like line per 0.2 s and, on SIGINT, writes how many it printed, then exits.
+# A child that prints one ncu-like line per 0.2 s and, on SIGINT, writes how many it printed, then exits (SIGINT is
+# held while it prints and counts a line, so the count is exact).
 CHILD = """
 import signal, sys, time
 from pathlib import Path
@@ -23,8 +24,10 @@ def stop(*_):
 signal.signal(signal.SIGINT, stop if sys.argv[2] == "writes" else signal.SIG_IGN)
 print("==PROF== Connected to process 1", flush=True)
 while True:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a line printed is a line counted
     print(f'==PROF== Profiling "kernel_{done}" - {done}: 0%....50%....100% - 17 passes', flush=True)
     done += 1
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     time.sleep(0.2)
 """
 
