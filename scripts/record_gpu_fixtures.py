@@ -12,6 +12,10 @@ ncu passes, and a torch.profiler pass in a sibling run directory) on the example
         --no-extras --no-torch   # tests/scripts/two_threads.py: launches from two host threads
     python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100 --workloads conv_block --modes eager \
         --no-extras --no-torch --max-kernels 5   # an ncu pass stopped by --max-kernels
+    python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100 --workloads encoder_train_step --train \
+        --no-extras --no-ncu   # scripts/gpu_workloads: a training step, eager and inductor
+    python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100 --workloads graph_breaks --modes inductor \
+        --no-extras --no-ncu   # a forward that compiles to three graphs
 """
 
 from __future__ import annotations
@@ -33,13 +37,17 @@ from mcp_server.schema.requests import CaptureOptions, Interpreter, NcuOptions, 
 
 
 def workload_path(workload: str) -> Path:
-    """An example's file, or a test workload's (tests/scripts/<name>.py)."""
-    example = REPO / "examples" / workload / f"{workload}.py"
-    return example if example.is_file() else REPO / "tests" / "scripts" / f"{workload}.py"
+    """An example's file, a GPU check's (scripts/gpu_workloads/<name>.py) or a test workload's
+    (tests/scripts/<name>.py)."""
+    for path in (REPO / "examples" / workload / f"{workload}.py",
+                 REPO / "scripts" / "gpu_workloads" / f"{workload}.py"):
+        if path.is_file():
+            return path
+    return REPO / "tests" / "scripts" / f"{workload}.py"
 
 
 def record(workload: str, mode: str, scale: str, backends: list[str], root: Path, train: bool,
-           max_kernels: int | None = None) -> dict[str, float]:
+           max_kernels: int | None = None, counters: bool = True) -> dict[str, float]:
     """Capture one workload/mode with each backend into root/<name>[_torch]; return wall seconds per backend."""
     os.environ["OPERATOR_PROFILER_EXAMPLE_SCALE"] = scale
     name = (f"{workload}_{mode}" + ("_train" if train else "") + ("" if scale == "small" else f"_{scale}")
@@ -50,7 +58,8 @@ def record(workload: str, mode: str, scale: str, backends: list[str], root: Path
         req = ProfileRequest(
             workload=workload_path(workload), python=Interpreter(python=sys.executable),
             capture=CaptureOptions(compile_mode=mode, train_step=train, timeout_s=540), backend=backend,
-            ncu=NcuOptions(max_kernels=max_kernels) if backend == "nsys" else None, output=run_dir, project=REPO,
+            ncu=NcuOptions(max_kernels=max_kernels) if backend == "nsys" and counters else None,
+            output=run_dir, project=REPO,
             command_line=["scripts/record_gpu_fixtures.py", workload, mode, backend],
         )
         t0 = time.monotonic()
@@ -88,6 +97,8 @@ def main() -> None:
     parser.add_argument("--no-torch", action="store_true", help="record the nsys+ncu run directories only")
     parser.add_argument("--max-kernels", type=int, help="stop ncu after this many replayed kernels (name: _max<N>)")
     parser.add_argument("--scale", default="small", choices=("small", "full"), help="the examples' sizes")
+    parser.add_argument("--train", action="store_true", help="capture train_step (name: _train)")
+    parser.add_argument("--no-ncu", action="store_true", help="nsys without an ncu pass (attribution fixtures)")
     args = parser.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -95,8 +106,8 @@ def main() -> None:
     for workload in args.workloads.split(","):
         for mode in args.modes.split(","):
             backends = ["nsys"] if args.no_torch else ["nsys", "torch"]
-            rows.append((workload, mode, record(workload, mode, args.scale, backends, args.work, False,
-                                                args.max_kernels)))
+            rows.append((workload, mode, record(workload, mode, args.scale, backends, args.work, args.train,
+                                                args.max_kernels, not args.no_ncu)))
     if not args.no_extras:
         rows.append(("conv_block", "eager-train", record("conv_block", "eager", "small", ["torch"], args.work, True)))
         rows.append(("gpt2", "eager-full", record("gpt2", "eager", "full", ["torch"], args.work, False)))

@@ -30,32 +30,126 @@ def import_compiler(compile_mode: str) -> None:
         import torch._inductor.compile_fx  # noqa: F401
 
 
-def clean_module_path(raw: str) -> str:
-    """`L['self'].features._modules['0'].conv` or `L['self'].features[0]` -> `features.0.conv`."""
+def root_module_name(model: Any) -> str:
+    """The module path that names the model itself (its class): kernels of its own forward outside every
+    submodule, and the optimizer's, which updates the parameters of all of them."""
+    model = getattr(model, "_orig_mod", model)
+    return type(model).__name__
+
+
+def clean_module_path(raw: str, root: str = "") -> str:
+    """`L['self'].features._modules['0'].conv` or `L['self'].features[0]` -> `features.0.conv`; the model
+    itself (`L['self']`) -> `root`."""
     path = re.sub(r"^L\['self'\]\.?", "", raw)
     path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
     path = re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", path)
-    return path.strip(".")
+    return path.strip(".") or root
 
 
-def record_node_modules(gm: Any, into: dict[str, dict[str, str]]) -> None:
-    """FX node name -> innermost nn.Module path and type, from each node's `nn_module_stack`."""
+_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def user_site(stack_trace: str | None, roots: tuple[str, ...]) -> str | None:
+    """`path:line` of the innermost user frame of an FX node's `stack_trace` (frames listed outermost first)."""
+    if not stack_trace:
+        return None
+    for path, line in reversed(_STACK_FRAME.findall(stack_trace)):
+        if not (path.startswith("<") or os.path.realpath(path).startswith(roots)):
+            return f"{path}:{line}"
+    return None
+
+
+def record_node_modules(gm: Any, into: dict[str, dict[str, str]], root: str = "", roots: tuple[str, ...] = (),
+                        meta_key: str = "nn_module_stack") -> None:
+    """FX node name -> innermost nn.Module path and type (from each node's `meta_key`, `nn_module_stack` or a
+    backward node's `fwd_nn_module_stack`) and the user's line that created it (`site`, from `stack_trace`)."""
     for node in gm.graph.nodes:
-        stack = node.meta.get("nn_module_stack")
+        stack = node.meta.get(meta_key) or node.meta.get("nn_module_stack")
+        site = user_site(node.meta.get("stack_trace"), roots) if roots else None
+        entry: dict[str, str] = {}
         if stack:
             path, mtype = list(stack.values())[-1]
-            into[node.name] = {
-                "module_path": clean_module_path(str(path)),
-                "module_type": getattr(mtype, "__name__", str(mtype)),
-            }
+            entry = {"module_path": clean_module_path(str(path), root),
+                     "module_type": getattr(mtype, "__name__", str(mtype))}
+        elif root and meta_key == "nn_module_stack" and node.op in ("call_function", "call_method"):
+            entry = {"module_path": root, "module_type": root}  # the model's own forward, in no submodule
+        if site:
+            entry["site"] = site
+        if entry:
+            into[node.name] = entry
 
 
-class RecordingBackend:
+def graph_break(gm: Any) -> dict[str, str] | None:
+    """The graph break that ended the Dynamo graph `gm` (its reason's first line and the user's `file:line`), or
+    None when the graph ended with the function."""
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    if reason is None or not getattr(reason, "graph_break", False):
+        return None
+    stack = list(getattr(reason, "user_stack", []) or [])
+    location = f"{stack[-1].filename}:{stack[-1].lineno}" if stack else None
+    text = str(getattr(reason, "reason", "")).strip()
+    return {"reason": text.splitlines()[0] if text else "unknown", "location": location or "unknown",
+            "detail": text[:2000]}
+
+
+def compile_id() -> str | None:
+    """The Dynamo compile id (`frame/attempt`, as `Torch-Compiled Region: 1/0` names it) being compiled."""
+    from torch._guards import CompileContext
+
+    found = CompileContext.current_compile_id()
+    return None if found is None else str(found)
+
+
+class GraphRecorder:
+    """What every recording backend keeps of the graphs it compiles: per Dynamo graph (by compile id) its nodes'
+    modules and call sites, the graph break that ended it, and per Inductor graph (forward or backward) the
+    same with its generated code and the FX-graph-cache key its runtime range names."""
+
+    def __init__(self, root: str) -> None:
+        from mcp_server.children.sites import library_roots
+
+        self.root = root
+        self.roots = library_roots()
+        self.node_modules: dict[str, dict[str, str]] = {}  # every graph's nodes, by name (names repeat)
+        self.graphs: list[dict[str, Any]] = []
+        self.graph_breaks: list[dict[str, str]] = []
+
+    def dynamo_graph(self, gm: Any) -> dict[str, dict[str, str]]:
+        """Record a graph Dynamo hands the backend; return its node map (filled again after compiling)."""
+        nodes: dict[str, dict[str, str]] = {}
+        record_node_modules(gm, nodes, self.root, self.roots)
+        self.node_modules.update(nodes)
+        self.graphs.append({"compile_id": compile_id(), "kind": "dynamo", "node_modules": nodes})
+        found = graph_break(gm)
+        if found is not None:
+            self.graph_breaks.append({**found, "compile_id": compile_id() or "unknown"})
+        return nodes
+
+    def inner_compile(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+        """Inductor's `compile_fx_inner`, recording the AOT graph it compiles (forward or backward)."""
+        from torch._inductor.compile_fx import compile_fx_inner
+
+        backward = bool(kwargs.get("is_backward"))
+        meta_key = "fwd_nn_module_stack" if backward else "nn_module_stack"
+        nodes: dict[str, dict[str, str]] = {}
+        record_node_modules(gm, nodes, self.root, self.roots, meta_key)
+        compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+        record_node_modules(gm, nodes, self.root, self.roots, meta_key)  # nodes the post-grad passes made
+        self.graphs.append({
+            "compile_id": compile_id(), "kind": "backward" if backward else "forward",
+            "fx_graph_cache_key": getattr(compiled, "_fx_graph_cache_key", None),
+            "source_code": getattr(compiled, "source_code", None), "node_modules": nodes,
+        })
+        return compiled
+
+
+class RecordingBackend(GraphRecorder):
     """Wraps a workload's registered torch.compile backend so its FX graphs' module metadata is recorded."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, root: str) -> None:
         import torch
 
+        super().__init__(root)
         name = getattr(module, "BACKEND_NAME", None)
         if not name or not callable(getattr(module, "optimize", None)):
             raise ContractError(
@@ -63,20 +157,20 @@ class RecordingBackend:
             )
         from torch._dynamo.backends import registry
 
-        self.node_modules: dict[str, dict[str, str]] = {}
         inner = torch._dynamo.lookup_backend(name)
 
         def recording(gm: Any, example_inputs: Any) -> Any:
-            record_node_modules(gm, self.node_modules)
+            nodes = self.dynamo_graph(gm)
             compiled = inner(gm, example_inputs)
-            record_node_modules(gm, self.node_modules)  # nodes the workload's own passes created in place
+            record_node_modules(gm, nodes, self.root, self.roots)  # nodes the workload's own passes created
+            self.node_modules.update(nodes)
             return compiled
 
         registry._COMPILER_FNS[name] = recording
         self.optimize = module.optimize
 
 
-class RecordingInductor:
+class RecordingInductor(GraphRecorder):
     """torch.compile backend: records each FX graph's node -> nn.Module path, then compiles with Inductor.
 
     With `cached_only`, a graph that Inductor's FX graph cache did not hold raises NotCached once compiled,
@@ -84,10 +178,11 @@ class RecordingInductor:
     the previous pass chose. With `cpu_kernel_ranges` (torch.profiler on the CPU), each generated C++ kernel
     opens a profiler range of its own name, so its time is an operator's and not lost between them."""
 
-    def __init__(self, compile_mode: str, cached_only: bool = False, cpu_kernel_ranges: bool = False) -> None:
+    def __init__(self, compile_mode: str, root: str, cached_only: bool = False,
+                 cpu_kernel_ranges: bool = False) -> None:
+        super().__init__(root)
         self.compile_mode = compile_mode
         self.cached_only = cached_only
-        self.node_modules: dict[str, dict[str, str]] = {}
         self.patches: dict[str, object] = {}
         if compile_mode == "cudagraphs":
             self.patches["triton.cudagraphs"] = True
@@ -98,9 +193,10 @@ class RecordingInductor:
         from torch._dynamo.utils import counters
         from torch._inductor.compile_fx import compile_fx
 
-        record_node_modules(gm, self.node_modules)
+        self.dynamo_graph(gm)
         before = dict(counters["inductor"])
-        compiled = compile_fx(gm, example_inputs, config_patches=self.patches or None)
+        compiled = compile_fx(gm, example_inputs, inner_compile=self.inner_compile,
+                              config_patches=self.patches or None)
         grew = {key: counters["inductor"].get(key, 0) - before.get(key, 0) for key in CACHE_COUNTERS}
         if self.cached_only and (grew["fxgraph_cache_miss"] or grew["fxgraph_cache_bypass"]
                                  or not grew["fxgraph_cache_hit"]):
@@ -118,12 +214,13 @@ def not_cached(exc: BaseException) -> NotCached | None:
     return None
 
 
-def inductor_provenance(backend: RecordingInductor | RecordingBackend, folder: Path) -> dict[str, Any]:
+def inductor_provenance(backend: GraphRecorder, folder: Path) -> dict[str, Any]:
     """Copy every module Inductor generated in this process into `folder`/inductor_code, with the FX metadata.
 
-    The engine reads the copies (kernel name -> original aten ops) and `node_modules` (FX node -> module
-    path) to attribute generated kernels; nothing here depends on the generated code's format. The copies'
-    paths are relative to `folder`.
+    The engine reads the copies (kernel name -> original aten ops), `node_modules` (FX node -> module path)
+    and `graphs` (each compiled graph's own nodes and generated code, so names that repeat across graphs keep
+    their own modules) to attribute generated kernels; nothing here depends on the generated code's format.
+    The copies' paths are relative to `folder`.
     """
     from torch._inductor.codecache import PyCodeCache
 
@@ -136,4 +233,13 @@ def inductor_provenance(backend: RecordingInductor | RecordingBackend, folder: P
             name = f"{len(copied):03d}_{Path(source).name}"
             shutil.copyfile(source, dest / name)
             copied.append(f"{INDUCTOR_CODE_DIR}/{name}")
-    return {"node_modules": backend.node_modules, "generated_code": copied}
+    graphs = []
+    for number, graph in enumerate(backend.graphs):
+        entry = {key: value for key, value in graph.items() if key != "source_code"}
+        if graph.get("source_code"):
+            name = f"graph_{number:03d}_{graph['kind']}.py"
+            (dest / name).write_text(graph["source_code"], encoding="utf-8")
+            entry["code"] = f"{INDUCTOR_CODE_DIR}/{name}"
+        graphs.append(entry)
+    return {"node_modules": backend.node_modules, "generated_code": copied, "graphs": graphs,
+            "graph_breaks": backend.graph_breaks, "root_module": backend.root}

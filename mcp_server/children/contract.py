@@ -21,6 +21,9 @@ PROFILERS = ("torch", "nvtx", "kernels", "none")
 MEASURE_RANGE = "operator_profiler::measure"
 PHASE_MARKER = "operator_profiler_harness: phase "  # what the harness prints as it enters each phase
 MODULE_RANGE_PREFIX = "module:"
+# `site:<path>:<line>`: the innermost frame of the user's code (outside torch, the standard library and
+# site-packages) that called a torch function: around every such call of the eager window.
+SITE_RANGE_PREFIX = "site:"
 
 EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW, EXIT_NOT_CACHED = 0, 2, 3, 4, 5, 6
 # harness.json's error.kind

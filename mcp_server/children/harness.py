@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from mcp_server.children.compiling import (
     import_compiler,
     inductor_provenance,
     not_cached,
+    root_module_name,
 )
 from mcp_server.children.contract import (
     COMPILE_MODES,
@@ -67,6 +69,7 @@ from mcp_server.children.contract import (
 )
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.script import run_script
+from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
 from mcp_server.children.window import KernelTrace, MeasuredWindow, ModuleRanges, capture_graph
 
 QUEUE_AHEAD_MIN_NS = 50_000_000  # the GPU spins at least 50 ms while the window is enqueued
@@ -115,11 +118,13 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         raise ContractError("--train-step was given but the workload defines no train_step(model, inputs)")
     backend: RecordingBackend | RecordingInductor | None = None
     fn = model
+    result["root_module"] = root_module_name(model)
     if args.compile_mode == "optimized":
-        backend = RecordingBackend(module)
+        backend = RecordingBackend(module, result["root_module"])
         fn = backend.optimize(model)
     elif args.compile_mode != "eager":
-        backend = RecordingInductor(args.compile_mode, cached_only=args.compile_early_if_cached,
+        backend = RecordingInductor(args.compile_mode, result["root_module"],
+                                    cached_only=args.compile_early_if_cached,
                                     cpu_kernel_ranges=args.profiler == "torch" and not torch.cuda.is_available())
         fn = torch.compile(model, backend=backend)
 
@@ -146,7 +151,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     _enter(result, "waiting for the GPU lock (window)")
     lock.window()
     ranged = args.compile_mode == "eager" and args.profiler in ("torch", "nvtx")
-    hooks = ModuleRanges(model, args.profiler) if ranged else None
+    hooks = ModuleRanges(model, args.profiler, result["root_module"]) if ranged else None
+    frames = UserFrames() if ranged else None
     _enter(result, "measure")
     queue_ahead_ns = None
     if args.queue_ahead and torch.cuda.is_available():
@@ -160,7 +166,10 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
             last = release and number == count - 1
             window = MeasuredWindow("none" if args.profiler == "kernels" else args.profiler, args.kineto_trace,
                                     queue_ahead_ns, on_gpu_done=lock.release if last else None)
-            with window:
+            with window, ExitStack() as traced:
+                if frames is not None:  # every thread's operators and call sites, as the window's own thread's
+                    traced.enter_context(ThreadCapture(args.profiler, True, frames))
+                    traced.enter_context(call_sites(args.profiler, frames))
                 for _ in range(args.iters):
                     replay() if callable(replay) else step()
             timed.append({"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns})
@@ -194,6 +203,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         result["windows"] = windows
     result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
     if backend is not None:
+        result["graph_breaks"] = backend.graph_breaks
         write_json(args.provenance, inductor_provenance(backend, args.provenance.parent))
         result["artifacts"].append(_artifact(args.provenance, args.run_dir))
     if args.profiler == "torch" or (trace is not None and trace.traced):

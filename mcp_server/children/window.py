@@ -131,9 +131,10 @@ def sleep_cycles(ns: int) -> int:
 
 
 class ModuleRanges:
-    """Forward pre/post hooks that wrap every submodule's forward in a `module:<path>` range (eager only)."""
+    """Forward pre/post hooks that wrap every module's forward in a `module:<path>` range (eager only); the
+    model itself is named by its class (`root`), as kernels its own forward launches outside every submodule."""
 
-    def __init__(self, model: Any, profiler: str) -> None:
+    def __init__(self, model: Any, profiler: str, root: str) -> None:
         import torch
 
         self._torch = torch
@@ -141,9 +142,8 @@ class ModuleRanges:
         self._open: list[Any] = []
         self._handles = []
         for path, module in model.named_modules():
-            if path:
-                self._handles.append(module.register_forward_pre_hook(self._pre(path)))
-                self._handles.append(module.register_forward_hook(self._post))
+            self._handles.append(module.register_forward_pre_hook(self._pre(path or root)))
+            self._handles.append(module.register_forward_hook(self._post))
 
     def _pre(self, path: str) -> Callable[..., None]:
         name = MODULE_RANGE_PREFIX + path

@@ -1,0 +1,135 @@
+"""Call sites and worker threads of an eager window (standard library and torch only).
+
+`CallSites` is a torch function mode: around every torch call it opens a `site:<path>:<line>` range (NVTX or
+a profiler range) naming the innermost frame of the user's code that made it, so every kernel the call
+launches carries its line. `ThreadCapture` makes threads started inside the window record like the thread
+that opened it: torch's NVTX operator ranges and the mode are per thread, so each new thread turns both on
+before its first line runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
+
+from mcp_server.children.contract import SITE_RANGE_PREFIX
+
+# Torch functions that only read a tensor's metadata: they launch nothing, so they open no range.
+_METADATA = frozenset({
+    "size", "dim", "stride", "numel", "is_contiguous", "data_ptr", "element_size", "storage_offset", "__len__",
+    "__format__", "__repr__", "__hash__", "__bool__", "__index__", "__int__", "__float__", "requires_grad_",
+})
+
+
+def library_roots() -> tuple[str, ...]:
+    """Folders whose code is not the user's: torch, the standard library, site-packages, this package."""
+    import torch
+
+    roots = {os.path.dirname(torch.__file__), str(Path(__file__).resolve().parent)}
+    paths = sysconfig.get_paths()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        if paths.get(key):
+            roots.add(paths[key])
+    roots.update(p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages")))
+    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots))
+
+
+class UserFrames:
+    """Which code objects are the user's: decided once per code object."""
+
+    def __init__(self) -> None:
+        self.roots = library_roots()
+        self.known: dict[CodeType, bool] = {}
+
+    def is_user(self, code: CodeType) -> bool:
+        found = self.known.get(code)
+        if found is None:
+            name = code.co_filename
+            found = self.known[code] = not (
+                name.startswith("<") or os.path.realpath(name).startswith(self.roots)
+            )
+        return found
+
+    def site(self, frame: FrameType | None) -> str | None:
+        """`path:line` of the innermost user frame from `frame` outwards, or None."""
+        while frame is not None:
+            if self.is_user(frame.f_code):
+                return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
+
+def site_ranges(profiler: str) -> tuple[Callable[[str], Any], Callable[[Any], None]]:
+    """(open, close) of a named range for the window's profiler: NVTX push/pop, or a profiler range."""
+    import torch
+
+    if profiler == "torch":
+        def open_range(name: str) -> Any:
+            ctx = torch.autograd.profiler.record_function(name)
+            ctx.__enter__()
+            return ctx
+
+        return open_range, lambda ctx: ctx.__exit__(None, None, None)
+    return torch.cuda.nvtx.range_push, lambda _: torch.cuda.nvtx.range_pop()
+
+
+def call_sites(profiler: str, frames: UserFrames) -> Any:
+    """A TorchFunctionMode that wraps each torch call made from user code in a `site:` range."""
+    from torch.overrides import TorchFunctionMode
+
+    open_range, close_range = site_ranges(profiler)
+
+    class CallSites(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            site = None if name in _METADATA or name == "__get__" else frames.site(sys._getframe(1))
+            if site is None:
+                return func(*args, **kwargs)
+            handle = open_range(SITE_RANGE_PREFIX + site)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                close_range(handle)
+
+    return CallSites()
+
+
+class ThreadCapture:
+    """While open, every thread started through `threading` records its operators (NVTX, as `emit_nvtx` does on
+    the opening thread) and its call sites before its first line runs. A thread that outlives the window keeps
+    recording; its later ranges fall outside the measured window."""
+
+    def __init__(self, profiler: str, record_shapes: bool, frames: UserFrames | None) -> None:
+        self.profiler = profiler
+        self.record_shapes = record_shapes
+        self.frames = frames
+        self._previous: Any = None
+
+    def _start_thread(self, frame: FrameType, event: str, arg: object) -> None:
+        sys.setprofile(self._previous)
+        import torch
+        from torch.autograd.profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
+
+        if self.profiler == "nvtx" and not torch.autograd._profiler_enabled():
+            torch.autograd._enable_profiler(
+                ProfilerConfig(ProfilerState.NVTX, self.record_shapes, False, False, False, False,
+                               _ExperimentalConfig()),
+                set(),
+            )
+        if self.frames is not None:
+            call_sites(self.profiler, self.frames).__enter__()  # the thread's own mode stack; ends with it
+
+    def __enter__(self) -> ThreadCapture:
+        self._previous = threading.getprofile()
+        threading.setprofile(self._start_thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        threading.setprofile(self._previous)
