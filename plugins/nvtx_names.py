@@ -18,10 +18,11 @@ import re
 import sys
 from functools import lru_cache
 
-from mcp_server.children.contract import MODULE_RANGE_PREFIX
+from mcp_server.children.contract import MODULE_RANGE_PREFIX, SITE_RANGE_PREFIX
 from mcp_server.schema.records import Frame
 
 MODULE_PREFIX = MODULE_RANGE_PREFIX
+SITE_PREFIX = SITE_RANGE_PREFIX
 FIELD_SEPARATOR = ", "
 SIZES_FIELD = "sizes = "
 # Namespaces whose `ns::name` ranges are markers, not PyTorch operators.
@@ -37,10 +38,21 @@ def range_name(text: str) -> str:
     return text.split(FIELD_SEPARATOR, 1)[0]
 
 
+_SEQ = re.compile(r", seq = (\d+)")
+
+
+def parse_seq(text: str) -> int | None:
+    """The autograd sequence number of an emit_nvtx range (`aten::addmm, seq = 57, ...`), or None."""
+    match = _SEQ.search(text)
+    return int(match.group(1)) if match else None
+
+
 @lru_cache(maxsize=65536)
 def _kind(head: str) -> str:
     if head.startswith(MODULE_PREFIX):
         return "module"
+    if head.startswith(SITE_PREFIX):
+        return "site"
     match = _OP_HEAD.match(head)
     return "op" if match and match.group("ns") not in ANNOTATION_NAMESPACES else "annotation"
 
@@ -75,6 +87,16 @@ def parse_sizes(text: str) -> list[list[int] | None] | None:
     return None if shapes is None else [None if dims is None else list(dims) for dims in shapes]
 
 
+def classify_text(text: str) -> tuple[str, str]:
+    """(name, kind) of a range text, as `parse_range` classifies it, without building a frame."""
+    if text.startswith(MODULE_PREFIX):
+        return text[len(MODULE_PREFIX) :], "module"
+    if text.startswith(SITE_PREFIX):
+        return text[len(SITE_PREFIX) :], "site"
+    name = range_name(text)
+    return name, _kind(name)
+
+
 def parse_range(text: str, start_ns: int | None = None, end_ns: int | None = None) -> Frame:
     """Classify one NVTX range name.
 
@@ -85,8 +107,11 @@ def parse_range(text: str, start_ns: int | None = None, end_ns: int | None = Non
     """
     if text.startswith(MODULE_PREFIX):
         name, kind, shapes = text[len(MODULE_PREFIX) :], "module", None
+    elif text.startswith(SITE_PREFIX):
+        name, kind, shapes = sys.intern(text[len(SITE_PREFIX) :]), "site", None
     else:
         name = sys.intern(range_name(text))  # a million frames share a few hundred operator names
         kind = _kind(name)
         shapes = parse_sizes(text) if FIELD_SEPARATOR in text else None
-    return Frame(name=name, kind=kind, input_shapes=shapes, start_ns=start_ns, end_ns=end_ns)
+    seq = parse_seq(text) if kind != "module" and kind != "site" else None
+    return Frame(name=name, kind=kind, input_shapes=shapes, start_ns=start_ns, end_ns=end_ns, seq=seq)

@@ -176,16 +176,22 @@ def _union_ns(starts: list[int], ends: list[int]) -> int:
 
 def window_totals(operators: list[OperatorRecord], unattributed: list[KernelRecord], wall_time_ns: int) -> WindowTotals:
     """Totals over the window: kernel time, GPU busy time, attributed and high-confidence shares."""
-    kernel_time = attributed = high = with_module = 0
+    kernel_time = attributed = high = with_module = with_site = 0
+    by_phase: dict[str, int] = {}
     starts: list[int] = []
     ends: list[int] = []
     reversed_interval = False
-    for kernels, module in [(op.kernels, op.module_path) for op in operators] + [(unattributed, None)]:
+    sets = [(op.kernels, op.module_path, op.call_site) for op in operators] + [(unattributed, None, None)]
+    for kernels, module, site in sets:
         for k in kernels:
             duration, attribution = k.duration_ns, k.attribution
             kernel_time += duration
             if module:
                 with_module += duration
+            if site:
+                with_site += duration
+            if k.phase is not None:
+                by_phase[k.phase] = by_phase.get(k.phase, 0) + duration
             if attribution.method != AttributionMethod.UNATTRIBUTED:
                 attributed += duration
             if attribution.confidence == Confidence.HIGH:
@@ -207,6 +213,8 @@ def window_totals(operators: list[OperatorRecord], unattributed: list[KernelReco
         attributed_kernel_time_pct=100.0 * attributed / kernel_time if kernel_time else None,
         high_confidence_kernel_time_pct=100.0 * high / kernel_time if kernel_time else None,
         module_path_kernel_time_pct=100.0 * with_module / kernel_time if kernel_time else None,
+        call_site_kernel_time_pct=100.0 * with_site / kernel_time if kernel_time else None,
+        kernel_time_by_phase_ns=by_phase or None,
         operator_count=len(operators),
     )
 
@@ -226,5 +234,5 @@ def module_coverage_warning(operators: list[OperatorRecord], window: WindowTotal
             missing[op.operator_name] = missing.get(op.operator_name, 0) + sum(k.duration_ns for k in op.kernels)
     top = ", ".join(name for name, _ in sorted(missing.items(), key=lambda item: -item[1])[:3])
     return [f"module paths cover {pct:.1f} % of the window's kernel time (below {MODULE_COVERAGE_WARN_PCT:.0f} %): "
-            f"module-level numbers leave out the rest{f', led by {top}' if top else ''} (backward and optimizer "
-            "kernels, and ops called outside any nn.Module, have no module path)"]
+            f"module-level numbers leave out the rest{f', led by {top}' if top else ''} (ops called outside the "
+            "model, and backward work whose forward op could not be found, have no module path)"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from mcp_server.assemble.aggregate import aggregate_into, counted_fields, finish_record
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance
@@ -25,9 +25,13 @@ from mcp_server.schema.profile import (
     KernelRecord,
     Metric,
     OperatorRecord,
+    Phase,
 )
 from mcp_server.schema.records import TraceKernel
 from plugins.ncu import keys
+from plugins.sequences import BACKWARD_PREFIX, ForwardOrigin, SequenceIndex, lookup
+
+OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")  # torch.optim's own profiler ranges
 
 Counters = Callable[[int], tuple[dict[str, Metric], int | None]]
 
@@ -43,6 +47,8 @@ class FrameLike(keys.FrameLike, Protocol):
     def start_ns(self) -> int | None: ...
     @property
     def input_dtypes(self) -> list[str | None] | None: ...
+    @property
+    def seq(self) -> int | None: ...
 
 
 class KernelLike(keys.LaunchLike, Protocol):
@@ -79,6 +85,11 @@ class _Call:
     origin: KernelOrigin | None = None
     graph_call: tuple[object, ...] | None = None
     kernels: list[KernelRecord] = field(default_factory=list)
+    phase: str | None = None
+    call_site: str | None = None
+    autograd_node: str | None = None
+    forward_op: str | None = None
+    graph_key: str | None = None  # the compiled graph's `## Call CompiledFxGraph` range name
 
 
 def _module_path(stack: Sequence[FrameLike]) -> str | None:
@@ -86,27 +97,97 @@ def _module_path(stack: Sequence[FrameLike]) -> str | None:
     return modules[-1] if modules else None
 
 
-def _triton_range(stack: Sequence[FrameLike], origins: dict[str, KernelOrigin]) -> str | None:
+def _triton_range(stack: Sequence[FrameLike], *origins: dict[str, KernelOrigin]) -> str | None:
     """The innermost launch marker range naming a generated kernel."""
     for frame in reversed(stack):
         head = frame.name.split(",", 1)[0].strip()
-        if frame.kind == "annotation" and head in origins:
+        if frame.kind == "annotation" and any(head in known for known in origins):
             return head
     return None
+
+
+class Context:
+    """What attribution knows beyond each kernel's stack: forward ops by sequence number (to tie backward work to
+    them), the threads whose numbers count first, and the module path naming the model itself."""
+
+    def __init__(self, sequences: SequenceIndex | None = None, forward_threads: list[int] | None = None,
+                 root_module: str | None = None) -> None:
+        self.origins = sequences.origins if sequences else {}
+        self.nodes = sequences.nodes if sequences else {}
+        self.threads = forward_threads or []
+        self.threads += sorted({t for t, _ in self.origins} - set(self.threads))
+        self.root_module = root_module
+
+    def forward(self, marker: FrameLike, node: FrameLike | None, thread: int | None) -> ForwardOrigin | None:
+        """The forward op a backward node differentiates: by the node range's seq, or its marker's start."""
+        seq = node.seq if node is not None else None
+        if seq is None and thread is not None and marker.start_ns is not None:
+            seq = self.nodes.get((thread, marker.start_ns))
+        return lookup(self.origins, seq, self.threads) if seq is not None and self.origins else None
+
+
+def _phase(stack: Sequence[FrameLike]) -> tuple[Phase, FrameLike | None, FrameLike | None]:
+    """(phase, the backward marker, the autograd node's own range) of a stack."""
+    phase: Phase = "forward"
+    marker = node = None
+    for position, frame in enumerate(stack):
+        name = frame.name
+        if name.startswith(OPTIMIZER_PREFIXES):
+            return "optimizer", None, None
+        if name.startswith(BACKWARD_PREFIX):
+            phase, marker = "backward", frame
+            following = stack[position + 1] if position + 1 < len(stack) else None
+            node = following if following is not None and following.seq is not None else None
+    return phase, marker, node
+
+
+class Work(NamedTuple):
+    """What a stack says about the work under it beyond its operator: phase, call site, backward origin."""
+
+    phase: Phase
+    module_path: str | None
+    call_site: str | None
+    autograd_node: str | None
+    forward_op: str | None
+
+
+def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) -> Work:
+    """The phase of the work under `stack`, its module path and call site (a backward node's from the forward op
+    it differentiates; the optimizer's module is the model itself) and, for backward work, node and forward op."""
+    phase, marker, node = _phase(stack)
+    module_path = _module_path(stack)
+    call_site = next((f.name for f in reversed(stack) if f.kind == "site"), None)
+    autograd_node = forward_op = None
+    if marker is not None:
+        autograd_node = marker.name.removeprefix(BACKWARD_PREFIX)
+        origin = context.forward(marker, node, thread)
+        if origin is not None:
+            forward_op = origin.op
+            module_path = module_path or origin.module_path
+            call_site = origin.call_site or call_site
+    if phase == "optimizer" and module_path is None:
+        module_path = context.root_module
+    return Work(phase, module_path, call_site, autograd_node, forward_op)
 
 
 class _StackFacts:
     """What attribution needs of one stack, worked out once for all the kernels launched under it."""
 
-    __slots__ = ("outer_op", "launch_op", "module_path", "graph", "triton", "attribution")
+    __slots__ = ("outer_op", "launch_op", "module_path", "graph", "triton", "attribution", "phase", "call_site",
+                 "autograd_node", "forward_op", "graph_origins")
 
-    def __init__(self, stack: Sequence[FrameLike], origins: dict[str, KernelOrigin], known: _Attributions) -> None:
+    def __init__(self, stack: Sequence[FrameLike], provenance: Provenance, known: _Attributions, context: Context,
+                 thread: int | None) -> None:
         ops = [f for f in stack if f.kind == "op"]
         self.outer_op = ops[0] if ops else None
         self.launch_op = ops[-1].name if ops else None
-        self.module_path = _module_path(stack)
+        work = work_of(stack, context, thread)
+        self.module_path, self.phase, self.call_site = work.module_path, work.phase, work.call_site
+        self.autograd_node, self.forward_op = work.autograd_node, work.forward_op
         self.graph = next((f for f in stack if f.name.startswith(GRAPH_CALL_PREFIX)), None)
-        self.triton = None if ops else _triton_range(stack, origins)
+        graph = provenance.graph(self.graph.name) if self.graph is not None else None
+        self.graph_origins = graph.kernels if graph is not None else provenance.kernels
+        self.triton = None if ops else _triton_range(stack, self.graph_origins, provenance.kernels)
         # NVTX enclosure: the attribution of every kernel under this stack the tool itself did not link
         self.attribution = known.operator(ops[-1].name, False) if ops else None
 
@@ -114,13 +195,13 @@ class _StackFacts:
 _OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
 _BUILT_OPERATOR_FIELDS = frozenset({
     "operator_id", "operator_name", "call_index", "module_path", "input_shapes", "input_dtypes", "is_fused",
-    "fused_operators", "kernels", "aggregated",
+    "fused_operators", "kernels", "aggregated", "phase", "call_site", "autograd_node", "forward_op",
 })
 _KERNEL_FIELDS = frozenset(KernelRecord.model_fields)
 _BUILT_KERNEL_FIELDS = frozenset({
     "kernel_id", "kernel_name", "mangled_name", "device_id", "stream_id", "correlation_id", "start_ns", "duration_ns",
     "grid", "block", "registers_per_thread", "shared_memory_bytes", "module_path", "attribution", "metrics",
-    "propagated_from", "unprofiled_gap_ns",
+    "propagated_from", "unprofiled_gap_ns", "phase",
 })
 if _KERNEL_FIELDS != _BUILT_KERNEL_FIELDS or _OPERATOR_FIELDS != _BUILT_OPERATOR_FIELDS:
     raise ImportError("KernelRecord/OperatorRecord fields changed: update _kernel_record and _operators")
@@ -129,7 +210,7 @@ _set = object.__setattr__
 
 def _kernel_record(
     kernel: KernelLike, start_ns: int, module_path: str | None, attribution: Attribution,
-    metrics: dict[str, Metric], propagated: int | None, fields_set: set[str],
+    metrics: dict[str, Metric], propagated: int | None, fields_set: set[str], phase: str | None = None,
 ) -> KernelRecord:
     """KernelRecord(...) of already typed values, without validation (a million of them: about 2 us each)."""
     record = KernelRecord.__new__(KernelRecord)
@@ -150,6 +231,7 @@ def _kernel_record(
     _set(record, "metrics", metrics)
     _set(record, "propagated_from", propagated)
     _set(record, "unprofiled_gap_ns", None)
+    _set(record, "phase", phase)
     finish_record(record, fields_set)
     return record
 
@@ -189,14 +271,17 @@ def attribute_kernels(
     window_start_ns: int,
     counters: Counters | None = None,
     high_confidence_links: bool = True,
+    context: Context | None = None,
 ) -> tuple[list[OperatorRecord], list[KernelRecord]]:
     """Group kernels into operator calls; return (operators in window order, unattributed kernels).
 
     `counters(ordinal)` supplies each kernel's ncu metrics and the ordinal they were propagated from.
     `high_confidence_links`: the stack comes from the same capture as the tool's own launch correlation
-    (Kineto); NVTX stacks (nsys) give medium confidence.
+    (Kineto); NVTX stacks (nsys) give medium confidence. `context`: the forward ops by sequence number and the
+    model's own module path, for backward and optimizer work.
     """
-    return attribute_stream(kernels, provenance, window_start_ns, counters, high_confidence_links, for_profile=False)
+    return attribute_stream(kernels, provenance, window_start_ns, counters, high_confidence_links, for_profile=False,
+                            context=context)
 
 
 def attribute_stream(
@@ -206,6 +291,7 @@ def attribute_stream(
     counters: Counters | None = None,
     high_confidence_links: bool = True,
     for_profile: bool = True,
+    context: Context | None = None,
 ) -> tuple[list[OperatorRecord], list[KernelRecord]]:
     """`attribute_kernels` over any iterable of kernels (a reader's stream), in one pass.
 
@@ -213,7 +299,7 @@ def attribute_stream(
     as the assemblers set it, and values that repeat by the million are shared: equal input shapes are one
     list, the aggregated blocks one fields-set.
     """
-    origins = provenance.kernels
+    context = context or Context(root_module=provenance.root_module)
     calls: dict[tuple[object, ...], _Call] = {}
     unattributed: list[KernelRecord] = []
     attributions = _Attributions()
@@ -228,7 +314,8 @@ def attribute_stream(
     for kernel in kernels:
         stack = kernel.stack
         if stack is not last_stack or facts is None:
-            facts, last_stack = _StackFacts(stack, origins, attributions), stack
+            facts = _StackFacts(stack, provenance, attributions, context, kernel.launch_thread)
+            last_stack = stack
         if counters is not None:
             metrics, propagated = counters(kernel.ordinal)
             metrics = dict(metrics)
@@ -253,25 +340,32 @@ def attribute_stream(
                     call = calls[key] = _Call(
                         outer.name, kernel.ordinal, module_path, shapes,
                         None if outer.input_dtypes is None else list(outer.input_dtypes), graph_call=graph_key,
+                        phase=facts.phase, call_site=facts.call_site, autograd_node=facts.autograd_node,
+                        forward_op=facts.forward_op, graph_key=graph.name if graph is not None else None,
                     )
                 last_key = key
         else:
-            triton = kernel.name if kernel.name in origins else facts.triton
+            origins = facts.graph_origins
+            triton = kernel.name if kernel.name in origins or kernel.name in provenance.kernels else facts.triton
             last_key = None
             if triton is not None:
-                origin = origins[triton]
+                origin = origins.get(triton) or provenance.kernels[triton]
                 attribution = attributions.fused(origin)
-                module_path = origin.module_path
+                module_path = origin.module_path or module_path
                 graph = facts.graph
                 graph_key = (kernel.launch_thread, graph.start_ns) if graph is not None else None
-                fused = _Call(triton, kernel.ordinal, module_path, origin=origin, graph_call=graph_key)
+                fused = _Call(triton, kernel.ordinal, module_path, origin=origin, graph_call=graph_key,
+                              phase=facts.phase, call_site=origin.call_site or facts.call_site,
+                              autograd_node=facts.autograd_node, forward_op=facts.forward_op,
+                              graph_key=graph.name if graph is not None else None)
                 call = calls.setdefault(("fused", kernel.ordinal), fused)
             else:
                 attribution, call = attributions.none, None
                 if facts.graph is not None:  # a library kernel replayed by a CUDA graph: aligned below
                     orphan_graph = (kernel.launch_thread, facts.graph.start_ns)
         record = _kernel_record(
-            kernel, kernel.start_ns - window_start_ns, module_path, attribution, metrics, propagated, fields_set
+            kernel, kernel.start_ns - window_start_ns, module_path, attribution, metrics, propagated, fields_set,
+            facts.phase,
         )
         if call is None:
             unattributed.append(record)
@@ -288,7 +382,7 @@ def attribute_stream(
             placed = {id(r) for c in aligned for r in c.kernels}
             unattributed = [r for r in unattributed if id(r) not in placed]
             ordered = sorted(ordered + aligned, key=lambda c: c.first_ordinal)
-    _extern_module_paths(ordered, provenance.extern_calls)
+    _extern_module_paths(ordered, provenance)
     return _operators(ordered, for_profile), unattributed
 
 
@@ -302,7 +396,7 @@ def _frozen(shapes: list[list[int] | None]) -> object:
     return tuple(None if dims is None else tuple(dims) for dims in shapes)
 
 
-def _extern_module_paths(calls: list[_Call], sequences: list[list[ExternCall]]) -> None:
+def _extern_module_paths(calls: list[_Call], provenance: Provenance) -> None:
     """Give the operator calls inside a compiled graph the module of their own call site.
 
     Within one call of a compiled graph, its launches run in the order of the generated call(): library
@@ -315,6 +409,9 @@ def _extern_module_paths(calls: list[_Call], sequences: list[list[ExternCall]]) 
         if call.graph_call is not None:
             groups.setdefault(call.graph_call, []).append(call)
     for whole in groups.values():
+        graph = provenance.graph(whole[0].graph_key)
+        # the graph's own launch sequence when the capture recorded it; every generated module's otherwise
+        sequences = [graph.extern_calls] if graph is not None else provenance.extern_calls
         # The whole launch sequence when the generated code lists it; the library calls alone otherwise.
         # Calls the generated code does not make (e.g. CUDA-graph input copies) are left out of the match.
         matched, group = None, whole
@@ -329,6 +426,7 @@ def _extern_module_paths(calls: list[_Call], sequences: list[list[ExternCall]]) 
                 break
         for call, site in zip(group, matched or [], strict=False):
             path = site.module_path if call.origin is not None else call.module_path or site.module_path
+            call.call_site = site.call_site or call.call_site
             if path and path != call.module_path:
                 call.module_path = path
                 for record in call.kernels:
@@ -374,7 +472,8 @@ def _align_graph_replays(
                 for site, share in zip(externs, shares, strict=True):
                     if not share:
                         continue
-                    call = _Call(site.operator_name, share[0].kernel_id, site.module_path, graph_call=graph)
+                    call = _Call(site.operator_name, share[0].kernel_id, site.module_path, graph_call=graph,
+                                 phase=share[0].phase, call_site=site.call_site)
                     for record in share:
                         _set(record, "attribution", attribution)
                         _set(record, "module_path", site.module_path)
@@ -436,6 +535,10 @@ def _operators(calls: list[_Call], for_profile: bool) -> list[OperatorRecord]:
         _set(op, "fused_operators", list(call.origin.aten_ops) if call.origin else [])
         _set(op, "kernels", call.kernels)
         _set(op, "aggregated", aggregate_into(call.kernels, counted) if for_profile else AggregatedMetrics())
+        _set(op, "phase", call.phase)
+        _set(op, "call_site", call.call_site)
+        _set(op, "autograd_node", call.autograd_node)
+        _set(op, "forward_op", call.forward_op)
         finish_record(op, complete if for_profile else set(given))
         operators.append(op)
     return operators

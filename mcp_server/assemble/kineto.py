@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
-from mcp_server.assemble.attribute import attribute_stream
+from mcp_server.assemble.attribute import Context, attribute_stream, work_of
 from mcp_server.assemble.metadata import capture_metadata, harness_result
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
 from mcp_server.rundir import RunDir
@@ -15,7 +15,7 @@ from plugins.torch_profiler.reader import read_kineto_trace
 GENERATED_CPU_KERNEL = "cpp_fused_"
 
 
-def _cpu_operators(cpu_ops: list[CpuOp], provenance: Provenance) -> list[OperatorRecord]:
+def _cpu_operators(cpu_ops: list[CpuOp], provenance: Provenance, context: Context) -> list[OperatorRecord]:
     """One record per outermost operator call; a kernel Inductor generated is one too, with the aten ops it
     fused (from its provenance when known, else from its name)."""
     seen: dict[str, int] = {}
@@ -24,10 +24,10 @@ def _cpu_operators(cpu_ops: list[CpuOp], provenance: Provenance) -> list[Operato
     for position, op in enumerate(cpu_ops):
         index = seen.get(op.name, 0)
         seen[op.name] = index + 1
-        modules = [f.name for f in op.stack if f.kind == "module"]
+        work = work_of(op.stack, context, op.thread)
         origin = provenance.kernels.get(op.name)
         fused = op.name.startswith(GENERATED_CPU_KERNEL)
-        module_path = modules[-1] if modules else (origin.module_path if origin else placed.get(position))
+        module_path = work.module_path or (origin.module_path if origin else placed.get(position))
         operators.append(
             OperatorRecord(
                 operator_id=f"{op.name}#{index}", operator_name=op.name, call_index=index, module_path=module_path,
@@ -36,6 +36,8 @@ def _cpu_operators(cpu_ops: list[CpuOp], provenance: Provenance) -> list[Operato
                 if fused else [],
                 aggregated=AggregatedMetrics(cpu_self_time_ns=op.self_ns, cpu_total_time_ns=op.duration_ns,
                                              cpu_self_time_by_operator_ns=dict(op.nested_self_ns)),
+                phase=work.phase, call_site=work.call_site or (origin.call_site if origin else None),
+                autograd_node=work.autograd_node, forward_op=work.forward_op,
             )
         )
     return operators
@@ -79,8 +81,10 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
     meta = capture_metadata(manifest, harness, "torch_profiler")
     wall = harness.get("window", {}).get("wall_time_ns", 0)
     warnings = list(harness.get("warnings", [])) + capture.warnings
+    origins = load_provenance(run_dir.provenance("torch"))
+    context = Context(capture.sequences, capture.forward_threads, harness.get("root_module") or origins.root_module)
     if not meta.gpu_used:
-        operators = _cpu_operators(capture.cpu_ops, load_provenance(run_dir.provenance("torch")))
+        operators = _cpu_operators(capture.cpu_ops, origins, context)
         unplaced = sum(1 for op in operators if op.module_path is None)
         if manifest.compile_mode != "eager" and unplaced:
             warnings.append(
@@ -90,9 +94,8 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
         window = window_totals(operators, [], wall)
         window.cpu_operator_time_ns = sum(op.duration_ns for op in capture.cpu_ops)
         return OperatorAttributedProfile(capture_metadata=meta, window=window, operators=operators, warnings=warnings)
-    origins = load_provenance(run_dir.provenance("torch"))
     start = capture.window_start_ns or min((k.start_ns for k in capture.kernels), default=0)
-    operators, unattributed = attribute_stream(capture.kernels, origins, start)
+    operators, unattributed = attribute_stream(capture.kernels, origins, start, context=context)
     if unattributed:
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
     if not capture.kernels:

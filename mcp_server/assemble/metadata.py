@@ -8,7 +8,7 @@ from typing import Any
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import RunManifest
-from mcp_server.schema.profile import CaptureMetadata, Clocks
+from mcp_server.schema.profile import CaptureMetadata, Clocks, GraphBreak
 from mcp_server.schema.types import PassName
 
 CPU_ONLY_NOTE = "No GPU was used: CUDA was not available to the workload, so this profile holds CPU operator times."
@@ -24,6 +24,20 @@ def harness_result(run_dir: RunDir, name: PassName) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ProfileFormatError(f"{path} is corrupt: {exc}", "re-run the capture") from exc
     return result
+
+
+def may_run_backward(manifest: RunManifest, harness: dict[str, Any]) -> bool:
+    """Whether the window can hold backward work (a training step, or a script's own window)."""
+    return manifest.run_mode == "train_step" or harness.get("workload_kind") == "script"
+
+
+def graph_breaks(harness: dict[str, Any]) -> list[GraphBreak] | None:
+    """The graph breaks the harness recorded while compiling (None when it compiled nothing)."""
+    found = harness.get("graph_breaks")
+    if found is None:
+        return None
+    return [GraphBreak(reason=b.get("reason", "unknown"), location=b.get("location", "unknown"),
+                       compile_id=b.get("compile_id"), detail=b.get("detail")) for b in found]
 
 
 def capture_metadata(manifest: RunManifest, harness: dict[str, Any], tool: str) -> CaptureMetadata:
@@ -50,4 +64,5 @@ def capture_metadata(manifest: RunManifest, harness: dict[str, Any], tool: str) 
         command_line=manifest.command_line, started_at=manifest.created_at,
         finished_at=harness.get("finished_at", manifest.created_at), clocks=clocks,
         tool_versions=manifest.tool_versions, notes=[] if gpu_used else [CPU_ONLY_NOTE],
+        graph_breaks=graph_breaks(harness), root_module=harness.get("root_module"),
     )

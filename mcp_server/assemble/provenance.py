@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -29,6 +30,7 @@ class KernelOrigin(BaseModel):
     aten_ops: list[str] = Field(default_factory=list, description="e.g. ['aten::convolution', 'aten::relu']")
     source_nodes: list[str] = Field(default_factory=list)
     module_paths: list[str] = Field(default_factory=list)
+    call_site: str | None = Field(default=None, description="The user's line of its last source node with one.")
 
     @property
     def module_path(self) -> str | None:
@@ -83,6 +85,7 @@ class ExternCall(BaseModel):
     source_nodes: list[str] = Field(default_factory=list)
     module_path: str | None = None
     kind: str = Field(default="extern", description="'extern' (a library or fallback op) or 'triton'.")
+    call_site: str | None = None
 
 
 def parse_extern_calls(source: str) -> list[ExternCall]:
@@ -131,11 +134,78 @@ def extern_module_path(call: ExternCall, node_modules: dict[str, dict[str, str]]
     return node_modules[known[-1]]["module_path"]
 
 
+class GraphProvenance(BaseModel):
+    """One compiled graph's own kernels and launch sequence: names repeat across graphs, modules do not."""
+
+    compile_id: str | None = None
+    kind: str = Field(default="forward", description="'forward' or 'backward'.")
+    kernels: dict[str, KernelOrigin] = Field(default_factory=dict)
+    extern_calls: list[ExternCall] = Field(default_factory=list)
+
+
 class Provenance(BaseModel):
     """Everything the harness gathered about Inductor's generated code in one pass."""
 
     kernels: dict[str, KernelOrigin] = Field(default_factory=dict)
     extern_calls: list[list[ExternCall]] = Field(default_factory=list, description="Per generated module.")
+    graphs: dict[str, GraphProvenance] = Field(
+        default_factory=dict, description="Per compiled graph, by the FX-graph-cache key its runtime range names."
+    )
+    graph_breaks: list[dict[str, str]] = Field(default_factory=list)
+    root_module: str | None = None
+
+    def graph(self, call_range: str | None) -> GraphProvenance | None:
+        """The graph a `## Call CompiledFxGraph <key> ##` range ran, when the capture recorded it."""
+        if not call_range or not self.graphs:
+            return None
+        key = call_range.removeprefix(GRAPH_CALL_PREFIX).strip().split(" ", 1)[0]
+        return self.graphs.get(key)
+
+
+def _site(nodes: list[str], node_modules: dict[str, dict[str, str]]) -> str | None:
+    """The call site of the last node that has one (a fused kernel's output comes last)."""
+    return next((node_modules[n]["site"] for n in reversed(nodes) if node_modules.get(n, {}).get("site")), None)
+
+
+def _module_paths(nodes: list[str], node_modules: dict[str, dict[str, str]]) -> list[str]:
+    return sorted({node_modules[n]["module_path"] for n in nodes if node_modules.get(n, {}).get("module_path")})
+
+
+def _read_module(source: str, node_modules: dict[str, dict[str, str]]) -> tuple[dict[str, KernelOrigin],
+                                                                               list[ExternCall]]:
+    """The kernel origins and the launch sequence of one generated module, resolved by `node_modules`."""
+    calls = parse_extern_calls(source)
+    for call in calls:
+        if call.kind == "triton":
+            call.module_path = common_module_path(_module_paths(call.source_nodes, node_modules))
+        else:
+            call.module_path = extern_module_path(call, node_modules)
+        call.call_site = _site(call.source_nodes, node_modules)
+    origins = {
+        name: KernelOrigin(kernel_name=name, aten_ops=atens, source_nodes=nodes,
+                           module_paths=_module_paths(nodes, node_modules), call_site=_site(nodes, node_modules))
+        for name, (nodes, atens) in parse_generated_code(source).items()
+    }
+    return origins, calls
+
+
+def _graphs(data: dict[str, Any], folder: Path) -> dict[str, GraphProvenance]:
+    """Each Inductor graph's provenance, by FX-graph-cache key, its nodes resolved by its own map first and by
+    the Dynamo graph of the same compile id next (the generated code names nodes of either)."""
+    entries = data.get("graphs", [])
+    dynamo = {g.get("compile_id"): g.get("node_modules", {}) for g in entries if g.get("kind") == "dynamo"}
+    found: dict[str, GraphProvenance] = {}
+    for graph in entries:
+        key, code = graph.get("fx_graph_cache_key"), graph.get("code")
+        if graph.get("kind") == "dynamo" or not key or not code or not (folder / code).is_file():
+            continue
+        own: dict[str, dict[str, str]] = graph.get("node_modules", {})
+        outer = dynamo.get(graph.get("compile_id"), {})
+        nodes = {**own, **outer} if graph.get("kind") == "forward" else {**outer, **own}
+        origins, calls = _read_module((folder / code).read_text(encoding="utf-8"), nodes)
+        found[key] = GraphProvenance(compile_id=graph.get("compile_id"), kind=graph.get("kind", "forward"),
+                                     kernels=origins, extern_calls=calls)
+    return found
 
 
 def load_provenance(index: Path) -> Provenance:
@@ -151,22 +221,15 @@ def load_provenance(index: Path) -> Provenance:
         code = index.parent / rel
         if not code.is_file():
             continue
-        source = code.read_text(encoding="utf-8")
-        calls = parse_extern_calls(source)
-        for call in calls:
-            if call.kind == "triton":
-                paths = sorted({node_modules[n]["module_path"] for n in call.source_nodes if n in node_modules})
-                call.module_path = common_module_path(paths)
-            else:
-                call.module_path = extern_module_path(call, node_modules)
+        found, calls = _read_module(code.read_text(encoding="utf-8"), node_modules)
         if calls:
             externs.append(calls)
-        for name, (nodes, atens) in parse_generated_code(source).items():
-            paths = sorted({node_modules[n]["module_path"] for n in nodes if n in node_modules})
+        for name, origin in found.items():
             known = origins.get(name)
             if known is None:
-                origins[name] = KernelOrigin(kernel_name=name, aten_ops=atens, source_nodes=nodes, module_paths=paths)
+                origins[name] = origin
             else:
-                known.aten_ops = sorted(set(known.aten_ops) | set(atens))
-                known.module_paths = sorted(set(known.module_paths) | set(paths))
-    return Provenance(kernels=origins, extern_calls=externs)
+                known.aten_ops = sorted(set(known.aten_ops) | set(origin.aten_ops))
+                known.module_paths = sorted(set(known.module_paths) | set(origin.module_paths))
+    return Provenance(kernels=origins, extern_calls=externs, graphs=_graphs(data, index.parent),
+                      graph_breaks=data.get("graph_breaks", []), root_module=data.get("root_module"))

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
-from mcp_server.assemble.attribute import Counters, attribute_stream
+from mcp_server.assemble.attribute import Context, Counters, attribute_stream
 from mcp_server.assemble.join import join_counters, launch_position
-from mcp_server.assemble.metadata import capture_metadata, harness_result
+from mcp_server.assemble.metadata import capture_metadata, harness_result, may_run_backward
 from mcp_server.assemble.provenance import load_provenance
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
@@ -102,8 +102,13 @@ def _assemble(
     if not start:  # no measure range (or one at 0): the earliest window kernel
         kernels = list(kernels)
         start = min((k.start_ns for k in kernels), default=0)
+    provenance = load_provenance(run_dir.provenance("nsys"))
+    context = Context(
+        timeline.sequence_index() if may_run_backward(manifest, harness) else None, timeline.forward_threads,
+        harness.get("root_module") or provenance.root_module,
+    )
     operators, unattributed = attribute_stream(
-        kernels, load_provenance(run_dir.provenance("nsys")), start, counters, high_confidence_links=False
+        kernels, provenance, start, counters, high_confidence_links=False, context=context
     )
     del kernels
     timeline.check_activity_tables()

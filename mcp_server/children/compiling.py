@@ -191,12 +191,16 @@ class RecordingInductor(GraphRecorder):
 
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         from torch._dynamo.utils import counters
+        from torch._functorch import config as functorch_config
         from torch._inductor.compile_fx import compile_fx
 
         self.dynamo_graph(gm)
         before = dict(counters["inductor"])
-        compiled = compile_fx(gm, example_inputs, inner_compile=self.inner_compile,
-                              config_patches=self.patches or None)
+        # AOTAutograd's own cache would hand back forward and backward without compiling either through
+        # `inner_compile`, so their nodes would go unrecorded: Inductor's FX graph cache still serves both.
+        with functorch_config.patch(enable_autograd_cache=False):
+            compiled = compile_fx(gm, example_inputs, inner_compile=self.inner_compile,
+                                  config_patches=self.patches or None)
         grew = {key: counters["inductor"].get(key, 0) - before.get(key, 0) for key in CACHE_COUNTERS}
         if self.cached_only and (grew["fxgraph_cache_miss"] or grew["fxgraph_cache_bypass"]
                                  or not grew["fxgraph_cache_hit"]):

@@ -89,7 +89,9 @@ def call_sites(profiler: str, frames: UserFrames) -> Any:
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             name = getattr(func, "__name__", "")
-            site = None if name in _METADATA or name == "__get__" else frames.site(sys._getframe(1))
+            # a profiler range opened by the call outlives it: a range around it would end that one instead
+            skip = name in _METADATA or name == "__get__" or "record_function" in name
+            site = None if skip else frames.site(sys._getframe(1))
             if site is None:
                 return func(*args, **kwargs)
             handle = open_range(SITE_RANGE_PREFIX + site)

@@ -9,12 +9,15 @@ Field names follow the seed's profile.json (`schema_version`, `capture_metadata`
 from __future__ import annotations
 
 from enum import Enum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.schema.types import CompileMode, RunMode
 
-SCHEMA_VERSION = "1.1"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
+SCHEMA_VERSION = "1.2"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
+# 1.2: phase (forward/backward/optimizer) on kernels and operators, backward ops tied to the forward op they
+# differentiate, call sites and their coverage, the graph breaks of a compiled capture
 
 
 class _Model(BaseModel):
@@ -34,6 +37,9 @@ class Confidence(str, Enum):
     HIGH = "high"
     MEDIUM = "medium"
     NONE = "none"
+
+
+Phase = Literal["forward", "backward", "optimizer"]
 
 
 class Metric(_Model):
@@ -78,6 +84,10 @@ class KernelRecord(_Model):
         "(median over the timing pass's windows), ns; None where that pass did not run or its kernels did not "
         "join this timeline.",
     )
+    phase: Phase | None = Field(
+        default=None, description="'forward', 'backward' (launched by an autograd node) or 'optimizer' (inside "
+        "an optimizer's step or zero_grad) (schema 1.2).",
+    )
 
 
 class AggregatedMetrics(_Model):
@@ -117,6 +127,18 @@ class OperatorRecord(_Model):
     fused_operators: list[str] = Field(default_factory=list, description="aten ops an Inductor kernel fused.")
     kernels: list[KernelRecord] = Field(default_factory=list)
     aggregated: AggregatedMetrics = Field(default_factory=AggregatedMetrics)
+    phase: Phase | None = Field(default=None, description="The phase of the call's kernels (schema 1.2).")
+    call_site: str | None = Field(
+        default=None, description="`path:line` of the innermost frame of the user's code (outside torch, the "
+        "standard library and site-packages) that made the call; for a backward op, its forward op's (1.2).",
+    )
+    autograd_node: str | None = Field(
+        default=None, description="The autograd node whose backward launched the call, e.g. AddmmBackward0 (1.2).",
+    )
+    forward_op: str | None = Field(
+        default=None, description="The forward operator the backward call differentiates, e.g. aten::linear; its "
+        "module and call site are the call's (1.2).",
+    )
 
 
 class Clocks(_Model):
@@ -128,6 +150,15 @@ class Clocks(_Model):
     sm_clock_range_mhz: list[float] | None = Field(default=None, description="[min, median, max] of the samples.")
     memory_clock_range_mhz: list[float] | None = None
     samples: int | None = None
+
+
+class GraphBreak(_Model):
+    """One place where TorchDynamo ended a graph and fell back to Python."""
+
+    reason: str = Field(description="The reason's first line, as Dynamo gives it.")
+    location: str = Field(description="`path:line` in the user's code where the graph broke.")
+    compile_id: str | None = Field(default=None, description="Dynamo's id of the graph the break ended, e.g. 0/0.")
+    detail: str | None = Field(default=None, description="Dynamo's whole explanation, hints included.")
 
 
 class CaptureMetadata(_Model):
@@ -158,6 +189,14 @@ class CaptureMetadata(_Model):
     clocks: Clocks = Field(default_factory=Clocks)
     tool_versions: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
+    graph_breaks: list[GraphBreak] | None = Field(
+        default=None, description="Dynamo's graph breaks while compiling the model (compiled modes; None in "
+        "eager), in compile order (schema 1.2).",
+    )
+    root_module: str | None = Field(
+        default=None, description="The module path naming the model itself (its class name): its own forward's "
+        "kernels outside every submodule, and the optimizer's (1.2).",
+    )
 
 
 class WindowTotals(_Model):
@@ -171,6 +210,12 @@ class WindowTotals(_Model):
     high_confidence_kernel_time_pct: float | None = None
     module_path_kernel_time_pct: float | None = Field(
         default=None, description="Share of kernel time whose operator carries a module path, 0-100 (schema 1.1)."
+    )
+    call_site_kernel_time_pct: float | None = Field(
+        default=None, description="Share of kernel time whose operator carries a call site, 0-100 (schema 1.2)."
+    )
+    kernel_time_by_phase_ns: dict[str, int] | None = Field(
+        default=None, description="Kernel time per phase (forward, backward, optimizer), ns (schema 1.2)."
     )
     operator_count: int = 0
     cpu_operator_time_ns: int | None = Field(default=None, description="Sum of top-level CPU op time, ns.")

@@ -16,11 +16,13 @@ class Frame(BaseModel):
     """One range enclosing a kernel launch on the launching CPU thread: an operator, a module or a marker."""
 
     name: str = Field(description="Bare name: 'aten::addmm', 'features.0.conv' (module) or a marker name.")
-    kind: str = Field(description="'op' (a PyTorch operator), 'module' (nn.Module range) or 'annotation'.")
+    kind: str = Field(description="'op' (a PyTorch operator), 'module' (nn.Module range), 'site' (the user's "
+                      "`path:line` that called torch) or 'annotation'.")
     input_shapes: list[list[int] | None] | None = None
     input_dtypes: list[str | None] | None = None
     start_ns: int | None = None
     end_ns: int | None = None
+    seq: int | None = Field(default=None, description="Autograd sequence number the range carries, if any.")
 
 
 class TraceKernel(BaseModel):

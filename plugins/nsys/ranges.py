@@ -9,7 +9,16 @@ from typing import Any
 
 from mcp_server.schema.records import Frame
 from plugins.nsys.sql import OPEN_END, Strings
-from plugins.nvtx_names import FIELD_SEPARATOR, MODULE_PREFIX, is_operator, parse_range, parse_sizes, range_name
+from plugins.nvtx_names import (
+    FIELD_SEPARATOR,
+    MODULE_PREFIX,
+    SITE_PREFIX,
+    is_operator,
+    parse_range,
+    parse_seq,
+    parse_sizes,
+    range_name,
+)
 
 
 class NvtxRange:
@@ -36,9 +45,16 @@ class NvtxRange:
         text = self.text
         if text.startswith(MODULE_PREFIX):
             self.name, self.kind = sys.intern(text[len(MODULE_PREFIX) :]), "module"
+        elif text.startswith(SITE_PREFIX):
+            self.name, self.kind = sys.intern(text[len(SITE_PREFIX) :]), "site"
         else:
             self.name = sys.intern(range_name(text))
             self.kind = "op" if is_operator(self.name) else "annotation"
+
+    @property
+    def seq(self) -> int | None:
+        """The autograd sequence number of an emit_nvtx range, or None."""
+        return None if self.kind in ("module", "site") else parse_seq(self.text)
 
     @property
     def input_shapes(self) -> list[list[int] | None] | None:
@@ -48,7 +64,8 @@ class NvtxRange:
         except AttributeError:
             text = self.text
             self._shapes = (
-                parse_sizes(text) if FIELD_SEPARATOR in text and not text.startswith(MODULE_PREFIX) else None
+                parse_sizes(text) if FIELD_SEPARATOR in text and not text.startswith((MODULE_PREFIX, SITE_PREFIX))
+                else None
             )
             return self._shapes
 

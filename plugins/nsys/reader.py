@@ -41,6 +41,8 @@ from plugins.nsys.sql import (
     quote,
     tables,
 )
+from plugins.nvtx_names import classify_text, parse_seq
+from plugins.sequences import BACKWARD_PREFIX, RangeRow, SequenceIndex, forward_origins
 
 T = TypeVar("T")
 
@@ -233,6 +235,36 @@ class NsysWindow:
             self._warnings.append(
                 f"{foreign} window kernel(s) were launched from a thread other than the measure range's"
             )
+
+    def sequence_index(self) -> SequenceIndex:
+        """Forward ops and backward nodes by autograd sequence number: one sweep over every NVTX range (see
+        `plugins.sequences`); thread ids as `WindowKernel.launch_thread` gives them."""
+        if not self.nvtx.present:
+            return SequenceIndex({}, {})
+        with self._sqlite_errors():
+            strings = Strings(self.schema)
+            cursor, _ = self.nvtx.ranges(False)
+            tids: dict[int, int] = {}
+
+            def rows() -> Iterator[RangeRow]:
+                for start, end, thread, text, text_id in cursor:
+                    if text is None:
+                        text = strings[text_id] or ""
+                    name, kind = classify_text(text)
+                    seq = parse_seq(text) if kind in ("op", "annotation") else None
+                    if kind == "annotation" and seq is None and not name.startswith(BACKWARD_PREFIX):
+                        continue  # neither an operator, a module, a call site nor backward work
+                    tid = tids.get(thread)
+                    if tid is None:
+                        tid = tids[thread] = decode_global_tid(thread)[1]
+                    yield RangeRow(tid, start, OPEN_END if end is None else end, name, kind, seq)
+
+            return forward_origins(rows())
+
+    @property
+    def forward_threads(self) -> list[int]:
+        """The threads of the measure range (as launch threads): where the forward pass runs."""
+        return sorted({decode_global_tid(thread)[1] for _, _, thread in self.measure})
 
     def check_activity_tables(self) -> None:
         """Raise NsysExportError where `activity_counts` would, without counting (assembly does not need counts)."""

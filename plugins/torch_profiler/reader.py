@@ -19,8 +19,9 @@ from typing import Any, cast
 import yaml
 from pydantic import BaseModel, Field
 
-from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX
+from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, SITE_RANGE_PREFIX
 from mcp_server.schema.records import CpuOp, Frame, TraceKernel
+from plugins.sequences import RangeRow, SequenceIndex, forward_origins
 
 FORMAT_FILE = Path(__file__).with_name("trace_format.yaml")
 
@@ -41,6 +42,10 @@ class KinetoCapture(BaseModel):
     window_start_ns: int | None = None
     window_end_ns: int | None = None
     warnings: list[str] = Field(default_factory=list)
+    sequences: SequenceIndex = Field(
+        default_factory=lambda: SequenceIndex({}, {}), description="Forward ops and backward nodes by sequence number."
+    )
+    forward_threads: list[int] = Field(default_factory=list, description="Threads of the measure range.")
 
 
 @lru_cache(maxsize=1)
@@ -53,6 +58,8 @@ def classify(name: str) -> str:
     else 'annotation'."""
     if name.startswith(MODULE_RANGE_PREFIX):
         return "module"
+    if name.startswith(SITE_RANGE_PREFIX):
+        return "site"
     if _generated_kernel().match(name):
         return "op"
     head = name.split(",", 1)[0]
@@ -87,6 +94,8 @@ def _frame(event: dict[str, Any]) -> Frame:
     generated = _generated_kernel().match(name)
     if kind == "module":
         name = name[len(MODULE_RANGE_PREFIX):]
+    elif kind == "site":
+        name = name[len(SITE_RANGE_PREFIX):]
     elif generated:
         name = generated.group(1)
     return Frame(
@@ -96,7 +105,14 @@ def _frame(event: dict[str, Any]) -> Frame:
         input_dtypes=args.get(trace_format()["args"]["input_types"]) if kind == "op" else None,
         start_ns=start,
         end_ns=start + _ns(event.get("dur", 0)),
+        seq=_sequence(args),
     )
+
+
+def _sequence(args: dict[str, Any]) -> int | None:
+    """An operator or autograd node's sequence number (-1 and absent: none)."""
+    value = args.get(trace_format()["args"]["sequence"])
+    return int(value) if isinstance(value, int) and value >= 0 else None
 
 
 def _start_ns(frame: Frame) -> int:
@@ -157,6 +173,12 @@ def read_kineto_trace(path: Path) -> KinetoCapture:
         elif cat in cats["memset"]:
             capture.memset_count += 1
     capture.kernels = _kernels(kernel_events, launches, ranges, op_by_external, capture.warnings)
+    capture.sequences = forward_origins(
+        RangeRow(tid, _start_ns(f), f.end_ns or _start_ns(f), f.name, f.kind, f.seq)
+        for tid, f in sorted(((tid, f) for tid, frames in ranges.items() for f in frames),
+                             key=lambda item: (_start_ns(item[1]), -(item[1].end_ns or 0)))
+    )
+    capture.forward_threads = sorted({int(e["tid"]) for e in _events(trace) if e.get("name") == MEASURE_RANGE})
     capture.cpu_ops = _top_level_ops(ranges)
     return capture
 

@@ -1,0 +1,78 @@
+"""Forward operators by autograd sequence number, from any tool's ranges (NVTX or Kineto).
+
+Autograd numbers each node it creates in the forward pass with the running sequence number of the creating
+thread; `emit_nvtx` and torch.profiler tag each forward operator range with the number current at its start
+(`seq`), and each backward node's range with the number of the node it runs. So the forward op that created a
+node is the last operator range, outside any backward, that started with the node's number on its thread. Its
+outermost operator, innermost module and innermost call site are what the backward work differentiates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+
+
+class ForwardOrigin(NamedTuple):
+    """What a backward node differentiates: the forward call's outermost operator, module and call site."""
+
+    op: str
+    module_path: str | None
+    call_site: str | None
+
+
+class RangeRow(NamedTuple):
+    """One classified range of one thread: its span, name, kind ('op', 'module', 'site', 'annotation') and seq."""
+
+    thread: int
+    start: int
+    end: int
+    name: str
+    kind: str
+    seq: int | None
+
+
+class SequenceIndex(NamedTuple):
+    """Forward origins by (thread, seq), and the seq of each backward node by (thread, its marker's start)."""
+
+    origins: dict[tuple[int, int], ForwardOrigin]
+    nodes: dict[tuple[int, int], int]
+
+
+def forward_origins(rows: Iterable[RangeRow]) -> SequenceIndex:
+    """The sequence index of rows sorted by (start, end descending).
+
+    A backward node's own range (`AddmmBackward0, seq = N`) sits directly in its engine marker
+    (`autograd::engine::evaluate_function: AddmmBackward0`); work the engine does after the node returns (e.g.
+    reducing a broadcast gradient with `aten::sum`) is in the marker only, so the marker's start keys the node.
+    """
+    stacks: dict[int, list[RangeRow]] = {}
+    found: dict[tuple[int, int], ForwardOrigin] = {}
+    nodes: dict[tuple[int, int], int] = {}
+    for row in rows:
+        stack = stacks.setdefault(row.thread, [])
+        while stack and stack[-1].end < row.start:
+            stack.pop()
+        if row.seq is not None:
+            parent = stack[-1] if stack else None
+            if parent is not None and parent.name.startswith(BACKWARD_PREFIX) and row.kind != "module":
+                nodes.setdefault((row.thread, parent.start), row.seq)
+            elif row.kind == "op" and not any(r.name.startswith(BACKWARD_PREFIX) for r in stack):
+                outer = next((r.name for r in stack if r.kind == "op"), row.name)
+                module = next((r.name for r in reversed(stack) if r.kind == "module"), None)
+                site = next((r.name for r in reversed(stack) if r.kind == "site"), None)
+                found[(row.thread, row.seq)] = ForwardOrigin(outer, module, site)
+        stack.append(row)
+    return SequenceIndex(found, nodes)
+
+
+def lookup(origins: dict[tuple[int, int], ForwardOrigin], seq: int, threads: list[int]) -> ForwardOrigin | None:
+    """The origin of `seq`, searched on `threads` in order (the forward thread first: sequence numbers are per
+    thread, and a backward range does not say which thread's number it carries)."""
+    for thread in threads:
+        origin = origins.get((thread, seq))
+        if origin is not None:
+            return origin
+    return None
