@@ -44,7 +44,7 @@ from mcp_server.schema.requests import (
 )
 from mcp_server.schema.results import ProfileRun, ValidateToolResult
 from mcp_server.schema.types import BACKENDS, BASELINE_MODES
-from mcp_server.tables import format_top_operators, format_window
+from mcp_server.tables import format_modules_by_phase, format_top_operators, format_window
 
 M = TypeVar("M", bound=BaseModel)
 _OPTION_GROUPS = (CaptureOptions, NcuOptions)
@@ -224,6 +224,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
     _print(format_window(result.profile, result.window))
     _print("")
     _print(format_top_operators(result.operators, result.profile.gpu_used))
+    if result.modules_by_phase:
+        _print("", format_modules_by_phase(result.modules_by_phase))
     return 0
 
 

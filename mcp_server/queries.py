@@ -14,6 +14,7 @@ from mcp_server.schema.results import (
     KernelBrief,
     KernelDetail,
     KernelNameTotal,
+    ModulePhaseTime,
     OperatorDetail,
     OperatorSummary,
     ProfileHeader,
@@ -67,6 +68,7 @@ def top_operators(profile: OperatorAttributedProfile, limit: int = 10) -> list[O
                 gpu_time_ns=sum(o.aggregated.total_duration_ns for o in ops),
                 cpu_total_time_ns=None if gpu else sum(o.aggregated.cpu_total_time_ns or 0 for o in ops),
                 cpu_self_time_ns=None if gpu else cpu_self, share_pct=0.0, is_fused=any(o.is_fused for o in ops),
+                phases=sorted({o.phase for o in ops if o.phase}), call_sites=_heaviest_sites(ops, gpu),
             )
         )
     key = (lambda r: r.gpu_time_ns) if gpu else (lambda r: r.cpu_total_time_ns or 0)
@@ -74,6 +76,29 @@ def top_operators(profile: OperatorAttributedProfile, limit: int = 10) -> list[O
     for row in rows:
         row.share_pct = 100.0 * key(row) / total
     return sorted(rows, key=key, reverse=True)[:limit]
+
+
+def _heaviest_sites(ops: list[OperatorRecord], gpu: bool, limit: int = 3) -> list[str]:
+    time: dict[str, int] = {}
+    for op in ops:
+        if op.call_site:
+            time[op.call_site] = time.get(op.call_site, 0) + _op_time(op, gpu)
+    return [site for site, _ in sorted(time.items(), key=lambda item: -item[1])[:limit]]
+
+
+def modules_by_phase(profile: OperatorAttributedProfile, limit: int = 10) -> list[ModulePhaseTime]:
+    """Kernel time per (module path, phase), heaviest first; empty for a CPU-only profile."""
+    if not profile.capture_metadata.gpu_used:
+        return []
+    time: dict[tuple[str | None, str | None], list[int]] = {}
+    for op in profile.operators:
+        entry = time.setdefault((op.module_path, op.phase), [0, 0])
+        entry[0] += op.aggregated.total_duration_ns
+        entry[1] += 1
+    total = profile.window.kernel_time_ns or 1
+    rows = [ModulePhaseTime(module_path=module, phase=phase, kernel_time_ns=ns, share_pct=100.0 * ns / total,
+                            operator_calls=calls) for (module, phase), (ns, calls) in time.items()]
+    return sorted(rows, key=lambda r: -r.kernel_time_ns)[:limit]
 
 
 def top_rows(profile: OperatorAttributedProfile, limit: int) -> list[TopOperator]:
@@ -98,7 +123,7 @@ def top_operators_result(path: Path, limit: int) -> TopOperatorsResult:
         profile=header(profile, path),
         time_basis="gpu_kernel_time" if profile.capture_metadata.gpu_used else "cpu_total_time",
         window=profile.window, operator_names=len({op.operator_name for op in profile.operators}),
-        operators=top_rows(profile, limit),
+        operators=top_rows(profile, limit), modules_by_phase=modules_by_phase(profile, limit),
     )
 
 
@@ -143,6 +168,7 @@ def operator_detail(path: Path, operator_id: str, max_kernels: int) -> OperatorD
         profile=header(profile, path), operator_id=op.operator_id, operator_name=op.operator_name,
         call_index=op.call_index, module_path=op.module_path, input_shapes=op.input_shapes,
         input_dtypes=op.input_dtypes, is_fused=op.is_fused, fused_operators=op.fused_operators,
+        phase=op.phase, call_site=op.call_site, autograd_node=op.autograd_node, forward_op=op.forward_op,
         share_pct=_share(_op_time(op, gpu), whole), aggregated=op.aggregated, kernel_count=len(op.kernels),
         kernel_names=names, kernels=[_brief(k) for k in op.kernels[:max_kernels]],
         kernels_truncated=len(op.kernels) > max_kernels,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import PurePath
 
 from mcp_server.schema.profile import WindowTotals
-from mcp_server.schema.results import OperatorSummary, ProfileHeader
+from mcp_server.schema.results import ModulePhaseTime, OperatorSummary, ProfileHeader
 
 
 def _short(text: str, width: int) -> str:
@@ -17,13 +18,14 @@ def format_top_operators(rows: Sequence[OperatorSummary], gpu: bool) -> str:
     if gpu:
         header = (
             f"{'operator':44s} {'module':28s} {'calls':>5s} {'kernels':>7s} {'GPU time (us)':>13s} {'share':>6s}"
+            f"  {'called at':24s}"
         )
         lines = [header, "-" * len(header)]
         for r in rows:
             module = ", ".join(r.module_paths) or "-"
             lines.append(
                 f"{_short(r.operator_name, 44):44s} {_short(module, 28):28s} {r.calls:5d} {r.kernels:7d} "
-                f"{r.gpu_time_ns / 1000:13.1f} {r.share_pct:5.1f}%"
+                f"{r.gpu_time_ns / 1000:13.1f} {r.share_pct:5.1f}%  {_site(r.call_sites)}"
             )
     else:
         header = (
@@ -42,6 +44,21 @@ def format_top_operators(rows: Sequence[OperatorSummary], gpu: bool) -> str:
     return "\n".join(lines)
 
 
+def _site(sites: Sequence[str]) -> str:
+    """The heaviest call site as `file.py:line` (the full path is in the profile)."""
+    return PurePath(sites[0]).name if sites else "-"
+
+
+def format_modules_by_phase(rows: Sequence[ModulePhaseTime]) -> str:
+    """Kernel time per module and phase (forward, backward, optimizer), heaviest first."""
+    header = f"{'module':44s} {'phase':9s} {'calls':>5s} {'GPU time (us)':>13s} {'share':>6s}"
+    lines = ["kernel time by module and phase", header, "-" * len(header)]
+    for r in rows:
+        lines.append(f"{_short(r.module_path or '(no module)', 44):44s} {r.phase or '-':9s} {r.operator_calls:5d} "
+                     f"{r.kernel_time_ns / 1000:13.1f} {r.share_pct:5.1f}%")
+    return "\n".join(lines)
+
+
 def format_window(meta: ProfileHeader, win: WindowTotals) -> str:
     """One paragraph on the window: device, wall time, kernel time, attribution coverage."""
     lines = [
@@ -56,6 +73,13 @@ def format_window(meta: ProfileHeader, win: WindowTotals) -> str:
             f"attributed {win.attributed_kernel_time_pct or 0:.1f}% of kernel time "
             f"({win.high_confidence_kernel_time_pct or 0:.1f}% high confidence)"
         )
+        if win.module_path_kernel_time_pct is not None:
+            sites = win.call_site_kernel_time_pct
+            lines.append(f"module paths cover {win.module_path_kernel_time_pct:.1f}% of kernel time"
+                         + (f", call sites {sites:.1f}%" if sites is not None else ""))
+        if win.kernel_time_by_phase_ns and len(win.kernel_time_by_phase_ns) > 1:
+            lines.append("kernel time by phase: " + ", ".join(
+                f"{phase} {ns / 1e3:.1f} us" for phase, ns in sorted(win.kernel_time_by_phase_ns.items())))
     else:
         lines.append("NO GPU USED: CUDA was not available to the workload; times below are CPU operator times.")
     return "\n".join(lines)

@@ -400,3 +400,28 @@ def test_inductor_config_rejects_unknown_names() -> None:
         inductor.check_options({"no_such_knob": True})
     with pytest.raises(ValueError, match="unknown bottleneck"):
         inductor.inductor_options("io")
+
+
+def test_graph_breaks_are_found_with_their_lines_and_removed_by_the_usual_settings() -> None:
+    spec = importlib.util.spec_from_file_location("graph_breaks_workload",
+                                                  REPO / "scripts" / "gpu_workloads" / "graph_breaks.py")
+    workload = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(workload)
+    pattern = _load("graph_breaks")
+    model = workload.Broken(16).eval()
+    x = torch.randn(4, 16)
+    graphs, breaks = pattern.graph_breaks(model, x)
+    source = (REPO / "scripts" / "gpu_workloads" / "graph_breaks.py").read_text().splitlines()
+    assert graphs == 3
+    lines = [int(b["location"].rsplit(":", 1)[1]) for b in breaks]
+    assert [b["location"].rsplit(":", 1)[0].endswith("graph_breaks.py") for b in breaks] == [True, True]
+    assert ".item()" in source[lines[0] - 1] and "print(" in source[lines[1] - 1]
+    assert "item()" in breaks[0]["reason"] and "builtin operator" in breaks[1]["reason"]
+    with pattern.fewer_breaks():
+        graphs, breaks = pattern.graph_breaks(model, x)
+        assert (graphs, breaks) == (1, [])
+        with torch.no_grad():
+            compiled = torch.compile(model, backend="aot_eager")(x)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled, model(x))
+    assert not torch._dynamo.config.capture_scalar_outputs

@@ -154,7 +154,7 @@ def _operator_analyses(profile: OperatorAttributedProfile, kernels: dict[int, Ke
         duration = sum(k.duration_ns for k in mine)
         rows.append(OperatorAnalysis(
             operator_id=op.operator_id, operator_name=op.operator_name, module_path=op.module_path,
-            is_fused=op.is_fused, kernel_count=len(mine), duration_ns=duration,
+            phase=op.phase, call_site=op.call_site, is_fused=op.is_fused, kernel_count=len(mine), duration_ns=duration,
             share_of_kernel_time_pct=100.0 * duration / total, roofline=combined_roofline(op.kernels, device),
             tensor_pipe_pct=_weighted(mine, "tensor_pipe_pct"),
             dram_throughput_pct=_weighted(mine, "dram_throughput_pct"),

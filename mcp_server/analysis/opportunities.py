@@ -222,9 +222,21 @@ def build_opportunities(
         e2e, kernel = _removal(by_id, [[i] for i in ids], keep_one=False)
         add(title.format(n=len(ids)), cls, [kind], e2e, kernel,
             "estimate (upper bound): the removed kernels give back their run time and the idle time after them")
+    breaks = profile.capture_metadata.graph_breaks or []
+    if breaks and placed:
+        e2e, triggers = _graph_boundaries(placed, health)
+        where = ", ".join(dict.fromkeys(b.location.rsplit("/", 1)[-1] for b in breaks))
+        add(f"Remove {len(breaks)} graph break(s) so the model compiles to one graph ({where})", "graph_breaks", [],
+            e2e, 0, "estimate (upper bound): the GPU idle time at the boundaries between compiled graphs, "
+            + ("measured without the profiler" if health.unprofiled else "inflated by profiler instrumentation: "
+               "no timing pass ran") + "; fusions across a boundary and CUDA graphs over the whole forward come on "
+            "top and are not counted", ops=[], modules=["(whole window)"],
+            triggers=[f"graph_breaks={len(breaks)}", *triggers, *(f"break at {b.location}: {b.reason}"
+                                                                   for b in breaks)])
     busy = max(health.gpu_busy_ns, 1)
     keep = [o for o in out if o.estimated_saving_pct >= rule("estimates", "min_saving_pct")
-            or 100.0 * o.kernel_time_saving_ns / busy >= rule("estimates", "min_kernel_saving_pct")]
+            or 100.0 * o.kernel_time_saving_ns / busy >= rule("estimates", "min_kernel_saving_pct")
+            or o.change_class == "graph_breaks"]  # a break is always worth knowing about
     keep.sort(key=lambda o: (-o.estimated_saving_ns, -o.kernel_time_saving_ns))
     keep = keep[: int(rule("estimates", "max_opportunities"))]
     for rank, opportunity in enumerate(keep, 1):
@@ -249,3 +261,19 @@ def _qkv_removable(profile: OperatorAttributedProfile, finding: Finding) -> list
             ids += [k.kernel_id for k in op.kernels]
         seen.add(parent)
     return ids
+
+
+def _graph_boundaries(placed: list[Placed], health: TimelineHealth) -> tuple[int, list[str]]:
+    """(idle GPU time before each forward kernel that starts another compiled graph or leaves one, triggers)."""
+    forward = [p for p in placed if p.op is not None and p.op.phase in (None, "forward")]
+    graphs = [p.op.compiled_graph if p.op is not None else None for p in forward]
+    compiled = [i for i, g in enumerate(graphs) if g is not None]
+    if not compiled:
+        return 0, ["compiled_graphs=0"]
+    first, last = compiled[0], compiled[-1]
+    boundaries = [i for i in range(first + 1, last + 1) if graphs[i] != graphs[i - 1]]
+    between = [forward[i] for i in range(first, last + 1) if graphs[i] is None]
+    idle = sum(forward[i].gap_before_ns for i in boundaries)
+    return int(idle), [f"compiled_graphs={len({g for g in graphs if g})}", f"graph_boundaries={len(boundaries)}",
+                       f"boundary_idle_ns={int(idle)}", f"kernels_between_graphs={len(between)}",
+                       f"kernel_time_between_graphs_ns={sum(p.kernel.duration_ns for p in between)}"]

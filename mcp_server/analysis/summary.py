@@ -41,17 +41,21 @@ def _weighted(kernels: list[KernelAnalysis], field: str) -> float | None:
 
 
 def stage_rows(operators: list[OperatorAnalysis], kernels: list[KernelAnalysis], limit: int = STAGES) -> list[StageRow]:
-    """Operators grouped by module path (operator name when none), longest first."""
-    groups: dict[str, list[OperatorAnalysis]] = {}
+    """Operators grouped by module path (operator name when none) and, in a training step, by phase; longest
+    first."""
+    phased = len({op.phase for op in operators}) > 1
+    groups: dict[tuple[str, str | None, str | None], list[OperatorAnalysis]] = {}
     for op in operators:
-        groups.setdefault(op.module_path or op.operator_name, []).append(op)
+        phase = op.phase if phased else None
+        label = (op.module_path or op.operator_name) + (f" ({phase})" if phase else "")
+        groups.setdefault((label, op.module_path, phase), []).append(op)
     by_op: dict[str, list[KernelAnalysis]] = {}
     for k in kernels:
         by_op.setdefault(k.operator_id or "", []).append(k)
     unattributed = by_op.get("", [])
     total = sum(k.duration_ns for k in kernels) or 1
     rows = []
-    for label, ops in groups.items():
+    for (label, module, phase), ops in groups.items():
         mine = [k for op in ops for k in by_op.get(op.operator_id, [])]
         time: Counter[Bottleneck] = Counter()
         for k in mine:
@@ -59,7 +63,8 @@ def stage_rows(operators: list[OperatorAnalysis], kernels: list[KernelAnalysis],
         longest = max(ops, key=lambda o: o.duration_ns)
         duration = sum(k.duration_ns for k in mine)
         rows.append(StageRow(
-            label=label, operators=[o.operator_id for o in ops], kernel_count=len(mine), duration_ns=duration,
+            label=label, module_path=module, phase=phase, operators=[o.operator_id for o in ops],
+            kernel_count=len(mine), duration_ns=duration,
             share_of_kernel_time_pct=100.0 * duration / total, tensor_pipe_pct=_weighted(mine, "tensor_pipe_pct"),
             dram_throughput_pct=_weighted(mine, "dram_throughput_pct"),
             achieved_occupancy_pct=_weighted(mine, "achieved_occupancy_pct"),

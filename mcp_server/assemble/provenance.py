@@ -156,10 +156,16 @@ class Provenance(BaseModel):
 
     def graph(self, call_range: str | None) -> GraphProvenance | None:
         """The graph a `## Call CompiledFxGraph <key> ##` range ran, when the capture recorded it."""
-        if not call_range or not self.graphs:
-            return None
-        key = call_range.removeprefix(GRAPH_CALL_PREFIX).strip().split(" ", 1)[0]
-        return self.graphs.get(key)
+        key = graph_key(call_range)
+        return self.graphs.get(key) if key and self.graphs else None
+
+
+def graph_key(call_range: str | None) -> str | None:
+    """The FX-graph-cache key a `## Call CompiledFxGraph <key> ##` range names (None: no range, or no key)."""
+    if not call_range:
+        return None
+    key = call_range.removeprefix(GRAPH_CALL_PREFIX).strip().split(" ", 1)[0]
+    return key if key and key != "None" and key != "##" else None
 
 
 def _site(nodes: list[str], node_modules: dict[str, dict[str, str]]) -> str | None:

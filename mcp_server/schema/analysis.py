@@ -126,6 +126,8 @@ class OperatorAnalysis(_Model):
     operator_id: str
     operator_name: str
     module_path: str | None = None
+    phase: str | None = Field(default=None, description="forward, backward or optimizer (profile schema 1.2).")
+    call_site: str | None = Field(default=None, description="`path:line` of the user's code that made the call.")
     is_fused: bool = False
     kernel_count: int = 0
     duration_ns: int = 0
@@ -143,7 +145,9 @@ class OperatorAnalysis(_Model):
 class StageRow(_Model):
     """A row of the summary's per-stage table: one module (or operator when no module is known)."""
 
-    label: str
+    label: str = Field(description="The module path (operator name when none), with its phase in a training step.")
+    module_path: str | None = None
+    phase: str | None = None
     operators: list[str] = Field(default_factory=list)
     kernel_count: int = 0
     duration_ns: int = 0

@@ -139,6 +139,10 @@ class OperatorRecord(_Model):
         default=None, description="The forward operator the backward call differentiates, e.g. aten::linear; its "
         "module and call site are the call's (1.2).",
     )
+    compiled_graph: str | None = Field(
+        default=None, description="The compiled graph whose call launched it (Inductor's FX-graph-cache key, as "
+        "its `## Call CompiledFxGraph` range names it); None outside compiled graphs (1.2).",
+    )
 
 
 class Clocks(_Model):

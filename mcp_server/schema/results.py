@@ -48,6 +48,20 @@ class OperatorSummary(BaseModel):
     cpu_self_time_ns: int | None = None
     share_pct: float
     is_fused: bool
+    phases: list[str] = Field(default_factory=list, description="Phases its calls ran in (forward, backward, "
+                              "optimizer).")
+    call_sites: list[str] = Field(default_factory=list, description="The user's lines that called it, heaviest "
+                                  "first (at most 3).")
+
+
+class ModulePhaseTime(_Model):
+    """Kernel time of one module in one phase: e.g. `layers.2.self_attn` backward 0.81 ms."""
+
+    module_path: str | None = Field(description="None: work no module is known for (e.g. a loss outside the model).")
+    phase: str | None
+    kernel_time_ns: int
+    share_pct: float = Field(description="Share of the window's kernel time.")
+    operator_calls: int
 
 
 class InterpreterInfo(_Model):
@@ -112,6 +126,9 @@ class TopOperatorsResult(_Model):
     window: WindowTotals
     operator_names: int = Field(description="Distinct operator names in the window.")
     operators: list[TopOperator]
+    modules_by_phase: list[ModulePhaseTime] = Field(
+        default_factory=list, description="Kernel time per module and phase, heaviest first (GPU profiles)."
+    )
 
 
 class KernelBrief(_Model):
@@ -151,6 +168,10 @@ class OperatorDetail(_Model):
     input_dtypes: list[str | None] | None = None
     is_fused: bool
     fused_operators: list[str] = Field(default_factory=list)
+    phase: str | None = None
+    call_site: str | None = Field(default=None, description="`path:line` of the user's code that made the call.")
+    autograd_node: str | None = None
+    forward_op: str | None = Field(default=None, description="The forward op a backward call differentiates.")
     share_pct: float = Field(description="Share of the window's kernel time (CPU time in CPU-only profiles).")
     aggregated: AggregatedMetrics
     kernel_count: int
