@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+ACCUMULATE_GRAD = "AccumulateGrad"
 
 
 class ForwardOrigin(NamedTuple):
@@ -47,18 +48,27 @@ def forward_origins(rows: Iterable[RangeRow]) -> SequenceIndex:
     A backward node's own range (`AddmmBackward0, seq = N`) sits directly in its engine marker
     (`autograd::engine::evaluate_function: AddmmBackward0`); work the engine does after the node returns (e.g.
     reducing a broadcast gradient with `aten::sum`) is in the marker only, so the marker's start keys the node.
+    A parameter's AccumulateGrad is keyed to the node that ran just before it on its thread (an inference: the
+    engine runs it right after the node that produced its gradient).
     """
     stacks: dict[int, list[RangeRow]] = {}
     found: dict[tuple[int, int], ForwardOrigin] = {}
     nodes: dict[tuple[int, int], int] = {}
+    last_node: dict[int, int] = {}  # per thread, the seq of the last backward node that ran
     for row in rows:
         stack = stacks.setdefault(row.thread, [])
         while stack and stack[-1].end < row.start:
             stack.pop()
-        if row.seq is not None:
+        if row.name.startswith(BACKWARD_PREFIX) and row.name.endswith(ACCUMULATE_GRAD):
+            # A parameter's AccumulateGrad carries no number: it runs right after the node that produced the
+            # gradient (the engine ranks it first), whose forward op owns the parameter.
+            if row.thread in last_node:
+                nodes[(row.thread, row.start)] = last_node[row.thread]
+        elif row.seq is not None:
             parent = stack[-1] if stack else None
             if parent is not None and parent.name.startswith(BACKWARD_PREFIX) and row.kind != "module":
                 nodes.setdefault((row.thread, parent.start), row.seq)
+                last_node[row.thread] = row.seq
             elif row.kind == "op" and not any(r.name.startswith(BACKWARD_PREFIX) for r in stack):
                 outer = next((r.name for r in stack if r.kind == "op"), row.name)
                 module = next((r.name for r in reversed(stack) if r.kind == "module"), None)
