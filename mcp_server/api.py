@@ -23,7 +23,7 @@ from mcp_server.preflight import format_report
 from mcp_server.preflight import preflight as check_machine
 from mcp_server.progress import Progress, quiet
 from mcp_server.proof.bench import bench as run_bench
-from mcp_server.proof.bench import load_bench_result
+from mcp_server.proof.bench import bench_file, load_bench_result
 from mcp_server.proof.bench import summary_line as bench_line
 from mcp_server.proof.validate import render_checks
 from mcp_server.proof.validate import validate as run_validate
@@ -239,12 +239,13 @@ def bench(req: BenchRequest, progress: Progress = quiet, cancel: Cancel = None) 
         result = run_bench(req.baseline, req.optimized, python=req.python.python, warmup=req.warmup, reps=req.reps,
                            rounds=req.rounds, input_sets=req.input_sets, seed=req.seed,
                            baseline_mode=req.baseline_mode, out_dir=out, timeout_s=req.timeout_s,
-                           progress=progress, cancel=cancel)
+                           progress=progress, cancel=cancel, tier=req.tier)
     sides = {name: BenchSideSummary(workload=s.workload, how_run=s.how_run, first_call_ns=s.first_call_ns,
                                     timing=s.summary)
              for name, s in (("baseline", result.baseline), ("optimized", result.optimized))}
     return BenchToolResult(
-        bench_path=str(out / "bench.json"), out_dir=str(out), files=files_under(out), summary=bench_line(result),
+        bench_path=str(out / bench_file(req.baseline_mode)), out_dir=str(out), files=files_under(out),
+        summary=bench_line(result),
         speedup=result.speedup, baseline=sides["baseline"], optimized=sides["optimized"],
         device_type=result.device_type, device_name=result.device_name, timer=result.timer,
         interpreter=InterpreterInfo(python=req.python.python, source=req.python.source,
@@ -307,6 +308,7 @@ def report(req: ReportRequest, progress: Progress = quiet, cancel: Cancel = None
                 base, out, optimized_profile=optimized, analysis=req.analysis, comparison=req.comparison,
                 bench=req.bench_json, validation=req.validation, optimizations=req.optimizations,
                 project_dir=req.project, baseline_analysis=req.baseline_analysis,
+                bench_vs_compile=req.bench_vs_compile, bench_vs_free=req.bench_vs_free,
             )
             main = "report.md"
     by_name = {p.name: str(p) for p in written}

@@ -43,7 +43,7 @@ from mcp_server.schema.requests import (
     usage_error,
 )
 from mcp_server.schema.results import ProfileRun, ValidateToolResult
-from mcp_server.schema.types import BACKENDS, BASELINE_MODES
+from mcp_server.schema.types import BACKENDS, BASELINE_MODES, TIERS
 from mcp_server.tables import format_modules_by_phase, format_top_operators, format_window
 
 M = TypeVar("M", bound=BaseModel)
@@ -260,7 +260,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Interleaved timing of two workloads; the speedup with its confidence interval."""
     req = build(BenchRequest, baseline=args.baseline, optimized=args.optimized, python=_interpreter(args),
                 warmup=args.warmup, reps=args.reps, rounds=args.rounds, input_sets=args.input_sets, seed=args.seed,
-                baseline_mode=args.baseline_mode, output=args.output, project=Path.cwd(), timeout_s=args.timeout)
+                baseline_mode=args.baseline_mode, tier=args.tier, output=args.output, project=Path.cwd(),
+                timeout_s=args.timeout)
     result = api.bench(req, _STATUS)
     _print(result.summary)
     _print(f"wrote {result.bench_path}")
@@ -284,7 +285,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Render the documents and print their paths."""
     req = build(ReportRequest, baseline_profile=args.profile, optimized_profile=args.optimized_profile,
                 analysis=args.analysis, baseline_analysis=args.baseline_analysis, comparison=args.comparison,
-                bench_json=args.bench,
+                bench_json=args.bench, bench_vs_compile=args.bench_vs_compile, bench_vs_free=args.bench_vs_free,
                 validation=args.validation, optimizations=args.optimizations, plan=args.plan,
                 output=args.output, project=Path.cwd())
     for path in api.report(req).files:
@@ -336,6 +337,10 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: the analysis optimizations.json names, when it exists)")
     p.add_argument("--comparison", type=Path, help="comparison.json of the two profiles")
     p.add_argument("--bench", type=Path, help="bench.json: the only source of the stated speedup")
+    p.add_argument("--bench-vs-compile", type=Path,
+                   help="bench_vs_compile.json: the optimized workload against the baseline under torch.compile")
+    p.add_argument("--bench-vs-free", type=Path,
+                   help="bench_vs_free.json: the optimized workload against the best free recipe of its tier")
     p.add_argument("--validation", type=Path, help="validation_report.json")
     p.add_argument("--optimizations", type=Path, help="optimizations.json (what was planned, applied or not)")
     p.add_argument("--plan", action="store_true",
@@ -393,8 +398,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-sets", type=_count(1), default=4, help="input sets rotated between calls (default 4)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--baseline-mode", choices=BASELINE_MODES, default="eager",
-                   help="run the baseline eagerly or under torch.compile (default eager)")
-    p.add_argument("--output", "-o", type=Path, help="folder for bench.json (default ./op_runs/<name>-bench-<time>)")
+                   help="how the baseline runs: eager; torch.compile as inductor or reduce-overhead (CUDA graphs), "
+                        "-bf16 inside bf16 autocast; free: the fastest free recipe of --tier (default eager)")
+    p.add_argument("--tier", choices=TIERS, default="exact",
+                   help="precision tier for --baseline-mode free: exact (fp32 recipes) or reduced (bf16 autocast "
+                        "too) (default exact)")
+    p.add_argument("--output", "-o", type=Path,
+                   help="folder for bench.json (bench_vs_compile.json against inductor, bench_vs_free.json against "
+                        "free; default ./op_runs/<name>-bench-<time>)")
     p.add_argument("--timeout", type=float, default=600.0)
     _add_output_options(p)
     p = sub.add_parser("validate", help="check an optimized workload against its baseline (validation_report.json)")

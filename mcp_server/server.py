@@ -52,7 +52,7 @@ from mcp_server.schema.results import (
     TopOperatorsResult,
     ValidateToolResult,
 )
-from mcp_server.schema.types import Backend, BaselineMode
+from mcp_server.schema.types import Backend, BaselineMode, Tier
 from mcp_server.serve.interpreter import choose_python
 from mcp_server.serve.paths import project_dir, resolve, resolve_optional, workload_file
 from mcp_server.serve.runner import run_engine, stop_all
@@ -272,19 +272,22 @@ async def bench(
     input_sets: Positive = 4,
     seed: int = 0,
     baseline_mode: BaselineMode = "eager",
+    tier: Annotated[Tier, Field(description="Precision tier whose free recipes baseline_mode 'free' times.")] = "exact",
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
 ) -> BenchToolResult:
     """Time two workloads interleaved in one process; the speedup with a 95% bootstrap confidence interval.
 
     Use to measure an optimization's real effect (wall-clock per call, CUDA events on a GPU), not kernel-time
-    sums. `speedup.significant` is false when the interval contains 1.0. Writes bench.json, whose path
-    validate accepts as bench_json for its plausibility check.
+    sums. `speedup.significant` is false when the interval contains 1.0. baseline_mode: eager (bench.json),
+    inductor = plain torch.compile (bench_vs_compile.json), reduce-overhead, -bf16 variants under bf16 autocast,
+    or free = the fastest of the tier's free recipes (bench_vs_free.json; its baseline_mode names the recipe).
+    validate accepts the written file as bench_json for its plausibility check.
     """
     return await _call(ctx, "bench", timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
         BenchRequest, baseline=workload_file(baseline, "baseline workload"),
         optimized=workload_file(optimized, "optimized workload"), python=choose_python(python), warmup=warmup,
-        reps=reps, rounds=rounds, input_sets=input_sets, seed=seed, baseline_mode=baseline_mode,
+        reps=reps, rounds=rounds, input_sets=input_sets, seed=seed, baseline_mode=baseline_mode, tier=tier,
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
@@ -336,6 +339,11 @@ async def report(
     )] = None,
     comparison: Annotated[str | None, Field(description="comparison.json (from compare).")] = None,
     bench_json: Annotated[str | None, Field(description="bench.json (from bench): the only speedup stated.")] = None,
+    bench_vs_compile: Annotated[str | None, Field(
+        description="bench_vs_compile.json (bench with baseline_mode 'inductor'): the same optimized workload "
+        "against the baseline under torch.compile.")] = None,
+    bench_vs_free: Annotated[str | None, Field(
+        description="bench_vs_free.json (bench with baseline_mode 'free'): against the best free recipe.")] = None,
     validation: Annotated[str | None, Field(description="validation_report.json (from validate).")] = None,
     optimizations: Annotated[str | None, Field(description="optimizations.json of the changes made.")] = None,
     plan: Annotated[bool, Field(
@@ -359,6 +367,8 @@ async def report(
         baseline_analysis=resolve_optional(baseline_analysis, "analysis.json"),
         comparison=resolve_optional(comparison, "comparison.json"),
         bench_json=resolve_optional(bench_json, "bench.json"),
+        bench_vs_compile=resolve_optional(bench_vs_compile, "bench_vs_compile.json"),
+        bench_vs_free=resolve_optional(bench_vs_free, "bench_vs_free.json"),
         validation=resolve_optional(validation, "validation_report.json"),
         optimizations=resolve_optional(optimizations, "optimizations.json"), plan=plan,
         output=resolve_optional(output, "output directory"), project=project_dir()))

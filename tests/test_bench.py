@@ -12,6 +12,7 @@ from mcp_server.errors import UsageError, WorkloadError
 from mcp_server.proof.bench import (
     BENCH_JSON,
     bench,
+    bench_file,
     bootstrap_speedup,
     load_bench_result,
     percentile,
@@ -99,3 +100,29 @@ def test_interleaved_bench_of_the_tiny_workloads(tmp_path):
     assert load_bench_result(tmp_path / BENCH_JSON) == result
     assert (tmp_path / "bench_child.log").is_file()
     assert "speedup" in summary_line(result)
+
+
+def test_unknown_tier_is_refused():
+    with pytest.raises(UsageError, match="precision tier"):
+        bench(BASELINE, OPTIMIZED, baseline_mode="free", tier="fp8")
+
+
+def test_each_baseline_mode_writes_its_own_file():
+    assert [bench_file(m) for m in ("eager", "inductor", "free", "reduce-overhead-bf16")] == [
+        "bench.json", "bench_vs_compile.json", "bench_vs_free.json", "bench_vs_reduce_overhead_bf16.json"]
+
+
+@pytest.mark.slow
+def test_free_baseline_is_the_fastest_recipe_of_the_tier_and_names_it(tmp_path):
+    result = bench(BASELINE, OPTIMIZED, python=sys.executable, warmup=2, reps=3, rounds=2, input_sets=2,
+                   out_dir=tmp_path, resamples=200, baseline_mode="free", tier="reduced")
+    medians = result.free_recipe_medians_ns
+    assert set(medians) == {"inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16"}
+    assert result.baseline_mode == min(medians, key=medians.get) and result.tier == "reduced"
+    assert medians[result.baseline_mode] == round(result.baseline.summary.median_ns)
+    assert result.baseline.how_run.startswith("torch.compile")
+    assert ("bf16 autocast" in result.baseline.how_run) == result.baseline_mode.endswith("-bf16")
+    assert load_bench_result(tmp_path / "bench_vs_free.json") == result
+    assert any(w.startswith("baseline: the fastest free recipe of the reduced tier") for w in result.warnings)
+    if result.device_type == "cpu" and result.baseline_mode.startswith("reduce-overhead"):
+        assert any("CUDA graphs only on a GPU" in w for w in result.warnings)

@@ -1,7 +1,8 @@
 """Bench child: time a baseline and an optimized workload, interleaved, in one process (stdlib + torch only).
 
     python bench.py --baseline B.py --optimized B_optimized.py --out result.json
-        [--warmup 5] [--reps 20] [--rounds 6] [--input-sets 4] [--seed 0] [--baseline-mode eager|inductor]
+        [--warmup 5] [--reps 20] [--rounds 6] [--input-sets 4] [--seed 0]
+        [--baseline-mode eager|inductor|reduce-overhead|inductor-bf16|reduce-overhead-bf16]
 
 Both workloads are built with `get_model_and_input()` under the same seed, on the same device; the optimized
 model gets the baseline's state_dict, and is run through its `optimize(model)` (else
@@ -38,6 +39,27 @@ from mcp_server.children.common import (
 
 MARKER = "operator_profiler_bench:"
 SIDES = ("baseline", "optimized")
+RECIPES = ("eager", "inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16")
+
+
+def baseline_recipe(model: Any, recipe: str, device: str) -> tuple[Any, str]:
+    """The baseline as a user runs it for free: as written, under `torch.compile` (default mode or
+    `mode="reduce-overhead"`, CUDA graphs), optionally inside bf16 autocast; and how that reads in bench.json."""
+    import torch
+
+    if recipe == "eager":
+        return model, "eager"
+    mode = "reduce-overhead" if recipe.startswith("reduce-overhead") else None
+    compiled = torch.compile(model, mode=mode) if mode else torch.compile(model)
+    how = f"torch.compile (mode={mode!r})" if mode else "torch.compile (inductor)"
+    if not recipe.endswith("-bf16"):
+        return compiled, how
+
+    def autocast(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return compiled(*args, **kwargs)
+
+    return autocast, f"{how} under bf16 autocast"
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,7 +72,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--input-sets", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--baseline-mode", choices=("eager", "inductor"), default="eager")
+    parser.add_argument("--baseline-mode", choices=RECIPES, default="eager")
     return parser.parse_args(argv)
 
 
@@ -143,14 +165,15 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         why = load_same_weights(base_model, opt_model)
         if why:
             result["warnings"].append(why)
-        base_fn, base_how = base_model, "eager"
-        if args.baseline_mode == "inductor":
-            base_fn, base_how = torch.compile(base_model), "torch.compile (inductor)"
+        call_args, call_kwargs = as_call(base_inputs)
+        device = device_of(base_model, call_args, call_kwargs)
+        base_fn, base_how = baseline_recipe(base_model, args.baseline_mode, device)
+        if args.baseline_mode.startswith("reduce-overhead") and device != "cuda":
+            result["warnings"].append("mode='reduce-overhead' records CUDA graphs only on a GPU: on the CPU it "
+                                      "compiles as the default mode")
         opt_fn, opt_how = optimized_callable(opt_mod, opt_model)
         if opt_fn is opt_model:
             result["warnings"].append(f"the optimized workload ran as {opt_how}: nothing was compiled")
-        call_args, call_kwargs = as_call(base_inputs)
-        device = device_of(base_model, call_args, call_kwargs)
         result["device_type"] = device
         result["timer"] = "cuda_event" if device == "cuda" else "perf_counter"
         sides = [

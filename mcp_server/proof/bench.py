@@ -37,13 +37,13 @@ from mcp_server.schema.proof import (
     SpeedupEstimate,
     TimingSummary,
 )
+from mcp_server.schema.types import BASELINE_MODES, FREE_RECIPES
 
 BENCH_JSON = "bench.json"
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261121
 CI_LEVEL = 0.95
 CLOCK_QUERY = ["--query-gpu=clocks.sm,clocks.mem", "--format=csv,noheader,nounits"]
-BASELINE_MODES = ("eager", "inductor")
 MARKER = "operator_profiler_bench:"
 
 
@@ -159,6 +159,13 @@ def _side(raw: dict, name: str) -> BenchSide:
     )
 
 
+def bench_file(baseline_mode: str) -> str:
+    """The file a bench against `baseline_mode` writes: bench.json against eager, bench_vs_compile.json against
+    torch.compile, bench_vs_free.json against the best free recipe, bench_vs_<recipe>.json otherwise."""
+    return {"eager": BENCH_JSON, "inductor": "bench_vs_compile.json", "free": "bench_vs_free.json"}.get(
+        baseline_mode, f"bench_vs_{baseline_mode.replace('-', '_')}.json")
+
+
 def bench(
     baseline: Path,
     optimized: Path,
@@ -174,20 +181,51 @@ def bench(
     resamples: int = BOOTSTRAP_RESAMPLES,
     progress: Progress = quiet,
     cancel: threading.Event | None = None,
+    tier: str = "exact",
 ) -> BenchResult:
     """Time `baseline` against `optimized` (two workload files) interleaved in one child process.
 
     `reps` timed calls per side per round, `rounds` rounds with alternating order, after `warmup` calls per
-    side (the first one, compilation included, is reported apart). `baseline_mode` 'inductor' compiles the
-    baseline with the default torch.compile so the speedup credits only the optimized backend's own passes.
-    With `out_dir`, bench.json and the child's log are written there; setting `cancel` stops the child.
+    side (the first one, compilation included, is reported apart). `baseline_mode` names how the baseline runs:
+    'eager'; 'inductor' (the default torch.compile, so the speedup credits only the optimized backend's own
+    passes); 'reduce-overhead' (CUDA graphs); either '-bf16' (inside bf16 autocast); or 'free': each free recipe
+    of `tier` (FREE_RECIPES) is benched in turn and the one whose baseline is fastest is the result, its
+    `baseline_mode` naming it. With `out_dir`, `bench_file(baseline_mode)` and the child's log are written there;
+    setting `cancel` stops the child.
     """
     if warmup < 1 or reps < 1 or rounds < 1 or input_sets < 1:
         raise UsageError("--warmup, --reps, --rounds and --input-sets must be >= 1", "pass positive counts")
     if baseline_mode not in BASELINE_MODES:
         raise UsageError(f"unknown baseline mode {baseline_mode!r}", f"choose one of {', '.join(BASELINE_MODES)}")
+    if tier not in FREE_RECIPES:
+        raise UsageError(f"unknown precision tier {tier!r}", f"choose one of {', '.join(FREE_RECIPES)}")
     base_path, opt_path = check_workload(baseline, "baseline"), check_workload(optimized, "optimized")
     python = check_python(python)
+    recipes = FREE_RECIPES[tier] if baseline_mode == "free" else (baseline_mode,)
+    results: list[BenchResult] = []
+    for recipe in recipes:
+        if len(recipes) > 1:
+            progress(f"bench: free recipe {recipe} ({len(results) + 1} of {len(recipes)}, tier {tier})")
+        results.append(_bench_once(base_path, opt_path, python, warmup, reps, rounds, input_sets, seed, recipe,
+                                   out_dir, timeout_s, resamples, progress, cancel))
+    result = min(results, key=lambda r: r.baseline.summary.median_ns)
+    result.tier = tier if baseline_mode == "free" else None
+    if baseline_mode == "free":
+        result.free_recipe_medians_ns = {r.baseline_mode: round(r.baseline.summary.median_ns) for r in results}
+        medians = ", ".join(f"{r.baseline_mode} {r.baseline.summary.median_ns / 1e3:.1f} us" for r in results)
+        result.warnings.append(f"baseline: the fastest free recipe of the {tier} tier, {result.baseline_mode} "
+                               f"(baseline medians: {medians})")
+    if out_dir is not None:
+        write_model_atomic(Path(out_dir) / bench_file(baseline_mode), result)
+    return result
+
+
+def _bench_once(
+    base_path: Path, opt_path: Path, python: str, warmup: int, reps: int, rounds: int, input_sets: int, seed: int,
+    baseline_mode: str, out_dir: Path | None, timeout_s: float, resamples: int, progress: Progress,
+    cancel: threading.Event | None,
+) -> BenchResult:
+    """One bench child against one baseline recipe: its BenchResult (nothing written but the child's log)."""
     args = [
         "--baseline", str(base_path), "--optimized", str(opt_path), "--warmup", str(warmup), "--reps", str(reps),
         "--rounds", str(rounds), "--input-sets", str(input_sets), "--seed", str(seed),
@@ -240,8 +278,6 @@ def bench(
         raise ProfileFormatError(
             f"the bench child's result is malformed: {exc}", "report this as a bug with the child's JSON attached"
         ) from exc
-    if out_dir is not None:
-        write_model_atomic(Path(out_dir) / BENCH_JSON, result)
     return result
 
 

@@ -11,6 +11,7 @@ from mcp_server.render.inputs import ReportInputs
 from mcp_server.render.repro import CommandView, optimized_workload_path, plan_commands, report_commands, show_path
 from mcp_server.render.views import (
     IR_LEVEL_HOW,
+    BaselinesView,
     CalibrationView,
     ClockView,
     DeviceView,
@@ -22,6 +23,7 @@ from mcp_server.render.views import (
     SpeedupView,
     TotalView,
     ValidationView,
+    baselines_view,
     calibration_view,
     clock_views,
     consistency_notes,
@@ -57,6 +59,7 @@ class ReportView(BaseModel):
     device: DeviceView
     clocks: list[ClockView]
     speedup: SpeedupView | None
+    baselines: BaselinesView | None = None
     validation: ValidationView | None
     calibration: CalibrationView | None = None
     totals: list[TotalView]
@@ -135,12 +138,21 @@ def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) ->
     optimized = _optimized_workload(inputs)
     files = [show_path(p, project_dir) for p in (
         inputs.baseline_path, inputs.optimized_path, inputs.analysis_path, inputs.comparison_path,
-        inputs.bench_path, inputs.validation_path, inputs.optimizations_path) if p is not None]
+        inputs.bench_path, inputs.bench_vs_compile_path, inputs.bench_vs_free_path, inputs.validation_path,
+        inputs.optimizations_path) if p is not None]
     return ReportView(
         workload=show_path(inputs.baseline.capture_metadata.workload, project_dir),
         optimized_workload=show_path(optimized, project_dir) if optimized else None,
         device=device_view(inputs.baseline), clocks=clock_views(inputs),
         speedup=speedup_view(inputs.bench) if inputs.bench else None,
+        baselines=baselines_view([
+            (label, bench, show_path(path, project_dir)) for label, bench, path in (
+                ("eager", inputs.bench, inputs.bench_path),
+                ("torch.compile", inputs.bench_vs_compile, inputs.bench_vs_compile_path),
+                (f"best free recipe ({inputs.bench_vs_free.tier or 'exact'} tier)" if inputs.bench_vs_free else "",
+                 inputs.bench_vs_free, inputs.bench_vs_free_path),
+            ) if bench is not None and path is not None
+        ]),
         validation=validation_view(inputs.validation) if inputs.validation else None,
         calibration=calibration_view(inputs.optimizations, inputs.validation, inputs.bench,
                                      inputs.baseline_analysis)

@@ -39,6 +39,11 @@ class ReportInputs:
     validation_path: Path | None = None
     optimizations: OptimizationPlan | None = None
     optimizations_path: Path | None = None
+    # the same optimized workload benched against the baseline under torch.compile, and the best free recipe
+    bench_vs_compile: BenchResult | None = None
+    bench_vs_compile_path: Path | None = None
+    bench_vs_free: BenchResult | None = None
+    bench_vs_free_path: Path | None = None
 
 
 def load_inputs(
@@ -50,6 +55,8 @@ def load_inputs(
     validation: Path | None = None,
     optimizations: Path | None = None,
     baseline_analysis: Path | None = None,
+    bench_vs_compile: Path | None = None,
+    bench_vs_free: Path | None = None,
 ) -> ReportInputs:
     """Load and validate every given file; a missing or malformed file raises ProfileFormatError."""
     inputs = ReportInputs(baseline=load_profile(baseline_profile), baseline_path=Path(baseline_profile))
@@ -65,6 +72,11 @@ def load_inputs(
         inputs.comparison_path = Path(comparison)
     if bench is not None:
         inputs.bench, inputs.bench_path = load_bench_result(Path(bench)), Path(bench)
+    if bench_vs_compile is not None:
+        inputs.bench_vs_compile = load_bench_result(Path(bench_vs_compile))
+        inputs.bench_vs_compile_path = Path(bench_vs_compile)
+    if bench_vs_free is not None:
+        inputs.bench_vs_free, inputs.bench_vs_free_path = load_bench_result(Path(bench_vs_free)), Path(bench_vs_free)
     if validation is not None:
         inputs.validation, inputs.validation_path = load_validation_report(Path(validation)), Path(validation)
     if optimizations is not None:

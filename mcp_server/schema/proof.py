@@ -216,7 +216,11 @@ class BenchResult(_Model):
     rounds: int
     input_sets: int = Field(description="Distinct input sets rotated through, per side.")
     seed: int
-    baseline_mode: str
+    baseline_mode: str = Field(description="How the baseline ran: eager, inductor, reduce-overhead, inductor-bf16 or "
+                               "reduce-overhead-bf16 (in bench_vs_free.json, the fastest free recipe).")
+    tier: str | None = Field(default=None, description="The precision tier whose free recipes were timed (free only).")
+    free_recipe_medians_ns: dict[str, int] | None = Field(
+        default=None, description="Each free recipe's baseline median per call, ns: the fastest is the baseline.")
     orders: list[list[str]] = Field(description="Which side went first in each round: ['baseline', 'optimized'], ...")
     clocks: ClockObservation
     started_at: str

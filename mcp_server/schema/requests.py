@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 
 from mcp_server.errors import UsageError
-from mcp_server.schema.types import Backend, BaselineMode, CompileMode
+from mcp_server.schema.types import Backend, BaselineMode, CompileMode, Tier
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -258,6 +258,7 @@ class BenchRequest(_Request):
     input_sets: Annotated[int, Field(ge=1)] = 4
     seed: int = 0
     baseline_mode: BaselineMode = "eager"
+    tier: Tier = Field(default="exact", description="Precision tier whose free recipes `free` times.")
     output: Path | None = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
@@ -292,6 +293,9 @@ class ReportRequest(_Request):
     baseline_analysis: Path | None = None
     comparison: Path | None = None
     bench_json: Path | None = None
+    bench_vs_compile: Path | None = Field(default=None, description="bench_vs_compile.json: the optimized workload "
+                                          "against the baseline under torch.compile.")
+    bench_vs_free: Path | None = Field(default=None, description="bench_vs_free.json: against the best free recipe.")
     validation: Path | None = None
     optimizations: Path | None = None
     plan: bool = False

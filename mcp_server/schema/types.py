@@ -20,9 +20,19 @@ RunMode = Literal["inference", "train_step"]
 PassName = Literal["torch", "nsys", "ncu", "ncu_variants", "timing"]
 """A capture pass, and the sub-directory of the run directory holding its artifacts."""
 
-BaselineMode = Literal["eager", "inductor"]
-"""How bench runs the baseline: as written, or under `torch.compile`."""
+BaselineMode = Literal["eager", "inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16", "free"]
+"""How bench runs the baseline: as written; under `torch.compile` (default mode, or `mode="reduce-overhead"`),
+optionally inside bf16 autocast; or `free`: the fastest of the free recipes of the precision tier."""
+
+Tier = Literal["exact", "reduced"]
+"""Precision tier: `exact` keeps fp32 everywhere; `reduced` allows BF16/TF32 compute within a stated tolerance."""
 
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 BACKENDS: tuple[str, ...] = get_args(Backend)
 BASELINE_MODES: tuple[str, ...] = get_args(BaselineMode)
+TIERS: tuple[str, ...] = get_args(Tier)
+# What a user gets for free, per tier: the recipes `free` times, the fastest of which is the baseline.
+FREE_RECIPES: dict[str, tuple[str, ...]] = {
+    "exact": ("inductor", "reduce-overhead"),
+    "reduced": ("inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16"),
+}
