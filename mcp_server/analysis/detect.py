@@ -79,8 +79,8 @@ def fp32_tensor_core_candidates(profile: OperatorAttributedProfile, placed: list
         nchw = kind == "conv" and any(matches("nchw_conv_kernels", p.kernel.kernel_name) for p in members)
         if kind == "matmul":
             detail = ("FP32 GEMMs run on CUDA cores (torch.backends.cuda.matmul.allow_tf32 is False by default): "
-                      "torch.set_float32_matmul_precision('high') uses TF32 tensor cores, BF16 autocast halves the "
-                      "bytes too.")
+                      "TF32 tensor cores, or BF16 autocast that halves the bytes too, are a reduced-precision "
+                      "change scoped to the model (not the process-wide set_float32_matmul_precision).")
         else:
             detail = ("FP32 convolutions run on CUDA cores" + (" in NCHW layout" if nchw else "") + ": cuDNN picks "
                       "TF32 tensor-core kernels for channels_last inputs (allow_tf32 is on for cuDNN by default); "
