@@ -1,0 +1,142 @@
+"""The cross-rank merge: `ranks.json` from every rank's `events.parquet`, as SQL in an embedded DuckDB.
+
+Per rank: the window, the unions of compute and of communication intervals (gaps and islands over the events
+ordered by start), their overlap and the idle rest, collective time per type and per module. Across ranks:
+each collective call (type, seq) with its arrival skew — the last rank's start minus the first's, on the
+ranks' window clocks, which a barrier aligns — and the ranks that arrive late. A straggler is the rank that
+arrives last at most collective calls (at least half of them) with a mean lateness of at least half the median
+skew: the others wait for it inside their collectives.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mcp_server.errors import UsageError
+from mcp_server.schema.ranks import CollectiveSkew, RanksSummary, RankTimes, Straggler
+
+WORST = 10
+THREADS = 2
+
+_UNIONS = """
+WITH one AS (SELECT * FROM read_parquet(?)), e AS (
+    SELECT rank, CASE WHEN collective IS NULL THEN 'compute' ELSE 'communication' END AS kind, start_ns, end_ns
+    FROM one
+    UNION ALL SELECT rank, 'all' AS kind, start_ns, end_ns FROM one
+), o AS (
+    SELECT *, max(end_ns) OVER (PARTITION BY rank, kind ORDER BY start_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before_end
+    FROM e
+), g AS (
+    SELECT *, sum(CASE WHEN before_end IS NULL OR start_ns > before_end THEN 1 ELSE 0 END)
+              OVER (PARTITION BY rank, kind ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+    FROM o
+), islands AS (
+    SELECT rank, kind, island, min(start_ns) AS s, max(end_ns) AS e FROM g GROUP BY rank, kind, island
+)
+SELECT rank, kind, sum(e - s)::BIGINT FROM islands GROUP BY rank, kind
+"""
+_WINDOWS = "SELECT rank, (max(end_ns) - min(start_ns))::BIGINT, count(*) FROM ev GROUP BY rank"
+_BY_COLLECTIVE = """SELECT rank, collective, sum(end_ns - start_ns)::BIGINT FROM ev WHERE collective IS NOT NULL
+                    GROUP BY rank, collective"""
+_BY_MODULE = """SELECT rank, coalesce(module_path, '(no module)'), sum(end_ns - start_ns)::BIGINT FROM ev
+                WHERE collective IS NOT NULL GROUP BY rank, module_path"""
+_ARRIVALS = """
+CREATE TEMP TABLE arrivals AS
+SELECT collective, seq, rank, min(start_ns) AS arrival FROM ev WHERE collective IS NOT NULL
+GROUP BY collective, seq, rank
+"""
+_CALLS = """
+CREATE TEMP TABLE calls AS
+SELECT collective, seq, count(*) AS ranks, (max(arrival) - min(arrival))::BIGINT AS skew,
+       arg_max(rank, arrival) AS last_rank, arg_min(rank, arrival) AS first_rank, min(arrival) AS first_arrival
+FROM arrivals GROUP BY collective, seq
+"""
+_LATENESS = """
+SELECT a.rank, avg(a.arrival - c.first_arrival), sum(CASE WHEN c.last_rank = a.rank AND c.skew > 0 THEN 1 ELSE 0 END)
+FROM arrivals a JOIN calls c USING (collective, seq) GROUP BY a.rank
+"""
+
+
+def rank_files(run_dir: Path) -> list[Path]:
+    """`rank<R>/events.parquet` of a run directory, by rank."""
+    found = sorted(Path(run_dir).glob("rank*/events.parquet"), key=lambda p: int(p.parent.name.removeprefix("rank")))
+    if not found:
+        raise UsageError(f"no rank<R>/events.parquet under {run_dir}",
+                         "pass the run directory of a multi-rank capture (or write each rank's events first)")
+    return found
+
+
+def merge_ranks(files: list[Path], memory_limit: str | None = None) -> RanksSummary:
+    """ranks.json's content from the ranks' event files (one per rank; SQL over all of them, the interval unions
+    one file at a time)."""
+    import duckdb
+
+    t0 = time.monotonic()
+    with duckdb.connect() as con:
+        con.execute(f"SET threads = {THREADS}")
+        con.execute("SET enable_progress_bar = false")
+        if memory_limit:
+            con.execute("SET memory_limit = ?", [memory_limit])
+        con.read_parquet([str(f) for f in files]).create_view("ev")
+        windows = {r: (w, n) for r, w, n in con.execute(_WINDOWS).fetchall()}
+        unions: dict[int, dict[str, int]] = {}
+        for path in files:  # one rank's file at a time: the window functions hold one rank, never the run
+            for rank, kind, ns in con.execute(_UNIONS, [str(path)]).fetchall():
+                if kind in unions.setdefault(rank, {}):
+                    raise UsageError(f"rank {rank}'s events are split over several files ({path})",
+                                     "write one events.parquet per rank")
+                unions[rank][kind] = ns
+        by_collective: dict[int, dict[str, int]] = {}
+        for rank, name, ns in con.execute(_BY_COLLECTIVE).fetchall():
+            by_collective.setdefault(rank, {})[name] = ns
+        by_module: dict[int, dict[str, int]] = {}
+        for rank, name, ns in con.execute(_BY_MODULE).fetchall():
+            by_module.setdefault(rank, {})[name] = ns
+        con.execute(_ARRIVALS)
+        con.execute(_CALLS)
+        calls, median, worst_skew = con.execute(
+            "SELECT count(*), median(skew), max(skew) FROM calls").fetchone() or (0, None, None)
+        worst = [CollectiveSkew(collective=c, seq=s, ranks=n, skew_ns=k, last_rank=last, first_rank=first)
+                 for c, s, n, k, last, first in con.execute(
+                     "SELECT collective, seq, ranks, skew, last_rank, first_rank FROM calls "
+                     "ORDER BY skew DESC, collective, seq LIMIT ?", [WORST]).fetchall()]
+        lateness = {rank: (float(mean or 0.0), int(last or 0))
+                    for rank, mean, last in con.execute(_LATENESS).fetchall()}
+    ranks = []
+    for rank in sorted(windows):
+        window, _ = windows[rank]
+        kinds = unions.get(rank, {})
+        compute, comm, busy = kinds.get("compute", 0), kinds.get("communication", 0), kinds.get("all", 0)
+        mean, last = lateness.get(rank, (0.0, 0))
+        ranks.append(RankTimes(
+            rank=rank, window_ns=window, compute_ns=compute, communication_ns=comm,
+            overlap_ns=compute + comm - busy, idle_ns=max(0, window - busy),
+            overlap_pct=100.0 * (compute + comm - busy) / comm if comm else None,
+            communication_by_collective_ns=by_collective.get(rank, {}),
+            communication_by_module_ns=by_module.get(rank, {}), mean_lateness_ns=mean, last_arrivals=last,
+        ))
+    return RanksSummary(
+        world_size=len(ranks), events=sum(n for _, n in windows.values()), ranks=ranks, collectives=int(calls or 0),
+        skew_ns_median=float(median) if median is not None else None,
+        skew_ns_max=int(worst_skew) if worst_skew is not None else None, worst_collectives=worst,
+        stragglers=stragglers(ranks, int(calls or 0), float(median or 0.0)),
+        merge_seconds=round(time.monotonic() - t0, 3),
+        notes=[] if calls else ["no collective in any rank's window: nothing to align across ranks"],
+    )
+
+
+def stragglers(ranks: list[RankTimes], calls: int, median_skew: float) -> list[Straggler]:
+    """Ranks last at ≥ half the collective calls, late by at least half the median skew on average."""
+    found = []
+    for r in ranks:
+        share = 100.0 * r.last_arrivals / calls if calls else 0.0
+        if calls and share >= 50.0 and median_skew > 0 and r.mean_lateness_ns >= 0.5 * median_skew:
+            found.append(Straggler(
+                rank=r.rank, mean_lateness_ns=r.mean_lateness_ns, last_arrival_share_pct=share,
+                reason=f"arrived last at {r.last_arrivals} of {calls} collective calls, "
+                       f"{r.mean_lateness_ns / 1e3:.1f} us after the first rank on average: the others wait in "
+                       "their collectives",
+            ))
+    return found
