@@ -169,6 +169,46 @@ def test_every_mcp_tool_named_in_the_texts_exists() -> None:
     assert named and named <= TOOLS
 
 
+def _served_tools() -> dict[str, set[str]]:
+    """Every tool the MCP server lists, with the parameters of its input schema (through the SDK's client)."""
+    import anyio
+    from mcp import Client
+
+    from mcp_server.server import server
+
+    async def listed() -> dict[str, set[str]]:
+        async with Client(server) as client:
+            return {t.name: set(t.input_schema["properties"]) for t in (await client.list_tools()).tools}
+
+    return anyio.run(listed)
+
+
+# A backticked tool name starts a clause; the arguments the text gives it until the next tool name are written
+# `name: value`, `name` = ..., `name` `value` or `name` <number>.
+_TOOL_MENTION = re.compile(rf"`(\w+)`|{MCP_PREFIX}(\w+)")
+_ARGUMENT = re.compile(r"`(\w+): [^`]*`|`(\w+)` ?= |`(\w+)` `[^`]+`|`(\w+)` \d")
+
+
+def test_every_tool_argument_the_skills_and_agents_give_is_a_real_parameter() -> None:
+    from mcp_server.schema.optimizations import OptimizationItem
+
+    tools = _served_tools()
+    assert set(tools) == TOOLS
+    not_arguments = set(OptimizationItem.model_fields)  # optimizations.json fields quoted beside a call
+    wrong = []
+    for path in [p for folder in ("skills", "agents") for p in (REPO / folder).rglob("*.md")]:
+        for paragraph in re.split(r"\n\s*\n|\n\s*(?:\d+\.|-) ", path.read_text(encoding="utf-8")):
+            mentions = [(m, m.group(1) or m.group(2)) for m in _TOOL_MENTION.finditer(paragraph)]
+            mentions = [(m, name) for m, name in mentions if name in tools]
+            for i, (match, name) in enumerate(mentions):
+                end = mentions[i + 1][0].start() if i + 1 < len(mentions) else len(paragraph)
+                for found in _ARGUMENT.finditer(paragraph[match.end():end]):
+                    argument = next(g for g in found.groups() if g)
+                    if argument not in tools[name] and argument not in not_arguments:
+                        wrong.append(f"{path.relative_to(REPO)}: `{name}` has no parameter `{argument}`")
+    assert not wrong, "\n".join(wrong)
+
+
 # --------------------------------------------------------------------------- knowledge
 
 

@@ -174,6 +174,9 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         opt_fn, opt_how = optimized_callable(opt_mod, opt_model)
         if opt_fn is opt_model:
             result["warnings"].append(f"the optimized workload ran as {opt_how}: nothing was compiled")
+        if callable(getattr(base_mod, "train_step", None)):
+            result["warnings"].append("the workload defines train_step: bench timed forward calls only (training "
+                                      "steps are out of bench's scope)")
         result["device_type"] = device
         result["timer"] = "cuda_event" if device == "cuda" else "perf_counter"
         sides = [

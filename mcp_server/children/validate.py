@@ -150,6 +150,9 @@ def _one_seed(
     inputs_b = perturb(inputs_a, 7919 * (seed + 1))
     if getattr(base_model, "training", False) and seed == int(result["seeds"][0]):
         warnings.append("the baseline model is in training mode: dropout or batch statistics make outputs vary")
+    if callable(getattr(base_mod, "train_step", None)) and seed == int(result["seeds"][0]):
+        warnings.append("the workload defines train_step: validate compared forward outputs only (losses, "
+                        "gradients and updated parameters are out of validate's scope)")
     ref_a, ref_a_snap, base_mut_a, base_alias_a = call(base_model, inputs_a)
     ref_b, ref_b_snap, base_mut_b, base_alias_b = call(base_model, inputs_b)
     base_shared = shared_memory(ref_b, ref_a)

@@ -76,52 +76,6 @@ class SpeedupView(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-class BaselineRow(BaseModel):
-    """The optimized workload against one baseline a user could run instead."""
-
-    label: str
-    baseline_how: str
-    baseline_median_ns: float
-    optimized_median_ns: float
-    point: float
-    ci_low: float
-    ci_high: float
-    significant: bool
-    file: str
-
-
-class BaselinesView(BaseModel):
-    """The optimized workload against eager, torch.compile and the best free recipe, and what that means."""
-
-    rows: list[BaselineRow]
-    verdict: str | None
-
-
-def baselines_view(benches: list[tuple[str, BenchResult, str]]) -> BaselinesView | None:
-    """Rows per (label, bench, file) given; the verdict says plainly when the gain is torch.compile's for free."""
-    if len(benches) < 2:
-        return None
-    rows = [BaselineRow(label=label, baseline_how=b.baseline.how_run, baseline_median_ns=b.baseline.summary.median_ns,
-                        optimized_median_ns=b.optimized.summary.median_ns, point=b.speedup.point,
-                        ci_low=b.speedup.ci_low, ci_high=b.speedup.ci_high, significant=b.speedup.significant,
-                        file=file) for label, b, file in benches]
-    free = next((r for r in rows if r.label != "eager"), None)
-    verdict = None
-    best = min((r for r in rows if r.label != "eager"), key=lambda r: r.ci_low, default=None)
-    if best is not None and best.ci_low < 1.0 <= best.ci_high:
-        verdict = (f"The loop's gain is what a user gets for free: against the baseline run as {best.baseline_how} "
-                   f"the optimized workload is {best.point:.3f}× (95 % CI {best.ci_low:.3f}×–{best.ci_high:.3f}×, "
-                   "not significant).")
-    elif best is not None and best.ci_high < 1.0:
-        verdict = (f"The optimized workload is slower than the baseline run as {best.baseline_how}: "
-                   f"{best.point:.3f}× (95 % CI {best.ci_low:.3f}×–{best.ci_high:.3f}×).")
-    elif free is not None:
-        verdict = (f"The optimized workload is faster than every free baseline measured; the smallest margin is "
-                   f"{best.point:.3f}× (95 % CI lower bound {best.ci_low:.3f}×) against {best.baseline_how}."
-                   if best is not None else None)
-    return BaselinesView(rows=rows, verdict=verdict)
-
-
 class CheckView(BaseModel):
     name: str
     status: str
