@@ -190,9 +190,7 @@ def build_opportunities(
         e2e, kernel = _speedup(by_id, analyses, finding.kernel_ids, device, target, 1.0)
         what = "GEMMs" if kind == "fp32_matmul" else "convolutions"
         if kind == "fp32_matmul":
-            how = ("BF16 autocast or TF32 scoped to the model's compiled graph (reduced precision tier: a "
-                   "precision change with a stated tolerance, never the process-wide "
-                   "set_float32_matmul_precision)")
+            how = "BF16 autocast or TF32 scoped to the model (reduced precision tier)"
         elif cls == "channels_last":
             how = "channels_last lets cuDNN pick TF32 kernels; BF16 autocast goes further"
         else:
