@@ -33,7 +33,6 @@ class FrameLike(keys.FrameLike, Protocol):
     def seq(self) -> int | None: ...
 
 
-
 def _module_path(stack: Sequence[FrameLike]) -> str | None:
     modules = [f.name for f in stack if f.kind == "module"]
     return modules[-1] if modules else None
@@ -47,7 +46,7 @@ class Context:
                  root_module: str | None = None) -> None:
         self.origins = sequences.origins if sequences else {}
         self.nodes = sequences.nodes if sequences else {}
-        self.threads = forward_threads or []
+        self.threads = list(forward_threads or [])
         self.threads += sorted({t for t, _ in self.origins} - set(self.threads))
         self.root_module = root_module
 
