@@ -190,6 +190,12 @@ def test_plan_documents(documents: dict[str, str]) -> None:
     code = work_order.split("```python\n", 1)[1].split("```", 1)[0]
     compile(code, "skeleton.py", "exec")  # the skeleton is valid Python
     assert "def fuse_mul_add_to_addcmul(gm: torch.fx.GraphModule) -> int:" in code
+    # the configuration item passes its argument, and CUDA graphs' outputs are cloned
+    assert 'patches.update(inductor_options("compute"))' in code
+    assert "return clone_outputs(compile_fx(gm, example_inputs, config_patches=patches))" in code
+    benches = [argv for argv in printed_commands(work_order) if argv[1] == "bench"]
+    assert [argv[argv.index("--baseline-mode") + 1] for argv in benches] == ["eager", "inductor", "free"]
+    assert all(argv[argv.index("--output") + 1] == "examples/conv_block" for argv in benches)
 
 
 # --------------------------------------------------------------------------- printed commands exist and work

@@ -168,11 +168,18 @@ def plan_commands(
     tolerance: list[str] = []
     if any(item.precision_change for item in plan.items):
         tolerance = ["--tolerance", "float32=1e-2"]
+    folder = show_path(Path(plan.workload).parent, project_dir)
+    python = ["--python", meta.python_executable]
     return [
         CommandView(purpose="check the optimized workload (validation_report.json)",
-                    argv=[PROGRAM, "validate", baseline, optimized, "--python", meta.python_executable, *tolerance]),
-        CommandView(purpose="measure the speedup with its interval (bench.json)",
-                    argv=[PROGRAM, "bench", baseline, optimized, "--python", meta.python_executable]),
+                    argv=[PROGRAM, "validate", baseline, optimized, *python, *tolerance, "--output", folder]),
+        *(CommandView(purpose=purpose, argv=[PROGRAM, "bench", baseline, optimized, *python, "--baseline-mode", mode,
+                                             "--output", folder])
+          for mode, purpose in (
+              ("eager", "measure the speedup over eager with its interval (bench.json)"),
+              ("inductor", "against the baseline under torch.compile (bench_vs_compile.json)"),
+              ("free", "against the best free recipe of the exact tier (bench_vs_free.json)"),
+          )),
         report_command(inputs, out_dir, project_dir, plan=True),
     ]
 
