@@ -100,6 +100,11 @@ def test_a_pass_that_changes_numerics_fails_numerics(reports):
     assert report.max_rel_error > 1e-3  # the output is scaled by 1.01
     failing = [o for o in _check(report, "numerics").outputs if not o.passed]
     assert len(failing) == 2 * len(SEEDS)
+    for output in failing:  # the distribution of the error, not only its maximum: ordered, below the max
+        levels = output.rel_error_percentiles
+        assert list(levels) == ["p50", "p90", "p99", "p99.9"]
+        assert list(levels.values()) == sorted(levels.values())
+        assert 1e-3 < levels["p50"] <= levels["p99.9"] <= output.max_rel_error * (1 + 1e-9)
     assert _check(report, "backend_invoked").passed and _check(report, "input_mutation").passed
     assert report.applied_passes["scale_outputs"] >= 1
 

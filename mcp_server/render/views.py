@@ -92,6 +92,8 @@ class ValidationView(BaseModel):
     tolerances: dict[str, float]
     max_abs_error: float | None
     max_rel_error: float | None
+    worst_output: str | None = None
+    worst_percentiles: dict[str, float] | None = None
     precision_note: str | None
     failed_checks: list[str]
     checks: list[CheckView]
@@ -320,8 +322,13 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
 
 
 def validation_view(report: ValidationReport) -> ValidationView:
-    """The verdict, the per-check results and the measured errors."""
+    """The verdict, the per-check results and the measured errors (the error distribution of the output with the
+    largest relative error)."""
+    outputs = [o for c in report.checks for o in c.outputs if o.rel_error_percentiles and o.max_rel_error is not None]
+    worst = max(outputs, key=lambda o: o.max_rel_error or 0.0, default=None)
     return ValidationView(
+        worst_output=f"{worst.output} (seed {worst.seed}, inputs {worst.input_set})" if worst else None,
+        worst_percentiles=worst.rel_error_percentiles if worst else None,
         passed=report.passed, device=report.device_name or report.device_type or "unknown", seeds=report.seeds,
         backend_name=report.backend_name, backend_calls=report.backend_calls, applied_passes=report.applied_passes,
         tolerances=report.tolerances, max_abs_error=report.max_abs_error, max_rel_error=report.max_rel_error,

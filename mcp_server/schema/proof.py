@@ -245,6 +245,10 @@ class OutputError(_Model):
     max_rel_error: float | None = Field(
         default=None, description="max |opt - ref| / (|ref| + atol/rtol): at most rtol exactly when allclose passes."
     )
+    rel_error_percentiles: dict[str, float] | None = Field(
+        default=None, description="p50, p90, p99 and p99.9 of that relative error over the output's elements (an "
+        "evenly strided sample of at most 2^20 of them): the distribution, not only the maximum.",
+    )
     rtol: float | None = None
     atol: float | None = None
     passed: bool
