@@ -272,7 +272,7 @@ def validate(req: ValidateRequest, progress: Progress = quiet, cancel: Cancel = 
         report = run_validate(req.baseline, req.optimized, python=req.python.python, seeds=req.seeds, rtol=req.rtol,
                               atol=req.atol, tolerances=req.tolerances, run_tests=req.run_tests, speedup=speedup,
                               max_plausible_speedup=bound, out_dir=out, timeout_s=req.timeout_s,
-                              progress=progress, cancel=cancel)
+                              progress=progress, cancel=cancel, tier=req.tier)
     return ValidateToolResult(
         report_path=str(out / "validation_report.json"), out_dir=str(out), files=files_under(out),
         passed=report.passed, failed_checks=report.failed_checks, summary=render_checks(report).splitlines()[0],

@@ -307,6 +307,8 @@ async def validate(
     max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None,
     analysis: Annotated[str | None, Field(description="The baseline's analysis.json: its speed of light bounds the "
                                           "speedup when max_plausible_speedup is not given.")] = None,
+    tier: Annotated[Tier, Field(description="Precision tier: exact keeps fp32 tolerances; reduced holds float32 "
+                                "outputs to 1e-2 unless tolerances names the class.")] = "exact",
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
 ) -> ValidateToolResult:
@@ -321,7 +323,7 @@ async def validate(
         optimized=workload_file(optimized, "optimized workload"), python=choose_python(python), seeds=seeds,
         rtol=rtol, atol=atol, tolerances=tolerances, run_tests=run_tests, speedup=speedup,
         bench_json=resolve_optional(bench_json, "bench.json"), max_plausible_speedup=max_plausible_speedup,
-        analysis=resolve_optional(analysis, "analysis.json"),
+        analysis=resolve_optional(analysis, "analysis.json"), tier=tier,
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 

@@ -166,7 +166,7 @@ def test_report_has_per_operator_counters_applied_and_residual(documents: dict[s
     assert "pattern `knowledge/fx_patterns/cuda_graphs.py`" in residual
     assert "#2 Replay as a CUDA graph (deferred)" in residual
     assert "of the time is still here** — `aten::convolution`" in residual
-    assert "| numerics | pass |" in report and "**Validation: PASS** on cpu, seeds 0" in report
+    assert "| numerics | pass |" in report and "**Validation: PASS** (exact precision tier) on cpu, seeds 0" in report
     assert re.search(r"Relative error of the output with the largest one, out \(seed 0, inputs [ab]\): "
                      r"p50 [^,]+, p90 [^,]+, p99 [^,]+, p99\.9 [^,]+, max ", report)
 

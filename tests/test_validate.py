@@ -196,3 +196,26 @@ def test_the_bound_comes_from_the_baselines_speed_of_light(tmp_path):
     assert result.max_plausible_speedup == 3.0
     assert "speedup_plausible" in result.failed_checks
     assert any("a speedup above 3.00x is suspect" in line for line in said)
+
+
+def test_the_reduced_tier_holds_float32_outputs_to_its_stated_tolerance(tmp_path):
+    """The same 1.01-scaled output fails the exact tier (rtol 1e-4) and passes the reduced one (1e-2)."""
+    report = validate(BASELINE, WORKLOADS / "tiny_mlp_wrong_numerics_optimized.py", seeds=(0,), run_tests=False,
+                      tier="reduced")
+    assert report.tier == "reduced" and report.tolerances["float32"] == 1e-2
+    assert _check(report, "numerics").passed
+    with pytest.raises(UsageError, match="precision tier"):
+        validate(BASELINE, CORRECT, tier="fp8")
+
+
+def test_an_exact_plan_refuses_a_precision_change():
+    from pydantic import ValidationError
+    from test_render import sample_plan
+
+    from mcp_server.schema.optimizations import OptimizationPlan
+
+    plan = sample_plan("examples/conv_block/conv_block.py").model_dump()
+    plan["items"][0]["precision_change"] = True
+    with pytest.raises(ValidationError, match="exact tier forbids"):
+        OptimizationPlan.model_validate(plan)
+    assert OptimizationPlan.model_validate({**plan, "tier": "reduced"}).tier == "reduced"

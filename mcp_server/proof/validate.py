@@ -29,8 +29,10 @@ from mcp_server.progress import Progress, quiet
 from mcp_server.proof import check_python, check_workload, run_proof_child
 from mcp_server.schema.io import read_model, write_model_atomic
 from mcp_server.schema.proof import CheckResult, ValidationReport
+from mcp_server.schema.types import TIERS
 
 VALIDATION_JSON = "validation_report.json"
+REDUCED_RTOL = 1e-2  # the reduced tier: float32 outputs held to the bfloat16 class
 DEFAULT_SEEDS = (0, 1, 2)
 TOLERANCE_CLASSES = ("float64", "float32", "tf32", "bfloat16", "float16")
 PYTEST_TAIL_LINES = 15
@@ -192,6 +194,7 @@ def validate(
     timeout_s: float = 600.0,
     progress: Progress = quiet,
     cancel: threading.Event | None = None,
+    tier: str = "exact",
 ) -> ValidationReport:
     """Check `optimized` against `baseline` (two workload files) and return the report.
 
@@ -200,10 +203,16 @@ def validate(
     `run_tests` runs the generated `test_<name>_optimized.py`. A `speedup` (from bench) above
     `max_plausible_speedup` (the roofline bound) fails 'speedup_plausible' as suspect. With `out_dir`,
     validation_report.json and the children's logs are written there; setting `cancel` stops the children.
+    `tier` 'reduced' holds float32 outputs (and the TF32 class) to REDUCED_RTOL unless `tolerances` names them:
+    the tolerance of lower-precision compute the user chose; 'exact' keeps the fp32 defaults.
     A failed check is a verdict, not an
     exception; a baseline that cannot run, or an interpreter without torch, raises WorkloadError.
     """
     _check_options(seeds, rtol, atol, tolerances, max_plausible_speedup)
+    if tier not in TIERS:
+        raise UsageError(f"unknown precision tier {tier!r}", f"choose one of {', '.join(TIERS)}")
+    if tier == "reduced":
+        tolerances = {"float32": REDUCED_RTOL, "tf32": REDUCED_RTOL, **(tolerances or {})}
     base_path, opt_path = check_workload(baseline, "baseline"), check_workload(optimized, "optimized")
     python = check_python(python)
     args = _child_args(base_path, opt_path, seeds, rtol, atol, tolerances)
@@ -220,6 +229,7 @@ def validate(
             extra.append(_check("pytest", "skip", "not run (run_tests is off)"))
     extra.append(speedup_check(speedup, max_plausible_speedup))
     report = _report(raw, base_path, opt_path, python, extra, speedup, max_plausible_speedup, atol)
+    report.tier = tier
     if out_dir is not None:
         write_model_atomic(Path(out_dir) / VALIDATION_JSON, report)
     return report

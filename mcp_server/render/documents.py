@@ -100,6 +100,7 @@ class PlanView(BaseModel):
     hotspots: list[HotspotView]
     items: list[ItemView]
     not_proposed: list[str]
+    tier: str = "exact"
     diagnosis: str | None = None
     opportunities: list[ResidualView] = Field(default_factory=list)
     ir_levels: dict[str, str]
@@ -195,7 +196,7 @@ def build_plan_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> P
         workload=show_path(plan.workload, project_dir), optimized_workload=optimized,
         test_file=show_path(generated_test_path(Path(optimized)), project_dir),
         backend_name=f"{Path(plan.workload).stem}_opt", device=device_view(inputs.baseline), window=_window(inputs),
-        hotspots=hotspots(inputs.baseline), items=item_views(plan), not_proposed=plan.not_proposed,
+        hotspots=hotspots(inputs.baseline), items=item_views(plan), not_proposed=plan.not_proposed, tier=plan.tier,
         diagnosis=diagnosis_text(inputs.analysis) if inputs.analysis else None,
         opportunities=residual_from_analysis(inputs.analysis, []) if inputs.analysis else [],
         ir_levels=IR_LEVEL_HOW, precision_change=any(i.precision_change for i in plan.items), commands=commands,

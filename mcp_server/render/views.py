@@ -94,6 +94,7 @@ class ValidationView(BaseModel):
     max_rel_error: float | None
     worst_output: str | None = None
     worst_percentiles: dict[str, float] | None = None
+    tier: str = "exact"
     precision_note: str | None
     failed_checks: list[str]
     checks: list[CheckView]
@@ -328,7 +329,7 @@ def validation_view(report: ValidationReport) -> ValidationView:
     worst = max(outputs, key=lambda o: o.max_rel_error or 0.0, default=None)
     return ValidationView(
         worst_output=f"{worst.output} (seed {worst.seed}, inputs {worst.input_set})" if worst else None,
-        worst_percentiles=worst.rel_error_percentiles if worst else None,
+        worst_percentiles=worst.rel_error_percentiles if worst else None, tier=report.tier,
         passed=report.passed, device=report.device_name or report.device_type or "unknown", seeds=report.seeds,
         backend_name=report.backend_name, backend_calls=report.backend_calls, applied_passes=report.applied_passes,
         tolerances=report.tolerances, max_abs_error=report.max_abs_error, max_rel_error=report.max_rel_error,

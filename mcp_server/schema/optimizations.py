@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from mcp_server.errors import ProfileFormatError
 from mcp_server.schema.io import read_model
+from mcp_server.schema.types import Tier
 
 OPTIMIZATIONS_VERSION = "1.0"
 OPTIMIZATIONS_JSON = "optimizations.json"
@@ -122,6 +123,10 @@ class OptimizationPlan(_Model):
     analysis: str | None = Field(default=None, description="The analysis.json consulted, if any.")
     device_name: str | None = None
     created_at: str
+    tier: Tier = Field(
+        default="exact", description="Precision tier the user chose: 'exact' keeps fp32 everywhere (no item may "
+        "change precision); 'reduced' allows BF16/TF32 compute, validated at the reduced tolerance.",
+    )
     items: list[OptimizationItem] = Field(min_length=1)
     not_proposed: list[str] = Field(
         default_factory=list, description="Opportunities considered and left out, each with its reason."
@@ -136,6 +141,10 @@ class OptimizationPlan(_Model):
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
             raise ValueError(f"item ids must be unique, repeated: {duplicates}")
+        lowered = [item.id for item in self.items if item.precision_change and item.status != "rejected"]
+        if self.tier == "exact" and lowered:
+            raise ValueError(f"items {lowered} change precision, which the exact tier forbids: set tier to "
+                             "'reduced' (the user's choice) or move them to not_proposed")
         return self
 
 

@@ -281,6 +281,7 @@ class ValidationReport(_Model):
     applied_passes: dict[str, int] = Field(default_factory=dict, description="FX pass -> times applied.")
     tolerances: dict[str, float] = Field(default_factory=dict, description="rtol per tolerance class used.")
     atol_override: float | None = None
+    tier: str = Field(default="exact", description="Precision tier validated: exact (fp32 tolerances) or reduced.")
     precision_note: str | None = None
     max_abs_error: float | None = None
     max_rel_error: float | None = None
