@@ -35,6 +35,7 @@ from mcp_server.render.comparison import write_comparison
 from mcp_server.rundir import RunDir, dropped_if_empty, files_under, output_folder, profile_file
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import load_profile, read_model
+from mcp_server.schema.optimizations import load_optimizations
 from mcp_server.schema.requests import (
     AnalyzeRequest,
     AssembleRequest,
@@ -272,7 +273,8 @@ def validate(req: ValidateRequest, progress: Progress = quiet, cancel: Cancel = 
         report = run_validate(req.baseline, req.optimized, python=req.python.python, seeds=req.seeds, rtol=req.rtol,
                               atol=req.atol, tolerances=req.tolerances, run_tests=req.run_tests, speedup=speedup,
                               max_plausible_speedup=bound, out_dir=out, timeout_s=req.timeout_s,
-                              progress=progress, cancel=cancel, tier=req.tier)
+                              progress=progress, cancel=cancel, tier=req.tier,
+                              plan=load_optimizations(req.optimizations) if req.optimizations else None)
     return ValidateToolResult(
         report_path=str(out / "validation_report.json"), out_dir=str(out), files=files_under(out),
         passed=report.passed, failed_checks=report.failed_checks, summary=render_checks(report).splitlines()[0],

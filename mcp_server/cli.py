@@ -274,7 +274,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 seeds=parse_seeds(args.seeds), rtol=args.rtol, atol=args.atol,
                 tolerances=parse_tolerances(args.tolerance or []), run_tests=not args.no_tests, speedup=args.speedup,
                 bench_json=args.bench, max_plausible_speedup=args.max_plausible_speedup, analysis=args.analysis,
-                tier=args.tier, output=args.output, project=Path.cwd(), timeout_s=args.timeout)
+                tier=args.tier, optimizations=args.optimizations, output=args.output, project=Path.cwd(),
+                timeout_s=args.timeout)
     result = api.validate(req, _STATUS)
     _print_validation(result)
     _print(f"wrote {result.report_path}")
@@ -426,6 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tier", choices=TIERS, default="exact",
                    help="precision tier: exact keeps fp32 tolerances; reduced holds float32 outputs to 1e-2 (BF16/TF32 "
                         "compute) unless --tolerance names the class (default exact)")
+    p.add_argument("--optimizations", type=Path,
+                   help="optimizations.json: each implemented item must fire its own pass (check planned_passes)")
     p.add_argument("--output", "-o", type=Path,
                    help="folder for validation_report.json (default: ./op_runs/<optimized>-validate-<time>)")
     p.add_argument("--timeout", type=float, default=600.0)

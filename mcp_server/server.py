@@ -309,6 +309,8 @@ async def validate(
                                           "speedup when max_plausible_speedup is not given.")] = None,
     tier: Annotated[Tier, Field(description="Precision tier: exact keeps fp32 tolerances; reduced holds float32 "
                                 "outputs to 1e-2 unless tolerances names the class.")] = "exact",
+    optimizations: Annotated[str | None, Field(
+        description="optimizations.json: each implemented item must fire its own pass (check planned_passes).")] = None,
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
 ) -> ValidateToolResult:
@@ -324,6 +326,7 @@ async def validate(
         rtol=rtol, atol=atol, tolerances=tolerances, run_tests=run_tests, speedup=speedup,
         bench_json=resolve_optional(bench_json, "bench.json"), max_plausible_speedup=max_plausible_speedup,
         analysis=resolve_optional(analysis, "analysis.json"), tier=tier,
+        optimizations=resolve_optional(optimizations, "optimizations.json"),
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 

@@ -70,6 +70,7 @@ def test_correct_optimized_workload_passes_every_check(reports):
         "contract": "pass", "backend_registered": "pass", "backend_invoked": "pass", "fx_passes": "pass",
         "runs": "pass", "shapes_dtypes": "pass", "finite": "pass", "numerics": "pass", "input_mutation": "pass",
         "output_aliasing": "pass", "output_caching": "pass", "pytest": "pass", "speedup_plausible": "pass",
+        "planned_passes": "skip",
     }
     assert report.backend_name == "tiny_mlp_opt" and report.backend_calls >= 1
     assert report.applied_passes == {"relu_to_functional": 1, "fuse_mul_add_to_addcmul": 1}
@@ -219,3 +220,16 @@ def test_an_exact_plan_refuses_a_precision_change():
     with pytest.raises(ValidationError, match="exact tier forbids"):
         OptimizationPlan.model_validate(plan)
     assert OptimizationPlan.model_validate({**plan, "tier": "reduced"}).tier == "reduced"
+
+
+def test_each_implemented_item_must_fire_its_own_pass():
+    """A configuration item's count cannot stand in for a graph rewrite that matched nothing."""
+    from test_render import sample_plan
+
+    from mcp_server.proof.validate import planned_passes_check
+
+    plan = sample_plan("examples/conv_block/conv_block.py")  # item 1 implemented, item 2 (cuda_graphs) deferred
+    assert planned_passes_check(plan, {"fuse_mul_add_to_addcmul": 2, "cuda_graphs": 1}).status == "pass"
+    failed = planned_passes_check(plan, {"cuda_graphs": 1})
+    assert failed.status == "fail" and "fuse_mul_add_to_addcmul" in failed.detail
+    assert planned_passes_check(None, {}).status == "skip"

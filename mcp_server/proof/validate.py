@@ -28,6 +28,7 @@ from mcp_server.process.child import log_tail
 from mcp_server.progress import Progress, quiet
 from mcp_server.proof import check_python, check_workload, run_proof_child
 from mcp_server.schema.io import read_model, write_model_atomic
+from mcp_server.schema.optimizations import OptimizationPlan
 from mcp_server.schema.proof import CheckResult, ValidationReport
 from mcp_server.schema.types import TIERS
 
@@ -115,6 +116,20 @@ def speedup_check(speedup: float | None, max_plausible_speedup: float | None) ->
                   f"the measured speedup {speedup:.2f}× is within the roofline bound {max_plausible_speedup:.2f}×")
 
 
+def planned_passes_check(plan: OptimizationPlan | None, applied: dict[str, int]) -> CheckResult:
+    """Every item the plan marks implemented fired its own pass: a configuration item's count cannot stand in
+    for a graph rewrite that matched nothing (skip without a plan)."""
+    if plan is None:
+        return _check("planned_passes", "skip", "not checked: no optimizations.json given")
+    implemented = [item for item in plan.items if item.status == "implemented"]
+    silent = [item.pass_name for item in implemented if applied.get(item.pass_name, 0) < 1]
+    if silent:
+        return _check("planned_passes", "fail", f"implemented items whose pass never applied: {', '.join(silent)} "
+                      "(APPLIED_PASSES has no count for them): fix the pass or mark the item deferred")
+    return _check("planned_passes", "pass", f"all {len(implemented)} implemented items applied their passes: "
+                  + ", ".join(f"{i.pass_name} ×{applied[i.pass_name]}" for i in implemented))
+
+
 def _child_args(
     base: Path, opt: Path, seeds: Sequence[int], rtol: float | None, atol: float | None,
     tolerances: dict[str, float] | None,
@@ -195,6 +210,7 @@ def validate(
     progress: Progress = quiet,
     cancel: threading.Event | None = None,
     tier: str = "exact",
+    plan: OptimizationPlan | None = None,
 ) -> ValidationReport:
     """Check `optimized` against `baseline` (two workload files) and return the report.
 
@@ -203,6 +219,7 @@ def validate(
     `run_tests` runs the generated `test_<name>_optimized.py`. A `speedup` (from bench) above
     `max_plausible_speedup` (the roofline bound) fails 'speedup_plausible' as suspect. With `out_dir`,
     validation_report.json and the children's logs are written there; setting `cancel` stops the children.
+    With `plan` (optimizations.json), 'planned_passes' checks that every implemented item fired its own pass.
     `tier` 'reduced' holds float32 outputs (and the TF32 class) to REDUCED_RTOL unless `tolerances` names them:
     the tolerance of lower-precision compute the user chose; 'exact' keeps the fp32 defaults.
     A failed check is a verdict, not an
@@ -228,6 +245,7 @@ def validate(
         else:
             extra.append(_check("pytest", "skip", "not run (run_tests is off)"))
     extra.append(speedup_check(speedup, max_plausible_speedup))
+    extra.append(planned_passes_check(plan, raw.get("applied_passes", {})))
     report = _report(raw, base_path, opt_path, python, extra, speedup, max_plausible_speedup, atol)
     report.tier = tier
     if out_dir is not None:
