@@ -25,7 +25,7 @@ from torch import fx, nn
 
 PATTERNS = REPO / "knowledge" / "fx_patterns"
 NAMES = ("conv_bn_fold", "qkv_fusion", "sdpa_substitution", "dtype_autocast", "channels_last", "cuda_graphs",
-         "inductor_config")
+         "inductor_config", "graph_breaks", "bf16_weights")
 
 
 def _load(name: str) -> ModuleType:
@@ -425,3 +425,28 @@ def test_graph_breaks_are_found_with_their_lines_and_removed_by_the_usual_settin
     with torch.no_grad():
         torch.testing.assert_close(compiled, model(x))
     assert not torch._dynamo.config.capture_scalar_outputs
+
+
+def test_bf16_weights_are_cast_once_and_only_the_edges_are_cast_per_call() -> None:
+    pattern = _load("bf16_weights")
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 8)).eval()
+    x = torch.randn(16, 32)
+    with torch.no_grad():
+        reference = mlp(x)
+    wrapped = pattern.keep_in_bf16(mlp)
+    assert pattern.weight_dtypes(wrapped) == {torch.bfloat16}
+    gm, _ = dynamo_graph(wrapped, x)
+    casts = [n for n in gm.graph.nodes if n.op == "call_method" and n.target == "to"]
+    assert len(casts) == 2, "one cast in (the input), one out (the output): no weight is cast per call"
+    with torch.no_grad():
+        out = wrapped(x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, reference, rtol=1e-2, atol=1e-2 * reference.pow(2).mean().sqrt().item())
+    lstm = nn.LSTM(16, 32, batch_first=True).eval()  # cuDNN's fused RNN on a GPU; the same cast on the CPU
+    seq = torch.randn(4, 10, 16)
+    with torch.no_grad():
+        ref_out, _ = lstm(seq)
+        low_out, (h, c) = pattern.keep_in_bf16(lstm)(seq)
+    assert low_out.dtype == h.dtype == torch.float32
+    assert (low_out - ref_out).abs().max() <= 2e-2

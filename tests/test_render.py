@@ -381,3 +381,21 @@ def test_report_leads_with_eager_compile_and_the_best_free_recipe(loop: dict[str
         assert "is slower than the baseline run as" in table
     else:
         assert "faster than every free baseline measured" in table
+
+
+def test_a_module_level_item_goes_into_optimize(loop: dict[str, Path], tmp_path: Path) -> None:
+    plan = sample_plan("examples/conv_block/conv_block.py").model_dump()
+    plan["tier"] = "reduced"
+    plan["items"][0].update(ir_level="module", pass_name="bf16_weights", precision_change=True,
+                            pattern="knowledge/fx_patterns/bf16_weights.py", title="Keep weights in bf16")
+    path = tmp_path / "optimizations.json"
+    path.write_text(OptimizationPlan.model_validate(plan).model_dump_json())
+    written = render_plan(loop["baseline"], path, tmp_path, analysis=loop["analysis_baseline"], project_dir=REPO)
+    proposal = next(p for p in written if p.name == "proposal.md").read_text()
+    work_order = next(p for p in written if p.name == "implementation.md").read_text()
+    assert "Precision tier: **reduced**" in proposal
+    code = work_order.split("```python\n", 1)[1].split("```", 1)[0]
+    compile(code, "skeleton.py", "exec")
+    optimize = code.split("def optimize(", 1)[1]
+    assert 'APPLIED_PASSES["bf16_weights"] = 1' in optimize and "def bf16_weights(" not in code
+    assert "IR level `module`: a change to the nn.Module inside optimize(model)" in work_order

@@ -37,6 +37,10 @@ IR_LEVEL_HOW = {
     "an aot_autograd fw_compiler)",
     "inductor-config": "Inductor options passed as compile_fx(gm, example_inputs, config_patches=...) inside the "
     "backend (never global torch settings)",
+    "module": "a change to the nn.Module inside optimize(model), after the baseline's weights are loaded and before "
+    "torch.compile (e.g. its parameters' dtype)",
+    "dynamo": "TorchDynamo's own settings, scoped with torch._dynamo.config.patch inside optimize(), or a source "
+    "edit that keeps the model one graph",
 }
 
 

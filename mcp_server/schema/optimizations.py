@@ -25,7 +25,7 @@ from mcp_server.schema.types import Tier
 OPTIMIZATIONS_VERSION = "1.0"
 OPTIMIZATIONS_JSON = "optimizations.json"
 IR_LEVELS = ("functional", "aten", "inductor-config")
-IrLevel = Literal["functional", "aten", "inductor-config"]
+IrLevel = Literal["functional", "aten", "inductor-config", "module", "dynamo"]
 Status = Literal["proposed", "implemented", "rejected", "deferred"]
 
 
