@@ -88,12 +88,14 @@ def parse_sizes(text: str) -> list[list[int] | None] | None:
 
 
 def classify_text(text: str) -> tuple[str, str]:
-    """(name, kind) of a range text, as `parse_range` classifies it, without building a frame."""
+    """(name, kind) of a range text, without building a frame: the classification every reader of NVTX ranges
+    makes (`parse_range`, the nsys reader's light ranges, its sequence sweep). Names are interned: a million
+    ranges share a few hundred of them."""
     if text.startswith(MODULE_PREFIX):
-        return text[len(MODULE_PREFIX) :], "module"
+        return sys.intern(text[len(MODULE_PREFIX) :]), "module"
     if text.startswith(SITE_PREFIX):
-        return text[len(SITE_PREFIX) :], "site"
-    name = range_name(text)
+        return sys.intern(text[len(SITE_PREFIX) :]), "site"
+    name = sys.intern(range_name(text))
     return name, _kind(name)
 
 
@@ -105,13 +107,8 @@ def parse_range(text: str, start_ns: int | None = None, end_ns: int | None = Non
     including `operator_profiler::measure`, gives kind 'annotation' named by the text before the first `, `
     (for a Triton launch range, the kernel name; its `sizes` are kept as `input_shapes` too).
     """
-    if text.startswith(MODULE_PREFIX):
-        name, kind, shapes = text[len(MODULE_PREFIX) :], "module", None
-    elif text.startswith(SITE_PREFIX):
-        name, kind, shapes = sys.intern(text[len(SITE_PREFIX) :]), "site", None
-    else:
-        name = sys.intern(range_name(text))  # a million frames share a few hundred operator names
-        kind = _kind(name)
-        shapes = parse_sizes(text) if FIELD_SEPARATOR in text else None
-    seq = parse_seq(text) if kind != "module" and kind != "site" else None
+    name, kind = classify_text(text)
+    ranged = kind not in ("module", "site")  # operator and annotation ranges carry emit_nvtx's fields
+    shapes = parse_sizes(text) if ranged and FIELD_SEPARATOR in text else None
+    seq = parse_seq(text) if ranged else None
     return Frame(name=name, kind=kind, input_shapes=shapes, start_ns=start_ns, end_ns=end_ns, seq=seq)

@@ -121,6 +121,19 @@ def raw_measure_range(conn: sqlite3.Connection) -> tuple[int, int, int]:
     return rows[0]
 
 
+def interval_union(intervals: list[tuple[int, int]]) -> int:
+    """Total length of the union of [start, end] intervals, computed here (independent of the engine's)."""
+    total, end = 0, None
+    for start, stop in sorted(intervals):
+        if end is None or start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total
+
+
 def raw_window_kernels(sqlite_path: Path) -> list[RawKernel]:
     """Kernels whose runtime launch call starts inside the measure range, ordered by that call's start."""
     with sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True) as conn:

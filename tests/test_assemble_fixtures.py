@@ -27,6 +27,7 @@ from fixtures_util import (
     RawKernel,
     RawTrace,
     enclosing,
+    interval_union,
     is_op_name,
     kernels_of,
     match_in_launch_order,
@@ -154,15 +155,7 @@ def test_nsys_kernel_times_and_geometry_are_the_raw_rows(dirs, profiles, raw_sql
 
 @pytest.mark.parametrize("run", NSYS_RUNS)
 def test_gpu_busy_time_is_the_union_of_raw_kernel_intervals(profiles, raw_sqlite, run):
-    intervals = sorted((k.start, k.end) for k in raw_sqlite[run])
-    busy, end = 0, None
-    for start, stop in intervals:
-        if end is None or start > end:
-            busy += stop - start
-            end = stop
-        elif stop > end:
-            busy += stop - end
-            end = stop
+    busy = interval_union([(k.start, k.end) for k in raw_sqlite[run]])
     assert profiles[run].window.gpu_busy_time_ns == busy
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from conftest import REPO
-from fixtures_util import extract_fixture
+from fixtures_util import extract_fixture, interval_union
 
 from mcp_server.assemble import assemble
 from mcp_server.errors import UsageError
@@ -22,18 +22,6 @@ from mcp_server.rundir import RunDir
 _spec = importlib.util.spec_from_file_location("make_synthetic_ranks", REPO / "scripts" / "make_synthetic_ranks.py")
 synthetic = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(synthetic)
-
-
-def _union(intervals: list[tuple[int, int]]) -> int:
-    total, end = 0, None
-    for s, e in sorted(intervals):
-        if end is None or s > end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
 
 
 def _rows(files: list[Path]) -> list[tuple]:
@@ -68,8 +56,8 @@ def test_the_straggler_is_named_and_the_skew_matches_the_injected_delay(tmp_path
     assert summary.skew_ns_median == pytest.approx(statistics.median(skews))
     for r in summary.ranks:
         mine = [(s, e, c) for rank, _, _, s, e, _, _, _, _, c, _ in rows if rank == r.rank]
-        assert r.compute_ns == _union([(s, e) for s, e, c in mine if c is None])
-        assert r.communication_ns == _union([(s, e) for s, e, c in mine if c is not None])
+        assert r.compute_ns == interval_union([(s, e) for s, e, c in mine if c is None])
+        assert r.communication_ns == interval_union([(s, e) for s, e, c in mine if c is not None])
         assert r.window_ns == max(e for _, e, _ in mine) - min(s for s, _, _ in mine)
         assert r.communication_by_collective_ns == {"allreduce": sum(e - s for s, e, c in mine if c is not None)}
     waiting = [r.communication_ns for r in summary.ranks if r.rank != straggler]

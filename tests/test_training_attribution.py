@@ -27,24 +27,20 @@ def _run(archive: str, run: str, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return extract_fixture(archive, tmp_path_factory) / run
 
 
-@pytest.fixture(scope="module")
-def eager(tmp_path_factory) -> Path:
-    return _run("h100_encoder_train_step_eager_train", "encoder_train_step_eager_train", tmp_path_factory)
+def _fixture(archive: str, run: str) -> object:
+    """A module-scoped fixture: the extracted run directory `run` of `tests/fixtures/<archive>.tar.xz`."""
+
+    @pytest.fixture(scope="module")
+    def extracted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+        return _run(archive, run, tmp_path_factory)
+
+    return extracted
 
 
-@pytest.fixture(scope="module")
-def inductor(tmp_path_factory) -> Path:
-    return _run("h100_encoder_train_step_inductor_train", "encoder_train_step_inductor_train", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def breaks(tmp_path_factory) -> Path:
-    return _run("h100_graph_breaks_inductor", "graph_breaks_inductor", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def threads(tmp_path_factory) -> Path:
-    return _run("h100_two_threads_eager", "two_threads_eager", tmp_path_factory)
+eager = _fixture("h100_encoder_train_step_eager_train", "encoder_train_step_eager_train")
+inductor = _fixture("h100_encoder_train_step_inductor_train", "encoder_train_step_inductor_train")
+breaks = _fixture("h100_graph_breaks_inductor", "graph_breaks_inductor")
+threads = _fixture("h100_two_threads_eager", "two_threads_eager")
 
 
 def _by_correlation(profile: OperatorAttributedProfile) -> dict[int, tuple[object, object]]:

@@ -36,10 +36,10 @@ from mcp_server.children.common import (
     seed_all,
     synchronize,
 )
+from mcp_server.children.contract import BASELINE_RECIPES
 
 MARKER = "operator_profiler_bench:"
 SIDES = ("baseline", "optimized")
-RECIPES = ("eager", "inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16")
 
 
 def baseline_recipe(model: Any, recipe: str, device: str) -> tuple[Any, str]:
@@ -72,7 +72,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--input-sets", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--baseline-mode", choices=RECIPES, default="eager")
+    parser.add_argument("--baseline-mode", choices=BASELINE_RECIPES, default="eager")
     return parser.parse_args(argv)
 
 

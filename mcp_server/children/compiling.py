@@ -119,10 +119,11 @@ class GraphRecorder:
         nodes: dict[str, dict[str, str]] = {}
         record_node_modules(gm, nodes, self.root, self.roots)
         self.node_modules.update(nodes)
-        self.graphs.append({"compile_id": compile_id(), "kind": "dynamo", "node_modules": nodes})
+        current = compile_id()
+        self.graphs.append({"compile_id": current, "kind": "dynamo", "node_modules": nodes})
         found = graph_break(gm)
         if found is not None:
-            self.graph_breaks.append({**found, "compile_id": compile_id() or "unknown"})
+            self.graph_breaks.append({**found, "compile_id": current or "unknown"})
         return nodes
 
     def inner_compile(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:

@@ -16,6 +16,8 @@ CONTRACT = re.compile(
 SCRIPT_WINDOW = re.compile(r"\bNvtxCapture\s*\(")
 
 COMPILE_MODES = ("eager", "inductor", "cudagraphs", "optimized")
+# How bench's child runs a baseline (the engine's `free` picks among them)
+BASELINE_RECIPES = ("eager", "inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16")
 PROFILERS = ("torch", "nvtx", "kernels", "none")
 
 MEASURE_RANGE = "operator_profiler::measure"

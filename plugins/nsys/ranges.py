@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import sys
 from bisect import bisect_right
 from typing import Any
 
@@ -13,11 +12,10 @@ from plugins.nvtx_names import (
     FIELD_SEPARATOR,
     MODULE_PREFIX,
     SITE_PREFIX,
-    is_operator,
+    classify_text,
     parse_range,
     parse_seq,
     parse_sizes,
-    range_name,
 )
 
 
@@ -42,14 +40,7 @@ class NvtxRange:
 
     def classify(self) -> None:
         """Name and kind from the range text (the classification `plugins.nvtx_names.parse_range` makes)."""
-        text = self.text
-        if text.startswith(MODULE_PREFIX):
-            self.name, self.kind = sys.intern(text[len(MODULE_PREFIX) :]), "module"
-        elif text.startswith(SITE_PREFIX):
-            self.name, self.kind = sys.intern(text[len(SITE_PREFIX) :]), "site"
-        else:
-            self.name = sys.intern(range_name(text))
-            self.kind = "op" if is_operator(self.name) else "annotation"
+        self.name, self.kind = classify_text(self.text)
 
     @property
     def seq(self) -> int | None:
