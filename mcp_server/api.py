@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mcp_server.assemble import assemble as assemble_profile
 from mcp_server.assemble import write_profile
+from mcp_server.capture.ranks import capture_ranks
 from mcp_server.capture.request import CaptureRequest, check_workload
 from mcp_server.capture.schedule import capture, choose_backend, has_gpu, map_counters
 from mcp_server.compare import compare_paths
@@ -30,6 +31,7 @@ from mcp_server.proof.validate import validate as run_validate
 from mcp_server.queries import cached_profile, header, top_operators_result, top_rows
 from mcp_server.queries import kernel_detail as kernel_query
 from mcp_server.queries import operator_detail as operator_query
+from mcp_server.ranks.build import merge_run, write_events_of
 from mcp_server.render.comparison import summary_line as compare_line
 from mcp_server.render.comparison import write_comparison
 from mcp_server.rundir import RunDir, dropped_if_empty, files_under, output_folder, profile_file
@@ -104,8 +106,14 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     command = req.command_line or _equivalent_command(req, run_dir, counters)
     with run_dir.locked():
         run_dir.claim(req.workload)
-        capture(cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())
-        result = _profile_run(run_dir, req.python, note, req.top, progress)
+        if cap.distributed:
+            capture_ranks(cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel,
+                          timing=has_gpu())
+            result = _ranks_run(run_dir, req.python, note, req.top, progress)
+        else:
+            capture(cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel,
+                    timing=has_gpu())
+            result = _profile_run(run_dir, req.python, note, req.top, progress)
     if req.ncu is not None and not counters:
         result.warnings.insert(0, NO_COUNTERS_HERE)
     return result
@@ -145,8 +153,27 @@ def assemble(req: AssembleRequest, progress: Progress = quiet, cancel: Cancel = 
     manifest = run_dir.read_manifest()
     progress(f"assemble: {run_dir.path}")
     with run_dir.locked():
+        if manifest.distributed is not None and run_dir.ranks():
+            return _ranks_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
+                              f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
         return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
                             f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
+
+
+def _ranks_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, progress: Progress) -> ProfileRun:
+    """Assemble every rank's profile.json and events, merge them into ranks.json; the first rank's digest with
+    the merged view, naming every file of the run."""
+    results = []
+    for rank in run_dir.ranks():
+        progress(f"rank {rank}: assembling profile.json")
+        results.append(_profile_run(run_dir.rank_dir(rank), interp, note, top, progress))
+    progress(f"merging {len(results)} ranks' events into ranks.json (DuckDB)")
+    merged = merge_run(run_dir)
+    first = results[0]
+    return first.model_copy(update={
+        "run_dir": str(run_dir.path), "manifest_path": str(run_dir.manifest_path), "files": run_dir.files(),
+        "ranks_path": str(run_dir.ranks_path), "ranks": merged,
+    })
 
 
 def _profile_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, progress: Progress) -> ProfileRun:
@@ -154,6 +181,7 @@ def _profile_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, prog
     progress("assembling profile.json")
     profile = assemble_profile(run_dir)
     path = write_profile(run_dir.profile_path, profile)
+    write_events_of(run_dir, profile)
     meta = profile.capture_metadata
     if not meta.gpu_used:
         note += "; NO GPU USED: CUDA was not available to the workload, so times are CPU operator times"

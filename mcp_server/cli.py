@@ -44,7 +44,7 @@ from mcp_server.schema.requests import (
 )
 from mcp_server.schema.results import ProfileRun, ValidateToolResult
 from mcp_server.schema.types import BACKENDS, BASELINE_MODES, TIERS
-from mcp_server.tables import format_modules_by_phase, format_top_operators, format_window
+from mcp_server.tables import format_modules_by_phase, format_ranks, format_top_operators, format_window
 
 M = TypeVar("M", bound=BaseModel)
 _OPTION_GROUPS = (CaptureOptions, NcuOptions)
@@ -179,6 +179,11 @@ def _print_profile(result: ProfileRun) -> int:
         _print(f"warning: {warning}")
     _print("")
     _print(format_top_operators(result.top_operators, result.profile.gpu_used))
+    if result.ranks is not None:
+        _print("\n" + format_ranks(result.ranks))
+        _print(f"\nprofiles: {result.run_dir}/rank<R>/profile.json (above: {result.profile_path})")
+        _print(f"ranks: {result.ranks_path}")
+        return 0
     _print(f"\nprofile: {result.profile_path}")
     return 0
 

@@ -26,7 +26,10 @@ from mcp_server.schema.types import PassName
 MANIFEST = "manifest.json"
 PROFILE = "profile.json"
 ANALYSIS = "analysis"  # where `analyze` wrote by default, beside the profile, before it took fresh folders
-RUN_ENTRIES = frozenset({*get_args(PassName), MANIFEST, PROFILE, ANALYSIS})
+RANKS = "ranks.json"
+RUN_ENTRIES = frozenset({*get_args(PassName), MANIFEST, PROFILE, ANALYSIS, RANKS})
+RANK_FOLDER = re.compile(r"^rank(\d+)$")
+TORCHRUN_LOG = re.compile(r"^[a-z_]+\.torchrun\.log$")
 RUNS_FOLDER = "op_runs"
 RESERVE_ATTEMPTS = 50
 
@@ -109,6 +112,27 @@ class RunDir:
         """An artifact's path as the manifest lists it: relative to the run directory."""
         return Path(path).relative_to(self.path).as_posix()
 
+    # ----------------------------------------------------------------------------------------- ranks
+
+    def rank_dir(self, rank: int | str) -> RunDir:
+        """The run directory of one rank of a multi-rank run (`rank<R>/`); `rank_dir("%q{RANK}")` is the
+        template each rank's harness expands itself."""
+        return RunDir(self.path / f"rank{rank}")
+
+    def ranks(self) -> list[int]:
+        """The ranks whose run directories lie here (empty for a single-process run)."""
+        found = (RANK_FOLDER.match(p.name) for p in self.path.iterdir()) if self.path.is_dir() else iter(())
+        return sorted(int(m.group(1)) for m in found if m and (self.path / m.group(0) / MANIFEST).is_file())
+
+    @property
+    def ranks_path(self) -> Path:
+        """ranks.json: the merged view of a multi-rank run."""
+        return self.path / RANKS
+
+    def torchrun_log(self, name: PassName) -> Path:
+        """Everything torchrun and the ranks of pass `name` printed."""
+        return self.path / f"{name}.torchrun.log"
+
     # ----------------------------------------------------------------------------------------- the GPU's turns
 
     @property
@@ -183,7 +207,7 @@ class RunDir:
         if previous != str(Path(workload).resolve()):
             raise UsageError(f"output directory {self.path} holds a run of {previous}",
                              "pass another output directory, or remove that one first")
-        strangers = sorted(p.name for p in entries if p.name not in RUN_ENTRIES)
+        strangers = sorted(p.name for p in entries if not is_run_entry(p.name))
         if strangers:
             raise UsageError(f"output directory {self.path} holds files of no run: {', '.join(strangers[:5])}",
                              "pass another output directory, or move those files away")
@@ -226,6 +250,11 @@ class RunDir:
         return files_under(self.path)
 
 
+def is_run_entry(name: str) -> bool:
+    """Whether a run directory's entry `name` is one a capture writes."""
+    return name in RUN_ENTRIES or bool(RANK_FOLDER.match(name) or TORCHRUN_LOG.match(name))
+
+
 def files_under(folder: Path) -> list[str]:
     """Every regular file below `folder` but the hidden bookkeeping ones, as sorted absolute paths."""
     return sorted(str(p) for p in Path(folder).rglob("*") if p.is_file() and not p.name.startswith("."))
@@ -235,6 +264,9 @@ def profile_file(path: Path) -> Path:
     """A profile.json, given either its path or the run directory holding it."""
     path = Path(path)
     if path.is_dir():
+        first = next((path / f"rank{r}" / PROFILE for r in RunDir(path).ranks()), None)
+        if not (path / PROFILE).is_file() and first is not None and first.is_file():
+            return first  # a multi-rank run: its first rank's profile stands for the run (ranks.json beside it)
         if not (path / PROFILE).is_file():
             raise ProfileFormatError(
                 f"{path} holds no {PROFILE}",

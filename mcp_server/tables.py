@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 
 from mcp_server.schema.profile import WindowTotals
+from mcp_server.schema.ranks import RanksSummary
 from mcp_server.schema.results import ModulePhaseTime, OperatorSummary, ProfileHeader
 
 
@@ -82,4 +83,24 @@ def format_window(meta: ProfileHeader, win: WindowTotals) -> str:
                 f"{phase} {ns / 1e3:.1f} us" for phase, ns in sorted(win.kernel_time_by_phase_ns.items())))
     else:
         lines.append("NO GPU USED: CUDA was not available to the workload; times below are CPU operator times.")
+    return "\n".join(lines)
+
+
+def format_ranks(summary: RanksSummary) -> str:
+    """ranks.json as text: per rank its window, compute, communication, overlap and idle time; the collectives'
+    skew; the stragglers."""
+    lines = [f"{summary.world_size} ranks (ranks.json; times from each rank's profile, ms)",
+             f"{'rank':>4} {'window':>10} {'compute':>10} {'comm':>10} {'overlap':>10} {'idle':>10}  "
+             "comm by collective"]
+    for r in summary.ranks:
+        by = ", ".join(f"{k} {v / 1e6:.3f}" for k, v in sorted(r.communication_by_collective_ns.items()))
+        lines.append(f"{r.rank:>4} {r.window_ns / 1e6:>10.3f} {r.compute_ns / 1e6:>10.3f} "
+                     f"{r.communication_ns / 1e6:>10.3f} {r.overlap_ns / 1e6:>10.3f} {r.idle_ns / 1e6:>10.3f}  "
+                     f"{by or '-'}")
+    if summary.collectives:
+        lines.append(f"{summary.collectives} collective calls aligned across ranks; arrival skew median "
+                     f"{(summary.skew_ns_median or 0) / 1e6:.3f} ms, max {(summary.skew_ns_max or 0) / 1e6:.3f} ms")
+    for s in summary.stragglers:
+        lines.append(f"straggler: rank {s.rank}: {s.reason}")
+    lines += [f"note: {note}" for note in summary.notes]
     return "\n".join(lines)

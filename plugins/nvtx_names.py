@@ -29,6 +29,9 @@ SIZES_FIELD = "sizes = "
 ANNOTATION_NAMESPACES = frozenset({"operator_profiler"})
 
 _OP_HEAD = re.compile(r"^(?P<ns>[A-Za-z_]\w*)::\S+$")
+# A process-group backend's record function around one collective's transfer (`gloo:all_reduce`,
+# `nccl:all_reduce`): the work of that collective, an operator like c10d's call that encloses it.
+_COLLECTIVE_HEAD = re.compile(r"^(?:gloo|nccl):_?[a-z_]+$")
 # `sizes = [[2, 3], [], [8]]`: one flat list of dims per input.
 _SIZES = re.compile(re.escape(FIELD_SEPARATOR + SIZES_FIELD) + r"(\[(?:\[[^\[\]]*\](?:, )?)*\])")
 
@@ -54,7 +57,9 @@ def _kind(head: str) -> str:
     if head.startswith(SITE_PREFIX):
         return "site"
     match = _OP_HEAD.match(head)
-    return "op" if match and match.group("ns") not in ANNOTATION_NAMESPACES else "annotation"
+    if match:
+        return "op" if match.group("ns") not in ANNOTATION_NAMESPACES else "annotation"
+    return "op" if _COLLECTIVE_HEAD.match(head) else "annotation"
 
 
 def is_operator(head: str) -> bool:

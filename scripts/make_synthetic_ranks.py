@@ -50,7 +50,8 @@ def rank_sql(rank: int, kernels: int, period: int, straggler: int | None, delay_
            CASE WHEN j = {period} - 1 THEN 'c10d::allreduce_' ELSE 'aten::synthetic' END AS operator,
            'layers.' || (step % 8)::VARCHAR AS module_path,
            CASE WHEN j = {period} - 1 THEN 'allreduce' END AS collective,
-           CASE WHEN j = {period} - 1 THEN step END::BIGINT AS seq
+           CASE WHEN j = {period} - 1 THEN step END::BIGINT AS seq,
+           1.0::DOUBLE AS weight
     FROM s ORDER BY i
     """
 

@@ -37,7 +37,7 @@ def test_collectives_are_named_from_nccl_kernels_and_c10d_ops():
     assert collective_of("sm90_xmma_gemm", "aten::mm") is None
 
 
-@pytest.mark.parametrize("ranks,straggler,delay_us", [(2, 1, 150.0), (4, 2, 200.0)])
+@pytest.mark.parametrize("ranks,straggler,delay_us", [(2, 1, 300.0), (4, 2, 200.0)])
 def test_the_straggler_is_named_and_the_skew_matches_the_injected_delay(tmp_path, ranks, straggler, delay_us):
     files = synthetic.make_ranks(tmp_path, ranks, 3000, period=50, straggler=straggler,
                                  delay_ns=round(delay_us * 1000))
@@ -49,13 +49,13 @@ def test_the_straggler_is_named_and_the_skew_matches_the_injected_delay(tmp_path
     # the same numbers from the rows, in Python
     rows = _rows(files)
     arrivals: dict[tuple[str, int], dict[int, int]] = {}
-    for rank, _, _, start, _, _, _, _, _, collective, seq in rows:
+    for rank, _, _, start, _, _, _, _, _, collective, seq, _ in rows:
         if collective is not None:
             arrivals.setdefault((collective, seq), {})[rank] = start
     skews = [max(a.values()) - min(a.values()) for a in arrivals.values()]
     assert summary.skew_ns_median == pytest.approx(statistics.median(skews))
     for r in summary.ranks:
-        mine = [(s, e, c) for rank, _, _, s, e, _, _, _, _, c, _ in rows if rank == r.rank]
+        mine = [(s, e, c) for rank, _, _, s, e, _, _, _, _, c, _, _ in rows if rank == r.rank]
         assert r.compute_ns == interval_union([(s, e) for s, e, c in mine if c is None])
         assert r.communication_ns == interval_union([(s, e) for s, e, c in mine if c is not None])
         assert r.window_ns == max(e for _, e, _ in mine) - min(s for s, _, _ in mine)
@@ -67,11 +67,11 @@ def test_the_straggler_is_named_and_the_skew_matches_the_injected_delay(tmp_path
 def test_overlap_and_idle_of_hand_made_events(tmp_path):
     # rank 0: compute 0-100 and 150-300, an all-reduce 80-200 on a second stream (overlap 20 + 50), idle 0
     # rank 1: compute 0-50, all-reduce 90-200 (arrives 90: 90 after rank 0), idle 40
-    rows = [(0, 0, "k", 0, 100, 0, "backward", "aten::mm", "fc", None, None),
-            (0, 1, "ncclDevKernel_AllReduce_Sum_f32", 80, 200, 1, None, "c10d::allreduce_", "fc", "allreduce", 0),
-            (0, 2, "k", 150, 300, 0, "backward", "aten::mm", "fc", None, None),
-            (1, 0, "k", 0, 50, 0, "backward", "aten::mm", "fc", None, None),
-            (1, 1, "ncclDevKernel_AllReduce_Sum_f32", 90, 200, 1, None, "c10d::allreduce_", "fc", "allreduce", 0)]
+    rows = [(0, 0, "k", 0, 100, 0, "backward", "aten::mm", "fc", None, None, 1.0),
+            (0, 1, "ncclDevKernel_AllReduce_Sum_f32", 80, 200, 1, None, "c10d::allreduce_", "fc", "allreduce", 0, 1.0),
+            (0, 2, "k", 150, 300, 0, "backward", "aten::mm", "fc", None, None, 1.0),
+            (1, 0, "k", 0, 50, 0, "backward", "aten::mm", "fc", None, None, 1.0),
+            (1, 1, "ncclDevKernel_AllReduce_Sum_f32", 90, 200, 1, None, "c10d::allreduce_", "fc", "allreduce", 0, 1.0)]
     for rank in (0, 1):
         write_events([r for r in rows if r[0] == rank], tmp_path / f"rank{rank}" / EVENTS_FILE)
     summary = merge_ranks(rank_files(tmp_path))

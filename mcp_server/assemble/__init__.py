@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mcp_server.assemble.collectives import annotate
 from mcp_server.assemble.kineto import assemble_torch
+from mcp_server.assemble.metadata import harness_result
 from mcp_server.assemble.timeline import assemble_nsys
 from mcp_server.assemble.unprofiled import apply_unprofiled, read_unprofiled
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
 from mcp_server.schema.io import write_model_streaming
 from mcp_server.schema.profile import OperatorAttributedProfile
+from mcp_server.schema.types import PassName
 from plugins.bulk import gc_paused
 
 
@@ -22,12 +25,19 @@ def assemble(run_dir: RunDir) -> OperatorAttributedProfile:
     """Rebuild the profile of a run directory from its manifest and raw artifacts."""
     manifest = run_dir.read_manifest()
     with gc_paused():
+        main: PassName
         if manifest.pass_named("nsys") is not None:
-            profile = assemble_nsys(run_dir, manifest)
+            profile, main = assemble_nsys(run_dir, manifest), "nsys"
         elif manifest.pass_named("torch") is not None:
-            profile = assemble_torch(run_dir, manifest)
+            profile, main = assemble_torch(run_dir, manifest), "torch"
         else:
             raise ProfileFormatError(f"{run_dir.path} holds no capture pass", "re-run `operator-profiler profile`")
+        if manifest.distributed is not None:  # one rank of a torchrun launch
+            annotate(profile, harness_result(run_dir, main).get("distributed"))
+            ncu = manifest.pass_named("ncu")
+            if profile.capture_metadata.distributed is not None and ncu is not None:
+                profile.capture_metadata.distributed.ncu_excluded_collectives = any(
+                    "NCCL" in note for note in ncu.notes)
         if manifest.pass_named("timing") is not None:
             kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
             apply_unprofiled(profile, read_unprofiled(run_dir, kernels))

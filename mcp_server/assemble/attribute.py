@@ -111,7 +111,7 @@ _OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
 _BUILT_OPERATOR_FIELDS = frozenset({
     "operator_id", "operator_name", "call_index", "module_path", "input_shapes", "input_dtypes", "is_fused",
     "fused_operators", "kernels", "aggregated", "phase", "call_site", "autograd_node", "forward_op",
-    "compiled_graph",
+    "compiled_graph", "host_start_ns", "collective", "collective_seq", "collective_modules",
 })
 _KERNEL_FIELDS = frozenset(KernelRecord.model_fields)
 _BUILT_KERNEL_FIELDS = frozenset({
@@ -456,6 +456,8 @@ def _operators(calls: list[_Call], for_profile: bool) -> list[OperatorRecord]:
         _set(op, "autograd_node", call.autograd_node)
         _set(op, "forward_op", call.forward_op)
         _set(op, "compiled_graph", graph_key(call.graph_key))
+        for unset in ("host_start_ns", "collective", "collective_seq", "collective_modules"):  # set later, if ever
+            _set(op, unset, None)
         finish_record(op, complete if for_profile else set(given))
         operators.append(op)
     return operators

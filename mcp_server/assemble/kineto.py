@@ -15,7 +15,9 @@ from plugins.torch_profiler.reader import read_kineto_trace
 GENERATED_CPU_KERNEL = "cpp_fused_"
 
 
-def _cpu_operators(cpu_ops: list[CpuOp], provenance: Provenance, context: Context) -> list[OperatorRecord]:
+def _cpu_operators(
+    cpu_ops: list[CpuOp], provenance: Provenance, context: Context, window_start_ns: int | None = None
+) -> list[OperatorRecord]:
     """One record per outermost operator call; a kernel Inductor generated is one too, with the aten ops it
     fused (from its provenance when known, else from its name)."""
     seen: dict[str, int] = {}
@@ -38,6 +40,7 @@ def _cpu_operators(cpu_ops: list[CpuOp], provenance: Provenance, context: Contex
                                              cpu_self_time_by_operator_ns=dict(op.nested_self_ns)),
                 phase=work.phase, call_site=work.call_site or (origin.call_site if origin else None),
                 autograd_node=work.autograd_node, forward_op=work.forward_op,
+                host_start_ns=op.start_ns - window_start_ns if window_start_ns is not None else None,
             )
         )
     return operators
@@ -79,12 +82,13 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
     harness = harness_result(run_dir, "torch")
     capture = read_kineto_trace(run_dir.kineto_trace())
     meta = capture_metadata(manifest, harness, "torch_profiler")
+    meta.window_clock_start_ns = capture.window_start_ns
     wall = harness.get("window", {}).get("wall_time_ns", 0)
     warnings = list(harness.get("warnings", [])) + capture.warnings
     origins = load_provenance(run_dir.provenance("torch"))
     context = Context(capture.sequences, capture.forward_threads, harness.get("root_module") or origins.root_module)
     if not meta.gpu_used:
-        operators = _cpu_operators(capture.cpu_ops, origins, context)
+        operators = _cpu_operators(capture.cpu_ops, origins, context, capture.window_start_ns)
         unplaced = sum(1 for op in operators if op.module_path is None)
         if manifest.compile_mode != "eager" and unplaced:
             warnings.append(

@@ -102,6 +102,8 @@ def _assemble(
     if not start:  # no measure range (or one at 0): the earliest window kernel
         kernels = list(kernels)
         start = min((k.start_ns for k in kernels), default=0)
+    if timeline.session_start_utc_ns is not None:
+        meta.window_clock_start_ns = timeline.session_start_utc_ns + start
     provenance = load_provenance(run_dir.provenance("nsys"))
     context = Context(
         timeline.sequence_index() if may_run_backward(manifest, harness) else None, timeline.forward_threads,

@@ -37,6 +37,20 @@ class CaptureRequest:
     import_compiler_early: bool = False
     compile_early_if_cached: bool = False
     script_args: list[str] = field(default_factory=list)
+    nproc_per_node: int | None = None
+    nnodes: str | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    dist_backend: str | None = None
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the workload is launched through torchrun (one harness per rank)."""
+        return self.nproc_per_node is not None
 
     @classmethod
     def of(cls, workload: Path, run_dir: RunDir, python: str, options: CaptureOptions) -> CaptureRequest:
@@ -94,4 +108,6 @@ def harness_command(req: CaptureRequest, profiler: str, name: PassName) -> list[
             args.append(flag)
     for arg in req.script_args:
         args += ["--script-arg", arg]
+    if req.dist_backend:
+        args += ["--dist-backend", req.dist_backend]
     return child_command(req.python, "harness", *args)

@@ -67,6 +67,15 @@ from mcp_server.children.contract import (
     SCRIPT_WINDOW,
     WORKLOAD_RAISED,
 )
+from mcp_server.children.distributed import (
+    barrier,
+    ddp_buckets,
+    expand_rank,
+    finish,
+    init_process_group,
+    launched_by_torchrun,
+    wrap,
+)
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.script import run_script
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
@@ -94,6 +103,10 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     """Build, compile, warm up and measure a `get_model_and_input()` workload."""
     import torch
 
+    ranks = launched_by_torchrun()
+    if ranks:  # before anything touches the GPU: this rank's device is its local rank's
+        _enter(result, "process group")
+        result["distributed"] = init_process_group(args.dist_backend)
     if torch.cuda.is_available() and args.gpu_lock is not None:
         # The CUDA context is created before the lock: an allocation runs nothing on the GPU, so it need not
         # wait while another pass measures (under ncu it takes seconds).
@@ -117,16 +130,18 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     if args.train_step and train_step is None:
         raise ContractError("--train-step was given but the workload defines no train_step(model, inputs)")
     backend: RecordingBackend | RecordingInductor | None = None
-    fn = model
     result["root_module"] = root_module_name(model)
+    wrapper = getattr(module, "DISTRIBUTED", None) if ranks else None
+    wrapped = wrap(model, wrapper)  # the module ranges keep the model's own paths; DDP runs it
+    fn = wrapped
     if args.compile_mode == "optimized":
         backend = RecordingBackend(module, result["root_module"])
-        fn = backend.optimize(model)
+        fn = backend.optimize(fn)
     elif args.compile_mode != "eager":
         backend = RecordingInductor(args.compile_mode, result["root_module"],
                                     cached_only=args.compile_early_if_cached,
                                     cpu_kernel_ranges=args.profiler == "torch" and not torch.cuda.is_available())
-        fn = torch.compile(model, backend=backend)
+        fn = torch.compile(fn, backend=backend)
 
     def step() -> None:
         if train_step is not None:
@@ -150,6 +165,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     result["warmup_time_ns"] = time.perf_counter_ns() - t0
     _enter(result, "waiting for the GPU lock (window)")
     lock.window()
+    if ranks:
+        _enter(result, "barrier")
+        barrier()
     ranged = args.compile_mode == "eager" and args.profiler in ("torch", "nvtx")
     hooks = ModuleRanges(model, args.profiler, result["root_module"]) if ranged else None
     frames = UserFrames() if ranged else None
@@ -186,6 +204,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         clocks.stop()
         result["clocks"] = clocks.summary()
     _enter(result, "finish")
+    if ranks:  # DDP rebuilds its buckets in its second iteration: the window's are known now
+        result["distributed"]["wrapped_by"] = wrapper
+        result["distributed"]["ddp_buckets"] = ddp_buckets(wrapped, result["root_module"], wrapped=wrapper is not None)
     if hooks is not None:
         hooks.remove()
     lock.release()
@@ -239,7 +260,8 @@ def _enter(result: dict[str, Any], phase: str) -> None:
     phase began (epoch seconds)."""
     result["phase"] = phase
     result["phase_started_at"][phase] = round(time.time(), 3)
-    print(f"{PHASE_MARKER}{phase}", flush=True)
+    rank = f" (rank {os.environ['RANK']})" if launched_by_torchrun() else ""
+    print(f"{PHASE_MARKER}{phase}{rank}", flush=True)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -279,7 +301,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                              f"from Inductor's cache only: exit with code {EXIT_NOT_CACHED} before running a graph "
                              "the cache did not hold")
     parser.add_argument("--script-arg", action="append", default=[], help="argument passed to a script workload")
+    parser.add_argument("--dist-backend", help="(under torchrun) the process group's backend: nccl on CUDA, gloo "
+                                               "on the CPU unless given")
     args = parser.parse_args(argv)
+    for name in ("run_dir", "result", "kineto_trace", "provenance"):  # each rank its own folder: %q{RANK}
+        setattr(args, name, expand_rank(getattr(args, name)))
     if args.queue_ahead and args.profiler != "none":
         parser.error("--queue-ahead times the window without a profiler: use it with --profiler none")
     if args.graph_replay and args.profiler != "none":
@@ -357,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             code = EXIT_WORKLOAD_RAISED
     result["finished_at"] = now()
     write_json(args.result, result)
+    if code == EXIT_OK and launched_by_torchrun():
+        finish()
     return code
 
 

@@ -3,9 +3,8 @@
 Per rank: the window, the unions of compute and of communication intervals (gaps and islands over the events
 ordered by start), their overlap and the idle rest, collective time per type and per module. Across ranks:
 each collective call (type, seq) with its arrival skew — the last rank's start minus the first's, on the
-ranks' window clocks, which a barrier aligns — and the ranks that arrive late. A straggler is the rank that
-arrives last at most collective calls (at least half of them) with a mean lateness of at least half the median
-skew: the others wait for it inside their collectives.
+capturing tool's clock, which the ranks of one node share — each rank's mean lateness, and the stragglers: the
+ranks the others wait for (`stragglers`).
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from mcp_server.schema.ranks import CollectiveSkew, RanksSummary, RankTimes, Str
 
 WORST = 10
 THREADS = 2
+STRAGGLER_FLOOR = 0.05  # of the median window: less waiting than this is noise, not a straggler
 
 _UNIONS = """
 WITH one AS (SELECT * FROM read_parquet(?)), e AS (
@@ -37,11 +37,13 @@ WITH one AS (SELECT * FROM read_parquet(?)), e AS (
 )
 SELECT rank, kind, sum(e - s)::BIGINT FROM islands GROUP BY rank, kind
 """
-_WINDOWS = "SELECT rank, (max(end_ns) - min(start_ns))::BIGINT, count(*) FROM ev GROUP BY rank"
-_BY_COLLECTIVE = """SELECT rank, collective, sum(end_ns - start_ns)::BIGINT FROM ev WHERE collective IS NOT NULL
-                    GROUP BY rank, collective"""
-_BY_MODULE = """SELECT rank, coalesce(module_path, '(no module)'), sum(end_ns - start_ns)::BIGINT FROM ev
-                WHERE collective IS NOT NULL GROUP BY rank, module_path"""
+# A row's weight is its share of its event (a collective split among its bucket's modules): weighted sums count
+# each event once.
+_WINDOWS = "SELECT rank, (max(end_ns) - min(start_ns))::BIGINT, round(sum(weight))::BIGINT FROM ev GROUP BY rank"
+_BY_COLLECTIVE = """SELECT rank, collective, round(sum((end_ns - start_ns) * weight))::BIGINT FROM ev
+                    WHERE collective IS NOT NULL GROUP BY rank, collective"""
+_BY_MODULE = """SELECT rank, coalesce(module_path, '(no module)'), round(sum((end_ns - start_ns) * weight))::BIGINT
+                FROM ev WHERE collective IS NOT NULL GROUP BY rank, module_path"""
 _ARRIVALS = """
 CREATE TEMP TABLE arrivals AS
 SELECT collective, seq, rank, min(start_ns) AS arrival FROM ev WHERE collective IS NOT NULL
@@ -121,22 +123,42 @@ def merge_ranks(files: list[Path], memory_limit: str | None = None) -> RanksSumm
         world_size=len(ranks), events=sum(n for _, n in windows.values()), ranks=ranks, collectives=int(calls or 0),
         skew_ns_median=float(median) if median is not None else None,
         skew_ns_max=int(worst_skew) if worst_skew is not None else None, worst_collectives=worst,
-        stragglers=stragglers(ranks, int(calls or 0), float(median or 0.0)),
+        stragglers=stragglers(ranks, int(calls or 0)),
         merge_seconds=round(time.monotonic() - t0, 3),
         notes=[] if calls else ["no collective in any rank's window: nothing to align across ranks"],
     )
 
 
-def stragglers(ranks: list[RankTimes], calls: int, median_skew: float) -> list[Straggler]:
-    """Ranks last at ≥ half the collective calls, late by at least half the median skew on average."""
+def stragglers(ranks: list[RankTimes], calls: int) -> list[Straggler]:
+    """Ranks the others wait for: their time in collectives is below the others' median by at least
+    STRAGGLER_FLOOR of the median window and by at least half the largest such gap.
+
+    Arrival order alone misleads: a rank blocked in one collective by a late peer arrives late at the next, and
+    a rank that a tree-shaped collective released early arrives first. Waiting does not: every rank but the late
+    one waits for it inside a collective, so the late rank spends the least time in them, short by about its
+    delay."""
+    if calls == 0 or len(ranks) < 2:
+        return []
+    windows = sorted(r.window_ns for r in ranks)
+    floor = STRAGGLER_FLOOR * windows[len(windows) // 2]
+    gaps = {r.rank: _median([o.communication_ns for o in ranks if o.rank != r.rank]) - r.communication_ns
+            for r in ranks}
+    largest = max(gaps.values())
     found = []
     for r in ranks:
-        share = 100.0 * r.last_arrivals / calls if calls else 0.0
-        if calls and share >= 50.0 and median_skew > 0 and r.mean_lateness_ns >= 0.5 * median_skew:
+        gap = gaps[r.rank]
+        if gap >= floor and gap >= 0.5 * largest:
+            share = 100.0 * r.last_arrivals / calls
             found.append(Straggler(
-                rank=r.rank, mean_lateness_ns=r.mean_lateness_ns, last_arrival_share_pct=share,
-                reason=f"arrived last at {r.last_arrivals} of {calls} collective calls, "
-                       f"{r.mean_lateness_ns / 1e3:.1f} us after the first rank on average: the others wait in "
-                       "their collectives",
+                rank=r.rank, caused_wait_ns=round(gap), mean_lateness_ns=r.mean_lateness_ns,
+                last_arrival_share_pct=share,
+                reason=f"spent {gap / 1e6:.3f} ms less in collectives than the other ranks' median: they waited for "
+                       f"it (it arrived last at {r.last_arrivals} of {calls} collective calls)",
             ))
     return found
+
+
+def _median(values: list[int]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return float(ordered[middle]) if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2

@@ -61,6 +61,9 @@ class RunManifest(BaseModel):
     tool_versions: dict[str, str] = Field(default_factory=dict)
     gpu: dict[str, str] = Field(default_factory=dict, description="nvidia-smi's view: name, driver, clocks.")
     passes: list[PassRecord] = Field(default_factory=list)
+    distributed: dict[str, Any] | None = Field(
+        default=None, description="A multi-rank run: the torchrun launch (nproc_per_node, nnodes, ...), and for one "
+        "rank's manifest its `rank`; None for one process.")
 
     def pass_named(self, name: PassName) -> PassRecord | None:
         """The pass called `name`, if the run has one."""

@@ -15,9 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.schema.types import CompileMode, RunMode
 
-SCHEMA_VERSION = "1.2"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
+SCHEMA_VERSION = "1.3"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
 # 1.2: phase (forward/backward/optimizer) on kernels and operators, backward ops tied to the forward op they
 # differentiate, call sites and their coverage, the graph breaks of a compiled capture
+# 1.3: one rank of a multi-rank run: its place in the world, collectives with their sequence numbers and the
+# modules whose gradients a DDP bucket carries, CPU operators' host start
 
 
 class _Model(BaseModel):
@@ -143,6 +145,21 @@ class OperatorRecord(_Model):
         default=None, description="The compiled graph whose call launched it (Inductor's FX-graph-cache key, as "
         "its `## Call CompiledFxGraph` range names it); None outside compiled graphs (1.2).",
     )
+    host_start_ns: int | None = Field(
+        default=None, description="CPU-only profiles: the call's start on the host, ns since the window start (1.3).",
+    )
+    collective: str | None = Field(
+        default=None, description="The collective this call runs (allreduce, allgather, reducescatter, broadcast, "
+        "...), from c10d's, gloo's or NCCL's names; None for compute (1.3).",
+    )
+    collective_seq: int | None = Field(
+        default=None, description="Ordinal of this call among the rank's collectives of its type in the window: "
+        "every rank issues them in the same order, so it aligns one call across ranks (1.3).",
+    )
+    collective_modules: dict[str, float] | None = Field(
+        default=None, description="The modules whose gradients (a DDP bucket) the collective carries, each with "
+        "its share of the bucket's elements (1.3).",
+    )
 
 
 class Clocks(_Model):
@@ -163,6 +180,38 @@ class GraphBreak(_Model):
     location: str = Field(description="`path:line` in the user's code where the graph broke.")
     compile_id: str | None = Field(default=None, description="Dynamo's id of the graph the break ended, e.g. 0/0.")
     detail: str | None = Field(default=None, description="Dynamo's whole explanation, hints included.")
+
+
+class DdpBucket(_Model):
+    """One DDP gradient bucket, in reduction order: the parameters it all-reduces and their modules."""
+
+    ddp: str = Field(description="Path of the DDP instance in the model ('(root)' for the model itself).")
+    index: int
+    numel: int = Field(description="Elements the bucket carries.")
+    parameters: list[str]
+    modules: list[str]
+    module_numel: dict[str, int] = Field(default_factory=dict, description="Elements of each module's gradients.")
+
+
+class DistributedInfo(_Model):
+    """A rank's place in a torchrun world and what it communicates with."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int | None = None
+    backend: str = Field(description="The process group's backend: nccl or gloo.")
+    device: str | None = None
+    master_addr: str | None = None
+    master_port: str | None = None
+    wrapped_by: str | None = Field(default=None, description="'ddp' when the harness wrapped the model.")
+    ddp_buckets: list[DdpBucket] = Field(default_factory=list)
+    nccl_env: dict[str, str] = Field(default_factory=dict, description="NCCL_*, TORCH_NCCL_* and similar variables.")
+    topology: str | None = Field(default=None, description="`nvidia-smi topo -m` of the rank's node (local rank 0).")
+    collective_kernels: dict[str, str] = Field(
+        default_factory=dict, description="NCCL kernel names seen in the window, each with its collective.")
+    ncu_excluded_collectives: bool = Field(
+        default=False, description="NCCL kernels were left out of ncu's replay (they carry no counters).")
 
 
 class CaptureMetadata(_Model):
@@ -200,6 +249,14 @@ class CaptureMetadata(_Model):
     root_module: str | None = Field(
         default=None, description="The module path naming the model itself (its class name): its own forward's "
         "kernels outside every submodule, and the optimizer's (1.2).",
+    )
+    window_clock_start_ns: int | None = Field(
+        default=None, description="The window's start on the capturing tool's clock (Kineto's trace clock, or nsys's "
+        "UTC session clock): what lines up the windows of several ranks' profiles (1.3).",
+    )
+    distributed: DistributedInfo | None = Field(
+        default=None, description="One rank of a multi-rank run (torchrun): its place and the facts of its "
+        "communication; None for one process (1.3).",
     )
 
 

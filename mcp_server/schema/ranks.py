@@ -41,7 +41,11 @@ class CollectiveSkew(_Model):
 
 
 class Straggler(_Model):
+    """A rank the others wait for in their collectives."""
+
     rank: int
+    caused_wait_ns: int = Field(description="The other ranks' median time in collectives minus this rank's: about "
+                                            "how long they waited for it in the window.")
     mean_lateness_ns: float
     last_arrival_share_pct: float
     reason: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
@@ -97,6 +97,25 @@ class CaptureOptions(_Request):
         description="Seconds each capture pass may run; an ncu pass stopped at this limit keeps the kernels "
         "it replayed so far."
     ), Flag("--timeout")] = DEFAULT_TIMEOUT_S
+    nproc_per_node: Annotated[int | None, Field(
+        ge=1, description="Launch the workload through torchrun with this many ranks on this node (one GPU each on "
+        "CUDA): one profile per rank in rank<R>/ and the merged view in ranks.json."
+    )] = None
+    nnodes: Annotated[str | None, Field(description="torchrun's --nnodes (e.g. 2, or 1:4).")] = None
+    node_rank: Annotated[int | None, Field(ge=0, description="torchrun's --node-rank.")] = None
+    master_addr: Annotated[str | None, Field(description="torchrun's --master-addr.")] = None
+    master_port: Annotated[int | None, Field(ge=1, le=65535, description="torchrun's --master-port.")] = None
+    rdzv_backend: Annotated[str | None, Field(description="torchrun's --rdzv-backend (e.g. c10d).")] = None
+    rdzv_endpoint: Annotated[str | None, Field(description="torchrun's --rdzv-endpoint (host:port).")] = None
+    rdzv_id: Annotated[str | None, Field(description="torchrun's --rdzv-id.")] = None
+    dist_backend: Annotated[Literal["nccl", "gloo"] | None, Field(
+        description="The process group's backend (default: nccl on CUDA, gloo on the CPU)."
+    )] = None
+
+    @field_validator("nnodes", "master_addr", "rdzv_backend", "rdzv_endpoint", "rdzv_id")
+    @classmethod
+    def _plain(cls, value: str | None) -> str | None:
+        return _not_an_option(value)
 
 
 class NcuOptions(_Request):

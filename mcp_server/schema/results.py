@@ -29,6 +29,7 @@ from mcp_server.schema.proof import (
     TimingSummary,
     TotalDelta,
 )
+from mcp_server.schema.ranks import RanksSummary
 from mcp_server.schema.types import CaptureBackend, CompileMode, RunMode
 
 
@@ -116,6 +117,10 @@ class ProfileRun(_Model):
     unattributed_kernel_count: int
     warnings: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    ranks_path: str | None = Field(
+        default=None, description="A multi-rank run: ranks.json (its merged view); `profile` is then the first "
+        "rank's, and every rank's lies in rank<R>/profile.json.")
+    ranks: RanksSummary | None = Field(default=None, description="A multi-rank run: ranks.json's content.")
 
 
 class TopOperatorsResult(_Model):

@@ -134,6 +134,14 @@ class NsysWindow:
                 f"{self.path} is not a readable SQLite file ({exc}); re-run `nsys export --type=sqlite`"
             ) from exc
 
+    def _session_start(self) -> int | None:
+        """When the session started, ns since the UNIX epoch (nsys's timestamps count from it): the clock that
+        lines up the reports of several processes."""
+        if not self.schema.has("TARGET_INFO_SESSION_START_TIME"):
+            return None
+        row = self.conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
     def _open(self) -> None:
         cfg = tables()
         self.schema = schema = Schema(self.conn)
@@ -143,6 +151,7 @@ class NsysWindow:
         self.measure = self.nvtx.measure_ranges() if self.nvtx.present else []
         self.windows = Windows(self.measure)
         self.window_start_ns = self.windows.starts[0] if self.windows else None
+        self.session_start_utc_ns = self._session_start()
         self.window_end_ns = None if not self.windows or self.windows.ends[-1] == OPEN_END else self.windows.ends[-1]
         self.launches = launch_subquery(schema)
         self.has_kernels = schema.has(cfg["kernel"]["table"])

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, SITE_RANGE_PREFIX
 from mcp_server.schema.records import CpuOp, Frame, TraceKernel
+from plugins.nvtx_names import is_operator
 from plugins.sequences import RangeRow, SequenceIndex, forward_origins
 
 FORMAT_FILE = Path(__file__).with_name("trace_format.yaml")
@@ -65,7 +66,7 @@ def classify(name: str) -> str:
     head = name.split(",", 1)[0]
     if "::" in head and not head.startswith("operator_profiler::") and " " not in head:
         return "op"
-    return "annotation"
+    return "op" if is_operator(head) else "annotation"  # a backend's collective record function, gloo:all_reduce
 
 
 def _ns(us: Decimal | float | int) -> int:

@@ -1,0 +1,260 @@
+"""The multi-rank capture: every pass launched once through torchrun, each rank's harness writing its own run
+directory (`rank<R>/`), one pass after another (each rank has its GPU to itself, so no lock takes turns).
+
+torchrun is the launcher (`python -m torch.distributed.run`, under the workload's interpreter), so multi-node
+runs work as torchrun does; profilers wrap each rank (`torchrun --no-python nsys profile ... python harness`),
+their outputs named per rank through `%q{RANK}`. ncu replays each rank's kernels but the collectives: replaying
+an NCCL kernel on one rank would wait for peers that are not replaying it. When a rank fails, torchrun stops the
+others; the error names the rank.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from mcp_server.capture.passes import Cancel, PassProgress, raise_for_harness, require_ncu
+from mcp_server.capture.request import CaptureRequest, harness_command
+from mcp_server.capture.schedule import TIMING_WINDOWS, new_manifest
+from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, UsageError
+from mcp_server.process import interpreter_env, now_iso, run_child
+from mcp_server.process.child import exit_description, log_tail
+from mcp_server.progress import Progress, quiet
+from mcp_server.rundir import RunDir
+from mcp_server.schema.manifest import PassRecord, RunManifest
+from mcp_server.schema.requests import NcuOptions
+from mcp_server.schema.types import PassName
+from plugins.ncu.command import capture_command as ncu_capture
+from plugins.nsys.command import capture_command as nsys_capture
+from plugins.nsys.command import export_command, find_nsys
+
+RANK_TEMPLATE = "%q{RANK}"  # expanded by nsys, ncu and the harness from each rank's environment
+NCCL_KERNEL = r"(?:_Z\d+)?nccl"  # a collective's kernel, mangled (`_Z27ncclDevKernel_...`) or not
+NCCL_EXCLUDED_NOTE = ("NCCL (collective) kernels were left out of ncu's replay: replaying one on a single rank would "
+                      "wait for peers that are not replaying it; they keep their nsys durations, without counters")
+GPU_LIST_TIMEOUT_S = 20.0
+TORCHRUN_FLAGS = (("nnodes", "--nnodes"), ("node_rank", "--node-rank"), ("master_addr", "--master-addr"),
+                  ("master_port", "--master-port"), ("rdzv_backend", "--rdzv-backend"),
+                  ("rdzv_endpoint", "--rdzv-endpoint"), ("rdzv_id", "--rdzv-id"))
+
+
+def torchrun_command(req: CaptureRequest) -> list[str]:
+    """torchrun under the workload's interpreter, with the launch options of `req`; one node with no rendezvous
+    given is `--standalone` (torchrun picks a free port). Its entry point is the command that follows."""
+    assert req.nproc_per_node is not None
+    cmd = [req.python, "-m", "torch.distributed.run", "--nproc-per-node", str(req.nproc_per_node)]
+    given = [(flag, getattr(req, name)) for name, flag in TORCHRUN_FLAGS if getattr(req, name) is not None]
+    if not given or all(flag == "--nnodes" and value == "1" for flag, value in given):
+        cmd.append("--standalone")
+    for flag, value in given:
+        cmd += [flag, str(value)]
+    return [*cmd, "--max-restarts", "0", "--no-python"]
+
+
+def local_ranks(req: CaptureRequest) -> list[int]:
+    """The global ranks this node runs (torchrun numbers them node by node)."""
+    assert req.nproc_per_node is not None
+    first = (req.node_rank or 0) * req.nproc_per_node
+    return list(range(first, first + req.nproc_per_node))
+
+
+def visible_gpus() -> int:
+    """How many GPUs nvidia-smi lists here (0 without nvidia-smi)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        done = subprocess.run([smi, "--list-gpus"], capture_output=True, text=True, timeout=GPU_LIST_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
+
+
+def check_world(req: CaptureRequest, gpus: int) -> None:
+    """On a GPU machine every rank of this node needs its own GPU; else a one-line error with the remedy."""
+    if req.nproc_per_node is not None and gpus and req.nproc_per_node > gpus and req.dist_backend != "gloo":
+        raise UsageError(
+            f"--nproc-per-node {req.nproc_per_node} asks for more ranks than this node's {gpus} GPU(s)",
+            f"pass --nproc-per-node {gpus} or fewer (one rank per GPU)",
+        )
+
+
+def nccl_excluded(options: NcuOptions) -> NcuOptions:
+    """`options` replaying every kernel it would, but the collectives' (NCCL) kernels."""
+    user = options.kernel_regex
+    regex = f"^(?!{NCCL_KERNEL})" + (f"(?=.*(?:{user}))" if user else "")
+    return options.model_copy(update={"kernel_regex": regex})
+
+
+def capture_ranks(
+    req: CaptureRequest,
+    backend: str,
+    command_line: list[str],
+    progress: Progress = quiet,
+    ncu: NcuOptions | None = None,
+    cancel: Cancel = None,
+    timing: bool = False,
+) -> RunManifest:
+    """Run each pass through torchrun, each rank into `rank<R>/`; write every rank's manifest and the run's.
+
+    The main pass (torch.profiler, or nsys's timeline), then with `timing` the no-profiler timing pass, then with
+    `ncu` (nsys backend) the ncu replay without the collectives. Returns the run's manifest."""
+    req.check()
+    req.run_dir.prepare()
+    check_world(req, visible_gpus())
+    ranks = local_ranks(req)
+    manifest = new_manifest(req, backend, command_line)
+    manifest.distributed = {
+        "nproc_per_node": req.nproc_per_node, "ranks": ranks, "dist_backend": req.dist_backend,
+        **{name: getattr(req, name) for name, _ in TORCHRUN_FLAGS if getattr(req, name) is not None},
+    }
+    req.run_dir.write_manifest(manifest)
+    per_rank: dict[int, list[PassRecord]] = {r: [] for r in ranks}
+    progress(f"{len(ranks)} ranks through torchrun: {' '.join(torchrun_command(req)[:4])} ...")
+
+    def done(records: dict[int, PassRecord]) -> None:
+        for rank, record in records.items():
+            per_rank[rank].append(record)
+        _write_manifests(req.run_dir, manifest, per_rank)
+
+    try:
+        if backend == "torch":
+            done(rank_pass(req, ranks, "torch", "torch", [], progress, cancel))
+        else:
+            done(_nsys_ranks(req, ranks, progress, cancel))
+        if timing:
+            timed = replace(req, windows=TIMING_WINDOWS)
+            done(rank_pass(timed, ranks, "timing", "kernels", [], progress, cancel))
+        if ncu is not None and backend == "nsys":
+            options = nccl_excluded(ncu)
+            prefix = ncu_capture(require_ncu(), req.run_dir.rank_dir(RANK_TEMPLATE).ncu_report_base(), options,
+                                 req.compile_mode == "cudagraphs")
+            records = rank_pass(req, ranks, "ncu", "nvtx", prefix, progress, cancel)
+            for rank, record in records.items():
+                record.ncu = options
+                record.notes.append(NCCL_EXCLUDED_NOTE)
+                report = req.run_dir.rank_dir(rank).ncu_report()
+                if not report.is_file():
+                    raise CaptureFailed(f"rank {rank}: ncu wrote no report",
+                                        f"read {req.run_dir.torchrun_log('ncu')}")
+                record.artifacts.append(req.run_dir.rank_dir(rank).relative(report))
+            done(records)
+    except ProfilerError:
+        _write_manifests(req.run_dir, manifest, per_rank)
+        raise
+    return manifest
+
+
+def _write_manifests(run_dir: RunDir, manifest: RunManifest, per_rank: dict[int, list[PassRecord]]) -> None:
+    """Each rank's manifest (its passes, artifacts relative to its folder) and the run's (rank 0's passes, each
+    pass's folder named under rank0/)."""
+    for rank, records in per_rank.items():
+        own = manifest.model_copy(deep=True)
+        own.distributed = {**(manifest.distributed or {}), "rank": rank}
+        own.passes = records
+        run_dir.rank_dir(rank).write_manifest(own)
+    first = min(per_rank)
+    top = manifest.model_copy(deep=True)
+    top.passes = [r.model_copy(update={"directory": f"rank{first}/{r.directory}",
+                                       "artifacts": [f"rank{first}/{a}" for a in r.artifacts]})
+                  for r in per_rank[first]]
+    run_dir.write_manifest(top)
+
+
+def _nsys_ranks(req: CaptureRequest, ranks: list[int], progress: Progress, cancel: Cancel) -> dict[int, PassRecord]:
+    """The nsys pass on every rank, then each rank's report exported to SQLite."""
+    nsys = find_nsys()
+    if nsys is None:
+        raise BackendUnavailable("nsys not found", "install Nsight Systems or set NSYS=/path/to/nsys")
+    prefix = nsys_capture(nsys, req.run_dir.rank_dir(RANK_TEMPLATE).nsys_report_base())
+    records = rank_pass(req, ranks, "nsys", "nvtx", prefix, progress, cancel)
+    for rank, record in records.items():
+        own = req.run_dir.rank_dir(rank)
+        report, sqlite = own.nsys_report(), own.nsys_sqlite()
+        if not report.is_file():
+            raise CaptureFailed(f"rank {rank}: nsys wrote no {report.name}",
+                                "run `operator-profiler preflight` (nsys's report importer may lack its libraries)")
+        progress(f"nsys pass: exporting rank {rank}'s timeline to SQLite")
+        t0 = time.monotonic()
+        code, _ = run_child(export_command(nsys, report, sqlite), own.export_log(), req.timeout_s, cancel=cancel)
+        if code != 0 or not sqlite.is_file():
+            raise CaptureFailed(f"rank {rank}: nsys export failed (exit {code})", f"read {own.export_log()}")
+        record.artifacts += [own.relative(report), own.relative(sqlite)]
+        record.notes.append(f"sqlite export took {time.monotonic() - t0:.1f} s")
+    return records
+
+
+def rank_pass(
+    req: CaptureRequest, ranks: list[int], name: PassName, profiler: str, prefix: list[str],
+    progress: Progress = quiet, cancel: Cancel = None,
+) -> dict[int, PassRecord]:
+    """Run pass `name` once through torchrun (`prefix` wraps each rank); every rank's record.
+
+    A rank that failed is named with its error (the first in rank order, torchrun having stopped the others);
+    a launch that left no rank's result says how torchrun ended, with the last lines it printed."""
+    template = replace(req, run_dir=req.run_dir.rank_dir(RANK_TEMPLATE))
+    for rank in ranks:
+        own = req.run_dir.rank_dir(rank)
+        own.pass_dir(name).mkdir(parents=True, exist_ok=True)
+        own.harness_result(name).unlink(missing_ok=True)
+    cmd = [*torchrun_command(req), *prefix, *harness_command(template, profiler, name)]
+    log = req.run_dir.torchrun_log(name)
+    progress(f"{name} pass: {len(ranks)} ranks")
+    started, t0 = now_iso(), time.monotonic()
+    code, timed_out = run_child(cmd, log, req.timeout_s, PassProgress(name, progress), cancel,
+                                env=interpreter_env(req.python))
+    wall = time.monotonic() - t0
+    if timed_out:
+        raise CaptureFailed(f"the {name} pass ran past its {req.timeout_s:.0f} s limit: every rank was stopped",
+                            "raise --timeout; a rank waiting in a collective for a peer that never came hangs")
+    results = {rank: _result(req.run_dir.rank_dir(rank), name) for rank in ranks}
+    for rank, result in results.items():
+        if result is not None and result.get("status") != "ok":
+            _raise_for_rank(req, rank, name, result)
+    missing = [rank for rank, result in results.items() if result is None]
+    if missing:
+        tail = log_tail(log)
+        raise CaptureFailed(
+            f"the {name} pass: rank(s) {', '.join(map(str, missing))} ended before writing their results (torchrun "
+            f"{exit_description(code)})" + (f" (last lines: {tail})" if tail else ""), f"read {log}")
+    records = {}
+    for rank, result in results.items():
+        own = req.run_dir.rank_dir(rank)
+        record = PassRecord(name=name, profiler=profiler, command=cmd, directory=name, started_at=started,
+                            wall_time_s=round(wall, 3), exit_code=code)
+        assert result is not None
+        record.artifacts = [own.relative(own.harness_result(name))] + [
+            f"{name}/{artifact}" for artifact in result.get("artifacts", [])]
+        records[rank] = record
+    return records
+
+
+def _result(run_dir: RunDir, name: PassName) -> dict[str, Any] | None:
+    path = run_dir.harness_result(name)
+    if not path.is_file():
+        return None
+    result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return result
+
+
+def _raise_for_rank(req: CaptureRequest, rank: int, name: PassName, result: dict[str, Any]) -> None:
+    """The harness error of one rank, its message prefixed with the rank."""
+    try:
+        raise_for_harness(result, replace(req, run_dir=req.run_dir.rank_dir(rank)), name)
+    except ProfilerError as exc:
+        exc.message = f"rank {rank}: {exc.message}"
+        if "full output in" in exc.remedy:
+            exc.remedy = f"fix the workload; every rank's output is in {req.run_dir.torchrun_log(name)}"
+        raise
+
+
+def for_each_rank(run_dir: RunDir, work: Callable[[int, RunDir], None]) -> None:
+    """Run `work(rank, rank_dir)` over the ranks of a multi-rank run directory, in rank order."""
+    for rank in run_dir.ranks():
+        work(rank, run_dir.rank_dir(rank))
