@@ -133,16 +133,18 @@ def capture_ranks(
             done(rank_pass(timed, ranks, "timing", "kernels", [], progress, cancel))
         if ncu is not None and backend == "nsys":
             options = nccl_excluded(ncu)
-            prefix = ncu_capture(require_ncu(), req.run_dir.rank_dir(RANK_TEMPLATE).ncu_report_base(), options,
+            # ncu takes `%q{RANK}` in a file's name only, not in its folder: each report is moved to its rank's
+            prefix = ncu_capture(require_ncu(), req.run_dir.path / f"ncu.rank{RANK_TEMPLATE}", options,
                                  req.compile_mode == "cudagraphs")
             records = rank_pass(req, ranks, "ncu", "nvtx", prefix, progress, cancel)
             for rank, record in records.items():
                 record.ncu = options
                 record.notes.append(NCCL_EXCLUDED_NOTE)
-                report = req.run_dir.rank_dir(rank).ncu_report()
-                if not report.is_file():
+                written, report = req.run_dir.path / f"ncu.rank{rank}.ncu-rep", req.run_dir.rank_dir(rank).ncu_report()
+                if not written.is_file():
                     raise CaptureFailed(f"rank {rank}: ncu wrote no report",
                                         f"read {req.run_dir.torchrun_log('ncu')}")
+                written.replace(report)
                 record.artifacts.append(req.run_dir.rank_dir(rank).relative(report))
             done(records)
     except ProfilerError:
@@ -248,10 +250,10 @@ def _raise_for_rank(req: CaptureRequest, rank: int, name: PassName, result: dict
     try:
         raise_for_harness(result, replace(req, run_dir=req.run_dir.rank_dir(rank)), name)
     except ProfilerError as exc:
-        exc.message = f"rank {rank}: {exc.message}"
-        if "full output in" in exc.remedy:
-            exc.remedy = f"fix the workload; every rank's output is in {req.run_dir.torchrun_log(name)}"
-        raise
+        remedy = exc.remedy
+        if "full output in" in remedy:
+            remedy = f"fix the workload; every rank's output is in {req.run_dir.torchrun_log(name)}"
+        raise type(exc)(f"rank {rank}: {exc.message}", remedy) from exc
 
 
 def for_each_rank(run_dir: RunDir, work: Callable[[int, RunDir], None]) -> None:
