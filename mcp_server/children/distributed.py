@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # nvidia-smi underlines its table's header on some drivers
 RANK_ENV = re.compile(r"%q\{([A-Z_][A-Z0-9_]*)\}")
 DISTRIBUTED_WRAPPERS = ("ddp",)
 NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "TORCH_DISTRIBUTED_")
@@ -70,7 +71,7 @@ def topology() -> str | None:
                               timeout=TOPOLOGY_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    return ANSI.sub("", done.stdout).strip() if done.returncode == 0 else None
 
 
 def wrap(model: Any, how: str | None) -> Any:
