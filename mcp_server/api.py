@@ -106,14 +106,9 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     command = req.command_line or _equivalent_command(req, run_dir, counters)
     with run_dir.locked():
         run_dir.claim(req.workload)
-        if cap.distributed:
-            capture_ranks(cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel,
-                          timing=has_gpu())
-            result = _ranks_run(run_dir, req.python, note, req.top, progress)
-        else:
-            capture(cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel,
-                    timing=has_gpu())
-            result = _profile_run(run_dir, req.python, note, req.top, progress)
+        (capture_ranks if cap.distributed else capture)(
+            cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())
+        result = (_ranks_run if cap.distributed else _profile_run)(run_dir, req.python, note, req.top, progress)
     if req.ncu is not None and not counters:
         result.warnings.insert(0, NO_COUNTERS_HERE)
     return result

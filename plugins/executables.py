@@ -48,7 +48,8 @@ def tool_version(path: str, timeout_s: float = 30.0) -> str | None:
 
 
 def query_gpu(timeout_s: float = 20.0) -> dict[str, str]:
-    """nvidia-smi's view of GPU 0 (name, driver, current clocks); empty when nvidia-smi is absent or fails."""
+    """nvidia-smi's view of GPU 0 (name, driver, current clocks) and how many GPUs it lists (`count`); empty when
+    nvidia-smi is absent or fails."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return {}
@@ -65,4 +66,5 @@ def query_gpu(timeout_s: float = 20.0) -> dict[str, str]:
         return {}
     values = [v.strip() for v in lines[0].split(",")]
     keys = ["name", "driver_version", "clocks_sm_mhz", "clocks_mem_mhz", "clocks_max_sm_mhz", "clocks_max_mem_mhz"]
-    return {k: v for k, v in zip(keys, values, strict=False) if v and v != "[N/A]"}
+    found = {k: v for k, v in zip(keys, values, strict=False) if v and v != "[N/A]"}
+    return {**found, "count": str(len(lines))}

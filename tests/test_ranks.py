@@ -14,9 +14,10 @@ from conftest import REPO
 from fixtures_util import extract_fixture, interval_union
 
 from mcp_server.assemble import assemble
+from mcp_server.assemble.collectives import kernel_collective, operator_collective
 from mcp_server.errors import UsageError
 from mcp_server.ranks.merge import merge_ranks, rank_files
-from mcp_server.ranks.tables import EVENTS_FILE, collective_of, profile_events, write_events, write_rank_events
+from mcp_server.ranks.tables import EVENTS_FILE, profile_events, write_events, write_rank_events
 from mcp_server.rundir import RunDir
 
 _spec = importlib.util.spec_from_file_location("make_synthetic_ranks", REPO / "scripts" / "make_synthetic_ranks.py")
@@ -30,11 +31,13 @@ def _rows(files: list[Path]) -> list[tuple]:
 
 
 def test_collectives_are_named_from_nccl_kernels_and_c10d_ops():
-    assert collective_of("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", None) == (
+    assert kernel_collective("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == (
         "allreduce")
-    assert collective_of("ncclKernel_AllGather_RING_LL_Sum_int8_t", None) == "allgather"
-    assert collective_of("void at::native::elementwise_kernel<128, 2>", "c10d::broadcast_") == "broadcast"
-    assert collective_of("sm90_xmma_gemm", "aten::mm") is None
+    assert kernel_collective("ncclKernel_AllGather_RING_LL_Sum_int8_t") == "allgather"
+    assert kernel_collective("void at::native::elementwise_kernel<128, 2>") is None
+    assert operator_collective("c10d::broadcast_") == "broadcast"
+    assert operator_collective("gloo:all_reduce") == "allreduce"
+    assert kernel_collective("sm90_xmma_gemm") is None and operator_collective("aten::mm") is None
 
 
 @pytest.mark.parametrize("ranks,straggler,delay_us", [(2, 1, 300.0), (4, 2, 200.0)])

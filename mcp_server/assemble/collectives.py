@@ -104,10 +104,11 @@ def _pair(transfers: list[OperatorRecord], calls: list[OperatorRecord], sizes: d
         transfer.module_path, transfer.phase = call.module_path or transfer.module_path, call.phase
 
 
-def _order(op: OperatorRecord) -> tuple[int, int]:
+def _order(op: OperatorRecord) -> int:
+    """Window order: the first kernel's launch ordinal on a GPU, the host start in a CPU-only profile."""
     if op.kernels:
-        return (min(k.kernel_id for k in op.kernels), 0)
-    return (op.host_start_ns if op.host_start_ns is not None else 1 << 62, 0)
+        return min(k.kernel_id for k in op.kernels)
+    return op.host_start_ns if op.host_start_ns is not None else 1 << 62
 
 
 def _numel(op: OperatorRecord) -> int | None:

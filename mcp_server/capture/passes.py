@@ -17,6 +17,7 @@ from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, 
 from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, uses_cache
 from mcp_server.process.child import exit_description, log_tail
 from mcp_server.progress import Progress, quiet
+from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import PassName
@@ -181,19 +182,27 @@ def nsys_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = 
     run_dir = req.run_dir
     progress("nsys pass: recording the measured window's timeline")
     record, _ = run_pass(req, "nsys", "nvtx", nsys_capture(nsys, run_dir.nsys_report_base()), progress, cancel)
+    return exported_timeline(nsys, run_dir, record, req.timeout_s, progress, cancel)
+
+
+def exported_timeline(
+    nsys: str, run_dir: RunDir, record: PassRecord, timeout_s: float, progress: Progress = quiet,
+    cancel: Cancel = None, who: str = "",
+) -> PassRecord:
+    """Export the nsys report of `run_dir` to SQLite and list both in `record`; `who` names a rank in messages."""
     report, sqlite = run_dir.nsys_report(), run_dir.nsys_sqlite()
     if not report.is_file():
         leftovers = sorted(p.name for p in report.parent.glob("report*"))
         raise CaptureFailed(
-            f"nsys wrote no {report.name} (found: {leftovers or 'nothing'})",
+            f"{who}nsys wrote no {report.name} (found: {leftovers or 'nothing'})",
             "a .qdstrm alone means nsys's report importer could not run: its libraries (e.g. libdw.so.1) are "
             "missing; run `operator-profiler preflight`",
         )
-    progress("nsys pass: exporting SQLite")
+    progress(f"nsys pass: exporting {who}SQLite")
     t0 = time.monotonic()
-    code, _ = run_child(export_command(nsys, report, sqlite), run_dir.export_log(), req.timeout_s, cancel=cancel)
+    code, _ = run_child(export_command(nsys, report, sqlite), run_dir.export_log(), timeout_s, cancel=cancel)
     if code != 0 or not sqlite.is_file():
-        raise CaptureFailed(f"nsys export failed (exit {code})", f"read {run_dir.export_log()}")
+        raise CaptureFailed(f"{who}nsys export failed (exit {code})", f"read {run_dir.export_log()}")
     record.artifacts += [run_dir.relative(report), run_dir.relative(sqlite)]
     record.notes.append(f"sqlite export took {time.monotonic() - t0:.1f} s")
     return record

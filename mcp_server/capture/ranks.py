@@ -11,14 +11,11 @@ others; the error names the rank.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from mcp_server.capture.passes import Cancel, PassProgress, raise_for_harness, require_ncu
+from mcp_server.capture.passes import Cancel, PassProgress, exported_timeline, raise_for_harness, require_ncu
 from mcp_server.capture.request import CaptureRequest, harness_command
 from mcp_server.capture.schedule import TIMING_WINDOWS, new_manifest
 from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, UsageError
@@ -31,13 +28,12 @@ from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import PassName
 from plugins.ncu.command import capture_command as ncu_capture
 from plugins.nsys.command import capture_command as nsys_capture
-from plugins.nsys.command import export_command, find_nsys
+from plugins.nsys.command import find_nsys
 
 RANK_TEMPLATE = "%q{RANK}"  # expanded by nsys, ncu and the harness from each rank's environment
 NCCL_KERNEL = r"(?:_Z\d+)?nccl"  # a collective's kernel, mangled (`_Z27ncclDevKernel_...`) or not
 NCCL_EXCLUDED_NOTE = ("NCCL (collective) kernels were left out of ncu's replay: replaying one on a single rank would "
                       "wait for peers that are not replaying it; they keep their nsys durations, without counters")
-GPU_LIST_TIMEOUT_S = 20.0
 TORCHRUN_FLAGS = (("nnodes", "--nnodes"), ("node_rank", "--node-rank"), ("master_addr", "--master-addr"),
                   ("master_port", "--master-port"), ("rdzv_backend", "--rdzv-backend"),
                   ("rdzv_endpoint", "--rdzv-endpoint"), ("rdzv_id", "--rdzv-id"))
@@ -61,19 +57,6 @@ def local_ranks(req: CaptureRequest) -> list[int]:
     assert req.nproc_per_node is not None
     first = (req.node_rank or 0) * req.nproc_per_node
     return list(range(first, first + req.nproc_per_node))
-
-
-def visible_gpus() -> int:
-    """How many GPUs nvidia-smi lists here (0 without nvidia-smi)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
-    try:
-        done = subprocess.run([smi, "--list-gpus"], capture_output=True, text=True, timeout=GPU_LIST_TIMEOUT_S,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
 
 
 def check_world(req: CaptureRequest, gpus: int) -> None:
@@ -107,9 +90,9 @@ def capture_ranks(
     `ncu` (nsys backend) the ncu replay without the collectives. Returns the run's manifest."""
     req.check()
     req.run_dir.prepare()
-    check_world(req, visible_gpus())
-    ranks = local_ranks(req)
     manifest = new_manifest(req, backend, command_line)
+    check_world(req, int(manifest.gpu.get("count", 0)))
+    ranks = local_ranks(req)
     manifest.distributed = {
         "nproc_per_node": req.nproc_per_node, "ranks": ranks, "dist_backend": req.dist_backend,
         **{name: getattr(req, name) for name, _ in TORCHRUN_FLAGS if getattr(req, name) is not None},
@@ -177,18 +160,7 @@ def _nsys_ranks(req: CaptureRequest, ranks: list[int], progress: Progress, cance
     prefix = nsys_capture(nsys, req.run_dir.rank_dir(RANK_TEMPLATE).nsys_report_base())
     records = rank_pass(req, ranks, "nsys", "nvtx", prefix, progress, cancel)
     for rank, record in records.items():
-        own = req.run_dir.rank_dir(rank)
-        report, sqlite = own.nsys_report(), own.nsys_sqlite()
-        if not report.is_file():
-            raise CaptureFailed(f"rank {rank}: nsys wrote no {report.name}",
-                                "run `operator-profiler preflight` (nsys's report importer may lack its libraries)")
-        progress(f"nsys pass: exporting rank {rank}'s timeline to SQLite")
-        t0 = time.monotonic()
-        code, _ = run_child(export_command(nsys, report, sqlite), own.export_log(), req.timeout_s, cancel=cancel)
-        if code != 0 or not sqlite.is_file():
-            raise CaptureFailed(f"rank {rank}: nsys export failed (exit {code})", f"read {own.export_log()}")
-        record.artifacts += [own.relative(report), own.relative(sqlite)]
-        record.notes.append(f"sqlite export took {time.monotonic() - t0:.1f} s")
+        exported_timeline(nsys, req.run_dir.rank_dir(rank), record, req.timeout_s, progress, cancel, f"rank {rank}: ")
     return records
 
 
@@ -254,9 +226,3 @@ def _raise_for_rank(req: CaptureRequest, rank: int, name: PassName, result: dict
         if "full output in" in remedy:
             remedy = f"fix the workload; every rank's output is in {req.run_dir.torchrun_log(name)}"
         raise type(exc)(f"rank {rank}: {exc.message}", remedy) from exc
-
-
-def for_each_rank(run_dir: RunDir, work: Callable[[int, RunDir], None]) -> None:
-    """Run `work(rank, rank_dir)` over the ranks of a multi-rank run directory, in rank order."""
-    for rank in run_dir.ranks():
-        work(rank, run_dir.rank_dir(rank))

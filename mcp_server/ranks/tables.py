@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from mcp_server.assemble.collectives import kernel_collective, operator_collective
+from mcp_server.assemble.collectives import kernel_collective
 from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord
 
 EVENTS_FILE = "events.parquet"
@@ -25,11 +25,6 @@ COLUMNS = (
     ("stream_id", "BIGINT"), ("phase", "VARCHAR"), ("operator", "VARCHAR"), ("module_path", "VARCHAR"),
     ("collective", "VARCHAR"), ("seq", "BIGINT"), ("weight", "DOUBLE"),
 )
-
-
-def collective_of(kernel_name: str, operator: str | None) -> str | None:
-    """The collective a kernel runs (`allreduce`, `allgather`, `reducescatter`, `broadcast`, ...), or None."""
-    return kernel_collective(kernel_name) or (operator_collective(operator) if operator else None)
 
 
 def profile_events(profile: OperatorAttributedProfile, rank: int) -> Iterator[tuple[object, ...]]:
