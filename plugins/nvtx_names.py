@@ -25,8 +25,12 @@ MODULE_PREFIX = MODULE_RANGE_PREFIX
 SITE_PREFIX = SITE_RANGE_PREFIX
 FIELD_SEPARATOR = ", "
 SIZES_FIELD = "sizes = "
-# Namespaces whose `ns::name` ranges are markers, not PyTorch operators.
-ANNOTATION_NAMESPACES = frozenset({"operator_profiler"})
+# Namespaces whose `ns::name` ranges are markers, not PyTorch operators (FSDP's record functions mark stages of
+# its hooks; its collectives and copies run under them as real operators).
+ANNOTATION_NAMESPACES = frozenset({"operator_profiler", "FSDP"})
+# FSDP2's range around one unit's stage, `FSDP::all_gather (layers.3)`, `FSDP::post_backward_reduce (layers.3)`:
+# the work under it moves the parameters or gradients of the module at that path (no path: the root unit).
+FSDP_UNIT = re.compile(r"^FSDP::[a-z_]+ \((?P<fqn>[^()]+)\)$")
 
 _OP_HEAD = re.compile(r"^(?P<ns>[A-Za-z_]\w*)::\S+$")
 # A process-group backend's record function around one collective's transfer (`gloo:all_reduce`,
@@ -52,6 +56,8 @@ def parse_seq(text: str) -> int | None:
 
 @lru_cache(maxsize=65536)
 def _kind(head: str) -> str:
+    if FSDP_UNIT.match(head):
+        return "module"
     if head.startswith(MODULE_PREFIX):
         return "module"
     if head.startswith(SITE_PREFIX):
@@ -60,6 +66,12 @@ def _kind(head: str) -> str:
     if match:
         return "op" if match.group("ns") not in ANNOTATION_NAMESPACES else "annotation"
     return "op" if _COLLECTIVE_HEAD.match(head) else "annotation"
+
+
+def fsdp_unit(head: str) -> str | None:
+    """The module path an FSDP2 unit range names (`FSDP::all_gather (layers.3)` -> `layers.3`), or None."""
+    match = FSDP_UNIT.match(head)
+    return match.group("fqn") if match else None
 
 
 def is_operator(head: str) -> bool:
@@ -101,7 +113,8 @@ def classify_text(text: str) -> tuple[str, str]:
     if text.startswith(SITE_PREFIX):
         return sys.intern(text[len(SITE_PREFIX) :]), "site"
     name = sys.intern(range_name(text))
-    return name, _kind(name)
+    kind = _kind(name)
+    return (sys.intern(fsdp_unit(name) or name), kind) if kind == "module" else (name, kind)
 
 
 def parse_range(text: str, start_ns: int | None = None, end_ns: int | None = None) -> Frame:

@@ -86,6 +86,29 @@ def test_four_ranks_name_the_late_one_and_the_skew_matches_its_delay(tmp_path, m
     assert modules == {"module.embed", "module.body.0", "module.body.2", "module.head"}
 
 
+def test_two_fsdp_ranks_carry_each_unit_in_its_collectives(tmp_path):
+    _profile("fsdp_mlp.py", tmp_path / "run", 2, train_step=True, warmup_iters=1)
+    units = {"blocks.0", "blocks.1", "blocks.2"}
+    for rank in (0, 1):
+        profile = load_profile(tmp_path / "run" / f"rank{rank}" / "profile.json")
+        root = profile.capture_metadata.root_module
+        assert not [op for op in profile.operators if op.operator_name.startswith("FSDP::")]  # markers, not ops
+        gathers = [op for op in profile.operators if op.operator_name == "gloo:all_gather"]
+        # each unit gathered before its forward and again before its backward; the root once
+        assert sorted(op.module_path or "" for op in gathers) == sorted([*units, *units, root or ""])
+        assert sorted(op.collective_seq for op in gathers) == list(range(7))
+        # gloo reduce-scatters by an all-reduce of the whole gradient: paired with its call, one per unit
+        reduced = [op for op in profile.operators if op.operator_name == "gloo:all_reduce"]
+        assert {op.collective for op in reduced} == {"reducescatter"}
+        assert sorted(op.module_path or "" for op in reduced) == sorted([*units, root or ""])
+        assert {op.phase for op in reduced if op.module_path in units} == {"backward"}
+    summary = _ranks(tmp_path / "run")
+    assert summary.collectives == 7 + 4
+    for times in summary.ranks:
+        assert set(times.communication_by_collective_ns) == {"allgather", "reducescatter"}
+        assert set(times.communication_by_module_ns) == {*units, root}
+
+
 def test_a_crashing_rank_is_named_and_nothing_is_left_running(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(WorkloadError, match=r"^rank 1: the workload raised RuntimeError: rank 1 cannot build"):

@@ -7,6 +7,10 @@ A collective is named by c10d's operator (`c10d::allreduce_`, the call), by the 
 record function (run by its worker thread) on the CPU. Transfers are numbered per type in window order: every
 rank issues the same collectives in the same order, so (type, number) names one call across ranks.
 
+An FSDP2 collective carries one unit's parameters or gradients: it runs under the unit's range
+(`FSDP::all_gather (layers.3)`), which the readers take as the module `layers.3`; the root unit's ranges name no
+path, and its collectives, like any outside every module, are the model's own.
+
 A DDP all-reduce carries one bucket: buckets are reduced in index order, and each transfer's element count is
 checked against the bucket's, so a transfer whose size matches no bucket is left unmapped rather than guessed.
 """
@@ -23,6 +27,8 @@ NCCL_KERNEL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _CALL = re.compile(r"^c10d::_?([a-z_]+?)_?$")
 _BACKEND = re.compile(r"^(?:gloo|nccl):_?([a-z_]+)$")
 _NOISE = ("coalesced", "tensor", "base", "into")
+# Collectives a backend runs as another: gloo reduces a reduce-scatter with an all-reduce of the whole input.
+EMULATED_BY = {"allreduce": ("reducescatter",)}
 
 
 def normal_name(raw: str) -> str:
@@ -80,6 +86,11 @@ def annotate(profile: OperatorAttributedProfile, facts: dict[str, Any] | None) -
     sizes = _map_buckets([op for op in numbered if op.collective == "allreduce"], info.ddp_buckets, root)
     if not has_kernels:
         _pair(transfers, calls, sizes)
+    for op in (*calls, *transfers):  # outside every module and unit (FSDP's root unit): the model's own
+        if op.module_path is None:
+            op.module_path = root
+            for kernel in op.kernels:
+                kernel.module_path = kernel.module_path or root
     profile.capture_metadata.distributed = info
 
 
@@ -91,16 +102,22 @@ def _number(ops: list[OperatorRecord]) -> None:
 
 
 def _pair(transfers: list[OperatorRecord], calls: list[OperatorRecord], sizes: dict[int, int]) -> None:
-    """Each transfer the number, bucket modules, module and phase of its call."""
+    """Each transfer the type, number, bucket modules, module and phase of its call: the first open call of its
+    type whose size agrees, else the first of a type the backend runs as this one whose inputs hold its size
+    (gloo's all-reduce under a reduce-scatter), else the first open call of its type."""
     open_calls = list(calls)
     for transfer in transfers:
         same = [c for c in open_calls if c.collective == transfer.collective]
         numel = _numel(transfer)
-        call = next((c for c in same if sizes.get(id(c), _numel(c)) == numel), same[0] if same else None)
+        emulated = [c for c in open_calls if c.collective in EMULATED_BY.get(transfer.collective or "", ())
+                    and numel is not None and numel in _numels(c)]
+        call = next((c for c in same if sizes.get(id(c), _numel(c)) == numel),
+                    emulated[0] if emulated else same[0] if same else None)
         if call is None:
             continue
         open_calls.remove(call)
-        transfer.collective_seq, transfer.collective_modules = call.collective_seq, call.collective_modules
+        transfer.collective, transfer.collective_seq = call.collective, call.collective_seq
+        transfer.collective_modules = call.collective_modules
         transfer.module_path, transfer.phase = call.module_path or transfer.module_path, call.phase
 
 
@@ -117,6 +134,10 @@ def _numel(op: OperatorRecord) -> int | None:
     if not first or not all(isinstance(d, int) for d in first):
         return None
     return math.prod(first)
+
+
+def _numels(op: OperatorRecord) -> set[int]:
+    return {math.prod(dims) for dims in op.input_shapes or [] if dims and all(isinstance(d, int) for d in dims)}
 
 
 def _map_buckets(allreduces: list[OperatorRecord], buckets: list[DdpBucket], root: str | None) -> dict[int, int]:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, SITE_RANGE_PREFIX
 from mcp_server.schema.records import CpuOp, Frame, TraceKernel
-from plugins.nvtx_names import is_operator
+from plugins.nvtx_names import ANNOTATION_NAMESPACES, fsdp_unit, is_operator
 from plugins.sequences import RangeRow, SequenceIndex, forward_origins
 
 FORMAT_FILE = Path(__file__).with_name("trace_format.yaml")
@@ -55,16 +55,16 @@ def _generated_kernel() -> re.Pattern[str]:
 
 
 def classify(name: str) -> str:
-    """'module' for `module:<path>` ranges, 'op' for namespaced operators and Inductor's generated CPU kernels,
-    else 'annotation'."""
-    if name.startswith(MODULE_RANGE_PREFIX):
+    """'module' for `module:<path>` ranges and FSDP2's unit ranges, 'op' for namespaced operators and Inductor's
+    generated CPU kernels, else 'annotation'."""
+    if name.startswith(MODULE_RANGE_PREFIX) or fsdp_unit(name) is not None:
         return "module"
     if name.startswith(SITE_RANGE_PREFIX):
         return "site"
     if _generated_kernel().match(name):
         return "op"
     head = name.split(",", 1)[0]
-    if "::" in head and not head.startswith("operator_profiler::") and " " not in head:
+    if "::" in head and head.split("::", 1)[0] not in ANNOTATION_NAMESPACES and " " not in head:
         return "op"
     return "op" if is_operator(head) else "annotation"  # a backend's collective record function, gloo:all_reduce
 
@@ -94,7 +94,7 @@ def _frame(event: dict[str, Any]) -> Frame:
     start = _ns(event["ts"])
     generated = _generated_kernel().match(name)
     if kind == "module":
-        name = name[len(MODULE_RANGE_PREFIX):]
+        name = fsdp_unit(name) or name[len(MODULE_RANGE_PREFIX):]
     elif kind == "site":
         name = name[len(SITE_RANGE_PREFIX):]
     elif generated:
