@@ -34,10 +34,11 @@ from mcp_server.queries import operator_detail as operator_query
 from mcp_server.ranks.build import merge_run, write_events_of
 from mcp_server.render.comparison import summary_line as compare_line
 from mcp_server.render.comparison import write_comparison
-from mcp_server.rundir import RunDir, dropped_if_empty, files_under, output_folder, profile_file
+from mcp_server.rundir import RANKS, RunDir, dropped_if_empty, files_under, output_folder, profile_file
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import load_profile, read_model
 from mcp_server.schema.optimizations import load_optimizations
+from mcp_server.schema.ranks import RanksSummary
 from mcp_server.schema.requests import (
     AnalyzeRequest,
     AssembleRequest,
@@ -224,15 +225,27 @@ def analyze(req: AnalyzeRequest, progress: Progress = quiet, cancel: Cancel = No
     with dropped_if_empty(output_folder(req.output, req.project, Path(loaded.capture_metadata.workload),
                                         "analysis")) as out:
         progress(f"analyze: {path}")
-        analysis = analyze_profile(loaded, out, profile_path=path.resolve(), measure=req.measure)
+        analysis = analyze_profile(loaded, out, profile_path=path.resolve(), measure=req.measure,
+                                   ranks=_ranks_of(path, progress))
     return AnalyzeResult(
         analysis_path=analysis.artifacts.get("analysis.json", str(out / "analysis.json")), out_dir=str(out),
         files=files_under(out), summary=format_summary(analysis), profile=header(loaded, path),
         configuration=analysis.configuration, gpu_data=analysis.gpu_data, counters=analysis.counters,
         diagnosis=analysis.diagnosis, stages=analysis.stages, opportunities=analysis.opportunities,
         findings=analysis.findings, cpu_hotspots=analysis.cpu_hotspots, timeline=analysis.timeline,
-        notes=analysis.notes, speed_of_light=analysis.speed_of_light,
+        notes=analysis.notes, speed_of_light=analysis.speed_of_light, distributed=analysis.distributed,
     )
+
+
+def _ranks_of(profile: Path, progress: Progress) -> tuple[RanksSummary, Path] | None:
+    """ranks.json of the multi-rank run a rank's profile.json belongs to (`RUN/rank<R>/profile.json`), if any."""
+    if not re.fullmatch(r"rank\d+", profile.parent.name):
+        return None
+    path = RunDir(profile.parent.parent).ranks_path
+    if not path.is_file():
+        return None
+    progress(f"analyze: the multi-rank view from {path}")
+    return read_model(path, RanksSummary, RANKS, "re-run `assemble` on the run directory"), path
 
 
 def compare(req: CompareRequest, progress: Progress = quiet, cancel: Cancel = None) -> CompareResult:

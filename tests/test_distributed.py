@@ -16,13 +16,21 @@ from conftest import REPO
 from fixtures_util import extract_fixture
 
 from mcp_server import api
+from mcp_server.analysis.ranks import distributed_analysis
 from mcp_server.capture.ranks import check_world, nccl_excluded, torchrun_command
 from mcp_server.capture.request import CaptureRequest
 from mcp_server.errors import UsageError, WorkloadError
 from mcp_server.rundir import RunDir
 from mcp_server.schema.io import load_profile
-from mcp_server.schema.ranks import RanksSummary
-from mcp_server.schema.requests import AssembleRequest, CaptureOptions, Interpreter, NcuOptions, ProfileRequest
+from mcp_server.schema.ranks import RanksSummary, RankTimes, Straggler
+from mcp_server.schema.requests import (
+    AnalyzeRequest,
+    AssembleRequest,
+    CaptureOptions,
+    Interpreter,
+    NcuOptions,
+    ProfileRequest,
+)
 
 WORKLOADS = REPO / "tests" / "workloads"
 
@@ -84,6 +92,16 @@ def test_four_ranks_name_the_late_one_and_the_skew_matches_its_delay(tmp_path, m
     assert profile.capture_metadata.distributed is not None
     modules = {m for b in profile.capture_metadata.distributed.ddp_buckets for m in b.modules}
     assert modules == {"module.embed", "module.body.0", "module.body.2", "module.head"}
+    # analyze on the run: rank 0's diagnosis with the straggler finding and the change that answers it
+    analysis = api.analyze(AnalyzeRequest(profile=tmp_path / "run", output=tmp_path / "analysis",
+                                            project=tmp_path))
+    assert analysis.distributed is not None and analysis.distributed.stragglers == [3]
+    assert [f.detail for f in analysis.findings if f.kind == "straggler"] == [summary.stragglers[0].reason]
+    balance = next(o for o in analysis.opportunities if o.change_class == "straggler_balance")
+    assert balance.estimated_saving_ns == pytest.approx(delay_s * 1e9, rel=0.2)
+    assert balance.estimated_saving_ns <= max(r.window_ns for r in summary.ranks)
+    assert "measured under the profiler" in balance.estimate_label  # CPU: no timing pass to bound it by
+    assert "4 ranks (gloo" in analysis.summary and "stragglers: rank 3" in analysis.summary
 
 
 def test_two_fsdp_ranks_carry_each_unit_in_its_collectives(tmp_path):
@@ -107,6 +125,18 @@ def test_two_fsdp_ranks_carry_each_unit_in_its_collectives(tmp_path):
     for times in summary.ranks:
         assert set(times.communication_by_collective_ns) == {"allgather", "reducescatter"}
         assert set(times.communication_by_module_ns) == {*units, root}
+    # analyze: per-module communication is the ranks' median; DDP's changes never offered to an FSDP run
+    analysis = api.analyze(AnalyzeRequest(profile=tmp_path / "run", output=tmp_path / "analysis",
+                                            project=tmp_path))
+    view = analysis.distributed
+    assert view is not None and view.world_size == 2 and view.backend == "gloo"
+    for unit in units:
+        assert view.communication_by_module_ns[unit] == pytest.approx(
+            sum(r.communication_by_module_ns[unit] for r in summary.ranks) / 2, abs=1)
+    changes = {o.change_class for o in analysis.opportunities if o.knowledge.startswith("knowledge/distributed")}
+    assert not {c for c in changes if c.startswith("ddp_")}
+    if "communication_bound" in {f.kind for f in analysis.findings}:
+        assert "fsdp_prefetch" in changes
 
 
 def test_a_crashing_rank_is_named_and_nothing_is_left_running(tmp_path):
@@ -169,6 +199,44 @@ def test_a_one_rank_nccl_run_recorded_on_an_h100_replays(tmp_path_factory):
     assert profile.window.attributed_kernel_time_pct == pytest.approx(100.0)
     ncu = RunDir(run / "rank0").read_manifest().pass_named("ncu")
     assert ncu is not None and ncu.ncu is not None and (ncu.ncu.kernel_regex or "").startswith("^(?!")
+
+
+def _times(rank: int, window: int, compute: int, comm: int, overlap: int) -> RankTimes:
+    return RankTimes(rank=rank, window_ns=window, compute_ns=compute, communication_ns=comm, overlap_ns=overlap,
+                     idle_ns=window - compute - comm + overlap, overlap_pct=100.0 * overlap / comm,
+                     communication_by_module_ns={"0": comm // 2, "2": comm // 2})
+
+
+def test_multi_rank_findings_follow_the_knowledge_thresholds_and_the_unprofiled_window(tmp_path_factory):
+    run = extract_fixture("h100_ddp_one_rank", tmp_path_factory) / "ddp1"
+    api.assemble(AssembleRequest(run_dir=run))
+    profile = load_profile(run / "rank0" / "profile.json")  # DDP, nccl, with a timing pass on the H100
+    unprofiled = profile.window.unprofiled_wall_time_ns
+    assert unprofiled
+    # 40 % of a 10 ms window is communication no compute hides, 20 % of it overlapped: comm-bound, poor overlap
+    bound = RanksSummary(world_size=2, events=10, collectives=4, merge_seconds=0.0, ranks=[
+        _times(0, 10_000_000, 6_000_000, 5_000_000, 1_000_000), _times(1, 10_000_000, 6_000_000, 5_000_000, 1_000_000)])
+    view, findings, changes = distributed_analysis(bound, profile, run / "ranks.json")
+    assert view.verdict == "communication_bound" and view.exposed_communication_pct == pytest.approx(40.0)
+    assert {f.kind for f in findings} == {"communication_bound", "poor_overlap"}
+    ids = {c.change_class for c in changes}
+    assert {"ddp_bucket_size", "ddp_gradient_as_bucket_view", "nccl_transport"} <= ids
+    assert not {i for i in ids if i.startswith("fsdp_")}
+    assert "reduced tier" in next(c.title for c in changes if c.change_class == "ddp_bf16_compress")
+    for change in changes:  # the exposed share of the window timed without the profiler, never more
+        assert change.estimated_saving_ns == pytest.approx(0.4 * unprofiled, rel=1e-6)
+        assert "without the profiler" in change.estimate_label
+    # communication hidden behind compute: nothing to fix across ranks
+    hidden = bound.model_copy(update={"ranks": [_times(r, 10_000_000, 9_000_000, 2_000_000, 1_900_000)
+                                                for r in (0, 1)]})
+    view, findings, changes = distributed_analysis(hidden, profile, run / "ranks.json")
+    assert (view.verdict, findings, changes) == ("compute_bound", [], [])
+    # a straggler's change is bounded by the wait it causes, as a share of the window
+    late = hidden.model_copy(update={"stragglers": [Straggler(
+        rank=1, caused_wait_ns=1_000_000, mean_lateness_ns=1e6, last_arrival_share_pct=100.0, reason="late")]})
+    _, findings, changes = distributed_analysis(late, profile, run / "ranks.json")
+    assert [f.kind for f in findings] == ["straggler"]
+    assert [(c.change_class, c.estimated_saving_ns) for c in changes] == [("straggler_balance", int(0.1 * unprofiled))]
 
 
 def test_the_cli_prints_the_ranks(tmp_path):

@@ -23,6 +23,7 @@ from mcp_server.analysis.detect import (
 from mcp_server.analysis.devices import PEAKS_FILE, load_measured, match_device, measure_peaks, save_measured
 from mcp_server.analysis.floor import speed_of_light
 from mcp_server.analysis.opportunities import build_opportunities
+from mcp_server.analysis.ranks import distributed_analysis, merged
 from mcp_server.analysis.roofline import combined_roofline, kernel_roofline
 from mcp_server.analysis.stalls import stall_breakdown
 from mcp_server.analysis.summary import cpu_only_analysis, diagnose, stage_rows
@@ -40,6 +41,7 @@ from mcp_server.schema.analysis import (
 )
 from mcp_server.schema.io import write_model_atomic
 from mcp_server.schema.profile import OperatorAttributedProfile
+from mcp_server.schema.ranks import RanksSummary
 
 ANALYSIS_JSON = "analysis.json"
 ROOFLINE_PNG = "roofline.png"
@@ -214,15 +216,30 @@ def _write_outputs(analysis: Analysis, placed: list[Placed], out_dir: Path) -> N
     write_model_atomic(out_dir / ANALYSIS_JSON, analysis)
 
 
+def _with_ranks(analysis: Analysis, profile: OperatorAttributedProfile,
+                ranks: tuple[RanksSummary, Path] | None) -> None:
+    if ranks is None:
+        return
+    analysis.distributed, findings, opportunities = distributed_analysis(ranks[0], profile, ranks[1])
+    analysis.findings += findings
+    analysis.opportunities = merged(analysis.opportunities, opportunities)
+    info = profile.capture_metadata.distributed
+    analysis.notes.append(f"rank {info.rank if info else 0}'s diagnosis, with the run's multi-rank view (ranks.json); "
+                          "every rank's own profile.json is in rank<R>/")
+
+
 def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profile_path: Path | None = None,
-                    device: DeviceSpec | None = None, measure: bool = True) -> Analysis:
-    """Diagnose one profile and write analysis.json, roofline.png, time_by_operator.png and trace.json."""
+                    device: DeviceSpec | None = None, measure: bool = True,
+                    ranks: tuple[RanksSummary, Path] | None = None) -> Analysis:
+    """Diagnose one profile and write analysis.json, roofline.png, time_by_operator.png and trace.json; with
+    `ranks` (ranks.json's content and path), add the multi-rank view, findings and changes."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = profile.capture_metadata
     if not meta.gpu_used:
         analysis = cpu_only_analysis(profile, _configuration(profile, None, _dtype(profile, [])))
         analysis.profile_path = str(profile_path) if profile_path else None
+        _with_ranks(analysis, profile, ranks)
         _write_outputs(analysis, [], out_dir)
         return analysis
     spec, notes = resolve_device(profile, out_dir, device, measure)
@@ -260,5 +277,6 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
         opportunities=opportunities, notes=notes + profile.warnings[:5],
         speed_of_light=speed_of_light(kernels, spec, window_ns, source, work_kernels(placed)),
     )
+    _with_ranks(analysis, profile, ranks)
     _write_outputs(analysis, placed, out_dir)
     return analysis

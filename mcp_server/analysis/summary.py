@@ -196,7 +196,7 @@ def format_summary(analysis: Analysis) -> str:
         rows = [["operator", "calls", "CPU self", "CPU total", "share"]]
         rows += [[_clip(h.operator_name, 40), str(h.calls), _us(h.cpu_self_time_ns), _us(h.cpu_total_time_ns),
                   f"{h.share_of_self_time_pct:.1f} %"] for h in analysis.cpu_hotspots[:8]]
-        return "\n".join(lines + _table(rows))
+        return "\n".join(lines + _table(rows) + _ranks_block(analysis))
     t = analysis.timeline
     if t is not None:
         lines.append(f"window: {_us(t.window_ns)} ({t.window_source}); GPU busy {_us(t.gpu_busy_ns)} = "
@@ -228,4 +228,34 @@ def format_summary(analysis: Analysis) -> str:
     if analysis.device is None:
         lines.append("")
         lines += [n for n in analysis.notes if n.startswith("unknown GPU")]
-    return "\n".join(lines)
+    return "\n".join(lines + _ranks_block(analysis))
+
+
+def _ranks_block(analysis: Analysis) -> list[str]:
+    """The multi-rank view: verdict, per-rank table, the changes that answer its findings."""
+    d = analysis.distributed
+    if d is None:
+        return []
+    overlap = f"{d.overlap_pct:.1f} %" if d.overlap_pct is not None else "-"
+    lines = ["", f"{d.world_size} ranks ({d.backend or 'unknown backend'}; {d.times_source}): "
+             f"{d.verdict.replace('_', ' ')} — on the median rank communication {d.communication_pct:.1f} % of the "
+             f"window, {d.exposed_communication_pct:.1f} % not hidden by compute, overlap {overlap}"]
+    rows = [["rank", "window", "compute", "comm", "exposed comm", "overlap", "idle"]]
+    rows += [[str(r.rank), _us(r.window_ns), _us(r.compute_ns), _us(r.communication_ns),
+              _us(r.exposed_communication_ns), _pct(r.overlap_pct), _us(r.idle_ns)] for r in d.ranks]
+    lines += _table(rows)
+    if d.communication_by_module_ns:
+        lines.append("communication by module (median rank): " + ", ".join(
+            f"{m} {_us(ns)}" for m, ns in list(d.communication_by_module_ns.items())[:5]))
+    if d.stragglers:
+        lines.append(f"stragglers: {', '.join(f'rank {r}' for r in d.stragglers)} (max arrival skew "
+                     f"{_us(d.skew_ns_max or 0)})")
+    changes = [o for o in analysis.opportunities if o.knowledge.startswith("knowledge/distributed.yaml")]
+    if changes:
+        lines.append("multi-rank changes (estimates, upper bounds):")
+        for o in changes[:5]:
+            lines.append(f"  {o.rank}. {o.title}")
+            lines.append(f"     estimated saving ≤ {_us(o.estimated_saving_ns)} ({o.estimated_saving_pct:.1f} % of the "
+                         f"window): {o.estimate_label}")
+            lines.append(f"     how: {o.knowledge}")
+    return lines

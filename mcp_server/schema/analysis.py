@@ -12,7 +12,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ANALYSIS_SCHEMA_VERSION = "1.0"
+ANALYSIS_SCHEMA_VERSION = "1.1"  # 1.1: `distributed`, the multi-rank view
 
 
 class _Model(BaseModel):
@@ -295,6 +295,37 @@ class Configuration(_Model):
     iters: int
 
 
+class RankRow(_Model):
+    """One rank's window as ranks.json measured it (the rank's profiled timeline), ns."""
+
+    rank: int
+    window_ns: int
+    compute_ns: int
+    communication_ns: int
+    exposed_communication_ns: int = Field(description="Communication not overlapped with compute.")
+    overlap_pct: float | None = Field(default=None, description="Share of the communication overlapped, 0-100.")
+    idle_ns: int
+
+
+class DistributedAnalysis(_Model):
+    """The multi-rank view of a run: where the ranks' windows went and what they wait for (from ranks.json)."""
+
+    world_size: int
+    backend: str | None = None
+    ranks_path: str
+    verdict: str = Field(description="'communication_bound', 'poor_overlap', 'straggler' or 'compute_bound'.")
+    communication_pct: float = Field(description="Median rank: communication as % of its window.")
+    exposed_communication_pct: float = Field(description="Median rank: communication not hidden by compute, % of "
+                                                          "its window.")
+    overlap_pct: float | None = Field(default=None, description="Median rank: share of communication overlapped.")
+    skew_ns_max: int | None = None
+    stragglers: list[int] = Field(default_factory=list)
+    communication_by_module_ns: dict[str, int] = Field(
+        default_factory=dict, description="Median over ranks of each module's collective time, largest first.")
+    times_source: str = Field(description="What the times were measured under.")
+    ranks: list[RankRow] = Field(default_factory=list)
+
+
 class Analysis(_Model):
     """analysis.json: the diagnosis of one profile."""
 
@@ -313,5 +344,7 @@ class Analysis(_Model):
     opportunities: list[Opportunity] = Field(default_factory=list)
     cpu_hotspots: list[CpuHotspot] = Field(default_factory=list)
     speed_of_light: SpeedOfLight | None = None
+    distributed: DistributedAnalysis | None = Field(
+        default=None, description="Multi-rank runs: the ranks' communication, overlap and stragglers.")
     artifacts: dict[str, str] = Field(default_factory=dict, description="Files written: name -> path.")
     notes: list[str] = Field(default_factory=list, description="Caveats every reader needs (clocks, caches...).")

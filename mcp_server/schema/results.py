@@ -14,6 +14,7 @@ from mcp_server.schema.analysis import (
     Configuration,
     CpuHotspot,
     Diagnosis,
+    DistributedAnalysis,
     Finding,
     Opportunity,
     SpeedOfLight,
@@ -217,6 +218,7 @@ class AnalyzeResult(_Model):
     cpu_hotspots: list[CpuHotspot] = Field(default_factory=list)
     speed_of_light: SpeedOfLight | None = None
     timeline: TimelineHealth | None = None
+    distributed: DistributedAnalysis | None = None
     notes: list[str] = Field(default_factory=list)
 
 
