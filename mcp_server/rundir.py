@@ -100,6 +100,10 @@ class RunDir:
         """What ncu's --export is given (it appends .ncu-rep)."""
         return self.pass_dir(name) / "report"
 
+    def replay_calls(self, name: PassName) -> Path:
+        """The module calls a shape-variant pass profiles (JSON, written once the replay plan is known)."""
+        return self.pass_dir(name) / "replay_calls.json"
+
     def ncu_report(self, name: PassName = "ncu") -> Path:
         """ncu's report of pass `name` (ncu, or ncu_variants)."""
         return self.pass_dir(name) / "report.ncu-rep"

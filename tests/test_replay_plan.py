@@ -1,13 +1,19 @@
-"""The replay plan on recorded H200 timelines: what ncu's deduplicated pass replays and which shape variants a
-second pass must replay, recomputed here from the raw nsys export with SQL."""
+"""The replay plan on recorded H200 and H100 timelines: what ncu's deduplicated pass replays and which shape
+variants a second pass must replay, recomputed here from the raw nsys export with SQL."""
 
 from __future__ import annotations
 
 import json
+import lzma
+import math
 import re
+import shutil
+import sqlite3
+from pathlib import Path
 
 import pytest
-from fixtures_util import NSYS_RUNS, raw_innermost_sizes, raw_window_kernels, run_dir
+from conftest import REPO
+from fixtures_util import NSYS_RUNS, raw_enclosing_ranges, raw_innermost_sizes, raw_window_kernels, run_dir
 
 from mcp_server.capture.replay_plan import plan_replays
 from mcp_server.capture.variants import announce_plan
@@ -20,15 +26,10 @@ def test_plan_is_the_raw_timelines_configurations_and_shape_variants(run, tmp_pa
     db = run_dir(run, tmp_path_factory) / "nsys" / "report.sqlite"
     raw = raw_window_kernels(db)
     sizes = raw_innermost_sizes(db, raw)
-    seen: dict[tuple, set] = {}
-    variants = []
-    for j, k in enumerate(raw):
-        key = (k.mangled, k.grid, k.block, k.static_smem + k.dynamic_smem)
-        if key in seen and sizes[j] not in seen[key]:
-            variants.append(j)
-        seen.setdefault(key, set()).add(sizes[j])
+    seen, variants, same_work = _raw_variants(raw, sizes)
     plan = plan_replays(db)
     assert (plan.launches, plan.configurations, plan.variants) == (len(raw), len(seen), variants)
+    assert plan.same_work == len(same_work)
     if variants:
         names = sorted({raw[j].mangled for j in variants})
         assert plan.variant_names == names
@@ -38,9 +39,38 @@ def test_plan_is_the_raw_timelines_configurations_and_shape_variants(run, tmp_pa
         assert numbering[plan.launch_skip + plan.launch_count - 1] == variants[-1]
 
 
+def _numels(sizes: str | None) -> list[int | None] | None:
+    if sizes is None:
+        return None
+    return [math.prod(d) if isinstance(d, list) and all(isinstance(x, int) for x in d) else None
+            for d in json.loads(sizes)]
+
+
+def _raw_variants(raw, sizes):
+    """(configurations, variant launch positions, same-work launches): a launch of a known configuration with
+    new input sizes is a variant, unless PyTorch's contiguous element-wise kernel runs it over inputs of the same
+    element counts as the configuration's first launch."""
+    seen: dict[tuple, set] = {}
+    first: dict[tuple, str | None] = {}
+    variants, same_work = [], []
+    for j, k in enumerate(raw):
+        key = (k.mangled, k.grid, k.block, k.static_smem + k.dynamic_smem)
+        if key in seen and sizes[j] not in seen[key]:
+            elementwise = re.search(r"\b(vectorized|unrolled)_elementwise_kernel<", k.demangled)
+            a, b = _numels(first[key]), _numels(sizes[j])
+            if elementwise and a is not None and a == b:
+                same_work.append(j)
+            else:
+                variants.append(j)
+        seen.setdefault(key, set()).add(sizes[j])
+        first.setdefault(key, sizes[j])
+    return seen, variants, same_work
+
+
 @pytest.mark.parametrize("run", RUNS)
 def test_the_recorded_run_replayed_its_plans_variants(run, tmp_path_factory):
-    """The run directory's own variant pass was given exactly this plan's filter (none when it has no variants)."""
+    """The run directory's own variant pass (recorded before variants were scoped to module calls) replayed a run
+    of launches holding every variant of this plan (none when it has no variants)."""
     path = run_dir(run, tmp_path_factory)
     plan = plan_replays(path / "nsys" / "report.sqlite")
     # A variant pass started early under `ncu --mode launch` gets its filter from the ncu that attached to it.
@@ -51,8 +81,11 @@ def test_the_recorded_run_replayed_its_plans_variants(run, tmp_path_factory):
         command = passes["ncu_variants"]
         flags = ("--kernel-name", "--launch-skip", "--launch-count")
         after = {flag: command[command.index(flag) + 1] for flag in flags}
-        assert after == {"--kernel-name": f"regex:{plan.kernel_regex}", "--launch-skip": str(plan.launch_skip),
-                         "--launch-count": str(plan.launch_count)}
+        raw = raw_window_kernels(path / "nsys" / "report.sqlite")
+        numbering = [j for j, k in enumerate(raw) if re.fullmatch(after["--kernel-name"].removeprefix("regex:"),
+                                                                  k.mangled)]
+        skip, count = int(after["--launch-skip"]), int(after["--launch-count"])
+        assert set(plan.variants) <= set(numbering[skip:skip + count])
         assert "--filter-mode" not in command
 
 
@@ -63,4 +96,46 @@ def test_the_plan_is_announced_with_estimates(tmp_path_factory):
     assert lines[0] == (f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations "
                         f"replayed (estimate: {plan.configurations * 17 * 0.025:.0f} s of replay)")
     assert lines[1].startswith(f"ncu: {len(plan.variants)} launches share a configuration but not the input shapes")
-    assert f"({plan.launch_count} launches; estimate: {plan.launch_count * 17 * 0.025:.0f} s" in lines[1]
+    count = len(plan.replayed) if plan.calls is not None else plan.launch_count
+    assert f"({count} launches " in lines[1] and f"estimate: {count * 17 * 0.025:.0f} s" in lines[1]
+
+
+@pytest.fixture(scope="module")
+def resnet50(tmp_path_factory) -> Path:
+    """The nsys export of torchvision's ResNet-50 (eager, batch 32), recorded on an H100 by
+    `operator-profiler run scripts/gpu_workloads/resnet50.py` (the run's nsys/report.sqlite, xz-compressed)."""
+    db = tmp_path_factory.mktemp("resnet50") / "report.sqlite"
+    with lzma.open(REPO / "tests" / "fixtures" / "h100_resnet50_eager_nsys.sqlite.xz") as src, db.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return db
+
+
+def test_resnet50s_variants_replay_inside_the_module_calls_that_launch_them(resnet50):
+    raw = raw_window_kernels(resnet50)
+    sizes = raw_innermost_sizes(resnet50, raw)
+    _, variants, same_work = _raw_variants(raw, sizes)
+    plan = plan_replays(resnet50)
+    assert plan.variants == variants and len(variants) == 15
+    assert plan.same_work == len(same_work) == 6  # ReLUs over as many elements as the first of their configuration
+    # each variant's innermost module range, from the raw ranges; its call number among that module's calls
+    modules: dict[int, tuple[str, int]] = {}
+    calls: dict[str, set[int]] = {}
+    with sqlite3.connect(f"file:{resnet50}?mode=ro", uri=True) as conn:
+        for j, k in enumerate(raw):
+            found = [(start, text[len("module:"):]) for start, _, text in
+                     raw_enclosing_ranges(conn, k.global_tid, k.api_start) if text.startswith("module:")]
+            for start, path in found:
+                calls.setdefault(path, set()).add(start)
+            if j in variants:
+                modules[j] = (found[-1][1], found[-1][0])
+    expected = sorted({(path, sorted(calls[path]).index(start)) for path, start in modules.values()})
+    assert plan.calls == expected and ("layer1.0.bn1", 0) in expected
+    # replayed: the variant kernels' launches inside those calls, the variants first among them
+    chosen = set(modules.values())
+    names = {raw[j].mangled for j in variants}
+    with sqlite3.connect(f"file:{resnet50}?mode=ro", uri=True) as conn:
+        inside = [j for j, k in enumerate(raw) if k.mangled in names and any(
+            (text[len("module:"):], start) in chosen
+            for start, _, text in raw_enclosing_ranges(conn, k.global_tid, k.api_start) if text.startswith("module:"))]
+    assert plan.replayed == inside and set(variants) <= set(inside)
+    assert len(plan.replayed) < plan.launch_count  # 20 launches, not the run of 106 from the first to the last

@@ -30,6 +30,7 @@ def join_counters(
     start: int = 0,
     variants_start: int = 0,
     truncated: bool = False,
+    variants_at: Sequence[int] | None = None,
 ) -> JoinResult:
     """Match ncu records to timeline kernels; return ordinal -> (metrics, propagated_from), mismatches, notes.
 
@@ -40,7 +41,8 @@ def join_counters(
     configuration new (ncu's key: kernel name, grid, block, shared memory). `variants` are the records of the
     shape-variant pass (a filtered replay of the launches whose configuration ncu had seen with other input
     shapes): they join in launch order too. `start` and `variants_start` are the positions in `kernels` of the
-    first launch each replay could match (see `launch_position`). Each launch still without counters gets
+    first launch each replay could match (see `launch_position`); `variants_at`, when the shape-variant pass
+    profiled chosen module calls only, the launches it replayed, in order. Each launch still without counters gets
     those of the nearest replayed launch of the same configuration (the earlier one when there is one,
     preferring one whose operator had the same input shapes), marked `propagated_from`; counters taken from
     a launch with other input shapes are named in the notes. Every record that matches no launch, and every
@@ -58,7 +60,13 @@ def join_counters(
                 "another order under ncu than in the timeline; each stream's order matched"
             )
     if variants:
-        extra, extra_problems = _match(kernels, variants, deduplicated=False, filtered=True, start=variants_start)
+        wanted = set(variants_at) if variants_at is not None else None
+        pool = kernels if wanted is None else [k for k in kernels if k.ordinal in wanted]
+        extra, extra_problems = _match(pool, variants, deduplicated=False, filtered=True,
+                                       start=variants_start if wanted is None else 0)
+        if wanted is not None and len(extra) != len(wanted):
+            extra_problems.append(f"it replayed {len(variants)} launches, {len(extra)} of the {len(wanted)} the plan "
+                                  "named matched")
         joined.update(extra)
         problems += [f"shape-variant pass: {p}" for p in extra_problems]
     notes += _propagate(kernels, joined) if deduplicated else []

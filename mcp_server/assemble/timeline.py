@@ -92,6 +92,7 @@ def _assemble(
             start=_replay_start(launches, options),
             variants_start=_replay_start(launches, _options(variants_pass)) if variants_pass else 0,
             truncated=ncu_pass.stopped_early is not None,
+            variants_at=variants_pass.replayed_launches if variants_pass else None,
         )
         counter_warnings += [_stopped_early(p) for p in (ncu_pass, variants_pass) if p and p.stopped_early]
         counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems] + notes

@@ -3,16 +3,29 @@
 ncu's per-launch-config deduplication keys a launch on (mangled name, grid, block, shared memory) and replays
 the first launch of each key. Launches of one key whose operator had other input shapes (a GEMM differing only
 in K, a transposing copy, a convolution over more channels) are not identical: their counters differ. The plan
-names the first launch of each such shape variant, and the ncu filter that replays them in a second pass.
+names the first launch of each such shape variant, and how a second pass replays them:
+
+- *scoped* (eager windows, where every variant runs inside a module's range): the pass turns profiling on only
+  during the module calls that launch a variant (`calls`: path and call number in the window) and replays the
+  variant kernels' launches there — `replayed` lists them, the variants and any launch of their kernels inside
+  those calls;
+- otherwise, the contiguous run of the variant kernels' launches from the first variant to the last
+  (`launch_skip`, `launch_count`).
+
+A variant of a kernel whose work its launch configuration fixes is no variant: an element-wise kernel over
+inputs of the same element counts (`[32, 256, 56, 56]` and `[32, 64, 112, 112]`) runs the same threads over
+the same bytes (`plugins.ncu.keys.SAME_WORK_KERNELS`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from plugins.ncu.keys import ncu_config, operator_shapes
-from plugins.nsys.reader import NsysWindow, read_window
+from mcp_server.children.contract import MODULE_RANGE_PREFIX
+from plugins.ncu.keys import SAME_WORK_KERNELS, ncu_config, operator_shapes
+from plugins.nsys.reader import NsysWindow, WindowKernel, read_window
 
 # Measured on the H200 with the default metric set (plugins/ncu/metrics.yaml): 17 passes, about 25 ms each.
 DEFAULT_PASSES = 17
@@ -30,6 +43,9 @@ class ReplayPlan:
     variant_names: list[str] = field(default_factory=list)  # their mangled names, sorted
     launch_skip: int = 0  # in the numbering of the window's launches of those names
     launch_count: int = 0
+    calls: list[tuple[str, int]] | None = None  # scoped: (module path, call number in the window)
+    replayed: list[int] = field(default_factory=list)  # scoped: the launch ordinals the pass replays
+    same_work: int = 0  # shape variants left out: the launch configuration fixes their work
 
     @property
     def kernel_regex(self) -> str:
@@ -49,28 +65,70 @@ def plan_replays(sqlite: Path) -> ReplayPlan:
 def _plan(window: NsysWindow) -> ReplayPlan:
     plan = ReplayPlan()
     seen_shapes: dict[tuple[object, ...], set[str]] = {}
-    kernels: list[tuple[int, str | None]] = []
+    first_shapes: dict[tuple[object, ...], list[list[int] | None] | None] = {}
+    launches: list[WindowKernel] = []
     for kernel in window.kernels():
         plan.launches += 1
-        kernels.append((kernel.ordinal, kernel.mangled_name))
+        launches.append(kernel)
         key = ncu_config(kernel)
-        shapes = repr(operator_shapes(kernel))
+        dims = operator_shapes(kernel)
+        shapes = repr(dims)
         known = seen_shapes.get(key)
         if known is None:
-            seen_shapes[key] = {shapes}
+            seen_shapes[key], first_shapes[key] = {shapes}, dims
         elif shapes not in known:
             known.add(shapes)
-            if kernel.mangled_name:  # ncu's filter names kernels by mangled name: none, no targeting
+            if _same_work(kernel.name, first_shapes[key], dims):
+                plan.same_work += 1
+            elif kernel.mangled_name:  # ncu's filter names kernels by mangled name: none, no targeting
                 plan.variants.append(kernel.ordinal)
     plan.configurations = len(seen_shapes)
     if plan.variants:
         wanted = set(plan.variants)
-        plan.variant_names = sorted({name for ordinal, name in kernels if ordinal in wanted and name})
+        plan.variant_names = sorted({k.mangled_name for k in launches if k.ordinal in wanted and k.mangled_name})
         names = set(plan.variant_names)
-        numbering = [ordinal for ordinal, name in kernels if name in names]
+        numbering = [k.ordinal for k in launches if k.mangled_name in names]
         positions = [i for i, ordinal in enumerate(numbering) if ordinal in wanted]
         plan.launch_skip, plan.launch_count = positions[0], positions[-1] - positions[0] + 1
+        _scope(plan, launches, wanted, names)
     return plan
+
+
+def _same_work(name: str, first: list[list[int] | None] | None, other: list[list[int] | None] | None) -> bool:
+    """An element-wise kernel whose operator's inputs hold as many elements, input by input, as the first
+    launch of its configuration: the same threads over the same bytes."""
+    if not SAME_WORK_KERNELS.search(name) or first is None or other is None or len(first) != len(other):
+        return False
+    return all((a is None) == (b is None) and (a is None or b is None or math.prod(a) == math.prod(b))
+               for a, b in zip(first, other, strict=True))
+
+
+def _module_frame(kernel: WindowKernel) -> tuple[str, int] | None:
+    """The innermost module range (the harness's `module:<path>`) enclosing a launch: (path, its start)."""
+    for frame in reversed(kernel.stack):
+        if frame.text.startswith(MODULE_RANGE_PREFIX):
+            return frame.text[len(MODULE_RANGE_PREFIX):], frame.start_ns
+    return None
+
+
+def _scope(plan: ReplayPlan, launches: list[WindowKernel], wanted: set[int], names: set[str]) -> None:
+    """The module calls holding the variants, when every variant runs inside one on one thread."""
+    threads = {k.launch_thread for k in launches if k.ordinal in wanted}
+    frames = {k.ordinal: _module_frame(k) for k in launches if k.ordinal in wanted}
+    if len(threads) != 1 or any(f is None for f in frames.values()):
+        return
+    starts: dict[str, set[int]] = {}  # every call of each module in the window, by its range's start
+    for kernel in launches:
+        if kernel.launch_thread in threads:
+            for frame in kernel.stack:
+                if frame.text.startswith(MODULE_RANGE_PREFIX):
+                    starts.setdefault(frame.text[len(MODULE_RANGE_PREFIX):], set()).add(frame.start_ns)
+    chosen = {f for f in frames.values() if f is not None}
+    numbered = {path: sorted(found) for path, found in starts.items()}
+    plan.calls = sorted((path, numbered[path].index(start)) for path, start in chosen)
+    plan.replayed = [k.ordinal for k in launches if k.mangled_name in names and k.launch_thread in threads
+                     and any((f.text[len(MODULE_RANGE_PREFIX):], f.start_ns) in chosen for f in k.stack
+                             if f.text.startswith(MODULE_RANGE_PREFIX))]
 
 
 def _escape(name: str) -> str:

@@ -46,6 +46,7 @@ class CaptureRequest:
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
     dist_backend: str | None = None
+    replay_calls: Path | None = None  # a shape-variant pass: the module calls to profile, once the plan is known
 
     @property
     def distributed(self) -> bool:
@@ -110,4 +111,6 @@ def harness_command(req: CaptureRequest, profiler: str, name: PassName) -> list[
         args += ["--script-arg", arg]
     if req.dist_backend:
         args += ["--dist-backend", req.dist_backend]
+    if req.replay_calls is not None:
+        args += ["--replay-calls", str(req.replay_calls.resolve())]
     return child_command(req.python, "harness", *args)

@@ -7,6 +7,7 @@ suspended under `ncu --mode launch`, and ncu attaches to it with the plan's filt
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -25,6 +26,7 @@ from mcp_server.capture.replay_plan import ReplayPlan, plan_replays
 from mcp_server.capture.request import CaptureRequest
 from mcp_server.process import EarlyStop, run_child
 from mcp_server.progress import Progress
+from mcp_server.schema.io import write_text_atomic
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import PassName
@@ -51,16 +53,21 @@ def ncu_variants_pass(
     pass's `replays` learn how many kernels it replays."""
     if plan is None:
         plan = planned(req, options, progress, replays)
+    calls = req.run_dir.replay_calls(NCU_VARIANTS)
+    calls.unlink(missing_ok=True)
     if not (plan.variants and options.whole_window):
         if waiting is not None:
             waiting.discard()
         return None
     variant_options = variants_options(options, plan)
-    if waiting is not None:
-        record = waiting.attach(variant_options, cancel)
-        if record is not None:
-            return record
-    return ncu_pass(req, variant_options, progress, cancel, name=NCU_VARIANTS)
+    if plan.calls is not None:  # read by the pass's harness when its window begins
+        write_text_atomic(calls, json.dumps(plan.calls))
+    record = waiting.attach(variant_options, cancel) if waiting is not None else None
+    if record is None:
+        record = ncu_pass(replace(req, replay_calls=calls), variant_options, progress, cancel, name=NCU_VARIANTS)
+    if plan.calls is not None:
+        record.replayed_launches = plan.replayed
+    return record
 
 
 class _Either(threading.Event):
@@ -99,7 +106,8 @@ class WaitingVariantPass:
         return self
 
     def _run(self) -> None:
-        waiting = replace(self.req, timeout_s=2 * self.req.timeout_s)  # its limit also covers the wait for nsys
+        waiting = replace(self.req, timeout_s=2 * self.req.timeout_s,  # its limit also covers the wait for nsys
+                          replay_calls=self.req.run_dir.replay_calls(NCU_VARIANTS))
         prefix = launch_command(self.ncu, self.port, self.options)
 
         def watch(line: str) -> None:
@@ -167,7 +175,10 @@ def planned(req: CaptureRequest, options: NcuOptions, progress: Progress, replay
 
 
 def variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
-    """The ncu options replaying exactly the plan's shape variants (and any launch of their names between)."""
+    """The ncu options replaying the plan's shape variants: every launch of their kernels while the harness
+    profiles the plan's module calls, or else the run of their launches from the first variant to the last."""
+    if plan.calls is not None:
+        return options.model_copy(update={"dedupe": False, "kernel_regex": plan.kernel_regex})
     return options.model_copy(update={"dedupe": False, "kernel_regex": plan.kernel_regex,
                                       "launch_skip": plan.launch_skip, "launch_count": plan.launch_count})
 
@@ -177,6 +188,11 @@ def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
     progress(f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations replayed "
              f"(estimate: {plan.estimate_s(plan.configurations):.0f} s of replay)")
     if plan.variants:
+        count = len(plan.replayed) if plan.calls is not None else plan.launch_count
+        where = f"inside {len(plan.calls)} module calls" if plan.calls is not None else "in a run of launches"
         progress(f"ncu: {len(plan.variants)} launches share a configuration but not the input shapes of an earlier "
-                 f"one: a second ncu pass replays them ({plan.launch_count} launches; estimate: "
-                 f"{plan.estimate_s(plan.launch_count):.0f} s of replay after it warms up)")
+                 f"one: a second ncu pass replays them ({count} launches {where}; estimate: "
+                 f"{plan.estimate_s(count):.0f} s of replay after it warms up)")
+    if plan.same_work:
+        progress(f"ncu: {plan.same_work} element-wise launches differ in shape only: same configuration and element "
+                 "counts, so the same counters; not replayed")

@@ -79,7 +79,7 @@ from mcp_server.children.distributed import (
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.script import run_script
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
-from mcp_server.children.window import KernelTrace, MeasuredWindow, ModuleRanges, capture_graph
+from mcp_server.children.window import KernelTrace, MeasuredWindow, ModuleRanges, ProfiledCalls, capture_graph
 
 QUEUE_AHEAD_MIN_NS = 50_000_000  # the GPU spins at least 50 ms while the window is enqueued
 QUEUE_AHEAD_MAX_NS = 5_000_000_000
@@ -171,6 +171,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     ranged = args.compile_mode == "eager" and args.profiler in ("torch", "nvtx")
     hooks = ModuleRanges(model, args.profiler, result["root_module"]) if ranged else None
     frames = UserFrames() if ranged else None
+    scoped = _profiled_calls(args, model, result["root_module"]) if ranged and args.profiler == "nvtx" else None
     _enter(result, "measure")
     queue_ahead_ns = None
     if args.queue_ahead and torch.cuda.is_available():
@@ -183,7 +184,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         for number in range(count):
             last = release and number == count - 1
             window = MeasuredWindow("none" if args.profiler == "kernels" else args.profiler, args.kineto_trace,
-                                    queue_ahead_ns, on_gpu_done=lock.release if last else None)
+                                    queue_ahead_ns, on_gpu_done=lock.release if last else None,
+                                    scoped=scoped is not None)
             with window, ExitStack() as traced:
                 if frames is not None:  # every thread's operators and call sites, as the window's own thread's
                     traced.enter_context(ThreadCapture(args.profiler, True, frames))
@@ -209,6 +211,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         result["distributed"]["ddp_buckets"] = ddp_buckets(wrapped, result["root_module"], wrapped=wrapper is not None)
     if hooks is not None:
         hooks.remove()
+    if scoped is not None:
+        scoped.remove()
+        result["replayed_calls"] = scoped.started
     lock.release()
     result["window"] = {
         "wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns, "iters": args.iters
@@ -253,6 +258,14 @@ def _run_script_workload(args: argparse.Namespace, result: dict[str, Any]) -> No
     result["window"] = {**json.loads(window_file.read_text(encoding="utf-8")), "iters": 1}
     if args.profiler == "torch":
         result["artifacts"].append(_artifact(args.kineto_trace, args.run_dir))
+
+
+def _profiled_calls(args: argparse.Namespace, model: Any, root: str) -> ProfiledCalls | None:
+    """The module calls a replay wants profiled (`--replay-calls`), if the engine wrote them before the window."""
+    if args.replay_calls is None or not args.replay_calls.is_file():
+        return None
+    calls = [(str(path), int(number)) for path, number in json.loads(args.replay_calls.read_text(encoding="utf-8"))]
+    return ProfiledCalls(model, root, calls)
 
 
 def _enter(result: dict[str, Any], phase: str) -> None:
@@ -300,6 +313,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="compile and warm up without waiting for --gpu-lock-after (the window still waits), "
                              f"from Inductor's cache only: exit with code {EXIT_NOT_CACHED} before running a graph "
                              "the cache did not hold")
+    parser.add_argument("--replay-calls", type=Path,
+                        help="(--profiler nvtx) a JSON list of [module path, call number in the window]: profiling "
+                             "is on only during those calls, when the file exists once the window begins")
     parser.add_argument("--script-arg", action="append", default=[], help="argument passed to a script workload")
     parser.add_argument("--dist-backend", help="(under torchrun) the process group's backend: nccl on CUDA, gloo "
                                                "on the CPU unless given")

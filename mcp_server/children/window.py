@@ -23,9 +23,10 @@ class MeasuredWindow:
 
     def __init__(
         self, profiler: str, kineto_trace: Path | None = None, queue_ahead_ns: int | None = None,
-        on_gpu_done: Callable[[], None] | None = None,
+        on_gpu_done: Callable[[], None] | None = None, scoped: bool = False,
     ) -> None:
         self.profiler = profiler
+        self.scoped = scoped  # `ProfiledCalls` starts and stops the profiler around chosen module calls
         self.kineto_trace = kineto_trace
         self.on_gpu_done = on_gpu_done
         self.queue_ahead_ns = queue_ahead_ns
@@ -50,9 +51,10 @@ class MeasuredWindow:
             self._prof.start()
             self._enter(torch.autograd.profiler.record_function(MEASURE_RANGE))
         elif self.profiler == "nvtx" and self.cuda:
-            t0 = time.perf_counter_ns()
-            torch.cuda.profiler.start()
-            self.profiler_start_ns = time.perf_counter_ns() - t0  # a profiler starting its collection
+            if not self.scoped:
+                t0 = time.perf_counter_ns()
+                torch.cuda.profiler.start()
+                self.profiler_start_ns = time.perf_counter_ns() - t0  # a profiler starting its collection
             torch.cuda.nvtx.range_push(MEASURE_RANGE)
             self._enter(torch.autograd.profiler.emit_nvtx(record_shapes=True))
         if self.cuda:
@@ -89,9 +91,10 @@ class MeasuredWindow:
                 self._prof.export_chrome_trace(str(self.kineto_trace))
         elif self.profiler == "nvtx" and self.cuda:
             torch.cuda.nvtx.range_pop()
-            t0 = time.perf_counter_ns()
-            torch.cuda.profiler.stop()
-            self.profiler_stop_ns = time.perf_counter_ns() - t0
+            if not self.scoped:
+                t0 = time.perf_counter_ns()
+                torch.cuda.profiler.stop()
+                self.profiler_stop_ns = time.perf_counter_ns() - t0
 
 
 class KernelTrace:
@@ -167,6 +170,60 @@ class ModuleRanges:
 
     def remove(self) -> None:
         """Remove every hook."""
+        for handle in self._handles:
+            handle.remove()
+
+
+class ProfiledCalls:
+    """Profiling on only during chosen calls of chosen modules (cudaProfilerStart before the call, Stop after):
+    `calls` are (module path, call number counted from this object's creation); the model itself is `root`.
+    A replay that wants a few launches inside known module calls replays those, not the window.
+    `switch(True|False)` turns profiling on or off (torch.cuda.profiler's start and stop by default)."""
+
+    def __init__(self, model: Any, root: str, calls: list[tuple[str, int]],
+                 switch: Callable[[bool], None] | None = None) -> None:
+        import torch
+
+        self._switch = switch or (lambda on: torch.cuda.profiler.start() if on else torch.cuda.profiler.stop())
+        self._wanted: dict[str, set[int]] = {}
+        for path, number in calls:
+            self._wanted.setdefault(path, set()).add(number)
+        self._seen: dict[str, int] = {}
+        self._open: dict[str, list[bool]] = {}
+        self._depth = 0
+        self.started = 0
+        self._handles = []
+        for path, module in model.named_modules():
+            name = path or root
+            if name in self._wanted:
+                self._handles.append(module.register_forward_pre_hook(self._pre(name)))
+                self._handles.append(module.register_forward_hook(self._post(name)))
+
+    def _pre(self, name: str) -> Callable[..., None]:
+        def hook(module: Any, args: Any) -> None:
+            number = self._seen.get(name, 0)
+            self._seen[name] = number + 1
+            chosen = number in self._wanted[name]
+            self._open.setdefault(name, []).append(chosen)
+            if chosen:
+                self._depth += 1
+                if self._depth == 1:
+                    self.started += 1
+                    self._switch(True)
+
+        return hook
+
+    def _post(self, name: str) -> Callable[..., None]:
+        def hook(module: Any, args: Any, output: Any) -> None:
+            if self._open.get(name) and self._open[name].pop():
+                self._depth -= 1
+                if self._depth == 0:
+                    self._switch(False)
+
+        return hook
+
+    def remove(self) -> None:
+        """Remove every hook (profiling left off)."""
         for handle in self._handles:
             handle.remove()
 

@@ -29,6 +29,10 @@ class PassRecord(BaseModel):
         default=None, description="For an ncu pass: what it replayed and collected, as asked (the replay filter "
         "of a shape-variant pass included)."
     )
+    replayed_launches: list[int] | None = Field(
+        default=None, description="For a shape-variant pass that profiled only chosen module calls: the window "
+        "launches (ordinals) it replayed, in order.",
+    )
     directory: str = Field(description="Sub-directory of the run directory holding this pass's artifacts.")
     started_at: str
     wall_time_s: float

@@ -6,6 +6,7 @@ kernel's counters belong to, and which launches get copies of them).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -36,6 +37,12 @@ class FrameLike(Protocol):
 
     @property
     def input_shapes(self) -> list[list[int] | None] | None: ...
+
+
+# PyTorch's element-wise kernels over contiguous inputs: their launch configuration and their inputs' element
+# counts fix their work (the same threads over the same bytes), so two launches of one configuration over inputs
+# of equal element counts, input by input, have the same counters whatever the shapes.
+SAME_WORK_KERNELS = re.compile(r"\b(?:vectorized|unrolled)_elementwise_kernel<")
 
 
 def ncu_config(kernel: LaunchLike) -> tuple[object, ...]:
