@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from mcp_server.schema.profile import Metric
 from mcp_server.schema.records import CounterRecord
-from plugins.ncu.keys import LaunchLike, ncu_config, operator_shapes
+from plugins.ncu.keys import LaunchLike, ncu_config, operator_shapes, same_work
 
 Counters = dict[int, tuple[dict[str, Metric], int | None]]
 
@@ -192,8 +192,14 @@ def _propagate(kernels: Sequence[LaunchLike], joined: Counters) -> list[str]:
             unlike.append((kernel, source))
     if not unlike:
         return []
+    alike_work = sum(1 for k, s in unlike if same_work(k.name, operator_shapes(s), operator_shapes(k)))
+    unlike = [(k, s) for k, s in unlike if not same_work(k.name, operator_shapes(s), operator_shapes(k))]
+    notes = [f"{alike_work} element-wise launches carry the counters of a launch of their configuration over "
+             "inputs of the same element counts in other shapes: the same work"] if alike_work else []
+    if not unlike:
+        return notes
     kernel, source = unlike[0]
-    return [
+    return notes + [
         f"{len(unlike)} launches carry the counters of a launch of their configuration with other input shapes "
         f"(first: launch {kernel.ordinal} {_short(kernel.name)} from launch {source.ordinal}: "
         f"{operator_shapes(source)}, not {operator_shapes(kernel)}); --no-dedupe replays each launch"

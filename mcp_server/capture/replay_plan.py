@@ -19,12 +19,11 @@ the same bytes (`plugins.ncu.keys.SAME_WORK_KERNELS`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mcp_server.children.contract import MODULE_RANGE_PREFIX
-from plugins.ncu.keys import SAME_WORK_KERNELS, ncu_config, operator_shapes
+from plugins.ncu.keys import ncu_config, operator_shapes, same_work
 from plugins.nsys.reader import NsysWindow, WindowKernel, read_window
 
 # Measured on the H200 with the default metric set (plugins/ncu/metrics.yaml): 17 passes, about 25 ms each.
@@ -78,7 +77,7 @@ def _plan(window: NsysWindow) -> ReplayPlan:
             seen_shapes[key], first_shapes[key] = {shapes}, dims
         elif shapes not in known:
             known.add(shapes)
-            if _same_work(kernel.name, first_shapes[key], dims):
+            if same_work(kernel.name, first_shapes[key], dims):
                 plan.same_work += 1
             elif kernel.mangled_name:  # ncu's filter names kernels by mangled name: none, no targeting
                 plan.variants.append(kernel.ordinal)
@@ -92,15 +91,6 @@ def _plan(window: NsysWindow) -> ReplayPlan:
         plan.launch_skip, plan.launch_count = positions[0], positions[-1] - positions[0] + 1
         _scope(plan, launches, wanted, names)
     return plan
-
-
-def _same_work(name: str, first: list[list[int] | None] | None, other: list[list[int] | None] | None) -> bool:
-    """An element-wise kernel whose operator's inputs hold as many elements, input by input, as the first
-    launch of its configuration: the same threads over the same bytes."""
-    if not SAME_WORK_KERNELS.search(name) or first is None or other is None or len(first) != len(other):
-        return False
-    return all((a is None) == (b is None) and (a is None or b is None or math.prod(a) == math.prod(b))
-               for a, b in zip(first, other, strict=True))
 
 
 def _module_frame(kernel: WindowKernel) -> tuple[str, int] | None:

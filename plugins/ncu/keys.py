@@ -6,6 +6,7 @@ kernel's counters belong to, and which launches get copies of them).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Protocol
@@ -56,3 +57,12 @@ def operator_shapes(kernel: LaunchLike) -> list[list[int] | None] | None:
         if frame.input_shapes is not None:
             return frame.input_shapes
     return None
+
+
+def same_work(name: str, first: list[list[int] | None] | None, other: list[list[int] | None] | None) -> bool:
+    """True for launches of one configuration that do the same work whatever their shapes: an element-wise
+    kernel (`SAME_WORK_KERNELS`) whose operator's inputs hold as many elements, input by input."""
+    if not SAME_WORK_KERNELS.search(name) or first is None or other is None or len(first) != len(other):
+        return False
+    return all((a is None) == (b is None) and (a is None or b is None or math.prod(a) == math.prod(b))
+               for a, b in zip(first, other, strict=True))
