@@ -34,7 +34,7 @@ from mcp_server.queries import operator_detail as operator_query
 from mcp_server.ranks.build import merge_run, write_events_of
 from mcp_server.render.comparison import summary_line as compare_line
 from mcp_server.render.comparison import write_comparison
-from mcp_server.rundir import RANKS, RunDir, dropped_if_empty, files_under, output_folder, profile_file
+from mcp_server.rundir import RANK_FOLDER, RANKS, RunDir, dropped_if_empty, files_under, output_folder, profile_file
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import load_profile, read_model
 from mcp_server.schema.optimizations import load_optimizations
@@ -239,7 +239,7 @@ def analyze(req: AnalyzeRequest, progress: Progress = quiet, cancel: Cancel = No
 
 def _ranks_of(profile: Path, progress: Progress) -> tuple[RanksSummary, Path] | None:
     """ranks.json of the multi-rank run a rank's profile.json belongs to (`RUN/rank<R>/profile.json`), if any."""
-    if not re.fullmatch(r"rank\d+", profile.parent.name):
+    if not RANK_FOLDER.match(profile.parent.name):
         return None
     path = RunDir(profile.parent.parent).ranks_path
     if not path.is_file():

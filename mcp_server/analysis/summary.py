@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from mcp_server.analysis.classify import kernel_issue
+from mcp_server.analysis.ranks import KNOWLEDGE as DISTRIBUTED_KNOWLEDGE
 from mcp_server.analysis.rules import rule
 from mcp_server.schema.analysis import (
     Analysis,
@@ -250,7 +251,7 @@ def _ranks_block(analysis: Analysis) -> list[str]:
     if d.stragglers:
         lines.append(f"stragglers: {', '.join(f'rank {r}' for r in d.stragglers)} (max arrival skew "
                      f"{_us(d.skew_ns_max or 0)})")
-    changes = [o for o in analysis.opportunities if o.knowledge.startswith("knowledge/distributed.yaml")]
+    changes = [o for o in analysis.opportunities if o.knowledge.startswith(DISTRIBUTED_KNOWLEDGE)]
     if changes:
         lines.append("multi-rank changes (estimates, upper bounds):")
         for o in changes[:5]:

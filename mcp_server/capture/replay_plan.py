@@ -24,6 +24,7 @@ from pathlib import Path
 
 from mcp_server.children.contract import MODULE_RANGE_PREFIX
 from plugins.ncu.keys import ncu_config, operator_shapes, same_work
+from plugins.nsys.ranges import NvtxRange
 from plugins.nsys.reader import NsysWindow, WindowKernel, read_window
 
 # Measured on the H200 with the default metric set (plugins/ncu/metrics.yaml): 17 passes, about 25 ms each.
@@ -93,32 +94,33 @@ def _plan(window: NsysWindow) -> ReplayPlan:
     return plan
 
 
-def _module_frame(kernel: WindowKernel) -> tuple[str, int] | None:
-    """The innermost module range (the harness's `module:<path>`) enclosing a launch: (path, its start)."""
-    for frame in reversed(kernel.stack):
-        if frame.text.startswith(MODULE_RANGE_PREFIX):
-            return frame.text[len(MODULE_RANGE_PREFIX):], frame.start_ns
-    return None
+def _module_path(frame: NvtxRange) -> str | None:
+    """The path a harness module range (`module:<path>`) names; None for any other range (FSDP's unit ranges
+    are modules to attribution, but the harness counts calls of the model's own modules only)."""
+    return frame.text[len(MODULE_RANGE_PREFIX):] if frame.text.startswith(MODULE_RANGE_PREFIX) else None
+
+
+def _module_calls(kernel: WindowKernel) -> list[tuple[str, int]]:
+    """The module calls enclosing a launch, outermost first: (path, its range's start)."""
+    return [(path, frame.start_ns) for frame in kernel.stack if (path := _module_path(frame)) is not None]
 
 
 def _scope(plan: ReplayPlan, launches: list[WindowKernel], wanted: set[int], names: set[str]) -> None:
     """The module calls holding the variants, when every variant runs inside one on one thread."""
     threads = {k.launch_thread for k in launches if k.ordinal in wanted}
-    frames = {k.ordinal: _module_frame(k) for k in launches if k.ordinal in wanted}
-    if len(threads) != 1 or any(f is None for f in frames.values()):
+    enclosing = [_module_calls(k) for k in launches if k.ordinal in wanted]
+    if len(threads) != 1 or not all(enclosing):
         return
     starts: dict[str, set[int]] = {}  # every call of each module in the window, by its range's start
     for kernel in launches:
         if kernel.launch_thread in threads:
-            for frame in kernel.stack:
-                if frame.text.startswith(MODULE_RANGE_PREFIX):
-                    starts.setdefault(frame.text[len(MODULE_RANGE_PREFIX):], set()).add(frame.start_ns)
-    chosen = {f for f in frames.values() if f is not None}
+            for path, start in _module_calls(kernel):
+                starts.setdefault(path, set()).add(start)
+    chosen = {calls[-1] for calls in enclosing}  # each variant's innermost module call
     numbered = {path: sorted(found) for path, found in starts.items()}
     plan.calls = sorted((path, numbered[path].index(start)) for path, start in chosen)
     plan.replayed = [k.ordinal for k in launches if k.mangled_name in names and k.launch_thread in threads
-                     and any((f.text[len(MODULE_RANGE_PREFIX):], f.start_ns) in chosen for f in k.stack
-                             if f.text.startswith(MODULE_RANGE_PREFIX))]
+                     and not chosen.isdisjoint(_module_calls(k))]
 
 
 def _escape(name: str) -> str:
