@@ -15,8 +15,12 @@ import pytest
 from conftest import REPO
 from fixtures_util import NSYS_RUNS, raw_enclosing_ranges, raw_innermost_sizes, raw_window_kernels, run_dir
 
+from mcp_server.assemble.join import join_counters
 from mcp_server.capture.replay_plan import plan_replays
 from mcp_server.capture.variants import announce_plan
+from mcp_server.schema.profile import Metric
+from mcp_server.schema.records import CounterRecord
+from plugins.nsys.reader import read_window
 
 RUNS = (*NSYS_RUNS, "mlp_activations_inductor")
 
@@ -139,3 +143,21 @@ def test_resnet50s_variants_replay_inside_the_module_calls_that_launch_them(resn
             for start, _, text in raw_enclosing_ranges(conn, k.global_tid, k.api_start) if text.startswith("module:"))]
     assert plan.replayed == inside and set(variants) <= set(inside)
     assert len(plan.replayed) < plan.launch_count  # 20 launches, not the run of 106 from the first to the last
+
+
+def test_scoped_variant_records_join_the_launches_the_plan_replayed(resnet50):
+    """The variant pass's records, in replay order, land on the launches the plan named: not on the first
+    launches of their kernels in the window, where a join by kernel alone would put them."""
+    launches = read_window(resnet50, lambda window: list(window.kernels()))
+    plan = plan_replays(resnet50)
+    by_ordinal = {k.ordinal: k for k in launches}
+    records = [CounterRecord(ordinal=i, name=by_ordinal[o].name, mangled_name=by_ordinal[o].mangled_name,
+                             grid=by_ordinal[o].grid, block=by_ordinal[o].block,
+                             metrics={"replayed_launch": Metric(value=float(o), unit="")})
+               for i, o in enumerate(plan.replayed)]
+    joined = join_counters(launches, [], deduplicated=False, filtered=True, variants=records,
+                           variants_at=plan.replayed)
+    assert {o: m["replayed_launch"].value for o, (m, _) in joined.counters.items()} == {o: o for o in plan.replayed}
+    assert joined.problems == []
+    unscoped = join_counters(launches, [], deduplicated=False, filtered=True, variants=records)
+    assert set(unscoped.counters) != set(plan.replayed)
