@@ -19,6 +19,7 @@ from hooklib import emit, read_payload  # noqa: E402
 from nudges import NUDGES, kind_of  # noqa: E402
 
 MCP_PREFIX = "mcp__plugin_operator-profiler_operator-profiler__"
+WRITES_NOTHING = {"loop_status"}  # its result names the loop's files without writing any
 COPY_COMMANDS = ("cp", "mv", "install")
 
 
@@ -36,7 +37,7 @@ def written_paths(payload: dict[str, Any]) -> list[Path]:
     """Existing files of interest the tool call wrote, resolved against the session's directory."""
     tool, tool_input = payload.get("tool_name", ""), payload.get("tool_input") or {}
     if tool.startswith(MCP_PREFIX):
-        candidates = _strings(payload.get("tool_response"))
+        candidates = [] if tool[len(MCP_PREFIX):] in WRITES_NOTHING else _strings(payload.get("tool_response"))
     elif tool == "Bash":
         try:
             words = shlex.split(str(tool_input.get("command", "")))

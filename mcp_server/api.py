@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 from mcp_server.assemble import assemble as assemble_profile
@@ -20,15 +21,18 @@ from mcp_server.capture.request import CaptureRequest, check_workload
 from mcp_server.capture.schedule import capture, choose_backend, has_gpu, map_counters
 from mcp_server.compare import compare_paths
 from mcp_server.errors import BackendUnavailable, UsageError
+from mcp_server.loop import Recorder
+from mcp_server.loop import loop_status as judge_loop
+from mcp_server.loop.state import state_path
 from mcp_server.preflight import format_report
 from mcp_server.preflight import preflight as check_machine
 from mcp_server.progress import Progress, quiet
 from mcp_server.proof.bench import bench as run_bench
 from mcp_server.proof.bench import bench_file, load_bench_result
 from mcp_server.proof.bench import summary_line as bench_line
-from mcp_server.proof.validate import render_checks
+from mcp_server.proof.validate import VALIDATION_JSON, generated_test_path, render_checks
 from mcp_server.proof.validate import validate as run_validate
-from mcp_server.queries import cached_profile, header, top_operators_result, top_rows
+from mcp_server.queries import header, top_operators_result, top_rows
 from mcp_server.queries import kernel_detail as kernel_query
 from mcp_server.queries import operator_detail as operator_query
 from mcp_server.ranks.build import merge_run, write_events_of
@@ -46,6 +50,7 @@ from mcp_server.schema.requests import (
     CompareRequest,
     Interpreter,
     KernelDetailRequest,
+    LoopStatusRequest,
     MapRequest,
     NcuOptions,
     OperatorDetailRequest,
@@ -63,6 +68,7 @@ from mcp_server.schema.results import (
     CompareResult,
     InterpreterInfo,
     KernelDetail,
+    LoopStatusResult,
     OperatorDetail,
     PreflightResult,
     ProfileRun,
@@ -222,11 +228,13 @@ def analyze(req: AnalyzeRequest, progress: Progress = quiet, cancel: Cancel = No
 
     path = profile_file(req.profile)
     loaded = load_profile(path)
-    with dropped_if_empty(output_folder(req.output, req.project, Path(loaded.capture_metadata.workload),
-                                        "analysis")) as out:
+    workload = Path(loaded.capture_metadata.workload)
+    with dropped_if_empty(output_folder(req.output, req.project, workload, "analysis")) as out:
         progress(f"analyze: {path}")
-        analysis = analyze_profile(loaded, out, profile_path=path.resolve(), measure=req.measure,
-                                   ranks=_ranks_of(path, progress))
+        ranks = _ranks_of(path, progress)
+        loop = Recorder(out, "analyze", [path, ranks[1] if ranks else None], [workload])
+        analysis = analyze_profile(loaded, out, profile_path=path.resolve(), measure=req.measure, ranks=ranks)
+        _record(loop, [analysis.artifacts.get("analysis.json", out / "analysis.json")], progress)
     return AnalyzeResult(
         analysis_path=analysis.artifacts.get("analysis.json", str(out / "analysis.json")), out_dir=str(out),
         files=files_under(out), summary=format_summary(analysis), profile=header(loaded, path),
@@ -255,7 +263,9 @@ def compare(req: CompareRequest, progress: Progress = quiet, cancel: Cancel = No
     comparison = compare_paths(base, opt, req.allow_mismatch)
     with dropped_if_empty(output_folder(req.output, req.project, Path(comparison.optimized.workload),
                                         "compare")) as out:
+        loop = Recorder(out, "compare", [base, opt], [comparison.baseline.workload, comparison.optimized.workload])
         json_path, md_path = write_comparison(comparison, out)
+        _record(loop, [json_path, md_path], progress)
     moved = sorted(comparison.operators, key=lambda d: abs(d.time_delta_ns), reverse=True)
     return CompareResult(
         comparison_path=str(json_path), markdown_path=str(md_path), files=files_under(out),
@@ -273,10 +283,12 @@ def bench(req: BenchRequest, progress: Progress = quiet, cancel: Cancel = None) 
     """Time the two workloads interleaved in one child: bench.json."""
     progress(f"bench: {req.baseline.name} against {req.optimized.name} under {req.python.python}")
     with dropped_if_empty(output_folder(req.output, req.project, req.optimized, "bench")) as out:
+        loop = Recorder(out, "bench", [req.baseline, req.optimized], [req.baseline, req.optimized])
         result = run_bench(req.baseline, req.optimized, python=req.python.python, warmup=req.warmup, reps=req.reps,
                            rounds=req.rounds, input_sets=req.input_sets, seed=req.seed,
                            baseline_mode=req.baseline_mode, out_dir=out, timeout_s=req.timeout_s,
                            progress=progress, cancel=cancel, tier=req.tier)
+        _record(loop, [out / bench_file(req.baseline_mode)], progress)
     sides = {name: BenchSideSummary(workload=s.workload, how_run=s.how_run, first_call_ns=s.first_call_ns,
                                     timing=s.summary)
              for name, s in (("baseline", result.baseline), ("optimized", result.optimized))}
@@ -306,13 +318,17 @@ def validate(req: ValidateRequest, progress: Progress = quiet, cancel: Cancel = 
                      f"{req.analysis})")
     progress(f"validate: {req.optimized.name} against {req.baseline.name} under {req.python.python}")
     with dropped_if_empty(output_folder(req.output, req.project, req.optimized, "validate")) as out:
+        tests = generated_test_path(req.optimized) if req.run_tests else None
+        loop = Recorder(out, "validate", [req.baseline, req.optimized, tests, req.bench_json, req.analysis,
+                                          req.optimizations], [req.baseline, req.optimized])
         report = run_validate(req.baseline, req.optimized, python=req.python.python, seeds=req.seeds, rtol=req.rtol,
                               atol=req.atol, tolerances=req.tolerances, run_tests=req.run_tests, speedup=speedup,
                               max_plausible_speedup=bound, out_dir=out, timeout_s=req.timeout_s,
                               progress=progress, cancel=cancel, tier=req.tier,
                               plan=load_optimizations(req.optimizations) if req.optimizations else None)
+        _record(loop, [out / VALIDATION_JSON], progress)
     return ValidateToolResult(
-        report_path=str(out / "validation_report.json"), out_dir=str(out), files=files_under(out),
+        report_path=str(out / VALIDATION_JSON), out_dir=str(out), files=files_under(out),
         passed=report.passed, failed_checks=report.failed_checks, summary=render_checks(report).splitlines()[0],
         checks=report.checks, device_type=report.device_type, device_name=report.device_name,
         max_abs_error=report.max_abs_error, max_rel_error=report.max_rel_error, speedup=report.speedup,
@@ -328,31 +344,46 @@ def validate(req: ValidateRequest, progress: Progress = quiet, cancel: Cancel = 
 
 def report(req: ReportRequest, progress: Progress = quiet, cancel: Cancel = None) -> ReportResult:
     """Render report.md (and OPTIMIZED_WORKLOAD.md), or with `plan` proposal.md and implementation.md."""
-    from mcp_server.render import render_plan, render_report  # Jinja2 and the templates: only here
+    from mcp_server.render import load_inputs, write_plan, write_report  # Jinja2 and the templates: only here
 
     base = profile_file(req.baseline_profile)
     optimized = profile_file(req.optimized_profile) if req.optimized_profile else None
     if req.plan and req.optimizations is None:
         raise UsageError("plan mode needs optimizations", "pass the optimizations.json the strategist wrote")
-    workload = Path(cached_profile(base).capture_metadata.workload)
-    with dropped_if_empty(output_folder(req.output, req.project, workload, "report")) as out:
+    if req.plan:
+        inputs = load_inputs(base, analysis=req.analysis, optimizations=req.optimizations)
+    else:
+        inputs = load_inputs(base, optimized, analysis=req.analysis, comparison=req.comparison, bench=req.bench_json,
+                             validation=req.validation, optimizations=req.optimizations,
+                             baseline_analysis=req.baseline_analysis, bench_vs_compile=req.bench_vs_compile,
+                             bench_vs_free=req.bench_vs_free)
+    workloads = [p.capture_metadata.workload for p in (inputs.baseline, inputs.optimized) if p is not None]
+    with dropped_if_empty(output_folder(req.output, req.project, Path(workloads[0]), "report")) as out:
         progress(f"report: rendering into {out}")
-        if req.plan:
-            assert req.optimizations is not None
-            written = render_plan(base, req.optimizations, out, analysis=req.analysis, project_dir=req.project)
-            main = "proposal.md"
-        else:
-            written = render_report(
-                base, out, optimized_profile=optimized, analysis=req.analysis, comparison=req.comparison,
-                bench=req.bench_json, validation=req.validation, optimizations=req.optimizations,
-                project_dir=req.project, baseline_analysis=req.baseline_analysis,
-                bench_vs_compile=req.bench_vs_compile, bench_vs_free=req.bench_vs_free,
-            )
-            main = "report.md"
+        loop = Recorder(out, "report", inputs.paths(), workloads)
+        written = (write_plan if req.plan else write_report)(inputs, out, req.project)
+        main = "proposal.md" if req.plan else "report.md"
+        _record(loop, written, progress)
     by_name = {p.name: str(p) for p in written}
     return ReportResult(report_path=by_name.get(main, str(out / main)),
                         optimized_workload_path=by_name.get("OPTIMIZED_WORKLOAD.md"), out_dir=str(out),
                         files=[str(p) for p in written])
+
+
+def _record(loop: Recorder, written: Iterable[Path | str], progress: Progress) -> None:
+    """Record the loop checkpoints among `written` in loop_state.json when the tool wrote into a loop folder."""
+    recorded = loop.record(Path(p) for p in written)
+    if recorded:
+        progress(f"{loop.tool}: recorded {', '.join(recorded)} in {state_path(loop.folder)}")
+
+
+# --------------------------------------------------------------------------------------------- the loop
+
+
+def loop_status(req: LoopStatusRequest, progress: Progress = quiet, cancel: Cancel = None) -> LoopStatusResult:
+    """Where the optimization loop on a workload stands: each stage done, missing, stale or failed; the next
+    stage and the `--from=` value to resume with."""
+    return judge_loop(req.workload)
 
 
 # --------------------------------------------------------------------------------------------- the machine

@@ -32,6 +32,7 @@ from mcp_server.schema.requests import (
     CaptureOptions,
     CompareRequest,
     Interpreter,
+    LoopStatusRequest,
     MapRequest,
     NcuOptions,
     PreflightRequest,
@@ -44,10 +45,18 @@ from mcp_server.schema.requests import (
 )
 from mcp_server.schema.results import ProfileRun, ValidateToolResult
 from mcp_server.schema.types import BACKENDS, BASELINE_MODES, TIERS
-from mcp_server.tables import format_modules_by_phase, format_ranks, format_top_operators, format_window
+from mcp_server.tables import (
+    format_loop_status,
+    format_modules_by_phase,
+    format_ranks,
+    format_top_operators,
+    format_window,
+)
 
 M = TypeVar("M", bound=BaseModel)
 _OPTION_GROUPS = (CaptureOptions, NcuOptions)
+LOOP_NOTE = ("; in a workload's own folder, or one holding loop_state.json, the loop checkpoints written are "
+             "recorded in loop_state.json (see loop-status)")
 
 
 # --------------------------------------------------------------------------------------------- option groups
@@ -299,6 +308,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_loop_status(args: argparse.Namespace) -> int:
+    """Which stage of the optimization loop on a workload is next, and why (exit 0 whatever the state)."""
+    result = api.loop_status(build(LoopStatusRequest, workload=args.workload))
+    _print(result.model_dump_json(indent=1) if args.json else format_loop_status(result))
+    return 0
+
+
 # --------------------------------------------------------------------------------------------- the parser
 
 
@@ -352,7 +368,7 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", action="store_true",
                    help="render proposal.md and implementation.md from PROFILE and --optimizations instead")
     p.add_argument("--output", "-o", type=Path,
-                   help="folder for the documents (default: ./op_runs/<workload>-report-<time>)")
+                   help="folder for the documents (default: ./op_runs/<workload>-report-<time>)" + LOOP_NOTE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -384,14 +400,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("analyze", help="diagnose a profile: roofline, bottlenecks, stalls, ranked opportunities")
     p.add_argument("profile", type=Path, help="a profile.json (or its run directory)")
     p.add_argument("--output", "-o", type=Path,
-                   help="folder for analysis.json, charts, trace (default: ./op_runs/<workload>-analysis-<time>)")
+                   help="folder for analysis.json, charts, trace (default: ./op_runs/<workload>-analysis-<time>)"
+                        + LOOP_NOTE)
     p.add_argument("--no-microbench", action="store_true",
                    help="for a GPU missing from knowledge/devices.yaml, do not measure its peaks")
     p = sub.add_parser("compare", help="per-operator deltas of two profile.json (comparison.json + .md)")
     p.add_argument("baseline", type=Path)
     p.add_argument("optimized", type=Path)
     p.add_argument("--output", "-o", type=Path,
-                   help="folder for comparison.json/.md (default: ./op_runs/<workload>-compare-<time>)")
+                   help="folder for comparison.json/.md (default: ./op_runs/<workload>-compare-<time>)" + LOOP_NOTE)
     p.add_argument("--allow-mismatch", action="store_true",
                    help="compare profiles of different devices or input shapes anyway")
     p = sub.add_parser("bench", help="time two workloads interleaved; speedup with a 95%% confidence interval")
@@ -411,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "too) (default exact)")
     p.add_argument("--output", "-o", type=Path,
                    help="folder for bench.json (bench_vs_compile.json against inductor, bench_vs_free.json against "
-                        "free; default ./op_runs/<name>-bench-<time>)")
+                        "free; default ./op_runs/<name>-bench-<time>)" + LOOP_NOTE)
     p.add_argument("--timeout", type=float, default=600.0)
     _add_output_options(p)
     p = sub.add_parser("validate", help="check an optimized workload against its baseline (validation_report.json)")
@@ -435,7 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizations", type=Path,
                    help="optimizations.json: each implemented item must fire its own pass (check planned_passes)")
     p.add_argument("--output", "-o", type=Path,
-                   help="folder for validation_report.json (default: ./op_runs/<optimized>-validate-<time>)")
+                   help="folder for validation_report.json (default: ./op_runs/<optimized>-validate-<time>)"
+                        + LOOP_NOTE)
     p.add_argument("--timeout", type=float, default=600.0)
     _add_output_options(p)
     p = sub.add_parser("report", help="render report.md and OPTIMIZED_WORKLOAD.md (or, with --plan, the proposal)")
@@ -443,6 +461,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("preflight", help="check GPU, driver, torch/CUDA, nsys, ncu and counter permission")
     p.add_argument("--python", default=sys.executable, help="interpreter that will run workloads (%(default)s)")
     p.add_argument("--quick", action="store_true", help="skip starting that interpreter and the tools (seconds)")
+    p = sub.add_parser(
+        "loop-status", help="which stage of the /optimize loop on a workload is next, and why",
+        description="Judge every stage of the optimization loop on WORKLOAD from the checkpoint files in its folder: "
+        "done, missing, stale (an input changed since: input hashes from loop_state.json where a tool recorded the "
+        "file, else modification times) or failed (validation_report.json did not pass). Prints the next stage, the "
+        "--from= value to resume with, and which files are reused and which written again. Exit status 0 whatever "
+        "the loop's state; 1 when WORKLOAD is missing or loop_state.json is unreadable.")
+    p.add_argument("workload", type=Path, metavar="WORKLOAD",
+                   help="the baseline workload NAME.py; its folder holds the checkpoints")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (the loop_status tool's output)")
     p = sub.add_parser("summary", help="print the top-operators table of a profile.json")
     p.add_argument("profile", type=Path)
     p.add_argument("--top", type=_count(1), default=10, help="how many operators (default 10)")
@@ -452,6 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "map": cmd_map, "assemble": cmd_assemble, "analyze": cmd_analyze, "compare": cmd_compare, "bench": cmd_bench,
     "validate": cmd_validate, "report": cmd_report, "preflight": cmd_preflight, "summary": cmd_summary,
+    "loop-status": cmd_loop_status,
 }
 
 

@@ -30,6 +30,7 @@ from mcp_server.schema.requests import (
     CaptureOptions,
     CompareRequest,
     KernelDetailRequest,
+    LoopStatusRequest,
     MapRequest,
     NcuOptions,
     OperatorDetailRequest,
@@ -45,6 +46,7 @@ from mcp_server.schema.results import (
     BenchToolResult,
     CompareResult,
     KernelDetail,
+    LoopStatusResult,
     OperatorDetail,
     PreflightResult,
     ProfileRun,
@@ -63,7 +65,8 @@ Inductor-fused group) and nn.Module path that launched it, and proves optimizati
 A workload is a .py file defining get_model_and_input() -> (model, inputs).
 Flow: preflight -> profile -> analyze -> top_operators / operator_detail / kernel_detail -> write an
 optimized copy -> validate (is it still right?) -> bench (how much faster, with a confidence interval) ->
-profile the optimized workload -> compare (which operators moved) -> report.
+profile the optimized workload -> compare (which operators moved) -> report. loop_status says which stage of
+that loop is next for a workload whose folder holds the loop's files.
 Relative paths resolve against the project directory (CLAUDE_PROJECT_DIR, else the server's working
 directory); every run writes into its own folder under <project>/op_runs/. Workloads run under the
 project's interpreter: the python argument, else $OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python,
@@ -414,6 +417,24 @@ async def kernel_detail(profile: ProfileRef, kernel_id: int, ctx: Context) -> Ke
     """
     return await _call(ctx, "kernel_detail", QUERY_LIMIT_S, lambda: _request(
         KernelDetailRequest, profile=resolve(profile, "profile"), kernel_id=kernel_id), "query")
+
+
+@tool("Loop status: which optimization stage is next", READ_ONLY)
+async def loop_status(
+    workload: Annotated[str, Field(description="The baseline workload NAME.py; its folder holds the loop's "
+                                   "checkpoint files.")],
+    ctx: Context,
+) -> LoopStatusResult:
+    """Where the /optimize loop on a workload stands: each stage (preflight, profile, propose, implement, validate,
+    reprofile, compare, bench, report) done, missing, stale or failed, from the checkpoint files in its folder.
+
+    Use before resuming a loop (--from=<stage>): resume_from is the stage to start at, reason says why in one line,
+    reused and recompute list the files kept and written again. A file a tool wrote there is judged by the input
+    hashes it recorded in loop_state.json (provenance 'loop_state'); the agents' files by modification times
+    ('mtime'). A failed validation sends the loop back to implement.
+    """
+    return await _call(ctx, "loop_status", QUERY_LIMIT_S,
+                       lambda: _request(LoopStatusRequest, workload=workload_file(workload)), "query")
 
 
 def _terminate(signum: int, _frame: object) -> None:

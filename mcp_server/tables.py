@@ -1,4 +1,5 @@
-"""The text the CLI prints of a profile: the window paragraph and the top-operators table, with units."""
+"""The text the CLI prints of a profile (the window paragraph and the top-operators table, with units) and of the
+optimization loop's status."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import PurePath
 
 from mcp_server.schema.profile import WindowTotals
 from mcp_server.schema.ranks import RanksSummary
-from mcp_server.schema.results import ModulePhaseTime, OperatorSummary, ProfileHeader
+from mcp_server.schema.results import LoopStatusResult, ModulePhaseTime, OperatorSummary, ProfileHeader
 
 
 def _short(text: str, width: int) -> str:
@@ -103,4 +104,25 @@ def format_ranks(summary: RanksSummary) -> str:
     for s in summary.stragglers:
         lines.append(f"straggler: rank {s.rank}: {s.reason}")
     lines += [f"note: {note}" for note in summary.notes]
+    return "\n".join(lines)
+
+
+def format_loop_status(result: LoopStatusResult) -> str:
+    """Each stage's status and why, each checkpoint file with where its freshness came from, then the next stage,
+    the `--from=` value and the files reused and written again."""
+    state = result.loop_state_path or "no loop_state.json yet: every checkpoint judged by modification times"
+    lines = [f"loop of {PurePath(result.workload).name} in {result.folder} ({state})", "",
+             f"{'stage':10s} {'status':8s} detail"]
+    lines += [f"{s.stage:10s} {s.status:8s} {s.detail}" for s in result.stages]
+    lines += ["", f"{'checkpoint':26s} {'status':8s} {'judged by':10s} written by"]
+    for c in result.checkpoints:
+        by = f"{c.tool} at {c.written_at}" if c.tool else "-"
+        lines.append(f"{_short(c.file, 26):26s} {c.status:8s} {c.provenance or '-':10s} {by}")
+    lines.append("")
+    if result.resume_from is None:
+        lines.append(result.summary)
+    else:
+        lines += [f"next: {result.next_stage}: {result.reason}", f"resume with --from={result.resume_from}"]
+    lines.append(f"reuse: {', '.join(result.reused) or 'nothing'}")
+    lines.append(f"write again: {', '.join(result.recompute) or 'nothing'}")
     return "\n".join(lines)

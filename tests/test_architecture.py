@@ -27,7 +27,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     0: ("mcp_server.errors", "mcp_server.children.contract"),
     1: ("mcp_server.progress", "mcp_server.schema", "mcp_server.data"),
     2: ("plugins",),
-    3: ("mcp_server.process", "mcp_server.rundir"),
+    3: ("mcp_server.process", "mcp_server.rundir", "mcp_server.loop"),
     4: ("mcp_server.capture", "mcp_server.assemble"),
     5: ("mcp_server.queries", "mcp_server.analysis", "mcp_server.compare", "mcp_server.proof", "mcp_server.preflight",
         "mcp_server.tables", "mcp_server.ranks"),

@@ -107,6 +107,12 @@ def test_profile_found_in_an_mcp_tool_result(profile_file: Path, tmp_path: Path)
     assert "23 kernels" in _context(answer)
 
 
+def test_the_loop_status_result_names_files_but_nudges_nothing(profile_file: Path, tmp_path: Path) -> None:
+    payload = {"tool_name": f"{MCP}loop_status", "cwd": str(tmp_path), "tool_input": {"workload": "w.py"},
+               "tool_response": {"structuredContent": {"checkpoints": [{"path": str(profile_file)}]}}}
+    assert run_hook("post_tool_use.py", payload, tmp_path)[1] is None
+
+
 def test_profile_copied_with_bash_cp(profile_file: Path, tmp_path: Path) -> None:
     payload = {"tool_name": "Bash", "cwd": str(tmp_path),
                "tool_input": {"command": f"cp op_runs/run/profile.json {profile_file.relative_to(tmp_path)}"}}

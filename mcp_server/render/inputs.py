@@ -45,6 +45,13 @@ class ReportInputs:
     bench_vs_free: BenchResult | None = None
     bench_vs_free_path: Path | None = None
 
+    def paths(self) -> list[Path]:
+        """Every file the documents are rendered from."""
+        found = [self.baseline_path, self.optimized_path, self.analysis_path, self.baseline_analysis_path,
+                 self.comparison_path, self.bench_path, self.validation_path, self.optimizations_path,
+                 self.bench_vs_compile_path, self.bench_vs_free_path]
+        return [p for p in found if p is not None]
+
 
 def load_inputs(
     baseline_profile: Path,

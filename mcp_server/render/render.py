@@ -107,7 +107,7 @@ def render_report(
     the current directory). The speedup stated is bench.json's, never a sum of kernel durations."""
     inputs = load_inputs(baseline_profile, optimized_profile, analysis, comparison, bench, validation, optimizations,
                          baseline_analysis, bench_vs_compile, bench_vs_free)
-    return _write(out_dir, report_documents(inputs, Path(out_dir), Path(project_dir or Path.cwd())))
+    return write_report(inputs, out_dir, project_dir)
 
 
 def render_plan(
@@ -119,4 +119,14 @@ def render_plan(
 ) -> list[Path]:
     """Write proposal.md and implementation.md from the baseline profile and optimizations.json into `out_dir`."""
     inputs = load_inputs(baseline_profile, analysis=analysis, optimizations=optimizations)
+    return write_plan(inputs, out_dir, project_dir)
+
+
+def write_report(inputs: ReportInputs, out_dir: Path, project_dir: Path | None = None) -> list[Path]:
+    """`render_report` of inputs already loaded: report.md (and OPTIMIZED_WORKLOAD.md) written into `out_dir`."""
+    return _write(out_dir, report_documents(inputs, Path(out_dir), Path(project_dir or Path.cwd())))
+
+
+def write_plan(inputs: ReportInputs, out_dir: Path, project_dir: Path | None = None) -> list[Path]:
+    """`render_plan` of inputs already loaded: proposal.md and implementation.md written into `out_dir`."""
     return _write(out_dir, plan_documents(inputs, Path(out_dir), Path(project_dir or Path.cwd())))

@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from mcp_server.schema.analysis import Analysis
+from mcp_server.schema.loop import LoopState
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.optimizations import OptimizationPlan
 from mcp_server.schema.profile import OperatorAttributedProfile
@@ -23,6 +24,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "validation_report.schema.json": ValidationReport,
     "analysis.schema.json": Analysis,
     "optimizations.schema.json": OptimizationPlan,
+    "loop_state.schema.json": LoopState,
 }
 
 

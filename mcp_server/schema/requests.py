@@ -325,6 +325,12 @@ class ReportRequest(_Request):
     project: Path
 
 
+class LoopStatusRequest(_Request):
+    """loop_status: which stage of the optimization loop on a workload is next (its folder holds the checkpoints)."""
+
+    workload: Path
+
+
 class PreflightRequest(_Request):
     """preflight: can this machine profile, under this interpreter?"""
 

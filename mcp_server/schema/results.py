@@ -31,7 +31,7 @@ from mcp_server.schema.proof import (
     TotalDelta,
 )
 from mcp_server.schema.ranks import RanksSummary
-from mcp_server.schema.types import CaptureBackend, CompileMode, RunMode
+from mcp_server.schema.types import CaptureBackend, CompileMode, LoopTool, Provenance, RunMode, StageName, StageStatus
 
 
 class _Model(BaseModel):
@@ -319,3 +319,50 @@ class PreflightResult(_Model):
     backend: str = Field(description="'nsys' (nsys + ncu) or 'torch' (torch.profiler).")
     summary: str
     interpreter: InterpreterInfo
+
+
+class LoopCheckpoint(_Model):
+    """One checkpoint file of the loop folder, judged at the stage that first writes it."""
+
+    file: str
+    path: str
+    stage: StageName = Field(description="The stage that writes it (first).")
+    status: StageStatus
+    provenance: Provenance | None = Field(
+        description="'loop_state': judged by the input hashes its tool recorded; 'mtime': by modification times "
+        "(a file an agent wrote, or one rewritten since its record); null when the file is missing."
+    )
+    tool: LoopTool | None = Field(default=None, description="The tool that wrote it, from loop_state.json.")
+    written_at: str | None = Field(default=None, description="When that tool recorded it (ISO 8601, UTC).")
+    modified_at: str | None = Field(default=None, description="The file's modification time (ISO 8601, UTC).")
+    detail: str
+
+
+class LoopStage(_Model):
+    """One stage of the loop: the files it reads and writes, and how it stands."""
+
+    stage: StageName
+    status: StageStatus
+    reads: list[str]
+    writes: list[str]
+    detail: str = Field(description="Why, in one line: which file is missing, stale (and which input changed) or "
+                        "failed.")
+
+
+class LoopStatusResult(_Model):
+    """Where the optimization loop on a workload stands: which stage is next and why, and what a resume reuses."""
+
+    workload: str
+    folder: str = Field(description="The workload's folder, holding the loop's checkpoint files.")
+    loop_state_path: str | None = Field(description="Its loop_state.json, when a tool has recorded a checkpoint.")
+    next_stage: StageName | None = Field(description="The earliest stage not done; null when every stage is done.")
+    resume_from: StageName | None = Field(
+        description="The --from= value to resume with: the next stage, or for a failed validation the stage that "
+        "fixes it (implement)."
+    )
+    reason: str = Field(description="Why that stage, in one line.")
+    summary: str
+    stages: list[LoopStage]
+    checkpoints: list[LoopCheckpoint]
+    reused: list[str] = Field(description="Checkpoint files that are current and stay as they are on resuming.")
+    recompute: list[str] = Field(description="Checkpoint files the loop writes (again) from resume_from on.")

@@ -27,10 +27,27 @@ optionally inside bf16 autocast; or `free`: the fastest of the free recipes of t
 Tier = Literal["exact", "reduced"]
 """Precision tier: `exact` keeps fp32 everywhere; `reduced` allows BF16/TF32 compute within a stated tolerance."""
 
+StageName = Literal[
+    "preflight", "profile", "propose", "implement", "validate", "reprofile", "compare", "bench", "report"
+]
+"""A stage of the `/optimize` loop, in order; `--from=<stage>` resumes at it."""
+
+StageStatus = Literal["done", "missing", "stale", "failed"]
+"""How a loop stage or checkpoint file stands: written and current; not written; computed from inputs that have
+changed since; written, current, but a failed verdict (validation_report.json that did not pass)."""
+
+Provenance = Literal["loop_state", "mtime"]
+"""How a checkpoint's freshness was judged: from its record in loop_state.json (input hashes), or from
+modification times (a file an agent wrote, or one whose record no longer matches it)."""
+
+LoopTool = Literal["analyze", "compare", "bench", "validate", "report"]
+"""The engine tools that record the loop checkpoints they write in loop_state.json."""
+
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 BACKENDS: tuple[str, ...] = get_args(Backend)
 BASELINE_MODES: tuple[str, ...] = get_args(BaselineMode)
 TIERS: tuple[str, ...] = get_args(Tier)
+STAGE_NAMES: tuple[str, ...] = get_args(StageName)
 # What a user gets for free, per tier: the recipes `free` times, the fastest of which is the baseline.
 FREE_RECIPES: dict[str, tuple[str, ...]] = {
     "exact": ("inductor", "reduce-overhead"),
