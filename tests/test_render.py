@@ -189,12 +189,15 @@ def test_plan_documents(documents: dict[str, str]) -> None:
     assert "channels-last: float32 convolutions, little to gain" in proposal
     assert '`BACKEND_NAME = "conv_block_opt"`' in work_order
     assert "examples/conv_block/test_conv_block_optimized.py" in work_order
-    code = work_order.split("```python\n", 1)[1].split("```", 1)[0]
-    compile(code, "skeleton.py", "exec")  # the skeleton is valid Python
-    assert "def fuse_mul_add_to_addcmul(gm: torch.fx.GraphModule) -> int:" in code
-    # the configuration item passes its argument, and CUDA graphs' outputs are cloned
-    assert 'patches.update(inductor_options("compute"))' in code
-    assert "return clone_outputs(compile_fx(gm, example_inputs, config_patches=patches))" in code
+    # the structure is the contract's (tests/test_contract_doc.py): the brief names the slots each item fills
+    assert "```python" not in work_order and "docs/optimized-workload-contract.md" in work_order
+    assert "its skeleton, with `NAME` = `conv_block`" in work_order
+    assert "- Slot: `def fuse_mul_add_to_addcmul(gm: torch.fx.GraphModule) -> int` in `FX_PASSES`" in work_order
+    # the CUDA-graph item's options come from its own pattern, and its outputs are cloned
+    assert '- Slot: `INDUCTOR_OPTIONS["cuda_graphs"] = cuda_graph_options()`' in work_order
+    assert "wrapped in `clone_outputs`, or validate's `output_caching` fails" in work_order
+    validate_line = next(argv for argv in printed_commands(work_order) if argv[1] == "validate")
+    assert Path(validate_line[validate_line.index("--optimizations") + 1]).name == "optimizations.json"
     benches = [argv for argv in printed_commands(work_order) if argv[1] == "bench"]
     assert [argv[argv.index("--baseline-mode") + 1] for argv in benches] == ["eager", "inductor", "free"]
     assert all(argv[argv.index("--output") + 1] == "examples/conv_block" for argv in benches)
@@ -394,8 +397,12 @@ def test_a_module_level_item_goes_into_optimize(loop: dict[str, Path], tmp_path:
     proposal = next(p for p in written if p.name == "proposal.md").read_text()
     work_order = next(p for p in written if p.name == "implementation.md").read_text()
     assert "Precision tier: **reduced**" in proposal
-    code = work_order.split("```python\n", 1)[1].split("```", 1)[0]
-    compile(code, "skeleton.py", "exec")
-    optimize = code.split("def optimize(", 1)[1]
-    assert 'APPLIED_PASSES["bf16_weights"] = 1' in optimize and "def bf16_weights(" not in code
+    item = work_order.split("### 1. Keep weights in bf16", 1)[1].split("###", 1)[0]
+    assert "- Slot: `optimize(model)`: a change to the model before `torch.compile`" in item
+    assert "def bf16_weights(" not in item
     assert "IR level `module`: a change to the nn.Module inside optimize(model)" in work_order
+    commands = [line for line in work_order.splitlines() if line.strip().startswith("operator-profiler ")]
+    validate = next(c for c in commands if " validate " in c)
+    free = next(c for c in commands if "--baseline-mode free" in c)
+    assert "--tier reduced" in validate and "--tier reduced" in free, "the plan's tier reaches validate and bench"
+    assert "best free recipe of the reduced tier" in work_order

@@ -165,20 +165,21 @@ def plan_commands(
     meta = inputs.baseline.capture_metadata
     baseline = show_path(plan.workload, project_dir)
     optimized = show_path(plan.optimized_workload or optimized_workload_path(plan.workload), project_dir)
-    tolerance: list[str] = []
-    if any(item.precision_change for item in plan.items):
-        tolerance = ["--tolerance", "float32=1e-2"]
+    options = ["--tier", plan.tier]  # the reduced tier holds float32 outputs to 1e-2 and records the tier
+    if inputs.optimizations_path is not None:  # planned_passes: every implemented item fired its own pass
+        options += ["--optimizations", show_path(inputs.optimizations_path, project_dir)]
     folder = show_path(Path(plan.workload).parent, project_dir)
     python = ["--python", meta.python_executable]
     return [
         CommandView(purpose="check the optimized workload (validation_report.json)",
-                    argv=[PROGRAM, "validate", baseline, optimized, *python, *tolerance, "--output", folder]),
+                    argv=[PROGRAM, "validate", baseline, optimized, *python, *options, "--output", folder]),
         *(CommandView(purpose=purpose, argv=[PROGRAM, "bench", baseline, optimized, *python, "--baseline-mode", mode,
-                                             "--output", folder])
-          for mode, purpose in (
-              ("eager", "measure the speedup over eager with its interval (bench.json)"),
-              ("inductor", "against the baseline under torch.compile (bench_vs_compile.json)"),
-              ("free", "against the best free recipe of the exact tier (bench_vs_free.json)"),
+                                             *extra, "--output", folder])
+          for mode, extra, purpose in (
+              ("eager", [], "measure the speedup over eager with its interval (bench.json)"),
+              ("inductor", [], "against the baseline under torch.compile (bench_vs_compile.json)"),
+              ("free", ["--tier", plan.tier],
+               f"against the best free recipe of the {plan.tier} tier (bench_vs_free.json)"),
           )),
         report_command(inputs, out_dir, project_dir, plan=True),
     ]
