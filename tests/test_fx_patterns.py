@@ -25,7 +25,7 @@ from torch import fx, nn
 
 PATTERNS = REPO / "knowledge" / "fx_patterns"
 NAMES = ("conv_bn_fold", "qkv_fusion", "sdpa_substitution", "dtype_autocast", "channels_last", "cuda_graphs",
-         "inductor_config", "graph_breaks", "bf16_weights")
+         "inductor_config", "graph_breaks", "bf16_weights", "whole_forward_graph", "tf32_scoped")
 
 
 def _load(name: str) -> ModuleType:
@@ -263,6 +263,43 @@ def test_sdpa_substitution_ignores_softmax_over_another_dim() -> None:
     assert targets(gm)[torch.softmax] == 1
 
 
+class CausalAttention(nn.Module):
+    """GPT-2's hand-written causal attention: a boolean lower-triangular buffer sliced from the top left."""
+
+    def __init__(self, n_positions: int = 8, triangle: bool = True) -> None:
+        super().__init__()
+        mask = torch.ones(n_positions, n_positions, dtype=torch.bool)
+        mask = mask.tril() if triangle else mask.triu()
+        self.register_buffer("mask", mask.view(1, 1, n_positions, n_positions), persistent=False)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        length = q.shape[-2]
+        scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / q.shape[-1] ** 0.5)
+        scores = scores.masked_fill(~self.mask[:, :, :length, :length], torch.finfo(scores.dtype).min)
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+@pytest.mark.parametrize("triangle", [True, False])
+def test_sdpa_substitution_turns_a_causal_masked_fill_into_is_causal(triangle: bool) -> None:
+    sdpa = _load("sdpa_substitution")
+    torch.manual_seed(0)
+    model = CausalAttention(triangle=triangle).eval()
+    args = tuple(torch.randn(2, 3, 6, 16) for _ in range(3))
+    gm, values = dynamo_graph(model, *args)
+    assert targets(gm)["masked_fill"] == 1
+    assert sdpa.substitute_sdpa(gm) == 0  # without the real buffer, the mask's values are unknown: no match
+    assert sdpa.substitute_sdpa(gm, values) == int(triangle)
+    after = targets(gm)
+    assert after[F.scaled_dot_product_attention] == int(triangle)
+    if triangle:
+        node = next(n for n in gm.graph.nodes if n.target is F.scaled_dot_product_attention)
+        assert node.kwargs["is_causal"] is True and node.kwargs["scale"] is None
+        assert after["masked_fill"] == 0 and after[torch.softmax] == 0
+    with torch.no_grad():
+        expected = model(*args)
+    torch.testing.assert_close(run_graph(gm, values), expected, rtol=1e-4, atol=1e-5)
+
+
 # --------------------------------------------------------------------------- dtype_autocast
 
 
@@ -450,3 +487,75 @@ def test_bf16_weights_are_cast_once_and_only_the_edges_are_cast_per_call() -> No
         low_out, (h, c) = pattern.keep_in_bf16(lstm)(seq)
     assert low_out.dtype == h.dtype == torch.float32
     assert (low_out - ref_out).abs().max() <= 2e-2
+
+
+# --------------------------------------------------------------------------- whole_forward_graph
+
+
+class Encoder(nn.Module):
+    """Embedding, LSTM and a head on the last hidden state (the shape of examples/lstm_sequence_encoder)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(50, 8)
+        self.lstm = nn.LSTM(8, 16, num_layers=2, batch_first=True)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        _, (h_n, _) = self.lstm(self.embedding(ids))
+        return self.head(h_n[-1])
+
+
+def test_whole_forward_graph_compiles_around_rnns_and_passes_through_without_cuda() -> None:
+    pattern = _load("whole_forward_graph")
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    ids = torch.randint(0, 50, (4, 7))
+    with torch.no_grad():
+        expected = model(ids)
+    graphs: list[fx.GraphModule] = []
+
+    def record(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=record)(ids)
+    assert graphs == [], "Dynamo skips the frame that calls the LSTM: plain torch.compile compiles nothing"
+    torch._dynamo.reset()  # forget the skipped frames (Module._call_impl's code among them)
+    assert pattern.compile_around_rnns(model, record) == 2  # the embedding and the head
+    assert sorted(name for name, _ in model.state_dict().items())[:2] == ["embedding.weight", "head.bias"]
+    captures: list[int] = []
+    run = pattern.graph_whole_forward(model, on_capture=lambda: captures.append(1))
+    with torch.no_grad():
+        got = run(ids)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert len(graphs) == 2 and not any(isinstance(m, nn.LSTM) for gm in graphs for m in gm.modules())
+    assert captures == [], "no CUDA graph is captured on the CPU"
+
+
+# --------------------------------------------------------------------------- tf32_scoped
+
+
+def test_tf32_is_on_inside_the_call_and_restored_after_it() -> None:
+    pattern = _load("tf32_scoped")
+    flags = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = tuple(f.allow_tf32 for f in flags)
+    seen: list[tuple[bool, ...]] = []
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        seen.append(tuple(f.allow_tf32 for f in flags))
+        if x.sum() < 0:
+            raise ValueError("negative")
+        return x * 2
+
+    for value in (False, True):
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = value
+        run = pattern.with_tf32(model)
+        torch.testing.assert_close(run(torch.ones(3)), torch.full((3,), 2.0))
+        with pytest.raises(ValueError):
+            run(-torch.ones(3))
+        assert seen[-2:] == [(True, True), (True, True)]
+        assert tuple(f.allow_tf32 for f in flags) == (value, value), "restored, also after an exception"
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

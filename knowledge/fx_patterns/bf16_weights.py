@@ -1,7 +1,8 @@
 """Keep weights and activations in bfloat16 end to end (model-level, IR level: module).
 
-`keep_in_bf16(model)` converts the model's floating parameters and buffers to bfloat16 once and wraps it so that
-floating inputs are cast to bfloat16 on the way in and floating outputs back to float32 on the way out. Unlike a
+`keep_in_bf16(model)` converts the model's floating parameters and buffers to bfloat16 once and hooks it so that
+floating inputs are cast to bfloat16 on the way in and floating outputs back to float32 on the way out (the same
+model object: module paths, and so the profiles' module names, are unchanged). Unlike a
 cast inside the graph (`dtype_autocast.py`), no kernel re-casts a weight on every call: the weights are stored in
 bfloat16, every GEMM, convolution and recurrent kernel (cuDNN's fused LSTM/GRU included) reads half the bytes,
 and the only casts left are the inputs' and the outputs'.
@@ -35,22 +36,21 @@ def _to(dtype: torch.dtype, value: Any) -> Any:
     return value
 
 
-class BF16Boundary(nn.Module):
-    """A bfloat16 model behind float32 edges: inputs cast in, outputs cast back (nothing else is cast)."""
+def keep_in_bf16(model: nn.Module, out_dtype: torch.dtype = torch.float32) -> nn.Module:
+    """The same model, its floating parameters and buffers converted to bfloat16 once, behind float32 edges:
+    a forward pre-hook casts floating inputs in and a forward hook casts floating outputs back (nothing else is
+    cast). The model object, its module paths and its state_dict keys stay the same."""
 
-    def __init__(self, inner: nn.Module, out_dtype: torch.dtype = torch.float32) -> None:
-        super().__init__()
-        self.inner = inner
-        self.out_dtype = out_dtype
+    def cast_in(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return tree_map(lambda v: _to(torch.bfloat16, v), (args, kwargs))
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        args, kwargs = tree_map(lambda v: _to(torch.bfloat16, v), (args, kwargs))
-        return tree_map(lambda v: _to(self.out_dtype, v), self.inner(*args, **kwargs))
+    def cast_out(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
+        return tree_map(lambda v: _to(out_dtype, v), output)
 
-
-def keep_in_bf16(model: nn.Module) -> BF16Boundary:
-    """The model with its floating parameters and buffers in bfloat16, behind float32 inputs and outputs."""
-    return BF16Boundary(model.to(torch.bfloat16))
+    model.to(torch.bfloat16)
+    model.register_forward_pre_hook(cast_in, with_kwargs=True)
+    model.register_forward_hook(cast_out, with_kwargs=True)
+    return model
 
 
 def weight_dtypes(model: nn.Module) -> set[torch.dtype]:

@@ -15,8 +15,13 @@ kernel in the window.
 
 Expected gain: the score matrix's round trips to DRAM go away: attention time falls by roughly the
 softmax/scale/mask kernels' share plus part of the two GEMMs, growing with sequence length (2-4× on the
-attention block at L ≥ 512 is common; small at L ≤ 64). Causal masks written as `masked_fill` with a
-boolean triangle are not matched: pass `is_causal=True` by hand.
+attention block at L ≥ 512 is common; small at L ≤ 64).
+
+Causal masks: `scores.masked_fill(~mask[..., :Lq, :Lk], very_negative)` (GPT-2 style: a boolean lower-triangular
+buffer sliced from the top left) becomes `is_causal=True`, which SDPA aligns to the top left too. The buffer's
+values are checked when the graph is compiled (pass the backend's `example_inputs`: Dynamo lifts buffers to
+graph inputs), so a mask that is not a lower triangle is left alone; a buffer rewritten after compilation is
+not re-checked.
 Self-contained (torch only): copy it into an optimized workload.
 """
 
@@ -76,6 +81,50 @@ def _probabilities(node: Any) -> fx.Node | None:
     return node if (_call(node, SOFTMAX_TARGETS) or is_method) and len(node.users) == 1 else None
 
 
+def _tensor_of(gm: fx.GraphModule, node: Any, example_inputs: list[Any] | None) -> torch.Tensor | None:
+    """The real tensor behind a graph input or an attribute, when the backend's example inputs are given."""
+    if not isinstance(node, fx.Node):
+        return None
+    if node.op == "get_attr":
+        value: Any = gm
+        for part in str(node.target).split("."):
+            value = getattr(value, part, None)
+        return value if isinstance(value, torch.Tensor) else None
+    if node.op == "placeholder" and example_inputs is not None:
+        index = [n for n in gm.graph.nodes if n.op == "placeholder"].index(node)
+        value = example_inputs[index] if index < len(example_inputs) else None
+        return value if isinstance(value, torch.Tensor) else None
+    return None
+
+
+def _top_left(index: Any, ndim: int) -> bool:
+    """True for an index of plain slices from 0 (e.g. `[:, :, :L, :L]`)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return len(parts) <= ndim and all(
+        isinstance(p, slice) and p.start in (None, 0) and p.step in (None, 1) for p in parts
+    )
+
+
+def _causal(gm: fx.GraphModule, node: Any, example_inputs: list[Any] | None) -> Any:
+    """The scores under `scores.masked_fill(~tril[:, :, :Lq, :Lk], very_negative)`, else None."""
+    is_method = isinstance(node, fx.Node) and node.op == "call_method" and node.target == "masked_fill"
+    if not (is_method or _call(node, (torch.masked_fill,))) or len(node.users) != 1 or len(node.args) != 3:
+        return None
+    scores, keep_out, fill = node.args
+    if not isinstance(fill, numbers.Real) or fill > -1e30 or not _call(keep_out, (operator.invert, torch.bitwise_not)):
+        return None
+    sliced = keep_out.args[0]
+    if not _call(sliced, (operator.getitem,)):
+        return None
+    buffer, index = sliced.args
+    mask = _tensor_of(gm, buffer, example_inputs)
+    if mask is None or mask.dtype != torch.bool or mask.dim() < 2 or not _top_left(index, mask.dim()):
+        return None
+    rows, cols = mask.shape[-2:]
+    triangle = torch.ones(rows, cols, dtype=torch.bool, device=mask.device).tril()
+    return scores if bool((mask == triangle).all()) else None
+
+
 def _unscale(node: Any) -> tuple[Any, float | None, Any]:
     """(scores before scaling, scale or None, additive mask or None) of the softmax input."""
     mask = None
@@ -92,8 +141,10 @@ def _unscale(node: Any) -> tuple[Any, float | None, Any]:
     return node, None, mask
 
 
-def substitute_sdpa(gm: fx.GraphModule) -> int:
-    """Rewrite each matched attention as one `scaled_dot_product_attention` call; return how many."""
+def substitute_sdpa(gm: fx.GraphModule, example_inputs: list[Any] | None = None) -> int:
+    """Rewrite each matched attention as one `scaled_dot_product_attention` call; return how many. With the
+    backend's `example_inputs`, a causal `masked_fill` of a lower-triangular boolean buffer becomes
+    `is_causal=True`."""
     graph = gm.graph
     count = 0
     for out in list(graph.nodes):
@@ -103,7 +154,9 @@ def substitute_sdpa(gm: fx.GraphModule) -> int:
         softmax = _probabilities(probs_node)
         if softmax is None:
             continue
-        scores, scale, mask = _unscale(_softmax_input(softmax))
+        logits = _softmax_input(softmax)
+        causal_scores = _causal(gm, logits, example_inputs)
+        scores, scale, mask = _unscale(logits if causal_scores is None else causal_scores)
         if not _call(scores, MATMUL_TARGETS) or len(scores.users) != 1:
             continue
         query, key_t = scores.args
@@ -111,7 +164,11 @@ def substitute_sdpa(gm: fx.GraphModule) -> int:
         if key is None or isinstance(mask, numbers.Real):
             continue
         head_dim = query.meta["example_value"].shape[-1] if "example_value" in query.meta else None
+        if causal_scores is not None and mask is not None:
+            continue
         kwargs: dict[str, Any] = {"attn_mask": mask, "scale": 1.0 if scale is None else scale}
+        if causal_scores is not None:
+            kwargs = {"is_causal": True, "scale": kwargs["scale"]}
         if scale is not None and head_dim and abs(scale * float(head_dim) ** 0.5 - 1.0) < 1e-6:
             kwargs["scale"] = None  # the default 1/sqrt(E): let SDPA pick it
         with graph.inserting_before(out):

@@ -93,6 +93,16 @@ class _Side:
         args, kwargs = self.calls[index % len(self.calls)]
         self.fn(*args, **kwargs)
 
+    @staticmethod
+    def begin_step() -> None:
+        """Tell CUDA graph trees a new step begins: both sides' compiled CUDA graphs share one tree per device,
+        and without a step boundary each interleaved call finds the other's outputs alive and re-records."""
+        import torch
+
+        mark = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
+        if mark is not None and torch.cuda.is_available():
+            mark()
+
 
 class _Timer:
     """Per-call timing: CUDA events on a GPU (read once per round), perf_counter_ns on the CPU."""
@@ -109,6 +119,7 @@ class _Timer:
         if self.cuda:
             start = self._torch.cuda.Event(enable_timing=True)
             end = self._torch.cuda.Event(enable_timing=True)
+            side.begin_step()
             start.record()
             side.call(index)
             end.record()
@@ -135,6 +146,7 @@ def _warm_up(sides: list[_Side], warmup: int) -> None:
     for side in sides:
         synchronize()
         t0 = time.perf_counter_ns()
+        side.begin_step()
         side.call(0)
         synchronize()
         side.first_call_ns = time.perf_counter_ns() - t0
@@ -142,6 +154,7 @@ def _warm_up(sides: list[_Side], warmup: int) -> None:
     for i in range(1, max(warmup, 1)):
         for side in sides:
             t0 = time.perf_counter_ns()
+            side.begin_step()
             side.call(i)
             synchronize()
             side.warmup_time_ns += time.perf_counter_ns() - t0
