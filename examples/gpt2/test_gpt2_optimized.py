@@ -1,0 +1,29 @@
+"""Generated test of gpt2_optimized.py (the template in docs/optimized-workload-contract.md)."""
+
+from __future__ import annotations
+
+import gpt2 as baseline
+import gpt2_optimized as optimized
+import torch
+
+
+def test_backend_is_registered() -> None:
+    assert optimized.BACKEND_NAME in torch._dynamo.list_backends(exclude_tags=())
+
+
+def test_matches_baseline_and_applies_its_passes() -> None:
+    torch.manual_seed(0)
+    base_model, inputs = baseline.get_model_and_input()
+    torch.manual_seed(0)
+    model, _ = optimized.get_model_and_input()
+    model.load_state_dict(base_model.state_dict())
+    compiled = optimized.optimize(model)
+    with torch.no_grad():
+        expected = base_model(*inputs)
+        got = compiled(*inputs)
+    # reduced tier: TF32 GEMMs on a GPU (float32 on a CPU), compared at the reduced tier's tolerance
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * expected.abs().max().item())
+    assert optimized.APPLIED_PASSES.get("tf32_scoped", 0) >= 1
+    assert optimized.APPLIED_PASSES.get("sdpa_substitution", 0) == len(base_model.h)  # one per block
+    if expected.is_cuda:
+        assert optimized.APPLIED_PASSES.get("cuda_graphs", 0) >= 1

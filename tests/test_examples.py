@@ -1,0 +1,61 @@
+"""The committed example loops: each optimized workload's own test passes at the small scale on the CPU, and each
+folder's report agrees with the bench, validation and plan files it was rendered from (measured on the GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from mcp_server.loop import loop_status
+
+EXAMPLES = REPO / "examples"
+OPTIMIZED = sorted(p for p in EXAMPLES.glob("*/*_optimized.py") if not p.name.startswith("test_"))
+REPORTED = sorted(p.parent for p in EXAMPLES.glob("*/report.md"))
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("optimized", OPTIMIZED, ids=lambda p: p.parent.name)
+def test_the_optimized_workloads_own_test_passes_at_the_small_scale(optimized: Path) -> None:
+    test = optimized.with_name(f"test_{optimized.name}")
+    env = {**os.environ, "OPERATOR_PROFILER_EXAMPLE_SCALE": "small"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test.name],
+                          cwd=optimized.parent, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "2 passed" in done.stdout
+
+
+@pytest.mark.parametrize("folder", REPORTED, ids=lambda p: p.name)
+def test_the_report_states_the_numbers_of_the_files_beside_it(folder: Path) -> None:
+    report = (folder / "report.md").read_text(encoding="utf-8")
+    validation = _json(folder / "validation_report.json")
+    assert validation["passed"] and "**Validation: PASS**" in report
+    tier = _json(folder / "optimizations.json").get("tier", "exact")
+    assert validation.get("tier", "exact") == tier and f"({tier} precision tier)" in report
+    for name in ("bench.json", "bench_vs_compile.json", "bench_vs_free.json"):
+        speedup = _json(folder / name)["speedup"]
+        shown = f"{speedup['point']:.3f}× ({speedup['ci_low']:.3f}×–{speedup['ci_high']:.3f}×)"
+        assert shown in report, f"{name}: {shown} not in report.md"
+    free = _json(folder / "bench_vs_free.json")
+    assert free["tier"] == tier and free["device_name"] == _json(folder / "bench.json")["device_name"]
+
+
+@pytest.mark.parametrize("folder", [f for f in REPORTED if (f / "loop_state.json").is_file()], ids=lambda p: p.name)
+def test_the_loop_is_complete_but_for_what_its_folder_lacks(folder: Path, tmp_path: Path) -> None:
+    copy = Path(shutil.copytree(folder, tmp_path / folder.name))
+    for path in copy.rglob("*"):  # as checked out: modification times carry no order, the recorded hashes decide
+        os.utime(path, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    status = loop_status(copy / f"{folder.name}.py")
+    if (folder / "comparison.json").is_file():
+        assert status.next_stage is None, status.reason
+    else:  # compare refused these two profiles: the report was rendered without a comparison
+        assert status.next_stage == "compare" and status.reason == "missing: comparison.json, comparison.md"
