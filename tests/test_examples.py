@@ -59,3 +59,18 @@ def test_the_loop_is_complete_but_for_what_its_folder_lacks(folder: Path, tmp_pa
         assert status.next_stage is None, status.reason
     else:  # compare refused these two profiles: the report was rendered without a comparison
         assert status.next_stage == "compare" and status.reason == "missing: comparison.json, comparison.md"
+
+
+def test_an_eager_forward_calling_an_lstm_is_offered_the_whole_forward_graph_not_reduce_overhead(tmp_path: Path):
+    """lstm_sequence_encoder's H100 profile: Dynamo skips a forward that calls an RNN module, so neither
+    torch.compile's fusion nor mode='reduce-overhead' can remove its launch gaps."""
+    from mcp_server.analysis import analyze_profile
+    from mcp_server.schema.io import load_profile
+
+    profile_path = EXAMPLES / "lstm_sequence_encoder" / "profile.json"
+    analysis = analyze_profile(load_profile(profile_path), tmp_path, profile_path=profile_path, measure=False)
+    graphs = [o for o in analysis.opportunities if o.change_class == "cuda_graphs"]
+    assert len(graphs) == 1 and graphs[0].knowledge == "knowledge/fx_patterns/whole_forward_graph.py"
+    assert "reduce-overhead' cannot" in graphs[0].title and "rnn_operators=1" in graphs[0].triggers
+    fusion = [o for o in analysis.opportunities if o.change_class == "inductor_config"]
+    assert all(o.estimated_saving_ns <= o.kernel_time_saving_ns for o in fusion), "no launch gap is Inductor's"

@@ -23,6 +23,9 @@ from mcp_server.schema.profile import OperatorAttributedProfile
 
 PATTERNS = "knowledge/fx_patterns/{}.py"
 NOT_ADDITIVE = "; overlaps other launch-removing changes: savings are not additive"
+# Operators of nn.RNNBase modules: Dynamo skips a whole frame that calls one (torch._dynamo.config.allow_rnn is off)
+RNN_OPERATORS = frozenset({"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"})
+WHOLE_FORWARD = "whole_forward_graph"
 
 
 def _us(ns: float) -> str:
@@ -142,16 +145,24 @@ def build_opportunities(
         ))
 
     host_bound = "host_bound_window" in kinds or "tiny_kernel_swarm" in kinds
+    # torch.compile cannot reach an eager forward that calls an RNN module: Dynamo skips the frame
+    rnns = [op for op in profile.operators if op.operator_name in RNN_OPERATORS] if mode == "eager" else []
     if host_bound and mode != "cudagraphs" and placed:
         gap = rule("estimates", "graph_kernel_gap_ns")
         e2e = int(sum(max(0, p.gap_before_ns - gap) for p in placed[1:]))
         title = ("Capture the window in CUDA graphs: torch.compile(mode='reduce-overhead')" if mode == "eager"
                  else "Replay the compiled graph with CUDA graphs: mode='reduce-overhead'")
+        if rnns:
+            title = (f"Capture the whole forward in one CUDA graph, its {len(rnns)} RNN call(s) included "
+                     "(Dynamo skips a forward that calls an RNN module, so mode='reduce-overhead' cannot)")
         add(title, "cuda_graphs", ["host_bound_window", "tiny_kernel_swarm"], e2e, 0,
             f"estimate (upper bound): every idle gap between kernels shrinks to ~{_us(gap)} under graph replay "
             f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); "
             + ("gaps measured without the profiler" if health.unprofiled else "gaps inflated by profiler "
-               "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"])
+               "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"],
+            triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
+                             [f"rnn_operators={len(rnns)}"]]) if rnns else None,
+            knowledge=PATTERNS.format(WHOLE_FORWARD) if rnns else None)
     chains = _chains(placed, fusible) if mode == "eager" and fusible else []
     if chains:
         # upper bound: every fusible kernel may fuse into a neighbour, and Inductor may run the convolutions
@@ -162,7 +173,7 @@ def build_opportunities(
                      for group in _runs(profile, kinds[kind]) for i in group if i in by_id and i not in fusible}
         kernel = (sum(by_id[i].kernel.duration_ns for i in fusible) + sum(p.kernel.duration_ns for p in layouts)
                   + sum(by_id[i].kernel.duration_ns for i in attention))
-        if host_bound:  # compiled code launches with far less host work: every gap between kernels may shrink
+        if host_bound and not rnns:  # compiled code launches with far less host work: every gap may shrink
             inner = sum(p.gap_before_ns for p in placed[1:])
             e2e = min(inner + kernel, max(0, health.window_ns - placed[0].gap_before_ns))
             how = (f"and the compiled code's launches cost the host less, so every idle gap between kernels may "
@@ -170,6 +181,9 @@ def build_opportunities(
                    + ("measured without the profiler)" if health.unprofiled else "inflated by instrumentation)"))
             swarm = kinds["tiny_kernel_swarm"] if "tiny_kernel_swarm" in kinds else kinds["host_bound_window"]
             triggers = [*swarm.triggers]
+        elif rnns:  # Dynamo compiles only the submodules around the RNNs: no launch gap is the compiler's to remove
+            e2e, how, triggers = kernel, ("Dynamo skipping the forward that calls the RNN (compile the submodules "
+                                          "around it): no idle gap is counted"), [f"rnn_operators={len(rnns)}"]
         else:  # the GPU is the critical path: the memory passes fusion removes shorten it
             e2e, how, triggers = kernel, "the GPU being the critical path", []
         add(f"Fuse {len(fusible)} element-wise/normalisation kernels with torch.compile (Inductor)",
