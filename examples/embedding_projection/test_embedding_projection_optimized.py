@@ -1,0 +1,29 @@
+"""Generated test of embedding_projection_optimized.py (the template in docs/optimized-workload-contract.md)."""
+
+from __future__ import annotations
+
+import embedding_projection as baseline
+import embedding_projection_optimized as optimized
+import torch
+
+
+def test_backend_is_registered() -> None:
+    assert optimized.BACKEND_NAME in torch._dynamo.list_backends(exclude_tags=())
+
+
+def test_matches_baseline_and_applies_its_passes() -> None:
+    torch.manual_seed(0)
+    base_model, inputs = baseline.get_model_and_input()
+    torch.manual_seed(0)
+    model, _ = optimized.get_model_and_input()
+    model.load_state_dict(base_model.state_dict())
+    compiled = optimized.optimize(model)
+    with torch.no_grad():
+        expected = base_model(*inputs)
+        got = compiled(*inputs)
+    # exact tier: float32 throughout (cuDNN/cuBLAS may run TF32 where the baseline's settings allow it, in both)
+    rtol, atol = (1e-3, 1e-4) if expected.is_cuda else (1e-4, 1e-5)
+    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
+    assert optimized.APPLIED_PASSES.get("inductor_fusion", 0) >= 1
+    if expected.is_cuda:
+        assert optimized.APPLIED_PASSES.get("cuda_graphs", 0) >= 1
