@@ -46,6 +46,8 @@ def test_the_report_states_the_numbers_of_the_files_beside_it(folder: Path) -> N
         shown = f"{speedup['point']:.3f}× ({speedup['ci_low']:.3f}×–{speedup['ci_high']:.3f}×)"
         assert shown in report, f"{name}: {shown} not in report.md"
     free = _json(folder / "bench_vs_free.json")
+    autocast = free["baseline_mode"].endswith("-bf16")  # a reduced-tier recipe: timed, not validated
+    assert ("were timed, not validated" in report) == autocast
     assert free["tier"] == tier and free["device_name"] == _json(folder / "bench.json")["device_name"]
 
 

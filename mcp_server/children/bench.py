@@ -36,7 +36,7 @@ from mcp_server.children.common import (
     seed_all,
     synchronize,
 )
-from mcp_server.children.contract import BASELINE_RECIPES
+from mcp_server.children.contract import AUTOCAST_HOW, BASELINE_RECIPES
 
 MARKER = "operator_profiler_bench:"
 SIDES = ("baseline", "optimized")
@@ -59,7 +59,7 @@ def baseline_recipe(model: Any, recipe: str, device: str) -> tuple[Any, str]:
         with torch.autocast(device, dtype=torch.bfloat16):
             return compiled(*args, **kwargs)
 
-    return autocast, f"{how} under bf16 autocast"
+    return autocast, f"{how} {AUTOCAST_HOW}"
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -18,6 +18,7 @@ SCRIPT_WINDOW = re.compile(r"\bNvtxCapture\s*\(")
 COMPILE_MODES = ("eager", "inductor", "cudagraphs", "optimized")
 # How bench's child runs a baseline (the engine's `free` picks among them)
 BASELINE_RECIPES = ("eager", "inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16")
+AUTOCAST_HOW = "under bf16 autocast"  # how bench.json's `how_run` names a recipe run inside bf16 autocast
 PROFILERS = ("torch", "nvtx", "kernels", "none")
 
 MEASURE_RANGE = "operator_profiler::measure"
