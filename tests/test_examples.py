@@ -54,8 +54,10 @@ def test_the_report_states_the_numbers_of_the_files_beside_it(folder: Path) -> N
 @pytest.mark.parametrize("folder", [f for f in REPORTED if (f / "loop_state.json").is_file()], ids=lambda p: p.name)
 def test_the_loop_is_complete_but_for_what_its_folder_lacks(folder: Path, tmp_path: Path) -> None:
     copy = Path(shutil.copytree(folder, tmp_path / folder.name))
-    for path in copy.rglob("*"):  # as checked out: modification times carry no order, the recorded hashes decide
-        os.utime(path, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    # as a checkout writes them: in path order, a millisecond apart, which says nothing of how they were made
+    for step, path in enumerate(sorted(copy.rglob("*"))):
+        stamp = 1_700_000_000_000_000_000 + step * 1_000_000
+        os.utime(path, ns=(stamp, stamp))
     status = loop_status(copy / f"{folder.name}.py")
     if (folder / "comparison.json").is_file():
         assert status.next_stage is None, status.reason

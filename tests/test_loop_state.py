@@ -9,6 +9,7 @@ written here, as the agents would.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -176,6 +177,8 @@ def test_a_missing_optimized_workload_is_implement_next(loop: Path):
     assert status.reason == "missing: tiny_mlp_optimized.py, test_tiny_mlp_optimized.py"
     assert _checkpoint(status, "proposal.md").provenance == "mtime"
     (loop / "optimizations.json").write_text('{"changed": true}\n')  # the plan documents are now older than it
+    later = (loop / "proposal.md").stat().st_mtime_ns + 10_000_000_000  # beyond the slack for files written together
+    os.utime(loop / "optimizations.json", ns=(later, later))
     status = loop_status(loop / "tiny_mlp.py")
     assert (status.next_stage, _stage(status, "propose").status) == ("propose", "stale")
 

@@ -4,7 +4,8 @@ A checkpoint is `missing` when the file is absent; `stale` when it was computed 
 `failed` when it is current but holds a failed verdict (validation_report.json that did not pass); else `done`.
 Freshness comes from loop_state.json where a tool recorded the file (a recorded input whose sha256 differs from
 the file now, or that is gone, makes it stale), and from modification times for the files the agents write, or a
-recorded one that was rewritten since (an input newer than the file makes it stale). A checkpoint is judged
+recorded one that was rewritten since (an input newer than the file, by more than MTIME_SLACK_NS, makes it stale:
+files written together by a checkout, an archive's extraction or a copy carry no order). A checkpoint is judged
 against the inputs of its own stage and the stages before: a file a later stage writes (validate's bench.json)
 is that stage's business. A stage that writes a file again (bench's validation_report.json) is done only when
 that file was computed from the stage's first checkpoint (bench.json).
@@ -27,6 +28,13 @@ from mcp_server.schema.loop import CheckpointRecord
 from mcp_server.schema.proof import ValidationReport
 from mcp_server.schema.results import LoopCheckpoint, LoopStage, LoopStatusResult
 from mcp_server.schema.types import StageStatus
+
+MTIME_SLACK_NS = 2_000_000_000
+
+
+def _newer(path_ns: int | None, than_ns: int | None) -> bool:
+    """Whether a file was modified after another by more than MTIME_SLACK_NS."""
+    return (path_ns or 0) > (than_ns or 0) + MTIME_SLACK_NS
 
 
 class _Folder:
@@ -84,7 +92,7 @@ def _judge(folder: _Folder, index: int, template: str) -> tuple[StageStatus, str
         written = folder.mtime(path) or 0
         before = [t for t in stage.writes[:stage.writes.index(template)] if t not in RECORDED]
         for source in (*stage.reads, *(before if template in RECORDED else ())):
-            if source != template and (folder.mtime(folder.file(source)) or 0) > written:
+            if source != template and _newer(folder.mtime(folder.file(source)), written):
                 return "stale", f"{name} is stale: {file_name(source, folder.name)} is newer"
     if template == VALIDATION:
         try:
@@ -113,7 +121,7 @@ def _judge_rewrite(folder: _Folder, stage: Stage, template: str) -> tuple[StageS
             return "stale", f"{name} was not written from {source}: run {record.tool} again with it"
         if folder.sha256(first) != given.sha256:
             return "stale", f"{name} is stale: {source} changed since {record.tool} read it"
-    elif (folder.mtime(first) or 0) > (folder.mtime(path) or 0):
+    elif _newer(folder.mtime(first), folder.mtime(path)):
         return "stale", f"{name} is stale: {source} is newer (write it again from {source})"
     return "done", f"{name} is current (from {source})"
 
