@@ -19,7 +19,8 @@ from hooklib import emit, read_payload  # noqa: E402
 from nudges import NUDGES, kind_of  # noqa: E402
 
 MCP_PREFIX = "mcp__plugin_operator-profiler_operator-profiler__"
-WRITES_NOTHING = {"loop_status"}  # its result names the loop's files without writing any
+# The server's read-only tools (annotated read_only_hint): their results name files they did not write.
+WRITES_NOTHING = frozenset({"preflight", "top_operators", "operator_detail", "kernel_detail", "loop_status"})
 COPY_COMMANDS = ("cp", "mv", "install")
 
 

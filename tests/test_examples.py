@@ -3,6 +3,7 @@ folder's report agrees with the bench, validation and plan files it was rendered
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -78,3 +79,30 @@ def test_an_eager_forward_calling_an_lstm_is_offered_the_whole_forward_graph_not
     assert "reduce-overhead' cannot" in graphs[0].title and "rnn_operators=1" in graphs[0].triggers
     fusion = [o for o in analysis.opportunities if o.change_class == "inductor_config"]
     assert all(o.estimated_saving_ns <= o.kernel_time_saving_ns for o in fusion), "no launch gap is Inductor's"
+
+
+def _definitions(path: Path) -> dict[str, str]:
+    """Top-level functions, classes and constants of a file, by name, as syntax trees dumped to text."""
+    found: dict[str, str] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found[node.name] = ast.dump(node)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            found[node.targets[0].id] = ast.dump(node)
+    return found
+
+
+PATTERN_DEFINITIONS = [_definitions(p) for p in sorted((REPO / "knowledge" / "fx_patterns").glob("*.py"))]
+
+
+@pytest.mark.parametrize("optimized", OPTIMIZED, ids=lambda p: p.parent.name)
+def test_pattern_code_in_an_optimized_workload_is_the_patterns_own(optimized: Path) -> None:
+    """An optimized workload runs without operator-profiler, so it carries copies of the patterns it uses: each
+    copy is the knowledge pattern's code unchanged, so the pattern stays the one source."""
+    copied = 0
+    for name, code in _definitions(optimized).items():
+        sources = [d[name] for d in PATTERN_DEFINITIONS if name in d]
+        if sources:
+            assert code in sources, f"{optimized.name}: {name} differs from knowledge/fx_patterns/"
+            copied += 1
+    assert copied >= 1, "every optimized example uses at least one knowledge pattern"

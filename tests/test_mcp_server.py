@@ -3,6 +3,7 @@ recorded H200 run directories for GPU data, concurrency, cancellation, timeouts 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -139,6 +140,19 @@ def gpu_runs(project: Path) -> dict[str, Path]:
 # --------------------------------------------------------------------------- listing
 
 
+def _hook_module(name: str):
+    """A plugin hook script, imported the way Claude Code runs it (its folder on sys.path)."""
+    hooks = str(REPO / "hooks")
+    sys.path.insert(0, hooks)
+    try:
+        spec = importlib.util.spec_from_file_location(f"hook_{name}", REPO / "hooks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(hooks)
+
+
 def test_every_tool_is_listed_with_an_output_schema_and_hints():
     async def listing():
         async with Client(server) as client:
@@ -150,6 +164,7 @@ def test_every_tool_is_listed_with_an_output_schema_and_hints():
         assert t.description and "\n    " not in t.description, name
         assert t.output_schema and t.output_schema["type"] == "object", name
         assert t.annotations.read_only_hint is (name in READ_ONLY), name
+    assert _hook_module("post_tool_use").WRITES_NOTHING == READ_ONLY  # the hook reads no file from their results
     assert {"run_dir", "profile_path", "files", "interpreter"} <= set(tools["profile"].output_schema["properties"])
     assert tools["profile"].input_schema["properties"]["backend"]["enum"] == ["auto", "torch", "nsys"]
     assert tools["map"].annotations.destructive_hint is True

@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mcp_server.errors import ProfileFormatError
-from mcp_server.loop.stages import RECORDED
+from mcp_server.loop.stages import OPTIMIZATIONS, RECORDED
 from mcp_server.schema.io import read_text, write_model_atomic
 from mcp_server.schema.loop import LOOP_STATE_JSON, LOOP_STATE_VERSION, CheckpointRecord, InputRecord, LoopState
 from mcp_server.schema.types import LoopTool
@@ -50,7 +50,7 @@ def fingerprint(path: Path) -> str:
     """What a later stage depends on in a file, as a sha256: the bytes, except for optimizations.json, whose items'
     `status` and `status_reason` (set by the implement stage) are left out, so marking items implemented does not
     make the plan's own renderings stale. An optimizations.json that does not parse falls back to its bytes."""
-    if path.name == "optimizations.json":
+    if path.name == OPTIMIZATIONS:
         try:
             plan = json.loads(path.read_text(encoding="utf-8"))
             for item in plan.get("items", []):

@@ -55,7 +55,7 @@ class _Folder:
     def mtime(self, path: Path) -> int | None:
         return path.stat().st_mtime_ns if path.is_file() else None
 
-    def sha256(self, path: Path) -> str:
+    def fingerprint(self, path: Path) -> str:
         if path not in self._hashes:
             self._hashes[path] = fingerprint(path)
         return self._hashes[path]
@@ -64,7 +64,7 @@ class _Folder:
         """The file's record in loop_state.json, when there is one and it still describes the file."""
         record = self.records.get(file_name(template, self.name))
         path = self.file(template)
-        return record if record is not None and path.is_file() and self.sha256(path) == record.sha256 else None
+        return record if record is not None and path.is_file() and self.fingerprint(path) == record.sha256 else None
 
     def later(self, index: int) -> set[str]:
         """The files first written by the stages after stage `index`."""
@@ -86,7 +86,7 @@ def _judge(folder: _Folder, index: int, template: str) -> tuple[StageStatus, str
             where = folder.path / source.path
             if not where.is_file():
                 return "stale", f"{name} is stale: {source.path}, which {record.tool} read, is gone"
-            if folder.sha256(where) != source.sha256:
+            if folder.fingerprint(where) != source.sha256:
                 return "stale", f"{name} is stale: {source.path} changed since {record.tool} read it"
     else:
         written = folder.mtime(path) or 0
@@ -119,7 +119,7 @@ def _judge_rewrite(folder: _Folder, stage: Stage, template: str) -> tuple[StageS
         given = next((s for s in record.inputs if s.path == source), None)
         if given is None:
             return "stale", f"{name} was not written from {source}: run {record.tool} again with it"
-        if folder.sha256(first) != given.sha256:
+        if folder.fingerprint(first) != given.sha256:
             return "stale", f"{name} is stale: {source} changed since {record.tool} read it"
     elif _newer(folder.mtime(first), folder.mtime(path)):
         return "stale", f"{name} is stale: {source} is newer (write it again from {source})"
