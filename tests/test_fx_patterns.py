@@ -25,7 +25,8 @@ from torch import fx, nn
 
 PATTERNS = REPO / "knowledge" / "fx_patterns"
 NAMES = ("conv_bn_fold", "qkv_fusion", "sdpa_substitution", "dtype_autocast", "channels_last", "cuda_graphs",
-         "inductor_config", "graph_breaks", "bf16_weights", "whole_forward_graph", "tf32_scoped")
+         "inductor_config", "graph_breaks", "bf16_weights", "whole_forward_graph", "tf32_scoped",
+         "fp16_weights")
 
 
 def _load(name: str) -> ModuleType:
@@ -279,12 +280,13 @@ class CausalAttention(nn.Module):
         return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
-@pytest.mark.parametrize("triangle", [True, False])
-def test_sdpa_substitution_turns_a_causal_masked_fill_into_is_causal(triangle: bool) -> None:
+@pytest.mark.parametrize("triangle, dtype", [(True, torch.float32), (False, torch.float32), (True, torch.float16)])
+def test_sdpa_substitution_turns_a_causal_masked_fill_into_is_causal(triangle: bool, dtype: torch.dtype) -> None:
+    """float16 scores (under float16 autocast) are filled with finfo(float16).min = -65504: still a causal mask."""
     sdpa = _load("sdpa_substitution")
     torch.manual_seed(0)
     model = CausalAttention(triangle=triangle).eval()
-    args = tuple(torch.randn(2, 3, 6, 16) for _ in range(3))
+    args = tuple(torch.randn(2, 3, 6, 16, dtype=dtype) for _ in range(3))
     gm, values = dynamo_graph(model, *args)
     assert targets(gm)["masked_fill"] == 1
     assert sdpa.substitute_sdpa(gm) == 0  # without the real buffer, the mask's values are unknown: no match
@@ -297,7 +299,8 @@ def test_sdpa_substitution_turns_a_causal_masked_fill_into_is_causal(triangle: b
         assert after["masked_fill"] == 0 and after[torch.softmax] == 0
     with torch.no_grad():
         expected = model(*args)
-    torch.testing.assert_close(run_graph(gm, values), expected, rtol=1e-4, atol=1e-5)
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(run_graph(gm, values), expected, rtol=tolerance, atol=tolerance)
 
 
 # --------------------------------------------------------------------------- dtype_autocast
@@ -559,3 +562,61 @@ def test_tf32_is_on_inside_the_call_and_restored_after_it() -> None:
         assert seen[-2:] == [(True, True), (True, True)]
         assert tuple(f.allow_tf32 for f in flags) == (value, value), "restored, also after an exception"
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+# --------------------------------------------------------------------------- fp16_weights
+
+
+class TiedHead(nn.Module):
+    """Embedding, a Linear, a LayerNorm and a head tied to the embedding (GPT-2's lm_head/wte)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(40, 24)
+        self.fc = nn.Linear(24, 24)
+        self.norm = nn.LayerNorm(24)
+        self.head = nn.Linear(24, 40, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(torch.relu(self.fc(self.wte(ids)))))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fp16_weights_are_stored_once_and_no_weight_is_cast_per_call(dtype: torch.dtype) -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    pattern = _load("fp16_weights")
+    torch.manual_seed(0)
+    model = TiedHead().eval()
+    ids = torch.randint(0, 40, (4, 6))
+    with torch.no_grad():
+        reference = model(ids)
+    keys = list(model.state_dict())
+    pattern.cast_matmul_weights(model, dtype)
+    assert list(model.state_dict()) == keys, "module paths and state_dict keys unchanged"
+    assert model.fc.weight.dtype == model.fc.bias.dtype == dtype
+    assert model.head.weight is model.wte.weight and model.wte.weight.dtype == dtype, "the tied weight follows"
+    assert model.norm.weight.dtype == torch.float32, "normalisations keep float32"
+    weight_shapes = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}
+
+    class Casts(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shapes: list[tuple[int, ...]] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype):
+                self.shapes.append(tuple(args[0].shape))
+            return func(*args, **(kwargs or {}))
+
+    seen: list[bool] = []
+    model.fc.register_forward_pre_hook(lambda *_: seen.append(torch.is_autocast_enabled("cpu")))
+    run = pattern.with_autocast(model, dtype)
+    with torch.no_grad(), Casts() as casts:
+        out = run(ids)
+    assert seen == [True] and not torch.is_autocast_enabled("cpu"), "autocast on during the call only"
+    assert not weight_shapes & set(casts.shapes), f"a weight was cast during the call: {casts.shapes}"
+    assert out.dtype == torch.float32, "the autocast dtype comes back as float32"
+    rms = reference.pow(2).mean().sqrt().item()
+    torch.testing.assert_close(out, reference, rtol=1e-2 if dtype == torch.float16 else 4e-2, atol=1e-2 * rms)

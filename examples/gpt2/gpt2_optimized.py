@@ -1,10 +1,12 @@
 """gpt2, optimized for inference on the GPU in the reduced precision tier (evidence: examples/gpt2/analysis.json, H100).
 
-1. `tf32_scoped` (module level, knowledge/fx_patterns/tf32_scoped.py): 73 float32 GEMMs run on CUDA cores
-   (tensor pipe 0 %, 4.46 ms of kernel time); they run on TF32 tensor cores while this model runs, and the
-   process-wide settings are restored after each call. BF16 weights (knowledge/fx_patterns/bf16_weights.py)
-   were implemented first: 4.37x over eager and 1.24x over the best free recipe on the H100, but the logits'
-   max relative error was 4.1-4.5 % > the reduced tier's 1e-2, so that version failed validation.
+1. `fp16_weights` (module level, knowledge/fx_patterns/fp16_weights.py): 73 float32 GEMMs run on CUDA cores
+   (tensor pipe 0 %, 4.46 ms of kernel time). The Linear weights (the tied lm_head/wte included) are stored in
+   float16 once and each call runs under float16 autocast, outputs returned as float32: FP16 tensor cores
+   without autocast's per-call weight casts. Tried before it, on the H100: BF16 weights (bf16_weights.py),
+   4.37x over eager but the logits' max relative error was 4.1-4.5 % > the reduced tier's 1e-2 (FAIL); TF32
+   (tf32_scoped.py), PASS at 4.5e-3 but 1.088x over the best free recipe. FP16 keeps TF32's 10 mantissa bits
+   at BF16's tensor-core rate.
 2. `sdpa_substitution` (functional FX pass, knowledge/fx_patterns/sdpa_substitution.py): each of the 12
    hand-written causal attentions (matmul, scale, masked_fill with the lower-triangular buffer, softmax,
    matmul: 120 kernels) becomes one `scaled_dot_product_attention(..., is_causal=True)` call (one fused
@@ -24,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from gpt2 import get_model_and_input  # noqa: F401 - same model and inputs as the baseline
-from torch import fx
+from torch import fx, nn
 from torch.utils._pytree import tree_map
 
 BACKEND_NAME = "gpt2_opt"
@@ -100,13 +102,22 @@ def _top_left(index: Any, ndim: int) -> bool:
     )
 
 
+def _masks_out(fill: float, scores: Any) -> bool:
+    """True when `fill` removes a score from the softmax: at most -1e30, or the lowest value of the scores'
+    dtype (`torch.finfo(dtype).min`, -65504 for float16 scores under autocast)."""
+    value = scores.meta.get("example_value") if isinstance(scores, fx.Node) else None
+    lowest = torch.finfo(value.dtype).min if isinstance(value, torch.Tensor) and value.is_floating_point() else -1e30
+    return fill <= max(lowest, -1e30)
+
+
 def _causal(gm: fx.GraphModule, node: Any, example_inputs: list[Any] | None) -> Any:
     """The scores under `scores.masked_fill(~tril[:, :, :Lq, :Lk], very_negative)`, else None."""
     is_method = isinstance(node, fx.Node) and node.op == "call_method" and node.target == "masked_fill"
     if not (is_method or _call(node, (torch.masked_fill,))) or len(node.users) != 1 or len(node.args) != 3:
         return None
     scores, keep_out, fill = node.args
-    if not isinstance(fill, numbers.Real) or fill > -1e30 or not _call(keep_out, (operator.invert, torch.bitwise_not)):
+    if not isinstance(fill, numbers.Real) or not _masks_out(fill, scores) \
+            or not _call(keep_out, (operator.invert, torch.bitwise_not)):
         return None
     sliced = keep_out.args[0]
     if not _call(sliced, (operator.getitem,)):
@@ -178,18 +189,6 @@ def substitute_sdpa(gm: fx.GraphModule, example_inputs: list[Any] | None = None)
     return count
 
 
-def with_tf32(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` with TF32 on for cuBLAS and cuDNN during each call; the previous settings restored afterwards."""
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
-
-    return run
 
 
 def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
@@ -199,6 +198,35 @@ def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
         return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, compiled(*args))
 
     return run
+
+MATMUL_MODULES: tuple[type[nn.Module], ...] = (
+    nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+)
+
+
+def cast_matmul_weights(model: nn.Module, dtype: torch.dtype = torch.float16) -> nn.Module:
+    """The same model with the parameters of its Linear and convolution modules stored in `dtype` once, in
+    place; every other parameter and buffer (norms, embeddings not tied to a Linear) keeps its dtype."""
+    for module in model.modules():
+        if isinstance(module, MATMUL_MODULES):
+            module.to(dtype)
+    return model
+
+
+def with_autocast(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) -> Callable[..., Any]:
+    """`fn` run under `torch.autocast(dtype=dtype)` on the device of its tensor arguments (CUDA when any is on
+    CUDA, else CPU); outputs in `dtype` come back as float32, every other output unchanged."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        leaves: list[Any] = []
+        tree_map(leaves.append, (args, kwargs))
+        device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
+        with torch.autocast(device, dtype=dtype):
+            out = fn(*args, **kwargs)
+        return tree_map(lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == dtype else v, out)
+
+    return run
+
 
 @torch._dynamo.register_backend(name=BACKEND_NAME)
 def gpt2_backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
@@ -216,6 +244,7 @@ def gpt2_backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
 
 
 def optimize(model: torch.nn.Module) -> Any:
-    """The model compiled with this workload's registered backend, its calls run with TF32 on."""
-    APPLIED_PASSES["tf32_scoped"] = APPLIED_PASSES.get("tf32_scoped", 0) + 1
-    return with_tf32(torch.compile(model, backend=BACKEND_NAME))
+    """The model, its Linear weights stored in float16, compiled with this workload's registered backend and
+    run under float16 autocast (outputs returned as float32)."""
+    APPLIED_PASSES["fp16_weights"] = APPLIED_PASSES.get("fp16_weights", 0) + 1
+    return with_autocast(torch.compile(cast_matmul_weights(model), backend=BACKEND_NAME))

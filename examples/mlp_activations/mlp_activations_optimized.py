@@ -1,11 +1,13 @@
 """mlp_activations, optimized for inference on the GPU in the reduced precision tier (evidence:
 examples/mlp_activations/analysis.json, H100).
 
-1. `tf32_scoped` (module level, knowledge/fx_patterns/tf32_scoped.py): the nine float32 GEMMs hold 1.044 ms of
-   the 1.065 ms kernel time, on CUDA cores (tensor pipe 0 %). They run on TF32 tensor cores while this model
-   runs; the process-wide settings are restored after each call. BF16 weights (knowledge/fx_patterns/
-   bf16_weights.py) were tried first and missed the reduced tier: max relative error 1.6-1.9 % > 1e-2 on the
-   H100 (validation of that version); TF32 keeps 3 more mantissa bits.
+1. `fp16_weights` (module level, knowledge/fx_patterns/fp16_weights.py): the nine float32 GEMMs hold 1.044 ms
+   of the 1.065 ms kernel time, on CUDA cores (tensor pipe 0 %). Their weights are stored in float16 once and
+   each call runs under float16 autocast, outputs returned as float32: FP16 tensor cores without autocast's
+   per-call weight casts (16 MB read and 8 MB written per 2048x2048 weight). Tried before it, on the H100: BF16
+   weights (bf16_weights.py), max relative error 1.6-1.9 % > the reduced tier's 1e-2 (FAIL); TF32
+   (tf32_scoped.py), PASS at 2.2e-3 but 0.993x the best free recipe. FP16 keeps TF32's 10 mantissa bits at
+   BF16's tensor-core rate.
 2. `cuda_graphs` (inductor-config, knowledge/fx_patterns/cuda_graphs.py): once the GEMMs are short, the 17
    launches are a large share of the window; Inductor compiles the graph with CUDA graphs on and the outputs
    cloned.
@@ -18,24 +20,13 @@ from typing import Any
 
 import torch
 from mlp_activations import get_model_and_input  # noqa: F401 - same model and inputs as the baseline
+from torch import nn
 from torch.utils._pytree import tree_map
 
 BACKEND_NAME = "mlp_activations_opt"
 APPLIED_PASSES: dict[str, int] = {}
 
 
-def with_tf32(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` with TF32 on for cuBLAS and cuDNN during each call; the previous settings restored afterwards."""
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
-
-    return run
 
 
 def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
@@ -43,6 +34,35 @@ def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
 
     def run(*args: Any) -> Any:
         return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, compiled(*args))
+
+    return run
+
+
+MATMUL_MODULES: tuple[type[nn.Module], ...] = (
+    nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+)
+
+
+def cast_matmul_weights(model: nn.Module, dtype: torch.dtype = torch.float16) -> nn.Module:
+    """The same model with the parameters of its Linear and convolution modules stored in `dtype` once, in
+    place; every other parameter and buffer (norms, embeddings not tied to a Linear) keeps its dtype."""
+    for module in model.modules():
+        if isinstance(module, MATMUL_MODULES):
+            module.to(dtype)
+    return model
+
+
+def with_autocast(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) -> Callable[..., Any]:
+    """`fn` run under `torch.autocast(dtype=dtype)` on the device of its tensor arguments (CUDA when any is on
+    CUDA, else CPU); outputs in `dtype` come back as float32, every other output unchanged."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        leaves: list[Any] = []
+        tree_map(leaves.append, (args, kwargs))
+        device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
+        with torch.autocast(device, dtype=dtype):
+            out = fn(*args, **kwargs)
+        return tree_map(lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == dtype else v, out)
 
     return run
 
@@ -59,6 +79,7 @@ def mlp_activations_backend(gm: torch.fx.GraphModule, example_inputs: list[Any])
 
 
 def optimize(model: torch.nn.Module) -> Any:
-    """The model compiled with this workload's registered backend, its calls run with TF32 on."""
-    APPLIED_PASSES["tf32_scoped"] = APPLIED_PASSES.get("tf32_scoped", 0) + 1
-    return with_tf32(torch.compile(model, backend=BACKEND_NAME))
+    """The model, its Linear weights stored in float16, compiled with this workload's registered backend and
+    run under float16 autocast (outputs returned as float32)."""
+    APPLIED_PASSES["fp16_weights"] = APPLIED_PASSES.get("fp16_weights", 0) + 1
+    return with_autocast(torch.compile(cast_matmul_weights(model), backend=BACKEND_NAME))

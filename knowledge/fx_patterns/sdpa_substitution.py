@@ -18,10 +18,11 @@ softmax/scale/mask kernels' share plus part of the two GEMMs, growing with seque
 attention block at L ≥ 512 is common; small at L ≤ 64).
 
 Causal masks: `scores.masked_fill(~mask[..., :Lq, :Lk], very_negative)` (GPT-2 style: a boolean lower-triangular
-buffer sliced from the top left) becomes `is_causal=True`, which SDPA aligns to the top left too. The buffer's
-values are checked when the graph is compiled (pass the backend's `example_inputs`: Dynamo lifts buffers to
-graph inputs), so a mask that is not a lower triangle is left alone; a buffer rewritten after compilation is
-not re-checked.
+buffer sliced from the top left; `very_negative` at most -1e30 or the scores' dtype's lowest value, e.g.
+`torch.finfo(scores.dtype).min`, -65504 under float16 autocast) becomes `is_causal=True`, which SDPA aligns to
+the top left too. The buffer's values are checked when the graph is compiled (pass the backend's
+`example_inputs`: Dynamo lifts buffers to graph inputs), so a mask that is not a lower triangle is left alone; a
+buffer rewritten after compilation is not re-checked.
 Self-contained (torch only): copy it into an optimized workload.
 """
 
@@ -105,13 +106,22 @@ def _top_left(index: Any, ndim: int) -> bool:
     )
 
 
+def _masks_out(fill: float, scores: Any) -> bool:
+    """True when `fill` removes a score from the softmax: at most -1e30, or the lowest value of the scores'
+    dtype (`torch.finfo(dtype).min`, -65504 for float16 scores under autocast)."""
+    value = scores.meta.get("example_value") if isinstance(scores, fx.Node) else None
+    lowest = torch.finfo(value.dtype).min if isinstance(value, torch.Tensor) and value.is_floating_point() else -1e30
+    return fill <= max(lowest, -1e30)
+
+
 def _causal(gm: fx.GraphModule, node: Any, example_inputs: list[Any] | None) -> Any:
     """The scores under `scores.masked_fill(~tril[:, :, :Lq, :Lk], very_negative)`, else None."""
     is_method = isinstance(node, fx.Node) and node.op == "call_method" and node.target == "masked_fill"
     if not (is_method or _call(node, (torch.masked_fill,))) or len(node.users) != 1 or len(node.args) != 3:
         return None
     scores, keep_out, fill = node.args
-    if not isinstance(fill, numbers.Real) or fill > -1e30 or not _call(keep_out, (operator.invert, torch.bitwise_not)):
+    if not isinstance(fill, numbers.Real) or not _masks_out(fill, scores) \
+            or not _call(keep_out, (operator.invert, torch.bitwise_not)):
         return None
     sliced = keep_out.args[0]
     if not _call(sliced, (operator.getitem,)):

@@ -169,7 +169,9 @@ def _report(
     tf32 = [k for k in ("cuda_matmul_allow_tf32", "cudnn_allow_tf32") if flags.get(k)]
     precision = None
     if flags:
-        regime = "float32 outputs held to the tf32 class" if raw.get("tf32") else "float32 outputs held to float32"
+        cls = "tf32" if raw.get("tf32") else "float32"
+        rtol = raw.get("tolerances", {}).get(cls)
+        regime = f"float32 outputs held to the {cls} class" + (f" (rtol {rtol:g})" if rtol is not None else "")
         allowed = f"TF32 allowed by {', '.join(tf32)}" if tf32 else "TF32 off"
         precision = f"float32 matmul precision {flags.get('float32_matmul_precision')!r}; {allowed}; {regime}"
     try:

@@ -99,6 +99,7 @@ class PlanView(BaseModel):
     window: WindowView
     hotspots: list[HotspotView]
     items: list[ItemView]
+    rejected: list[ItemView] = Field(default_factory=list)
     not_proposed: list[str]
     tier: str = "exact"
     diagnosis: str | None = None
@@ -191,13 +192,16 @@ def build_plan_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> P
     if plan is None:
         raise ValueError("proposal.md and implementation.md need optimizations.json")
     commands = plan_commands(inputs, plan, out_dir, project_dir)
+    views = item_views(plan)
     optimized = show_path(plan.optimized_workload or optimized_workload_path(plan.workload), project_dir)
     return PlanView(
         workload=show_path(plan.workload, project_dir), optimized_workload=optimized,
         test_file=show_path(generated_test_path(Path(optimized)), project_dir),
         backend_name=f"{Path(plan.workload).stem}_opt", device=device_view(inputs.baseline), window=_window(inputs),
-        hotspots=hotspots(inputs.baseline), items=item_views(plan), not_proposed=plan.not_proposed, tier=plan.tier,
+        hotspots=hotspots(inputs.baseline), items=[i for i in views if i.status != "rejected"],
+        rejected=[i for i in views if i.status == "rejected"], not_proposed=plan.not_proposed, tier=plan.tier,
         diagnosis=diagnosis_text(inputs.analysis) if inputs.analysis else None,
         opportunities=residual_from_analysis(inputs.analysis, []) if inputs.analysis else [],
-        ir_levels=IR_LEVEL_HOW, precision_change=any(i.precision_change for i in plan.items), commands=commands,
+        ir_levels=IR_LEVEL_HOW, commands=commands,
+        precision_change=any(i.precision_change for i in plan.items if i.status != "rejected"),
     )

@@ -125,7 +125,7 @@ class OptimizationPlan(_Model):
     created_at: str
     tier: Tier = Field(
         default="exact", description="Precision tier the user chose: 'exact' keeps fp32 everywhere (no item may "
-        "change precision); 'reduced' allows BF16/TF32 compute, validated at the reduced tolerance.",
+        "change precision); 'reduced' allows BF16/FP16/TF32 compute, validated at the reduced tolerance.",
     )
     items: list[OptimizationItem] = Field(min_length=1)
     not_proposed: list[str] = Field(

@@ -25,7 +25,7 @@ BaselineMode = Literal["eager", "inductor", "reduce-overhead", "inductor-bf16", 
 optionally inside bf16 autocast; or `free`: the fastest of the free recipes of the precision tier."""
 
 Tier = Literal["exact", "reduced"]
-"""Precision tier: `exact` keeps fp32 everywhere; `reduced` allows BF16/TF32 compute within a stated tolerance."""
+"""Precision tier: `exact` keeps fp32 everywhere; `reduced` allows BF16/FP16/TF32 compute within a stated tolerance."""
 
 StageName = Literal[
     "preflight", "profile", "propose", "implement", "validate", "reprofile", "compare", "bench", "report"
