@@ -95,7 +95,10 @@ def _definitions(path: Path) -> dict[str, str]:
 PATTERN_DEFINITIONS = [_definitions(p) for p in sorted((REPO / "knowledge" / "fx_patterns").glob("*.py"))]
 
 
-@pytest.mark.parametrize("optimized", OPTIMIZED, ids=lambda p: p.parent.name)
+OWN_OPTIMIZED = sorted((REPO / "scripts" / "gpu_workloads").glob("*_optimized.py"))
+
+
+@pytest.mark.parametrize("optimized", OPTIMIZED + OWN_OPTIMIZED, ids=lambda p: p.stem)
 def test_pattern_code_in_an_optimized_workload_is_the_patterns_own(optimized: Path) -> None:
     """An optimized workload runs without operator-profiler, so it carries copies of the patterns it uses: each
     copy is the knowledge pattern's code unchanged, so the pattern stays the one source."""
