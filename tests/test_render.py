@@ -406,3 +406,44 @@ def test_a_module_level_item_goes_into_optimize(loop: dict[str, Path], tmp_path:
     free = next(c for c in commands if "--baseline-mode free" in c)
     assert "--tier reduced" in validate and "--tier reduced" in free, "the plan's tier reaches validate and bench"
     assert "best free recipe of the reduced tier" in work_order
+
+
+@pytest.mark.parametrize("example, says", [
+    ("sdpa_attention", "with its FP32 FLOPs on BF16 tensor cores the floor would be"),
+    ("depthwise_separable_conv", "lower precision would not lower it"),
+])
+def test_a_workload_slower_than_the_free_recipe_is_told_what_the_floor_says(
+    example: str, says: str, tmp_path: Path
+) -> None:
+    """The H100 loops of two exact-tier examples ended slower than their free recipe: the verdict quotes the
+    optimized analysis's speed-of-light floor (its numbers, in ms) and whether lower precision would lower it."""
+    folder = REPO / "examples" / example
+    analysis = Analysis.model_validate_json((folder / "analysis_optimized" / "analysis.json").read_text())
+    floor = analysis.speed_of_light
+    assert floor is not None
+    paths = render_report(folder / "profile.json", tmp_path, analysis=folder / "analysis_optimized" / "analysis.json",
+                          bench=folder / "bench.json", bench_vs_compile=folder / "bench_vs_compile.json",
+                          bench_vs_free=folder / "bench_vs_free.json", optimizations=folder / "optimizations.json",
+                          project_dir=REPO)
+    report = next(p for p in paths if p.name == "report.md").read_text()
+    verdict = report.split("**Against what a user gets for free**")[1].split("**Validation")[0]
+    assert "is slower than the baseline run as" in verdict and says in verdict
+    assert f"{floor.pct_of_speed_of_light:.0f} % of its speed of light" in verdict
+    assert f"floor {floor.floor_ns / 1e6:.3f} ms, window {floor.window_ns / 1e6:.3f} ms" in verdict
+
+
+def test_a_rejected_item_is_listed_apart_from_the_changes_to_make(loop: dict[str, Path], tmp_path: Path) -> None:
+    """gpt2's plan keeps its measured TF32 item as rejected: proposal.md and implementation.md list it under
+    "Tried and rejected" with its reason, never among the changes to implement."""
+    folder = REPO / "examples" / "gpt2"
+    written = render_plan(folder / "profile.json", folder / "optimizations.json", tmp_path,
+                          analysis=folder / "analysis.json", project_dir=REPO)
+    plan = OptimizationPlan.model_validate_json((folder / "optimizations.json").read_text())
+    rejected = [i for i in plan.items if i.status == "rejected"]
+    assert rejected, "gpt2's plan records the TF32 version it replaced"
+    for name in ("proposal.md", "implementation.md"):
+        text = next(p for p in written if p.name == name).read_text()
+        changes, tried = text.split("## Tried and rejected", 1)
+        for item in rejected:
+            assert item.title not in changes
+            assert f"- {item.title} (`{item.pattern}`): {item.status_reason}" in tried

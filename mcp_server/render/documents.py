@@ -153,7 +153,8 @@ def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) ->
                 (f"best free recipe ({inputs.bench_vs_free.tier or 'exact'} tier)" if inputs.bench_vs_free else "",
                  inputs.bench_vs_free, inputs.bench_vs_free_path),
             ) if bench is not None and path is not None
-        ]),
+        ], floor=inputs.analysis.speed_of_light if inputs.analysis else None,
+            tier=inputs.optimizations.tier if inputs.optimizations else "exact"),
         validation=validation_view(inputs.validation) if inputs.validation else None,
         calibration=calibration_view(inputs.optimizations, inputs.validation, inputs.bench,
                                      inputs.baseline_analysis)
