@@ -56,11 +56,11 @@ def backend(passes: tuple[Callable[[Any], Any], ...] = (), cudagraphs: bool = Tr
     return compile_graph
 
 
-def autocast(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` under bf16 autocast."""
+def autocast(fn: Callable[..., Any], dtype: torch.dtype = torch.bfloat16) -> Callable[..., Any]:
+    """`fn` under autocast to `dtype` (bf16 by default), its outputs left as autocast gives them."""
 
     def run(*args: Any) -> Any:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=dtype):
             return fn(*args)
 
     return run
@@ -129,13 +129,16 @@ def recipes(name: str) -> dict[str, Build]:
 
 
 def median_ms(fn: Callable[..., Any], inputs: tuple[Any, ...], calls: int = 100) -> float:
-    """Median of `calls` CUDA-event timings after 10 warm-up calls."""
+    """Median of `calls` CUDA-event timings after 10 warm-up calls, a CUDA-graph step marked before each call (as
+    bench does)."""
     with torch.no_grad():
         for _ in range(10):
+            torch.compiler.cudagraph_mark_step_begin()
             fn(*inputs)
         torch.cuda.synchronize()
         times = []
         for _ in range(calls):
+            torch.compiler.cudagraph_mark_step_begin()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn(*inputs)

@@ -6,8 +6,8 @@ For each example in examples/ (full size, on the GPU), and with `--own` for a tr
 are not examples: eager, `mode="reduce-overhead"`, that under bf16 and under float16 autocast, TF32 scoped to the
 calls, and the weights of Linear/conv modules stored in bf16 or float16 once under autocast
 (`knowledge/fx_patterns/fp16_weights.py`), each compiled with CUDA graphs (gpt2 with the causal SDPA rewrite,
-sdpa_attention with QKV fusion). Each recipe gets the baseline's weights, 10 warm-up calls, then the median of 100
-calls timed with CUDA events under torch.no_grad(), a CUDA-graph step marked before each call. `max_rel` is
+sdpa_attention with QKV fusion). Each recipe gets the baseline's weights and is timed by free_recipes.median_ms
+(the median of 100 CUDA-event timed calls after 10 warm-up calls, a CUDA-graph step marked before each). `max_rel` is
 validate's metric, max |out - ref| / (|ref| + rms(ref)) against float32 eager: the reduced tier passes at 1e-2.
 Exploratory: `operator-profiler bench` gives the speedups with intervals that the reports state.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -31,30 +30,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "knowledge" / "fx_patterns"))
 from cuda_graphs import clone_outputs  # noqa: E402
 from fp16_weights import cast_matmul_weights, with_autocast  # noqa: E402
+from free_recipes import autocast, median_ms  # noqa: E402
 from qkv_fusion import fuse_parallel_linears  # noqa: E402
 from sdpa_substitution import substitute_sdpa  # noqa: E402
 from tf32_scoped import with_tf32  # noqa: E402
 
 EXAMPLES = ("mlp_activations", "sdpa_attention", "embedding_projection", "gpt2")
-
-
-def timed_ms(fn: Callable[..., Any], inputs: tuple[Any, ...], calls: int = 100) -> float:
-    """Median CUDA-event time of `calls` calls after 10 warm-up calls."""
-    with torch.no_grad():
-        for _ in range(10):
-            torch.compiler.cudagraph_mark_step_begin()
-            fn(*inputs)
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(calls):
-            torch.compiler.cudagraph_mark_step_begin()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(*inputs)
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def max_rel(fn: Callable[..., Any], reference: torch.Tensor, inputs: tuple[Any, ...]) -> tuple[float, bool]:
@@ -67,27 +48,24 @@ def max_rel(fn: Callable[..., Any], reference: torch.Tensor, inputs: tuple[Any, 
     return float(rel.max()), bool(torch.isfinite(out).all())
 
 
+def graph_only(fx_pass: Callable[[torch.fx.GraphModule], Any]) -> Callable[..., Any]:
+    """An FX pass that needs the graph only, as `backend` calls passes: with the backend's example inputs too."""
+    return lambda gm, _example_inputs: fx_pass(gm)
+
+
 def backend(passes: tuple[Callable[..., Any], ...]) -> Callable[..., Any]:
-    """Inductor with CUDA graphs and cloned outputs, after the given FX passes."""
+    """Inductor with CUDA graphs and cloned outputs, after FX passes called with the graph and the backend's
+    example inputs (the causal SDPA rewrite checks the mask buffer's values in them; free_recipes.backend's
+    passes see the graph only)."""
     from torch._inductor.compile_fx import compile_fx
 
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        for run_pass in passes:
-            run_pass(gm, example_inputs) if run_pass is substitute_sdpa else run_pass(gm)
+        for fx_pass in passes:
+            fx_pass(gm, example_inputs)
         gm.recompile()
         return clone_outputs(compile_fx(gm, example_inputs, config_patches={"triton.cudagraphs": True}))
 
     return compile_graph
-
-
-def under(dtype: torch.dtype, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The free recipe's autocast, output dtype left as autocast gives it."""
-
-    def run(*args: Any) -> Any:
-        with torch.autocast("cuda", dtype=dtype):
-            return fn(*args)
-
-    return run
 
 
 def recipes(passes: tuple[Callable[..., Any], ...]) -> dict[str, Callable[[nn.Module], Any]]:
@@ -96,11 +74,11 @@ def recipes(passes: tuple[Callable[..., Any], ...]) -> dict[str, Callable[[nn.Mo
     return {
         "eager": lambda m: m,
         "reduce-overhead": lambda m: torch.compile(m, mode="reduce-overhead"),
-        "reduce-overhead + bf16 autocast (free)": lambda m: under(bf16, torch.compile(m, mode="reduce-overhead")),
-        "reduce-overhead + fp16 autocast": lambda m: under(fp16, torch.compile(m, mode="reduce-overhead")),
+        "reduce-overhead + bf16 autocast (free)": lambda m: autocast(torch.compile(m, mode="reduce-overhead")),
+        "reduce-overhead + fp16 autocast": lambda m: autocast(torch.compile(m, mode="reduce-overhead"), fp16),
         "tf32_scoped + passes + CUDA graphs": lambda m: with_tf32(torch.compile(m, backend=backend(passes))),
-        "bf16 weights once + autocast + passes + CUDA graphs":
-            lambda m: with_autocast(torch.compile(cast_matmul_weights(m, bf16), backend=backend(passes)), bf16),
+        "bf16 weights once + autocast + passes + CUDA graphs": lambda m: with_autocast(
+            torch.compile(cast_matmul_weights(m, bf16), backend=backend(passes)), bf16),
         "fp16_weights + passes + CUDA graphs":
             lambda m: with_autocast(torch.compile(cast_matmul_weights(m), backend=backend(passes))),
     }
@@ -131,7 +109,7 @@ def own_workloads() -> dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tenso
 
 
 def measure(name: str, build: Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]],
-            passes: tuple[Callable[..., Any], ...]) -> dict[str, Any]:
+            passes: tuple[Callable[..., Any], ...] = ()) -> dict[str, Any]:
     """Every recipe of `recipes` on one workload: time, error, finiteness, build time."""
     torch.manual_seed(0)
     model, inputs = build()
@@ -146,7 +124,7 @@ def measure(name: str, build: Callable[[], tuple[nn.Module, tuple[torch.Tensor, 
             fresh, _ = build()
             fresh.load_state_dict(model.state_dict())
             fn = make(fresh)
-            ms = timed_ms(fn, inputs)
+            ms = median_ms(fn, inputs)
             error, finite = max_rel(fn, reference, inputs)
             rows[label] = {"ms": round(ms, 4), "max_rel": float(f"{error:.2e}"), "finite": finite,
                            "build_s": round(time.time() - started, 1)}
@@ -168,12 +146,14 @@ def main() -> None:
     for name in args.examples:
         sys.path.insert(0, str(REPO / "examples" / name))
         module = importlib.import_module(name)
-        passes = {"gpt2": (substitute_sdpa,), "sdpa_attention": (fuse_parallel_linears,)}.get(name, ())
+        passes = {"gpt2": (substitute_sdpa,), "sdpa_attention": (graph_only(fuse_parallel_linears),)}.get(name, ())
         results[name] = measure(name, module.get_model_and_input, passes)
     if args.own:
         for name, build in own_workloads().items():
-            results[name] = measure(name, build, ())
-    args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+            results[name] = measure(name, build)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(args.out)
     print(f"wrote {args.out}")
 
 

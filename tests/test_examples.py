@@ -95,7 +95,7 @@ def _definitions(path: Path) -> dict[str, str]:
 PATTERN_DEFINITIONS = [_definitions(p) for p in sorted((REPO / "knowledge" / "fx_patterns").glob("*.py"))]
 
 
-OWN_OPTIMIZED = sorted((REPO / "scripts" / "gpu_workloads").glob("*_optimized.py"))
+OWN_OPTIMIZED = [REPO / "scripts" / "gpu_workloads" / "fp16_graphs.py"]  # what its *_optimized.py files import
 
 
 @pytest.mark.parametrize("optimized", OPTIMIZED + OWN_OPTIMIZED, ids=lambda p: p.stem)
