@@ -447,3 +447,19 @@ def test_a_rejected_item_is_listed_apart_from_the_changes_to_make(loop: dict[str
         for item in rejected:
             assert item.title not in changes
             assert f"- {item.title} (`{item.pattern}`): {item.status_reason}" in tried
+
+
+def test_the_usage_line_names_module_level_changes_around_torch_compile(tmp_path: Path) -> None:
+    """gpt2's optimize() wraps torch.compile in module-level changes (FP16 weights, autocast): its
+    OPTIMIZED_WORKLOAD.md says so; sdpa_attention's applies FX passes only and reads as a plain torch.compile."""
+    lines = {}
+    for example in ("gpt2", "sdpa_attention"):
+        folder = REPO / "examples" / example
+        paths = render_report(folder / "profile.json", tmp_path / example, bench=folder / "bench.json",
+                              validation=folder / "validation_report.json",
+                              optimizations=folder / "optimizations.json", project_dir=REPO)
+        text = next(p for p in paths if p.name == "OPTIMIZED_WORKLOAD.md").read_text()
+        lines[example] = next(line for line in text.splitlines() if line.startswith("compiled = optimize(model)"))
+    assert lines["gpt2"].endswith("# the module-level changes below, around torch.compile(model, backend=BACKEND_NAME)")
+    assert lines["sdpa_attention"].endswith("# torch.compile(model, backend=BACKEND_NAME)")
+    assert "module-level" not in lines["sdpa_attention"]

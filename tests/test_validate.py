@@ -205,6 +205,7 @@ def test_the_reduced_tier_holds_float32_outputs_to_its_stated_tolerance(tmp_path
                       tier="reduced")
     assert report.tier == "reduced" and report.tolerances["float32"] == 1e-2
     assert _check(report, "numerics").passed
+    assert report.precision_note is not None and "held to the float32 class (rtol 0.01)" in report.precision_note
     with pytest.raises(UsageError, match="precision tier"):
         validate(BASELINE, CORRECT, tier="fp8")
 
