@@ -44,7 +44,8 @@ def test_the_report_states_the_numbers_of_the_files_beside_it(folder: Path) -> N
     assert validation.get("tier", "exact") == tier and f"({tier} precision tier)" in report
     for name in ("bench.json", "bench_vs_compile.json", "bench_vs_free.json"):
         speedup = _json(folder / name)["speedup"]
-        shown = f"{speedup['point']:.3f}× ({speedup['ci_low']:.3f}×–{speedup['ci_high']:.3f}×)"
+        closing = ")" if speedup["significant"] else ", not significant)"
+        shown = f"{speedup['point']:.3f}× ({speedup['ci_low']:.3f}×–{speedup['ci_high']:.3f}×{closing}"
         assert shown in report, f"{name}: {shown} not in report.md"
     free = _json(folder / "bench_vs_free.json")
     autocast = free["baseline_mode"].endswith("-bf16")  # a reduced-tier recipe: timed, not validated

@@ -403,6 +403,46 @@ def test_clone_outputs_survives_static_output_buffers() -> None:
     torch.testing.assert_close(second, torch.full((3,), 10.0))
 
 
+class _Head(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = nn.Linear(8, 16), nn.Linear(16, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(F.gelu(self.body(x)))
+
+
+def test_outside_graph_leaves_the_module_out_of_the_compiled_graph() -> None:
+    """The head runs eagerly after the graph: the graph returns the head's input, the head returns a fresh
+    tensor, and the model's parameters and state_dict keys are untouched."""
+    cuda_graphs = _load("cuda_graphs")
+    torch.manual_seed(0)
+    model = _Head().eval()
+    keys = list(model.state_dict())
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        expected = model(x)
+    graphs: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        graphs.append(gm)
+        return gm.forward
+
+    assert cuda_graphs.outside_graph(model.head) is model.head
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        first, second = compiled(x), compiled(x)
+    torch.testing.assert_close(first, expected)
+    assert first.data_ptr() != second.data_ptr()
+    assert len(graphs) == 1
+    linears = [n for n in graphs[0].graph.nodes if n.op == "call_function" and n.target is torch._C._nn.linear]
+    assert len(linears) == 1  # only the first Linear was traced; the head ran outside
+    assert [tuple(v.meta["example_value"].shape) for v in graphs[0].graph.find_nodes(op="output")[0].args[0]] \
+        == [(4, 16)]
+    assert list(model.state_dict()) == keys and model.head.weight.shape == (32, 16)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA: only checked structurally on CPU")
 def test_cuda_graph_backend_replays_on_gpu() -> None:
     cuda_graphs = _load("cuda_graphs")

@@ -1,94 +1,94 @@
-"""conv_block, optimized for inference on the GPU (evidence: examples/conv_block/profile.json, H200).
+"""conv_block, optimized for inference on the GPU in the reduced precision tier (evidence:
+examples/conv_block/analysis.json, H100).
 
-1. `fold_conv_bn` (functional FX pass, from knowledge/fx_patterns/conv_bn_fold.py): the six eval-mode batch
-   norms ran as their own memory-bound kernels (984 us, 19.5 % of the window's 5.05 ms kernel time, 0.77
-   FLOP/byte); their scale and shift are folded into the preceding convolutions' weights and bias, computed
-   inside the graph from the original parameters so reloading weights keeps working.
-2. `inductor_fusion` (inductor-config: Inductor with its default options): the in-place ReLUs ran as separate
-   element-wise kernels at 85 % of DRAM bandwidth (682 us, 13.5 %); Inductor fuses them with their neighbours.
+The window is GPU-bound (busy 97.1 % of 6.041 ms without the profiler): six 3x3 convolutions in float32 (TF32 where
+cuDNN allows it), six unfolded batch norms, in-place ReLUs and pools, and 14 cuDNN layout conversions between NCHW
+and NHWC around the tensor-core convolutions.
+
+1. `fp16_weights` (module level, knowledge/fx_patterns/fp16_weights.py): the convolution and Linear weights are
+   stored in float16 once and each call runs under float16 autocast, outputs returned as float32: the
+   convolutions run on FP16 tensor cores over half the bytes, and no kernel re-casts a weight per call (the free
+   bf16-autocast recipe does).
+2. `channels_last` (module level, knowledge/fx_patterns/channels_last.py): the convolution weights are stored
+   channels-last once; cuDNN's tensor-core kernels work in NHWC, so activations stay channels-last from the first
+   convolution on instead of being converted around each one.
+3. `cuda_graphs` (inductor-config, knowledge/fx_patterns/cuda_graphs.py): Inductor fuses each batch norm's scale
+   and shift with its ReLU (the analysis's 16 fusible kernels) into one pass after each convolution and replays the
+   graph as a CUDA graph, outputs cloned.
+
+Not applied: folding the batch norms into the convolutions (knowledge/fx_patterns/conv_bn_fold.py). Under Inductor
+each batch norm is already part of the element-wise pass after its convolution, so the fold saves no traffic and
+its weights would be recomputed inside the graph on every call (measured on depthwise_separable_conv, H100: 0.978x
+the free recipe with the fold, 0.997x without).
 """
 
 from __future__ import annotations
 
-import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from conv_block import get_model_and_input  # noqa: F401 - same model and inputs as the baseline
-from torch import fx
+from torch import fx, nn
+from torch.utils._pytree import tree_map
 
 BACKEND_NAME = "conv_block_opt"
 APPLIED_PASSES: dict[str, int] = {}
 
-# Convolution call targets in Dynamo's graph -> number of spatial dimensions.
-CONV_TARGETS: dict[Any, int] = {
-    torch.conv1d: 1, F.conv1d: 1, torch.conv2d: 2, F.conv2d: 2, torch.conv3d: 3, F.conv3d: 3,
-}
-CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-BN_PARAMS = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
-BN_DEFAULTS: dict[str, Any] = {"weight": None, "bias": None, "training": False, "momentum": 0.1, "eps": 1e-5}
+MATMUL_MODULES: tuple[type[nn.Module], ...] = (
+    nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+)
 
 
-def _bind(node: fx.Node, names: tuple[str, ...], defaults: dict[str, Any]) -> dict[str, Any]:
-    bound = {**defaults, **dict(zip(names, node.args, strict=False))}
-    bound.update(node.kwargs)
-    return bound
+def cast_matmul_weights(model: nn.Module, dtype: torch.dtype = torch.float16) -> nn.Module:
+    """The same model with the parameters of its Linear and convolution modules stored in `dtype` once, in
+    place; every other parameter and buffer (norms, embeddings not tied to a Linear) keeps its dtype."""
+    for module in model.modules():
+        if isinstance(module, MATMUL_MODULES):
+            module.to(dtype)
+    return model
 
 
-def fold_conv_bn(gm: fx.GraphModule) -> int:
-    """Replace every `batch_norm(conv(x, w, b), mean, var, gamma, beta, training=False)` whose convolution
-    output feeds only the batch norm by `conv(x, w', b')`; return how many were folded."""
-    graph = gm.graph
-    folded = 0
-    for bn in list(graph.nodes):
-        if bn.op != "call_function" or bn.target is not F.batch_norm:
-            continue
-        norm = _bind(bn, BN_PARAMS, BN_DEFAULTS)
-        conv = norm["input"]
-        if norm["training"] is not False or not isinstance(conv, fx.Node) or conv.op != "call_function":
-            continue
-        if conv.target not in CONV_TARGETS or len(conv.users) != 1:
-            continue
-        if not isinstance(norm["running_mean"], fx.Node) or not isinstance(norm["running_var"], fx.Node):
-            continue
-        args = _bind(conv, CONV_PARAMS, {"bias": None})
-        shape = [-1] + [1] * (CONV_TARGETS[conv.target] + 1)
-        with graph.inserting_before(conv):
-            inv_std = graph.call_function(torch.rsqrt, (graph.call_function(operator.add,
-                                                                            (norm["running_var"], norm["eps"])),))
-            scale = inv_std if norm["weight"] is None else graph.call_function(operator.mul, (norm["weight"], inv_std))
-            weight = graph.call_function(operator.mul, (args["weight"], graph.call_method("reshape", (scale, shape))))
-            centered = graph.call_function(operator.neg, (norm["running_mean"],)) if args["bias"] is None else \
-                graph.call_function(operator.sub, (args["bias"], norm["running_mean"]))
-            bias = graph.call_function(operator.mul, (centered, scale))
-            if norm["bias"] is not None:
-                bias = graph.call_function(operator.add, (bias, norm["bias"]))
-            rest = {k: args[k] for k in CONV_PARAMS[3:] if k in args}
-            new_conv = graph.call_function(conv.target, (args["input"], weight, bias), rest)
-        new_conv.meta.update(conv.meta)  # the convolution's module owns the folded op
-        bn.replace_all_uses_with(new_conv)
-        graph.erase_node(bn)
-        graph.erase_node(conv)
-        folded += 1
-    if folded:
-        graph.lint()
-        gm.recompile()
-    return folded
+def with_autocast(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) -> Callable[..., Any]:
+    """`fn` run under `torch.autocast(dtype=dtype)` on the device of its tensor arguments (CUDA when any is on
+    CUDA, else CPU); outputs in `dtype` come back as float32, every other output unchanged."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        leaves: list[Any] = []
+        tree_map(leaves.append, (args, kwargs))
+        device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
+        with torch.autocast(device, dtype=dtype):
+            out = fn(*args, **kwargs)
+        return tree_map(lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == dtype else v, out)
+
+    return run
+
+
+def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a compiled callable so every tensor it returns is a fresh copy (safe across CUDA graph replays)."""
+
+    def run(*args: Any) -> Any:
+        return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, compiled(*args))
+
+    return run
 
 
 @torch._dynamo.register_backend(name=BACKEND_NAME)
 def conv_block_backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
-    """Fold conv-BN pairs, record it, and compile the rewritten graph with Inductor."""
+    """Compile with Inductor; on CUDA with CUDA graphs on and the outputs cloned (recorded as `cuda_graphs`)."""
     from torch._inductor.compile_fx import compile_fx
 
-    if applied := fold_conv_bn(gm):
-        APPLIED_PASSES["fold_conv_bn"] = APPLIED_PASSES.get("fold_conv_bn", 0) + applied
-    gm.recompile()
-    APPLIED_PASSES["inductor_fusion"] = APPLIED_PASSES.get("inductor_fusion", 0) + 1
-    return compile_fx(gm, example_inputs)
+    if not any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
+        return compile_fx(gm, example_inputs)
+    APPLIED_PASSES["cuda_graphs"] = APPLIED_PASSES.get("cuda_graphs", 0) + 1
+    return clone_outputs(compile_fx(gm, example_inputs, config_patches={"triton.cudagraphs": True}))
 
 
 def optimize(model: torch.nn.Module) -> Any:
-    """The model compiled with this workload's registered backend."""
-    return torch.compile(model, backend=BACKEND_NAME)
+    """The model, its convolution and Linear weights stored in float16 and channels-last once, compiled with this
+    workload's registered backend and run under float16 autocast (outputs returned as float32)."""
+    model.to(memory_format=torch.channels_last)
+    APPLIED_PASSES["channels_last"] = APPLIED_PASSES.get("channels_last", 0) + 1
+    cast_matmul_weights(model)
+    APPLIED_PASSES["fp16_weights"] = APPLIED_PASSES.get("fp16_weights", 0) + 1
+    return with_autocast(torch.compile(model, backend=BACKEND_NAME))

@@ -21,8 +21,12 @@ def test_matches_baseline_and_applies_its_passes() -> None:
     with torch.no_grad():
         expected = base_model(*inputs)
         got = compiled(*inputs)
-    # cuDNN runs float32 convolutions in TF32 on a GPU: compare at the TF32 class's tolerance there.
-    rtol, atol = (1e-3, 1e-4) if expected.is_cuda else (1e-4, 1e-5)
-    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
-    assert optimized.APPLIED_PASSES.get("fold_conv_bn", 0) == 6
-    assert optimized.APPLIED_PASSES.get("inductor_fusion", 0) >= 1
+    # reduced tier: FP16 convolutions (weights stored in float16, autocast), compared at the reduced tier's tolerance
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * expected.abs().max().item())
+    assert got.dtype == torch.float32
+    assert model.features[0].conv.weight.dtype == torch.float16
+    assert model.features[0].conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert optimized.APPLIED_PASSES.get("fp16_weights", 0) >= 1
+    assert optimized.APPLIED_PASSES.get("channels_last", 0) >= 1
+    if expected.is_cuda:
+        assert optimized.APPLIED_PASSES.get("cuda_graphs", 0) >= 1

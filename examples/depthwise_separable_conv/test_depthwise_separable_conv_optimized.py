@@ -24,6 +24,6 @@ def test_matches_baseline_and_applies_its_passes() -> None:
     # exact tier: float32 throughout (cuDNN/cuBLAS may run TF32 where the baseline's settings allow it, in both)
     rtol, atol = (1e-3, 1e-4) if expected.is_cuda else (1e-4, 1e-5)
     torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
-    assert optimized.APPLIED_PASSES.get("fold_conv_bn", 0) == 11  # every conv-BN pair
+    assert "fold_conv_bn" not in optimized.APPLIED_PASSES  # rejected: measured slower under Inductor
     if expected.is_cuda:
         assert optimized.APPLIED_PASSES.get("cuda_graphs", 0) >= 1

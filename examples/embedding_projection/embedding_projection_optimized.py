@@ -8,7 +8,10 @@ so what is left is:
 1. `inductor_fusion` (inductor-config, knowledge/fx_patterns/inductor_config.py): Inductor fuses the LayerNorm,
    GELU and residual add (the analysis's 4 fusible kernels, 84 us).
 2. `cuda_graphs` (inductor-config, knowledge/fx_patterns/cuda_graphs.py): the graph is replayed as a CUDA graph,
-   outputs cloned.
+   outputs cloned. The vocabulary projection runs outside the graph (`outside_graph`): its output, 524 MB of
+   float32 logits, is then a fresh tensor instead of a graph buffer to clone. Measured on the H100 against the best
+   free recipe (reduce-overhead, 6.74 ms): 0.950x (95 % CI 0.946-0.957) with the logits cloned out of the graph,
+   0.998x (0.998-0.998) with the projection outside it.
 
 Moving the GEMMs to tensor cores (the analysis's first opportunity, 6.05 ms) needs the reduced tier.
 """
@@ -36,6 +39,13 @@ def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def outside_graph(module: torch.nn.Module) -> torch.nn.Module:
+    """`module`, in place, run outside any compiled graph (`torch.compiler.disable` on its forward): its outputs
+    are fresh tensors, not CUDA-graph buffers to clone. Parameters and state_dict keys are unchanged."""
+    module.forward = torch.compiler.disable(module.forward)  # type: ignore[method-assign]
+    return module
+
+
 @torch._dynamo.register_backend(name=BACKEND_NAME)
 def embedding_projection_backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
     """Compile with Inductor (recorded as `inductor_fusion`); on CUDA with CUDA graphs on and the outputs cloned
@@ -50,5 +60,7 @@ def embedding_projection_backend(gm: fx.GraphModule, example_inputs: list[Any]) 
 
 
 def optimize(model: torch.nn.Module) -> Any:
-    """The model compiled with this workload's registered backend."""
+    """The model, its vocabulary projection left outside the graph, compiled with this workload's registered
+    backend."""
+    outside_graph(model.logits)
     return torch.compile(model, backend=BACKEND_NAME)

@@ -6,8 +6,12 @@ The window is compute-bound (GPU busy 94.4 % of 2.605 ms without the profiler): 
 
 1. `qkv_fusion` (functional FX pass, knowledge/fx_patterns/qkv_fusion.py): the separate q, k and v projections of
    one input (finding `separate_qkv`) become one GEMM over the concatenated weights and a split.
-2. `cuda_graphs` (inductor-config, knowledge/fx_patterns/cuda_graphs.py): Inductor compiles the graph with CUDA
-   graphs on and the outputs cloned.
+2. Inductor compiles the rewritten graph with its default options.
+
+Not applied: CUDA graphs (knowledge/fx_patterns/cuda_graphs.py). Measured on the H100 against the best free recipe
+(`torch.compile`, 2.47 ms): 0.980x (95 % CI 0.979-0.980) with CUDA graphs on and the outputs cloned, 1.001x
+(0.999-1.001) without. The window is GPU-bound, so a graph removes almost no idle time, while cloning the 33.5 MB
+output costs a pass over it every call.
 
 Moving the GEMMs to tensor cores (the analysis's only opportunity, 1.29 ms) needs the reduced tier.
 """
@@ -16,14 +20,12 @@ from __future__ import annotations
 
 import operator
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from sdpa_attention import get_model_and_input  # noqa: F401 - same model and inputs as the baseline
 from torch import fx
-from torch.utils._pytree import tree_map
 
 BACKEND_NAME = "sdpa_attention_opt"
 APPLIED_PASSES: dict[str, int] = {}
@@ -81,28 +83,15 @@ def fuse_parallel_linears(gm: fx.GraphModule, min_group: int = 2) -> int:
     return fused
 
 
-def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a compiled callable so every tensor it returns is a fresh copy (safe across CUDA graph replays)."""
-
-    def run(*args: Any) -> Any:
-        return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, compiled(*args))
-
-    return run
-
-
 @torch._dynamo.register_backend(name=BACKEND_NAME)
 def sdpa_attention_backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
-    """Run this workload's FX passes, record them, and compile with Inductor; on CUDA with CUDA graphs on and the
-    outputs cloned (recorded as `cuda_graphs`)."""
+    """Run this workload's FX passes, record them, and compile with Inductor's default options."""
     from torch._inductor.compile_fx import compile_fx
 
     if applied := fuse_parallel_linears(gm):
         APPLIED_PASSES["qkv_fusion"] = APPLIED_PASSES.get("qkv_fusion", 0) + applied
     gm.recompile()
-    if not any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
-        return compile_fx(gm, example_inputs)
-    APPLIED_PASSES["cuda_graphs"] = APPLIED_PASSES.get("cuda_graphs", 0) + 1
-    return clone_outputs(compile_fx(gm, example_inputs, config_patches={"triton.cudagraphs": True}))
+    return compile_fx(gm, example_inputs)
 
 
 def optimize(model: torch.nn.Module) -> Any:

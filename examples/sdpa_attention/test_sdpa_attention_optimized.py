@@ -25,5 +25,4 @@ def test_matches_baseline_and_applies_its_passes() -> None:
     rtol, atol = (1e-3, 1e-4) if expected.is_cuda else (1e-4, 1e-5)
     torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
     assert optimized.APPLIED_PASSES.get("qkv_fusion", 0) == 1
-    if expected.is_cuda:
-        assert optimized.APPLIED_PASSES.get("cuda_graphs", 0) >= 1
+    assert "cuda_graphs" not in optimized.APPLIED_PASSES  # rejected: measured slower on a GPU-bound window
