@@ -465,3 +465,27 @@ def test_the_usage_line_names_module_level_changes_around_torch_compile(tmp_path
     assert lines["gpt2"].endswith("# the module-level changes below, around torch.compile(model, backend=BACKEND_NAME)")
     assert lines["sdpa_attention"].endswith("# torch.compile(model, backend=BACKEND_NAME)")
     assert "module-level" not in lines["sdpa_attention"]
+
+
+def test_the_analysis_bound_says_which_applied_changes_it_covers() -> None:
+    """conv_block's H100 loop applied three changes; only channels-last has an opportunity of its pattern in the
+    baseline analysis. The combined analysis bound says it covers 1 of 3; with that change alone applied, the
+    bound covers everything applied and the measured 3.37× exceeds it, which the verdict says."""
+    from mcp_server.render.views import calibration_view
+
+    folder = REPO / "examples" / "conv_block"
+    plan = load_optimizations(folder / "optimizations.json")
+    validation = ValidationReport.model_validate_json((folder / "validation_report.json").read_text())
+    bench = BenchResult.model_validate_json((folder / "bench.json").read_text())
+    analysis = Analysis.model_validate_json((folder / "analysis.json").read_text())
+    view = calibration_view(plan, validation, bench, analysis)
+    assert view is not None and view.analysis_estimate is not None
+    assert view.analysis_covers == "1 of 3 applied changes only; the other 2 have no opportunity of their pattern"
+    assert "understated" not in view.verdict
+    alone = validation.model_copy(update={"applied_passes": {"channels_last": 3}})
+    view = calibration_view(plan, alone, bench, analysis)
+    assert view is not None and view.analysis_covers is None and view.analysis_estimate is not None
+    assert view.analysis_estimate < bench.speedup.point
+    assert f"the analysis's upper bound ({view.analysis_estimate:.2f}×) is below the measurement" in view.verdict
+    report = (folder / "report.md").read_text()
+    assert "they cover 1 of 3 applied changes only; the other 2 have" in report

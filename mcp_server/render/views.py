@@ -257,6 +257,7 @@ class CalibrationView(BaseModel):
     estimated_high: float
     analysis_estimate: float | None
     analysis_source: str | None
+    analysis_covers: str | None  # "1 of 3 applied changes only; ..." when some have no opportunity of their pattern
     measured: float | None
     measured_ci: tuple[float, float] | None
     baseline_how: str | None
@@ -306,6 +307,13 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
         verdict = f"above the estimate: {measured:.2f}× measured against {low:.2f}×–{high:.2f}× estimated"
     else:
         verdict = f"within the estimate: {measured:.2f}× measured, {low:.2f}×–{high:.2f}× estimated"
+    rest = len(items) - len(by_analysis)
+    covers = None if not rest else (f"{len(by_analysis)} of {len(items)} applied changes only; the "
+                                    + ("other has no opportunity of its" if rest == 1 else
+                                       f"other {rest} have no opportunity of their") + " pattern")
+    if measured is not None and combined is not None and covers is None and measured > combined:
+        verdict += (f"; the analysis's upper bound ({combined:.2f}×) is below the measurement: its opportunities "
+                    "understated these changes")
     ceiling_note = None
     if sol is not None:
         ceiling_note = (f"the baseline runs at {sol.pct_of_speed_of_light:.0f} % of its speed of light; a speedup "
@@ -319,7 +327,8 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
         estimated_low=low, estimated_high=high, analysis_estimate=combined,
         analysis_source=("the window measured without the profiler" if analysis.timeline.unprofiled else
                          "the profiled window (no timing pass ran: idle time inflated by instrumentation)")
-        if analysis is not None and analysis.timeline is not None else None, measured=measured,
+        if analysis is not None and analysis.timeline is not None else None, analysis_covers=covers,
+        measured=measured,
         measured_ci=(bench.speedup.ci_low, bench.speedup.ci_high) if bench is not None else None,
         baseline_how=bench.baseline.how_run if bench is not None else None, verdict=verdict,
         ceiling=sol.max_plausible_speedup if sol is not None else None, ceiling_note=ceiling_note,
