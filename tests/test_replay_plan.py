@@ -52,8 +52,9 @@ def _numels(sizes: str | None) -> list[int | None] | None:
 
 def _raw_variants(raw, sizes):
     """(configurations, variant launch positions, same-work launches): a launch of a known configuration with
-    new input sizes is a variant, unless PyTorch's contiguous element-wise kernel runs it over inputs of the same
-    element counts as the configuration's first launch."""
+    new input sizes is a variant, unless it is a cuDNN layout conversion (its configuration tiles the one tensor it
+    converts) or PyTorch's contiguous element-wise kernel over inputs of the same element counts as the
+    configuration's first launch."""
     seen: dict[tuple, set] = {}
     first: dict[tuple, str | None] = {}
     variants, same_work = [], []
@@ -61,8 +62,9 @@ def _raw_variants(raw, sizes):
         key = (k.mangled, k.grid, k.block, k.static_smem + k.dynamic_smem)
         if key in seen and sizes[j] not in seen[key]:
             elementwise = re.search(r"\b(vectorized|unrolled)_elementwise_kernel<", k.demangled)
+            layout = re.search(r"cudnn::engines_precompiled::(nchwToNhwc|nhwcToNchw)Kernel<", k.demangled)
             a, b = _numels(first[key]), _numels(sizes[j])
-            if elementwise and a is not None and a == b:
+            if layout or (elementwise and a is not None and a == b):
                 same_work.append(j)
             else:
                 variants.append(j)
@@ -119,8 +121,9 @@ def test_resnet50s_variants_replay_inside_the_module_calls_that_launch_them(resn
     sizes = raw_innermost_sizes(resnet50, raw)
     _, variants, same_work = _raw_variants(raw, sizes)
     plan = plan_replays(resnet50)
-    assert plan.variants == variants and len(variants) == 15
-    assert plan.same_work == len(same_work) == 6  # ReLUs over as many elements as the first of their configuration
+    assert plan.variants == variants and len(variants) == 6  # 2 batch norms and 4 convolutions
+    # 6 ReLUs over as many elements as the first of their configuration, 9 cuDNN layout conversions
+    assert plan.same_work == len(same_work) == 15
     # each variant's innermost module range, from the raw ranges; its call number among that module's calls
     modules: dict[int, tuple[str, int]] = {}
     calls: dict[str, set[int]] = {}
@@ -161,3 +164,20 @@ def test_scoped_variant_records_join_the_launches_the_plan_replayed(resnet50):
     assert joined.problems == []
     unscoped = join_counters(launches, [], deduplicated=False, filtered=True, variants=records)
     assert set(unscoped.counters) != set(plan.replayed)
+
+
+def test_a_cudnn_layout_conversion_is_the_same_work_in_any_operator_shape() -> None:
+    """cuDNN's transposes around NHWC convolutions: one configuration fixes their work (measured on the H100,
+    docs/measurements/h100_variant_replay.json); the convolution kernel of the same operators does not, and an
+    element-wise kernel needs equal element counts."""
+    from plugins.ncu.keys import same_work
+
+    layout = ("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, (bool)0, (bool)1, "
+              "(cudnnKernelDataType_t)0>(cudnn::engines_precompiled::nchw2nhwc_params_t<T3>, const T1 *, T2 *)")
+    conv = "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_warpgroupsize1x1x1"
+    relu = "void at::native::vectorized_elementwise_kernel<(int)4, at::native::(anonymous namespace)::launch_clamp>"
+    a, b = [[32, 128, 56, 56], [128, 128, 3, 3]], [[32, 128, 28, 28], [128, 128, 3, 3]]
+    assert same_work(layout, a, b) and same_work(layout.replace("nchwToNhwc", "nhwcToNchw"), a, b)
+    assert not same_work(conv, a, b)
+    assert not same_work(relu, [[32, 128, 56, 56]], [[32, 128, 28, 28]])
+    assert same_work(relu, [[32, 64, 112, 112]], [[32, 256, 56, 56]])

@@ -194,8 +194,9 @@ def _propagate(kernels: Sequence[LaunchLike], joined: Counters) -> list[str]:
         return []
     alike_work = sum(1 for k, s in unlike if same_work(k.name, operator_shapes(s), operator_shapes(k)))
     unlike = [(k, s) for k, s in unlike if not same_work(k.name, operator_shapes(s), operator_shapes(k))]
-    notes = [f"{alike_work} element-wise launches carry the counters of a launch of their configuration over "
-             "inputs of the same element counts in other shapes: the same work"] if alike_work else []
+    notes = [f"{alike_work} element-wise or layout-conversion launches carry the counters of a launch of their "
+             "configuration whose operator had other shapes: the same work (the configuration, and for element-wise "
+             "kernels the inputs' element counts, fix it)"] if alike_work else []
     if not unlike:
         return notes
     kernel, source = unlike[0]

@@ -14,7 +14,8 @@ names the first launch of each such shape variant, and how a second pass replays
 
 A variant of a kernel whose work its launch configuration fixes is no variant: an element-wise kernel over
 inputs of the same element counts (`[32, 256, 56, 56]` and `[32, 64, 112, 112]`) runs the same threads over
-the same bytes (`plugins.ncu.keys.SAME_WORK_KERNELS`).
+the same bytes (`plugins.ncu.keys.SAME_WORK_KERNELS`), and a cuDNN layout conversion's grid tiles the one tensor
+it converts (`plugins.ncu.keys.CONFIG_FIXED_WORK_KERNELS`).
 """
 
 from __future__ import annotations

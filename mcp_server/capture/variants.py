@@ -194,5 +194,5 @@ def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
                  f"one: a second ncu pass replays them ({count} launches {where}; estimate: "
                  f"{plan.estimate_s(count):.0f} s of replay after it warms up)")
     if plan.same_work:
-        progress(f"ncu: {plan.same_work} element-wise launches differ in shape only: same configuration and element "
-                 "counts, so the same counters; not replayed")
+        progress(f"ncu: {plan.same_work} element-wise or layout-conversion launches differ in their operator's shapes "
+                 "only: their configuration (and element counts) fix their work, so the same counters; not replayed")

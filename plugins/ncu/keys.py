@@ -44,6 +44,12 @@ class FrameLike(Protocol):
 # counts fix their work (the same threads over the same bytes), so two launches of one configuration over inputs
 # of equal element counts, input by input, have the same counters whatever the shapes.
 SAME_WORK_KERNELS = re.compile(r"\b(?:vectorized|unrolled)_elementwise_kernel<")
+# cuDNN's layout conversions around its NHWC tensor-core kernels: their grid tiles the one tensor they convert, so
+# their launch configuration alone fixes their work, whatever the operator's other inputs (a convolution over the
+# same activation with other weights converts the same activation). Measured on the H100 (ResNet-50, eager):
+# launches of one configuration from convolutions of other shapes had the same instruction count and DRAM reads
+# (docs/measurements/h100_variant_replay.json).
+CONFIG_FIXED_WORK_KERNELS = re.compile(r"\bcudnn::engines_precompiled::(?:nchwToNhwc|nhwcToNchw)Kernel<")
 
 
 def ncu_config(kernel: LaunchLike) -> tuple[object, ...]:
@@ -60,8 +66,11 @@ def operator_shapes(kernel: LaunchLike) -> list[list[int] | None] | None:
 
 
 def same_work(name: str, first: list[list[int] | None] | None, other: list[list[int] | None] | None) -> bool:
-    """True for launches of one configuration that do the same work whatever their shapes: an element-wise
-    kernel (`SAME_WORK_KERNELS`) whose operator's inputs hold as many elements, input by input."""
+    """True for launches of one configuration that do the same work whatever their shapes: a cuDNN layout
+    conversion (`CONFIG_FIXED_WORK_KERNELS`), or an element-wise kernel (`SAME_WORK_KERNELS`) whose operator's
+    inputs hold as many elements, input by input."""
+    if CONFIG_FIXED_WORK_KERNELS.search(name):
+        return True
     if not SAME_WORK_KERNELS.search(name) or first is None or other is None or len(first) != len(other):
         return False
     return all((a is None) == (b is None) and (a is None or b is None or math.prod(a) == math.prod(b))
