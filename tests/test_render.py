@@ -453,15 +453,22 @@ def test_a_rejected_item_is_listed_apart_from_the_changes_to_make(loop: dict[str
 
 def test_the_usage_line_names_module_level_changes_around_torch_compile(tmp_path: Path) -> None:
     """gpt2's optimize() wraps torch.compile in module-level changes (FP16 weights, autocast): its
-    OPTIMIZED_WORKLOAD.md says so; sdpa_attention's applies FX passes only and reads as a plain torch.compile."""
-    lines = {}
-    for example in ("gpt2", "sdpa_attention"):
+    OPTIMIZED_WORKLOAD.md says so; sdpa_attention's applies FX passes only and reads as a plain torch.compile.
+    The opening says a backend rewrites the graph only where an applied item is an FX pass (sdpa_attention's QKV
+    fusion), and that it hands the graph to Inductor with options where the applied items are Inductor options
+    and module changes (depthwise_separable_conv: CUDA graphs only)."""
+    lines, openings = {}, {}
+    for example in ("gpt2", "sdpa_attention", "depthwise_separable_conv"):
         folder = REPO / "examples" / example
         paths = render_report(folder / "profile.json", tmp_path / example, bench=folder / "bench.json",
                               validation=folder / "validation_report.json",
                               optimizations=folder / "optimizations.json", project_dir=REPO)
         text = next(p for p in paths if p.name == "OPTIMIZED_WORKLOAD.md").read_text()
         lines[example] = next(line for line in text.splitlines() if line.startswith("compiled = optimize(model)"))
+        openings[example] = text.splitlines()[2]
+    assert "which rewrites the graph before handing it on" in openings["sdpa_attention"]
+    assert "which hands the graph to Inductor with the options below" in openings["depthwise_separable_conv"]
+    assert "rewrites" not in openings["depthwise_separable_conv"]
     assert lines["gpt2"].endswith("# the module-level changes below, around torch.compile(model, backend=BACKEND_NAME)")
     assert lines["sdpa_attention"].endswith("# torch.compile(model, backend=BACKEND_NAME)")
     assert "module-level" not in lines["sdpa_attention"]
