@@ -416,8 +416,8 @@ def test_a_module_level_item_goes_into_optimize(loop: dict[str, Path], tmp_path:
 def test_a_workload_not_faster_than_the_free_recipe_is_told_what_the_floor_says(
     example: str, verdict_is: str, says: str, tmp_path: Path
 ) -> None:
-    """The H100 loops of two exact-tier examples ended level with (sdpa_attention, not significant) or slower than
-    (depthwise_separable_conv) their free recipe: the verdict says so, quotes the optimized analysis's
+    """Two H100 loops ended level with (sdpa_attention, exact tier, not significant) or slower than
+    (depthwise_separable_conv, reduced tier) their free recipe: the verdict says so, quotes the optimized analysis's
     speed-of-light floor (its numbers, in ms) and whether lower precision would lower it."""
     folder = REPO / "examples" / example
     analysis = Analysis.model_validate_json((folder / "analysis_optimized" / "analysis.json").read_text())

@@ -1,17 +1,25 @@
-"""depthwise_separable_conv, optimized for inference on the GPU in the exact tier (evidence:
+"""depthwise_separable_conv, optimized for inference on the GPU in the reduced precision tier (evidence:
 examples/depthwise_separable_conv/analysis.json, H100).
 
-The window is GPU-bound (busy 92.9 % of 1.604 ms without the profiler), led by memory-bound batch norms.
+The window is GPU-bound (busy 92.9 % of 1.604 ms without the profiler): 5 convolutions in FP32 on CUDA cores
+(tensor pipe 0 %, 439 us; cuDNN chose FP32 kernels for these shapes although TF32 is allowed), 11 unfolded batch
+norms and ReLU6s (the analysis's 23 fusible kernels), and cuDNN's layout conversions.
 
-1. `cuda_graphs` (inductor-config, knowledge/fx_patterns/cuda_graphs.py): Inductor fuses the element-wise
-   kernels (each batch norm's scale and shift with its ReLU6: the 23 fusible kernels of the analysis) into one
-   pass after each convolution and replays the graph as a CUDA graph, outputs cloned.
+1. `fp16_weights` (module level, knowledge/fx_patterns/fp16_weights.py): the convolution and Linear weights are
+   stored in float16 once and each call runs under float16 autocast, outputs returned as float32: the
+   convolutions run on FP16 tensor cores over half the bytes, and no kernel re-casts a weight per call (the free
+   bf16-autocast recipe does).
+2. `channels_last` (module level, knowledge/fx_patterns/channels_last.py): the convolution weights are stored
+   channels-last once, so activations stay NHWC, the layout of cuDNN's tensor-core kernels.
+3. `cuda_graphs` (inductor-config, knowledge/fx_patterns/cuda_graphs.py): Inductor fuses each batch norm's scale
+   and shift with its ReLU6 into one pass after each convolution and replays the graph as a CUDA graph, outputs
+   cloned.
 
-Not applied: folding the 11 batch norms into the convolutions (knowledge/fx_patterns/conv_bn_fold.py). Under
-Inductor a batch norm is already part of the element-wise pass that follows its convolution, so the fold saves no
-memory traffic, while its folded weights are recomputed inside the graph on every call. Measured on the H100
-against the best free recipe (reduce-overhead, 0.813 ms): 0.978x (95 % CI 0.978-0.979) with the fold, 0.997x
-(0.996-0.998) without. Channels-last weights and activations measured 0.996x (0.995-0.997).
+Not applied: folding the batch norms into the convolutions (knowledge/fx_patterns/conv_bn_fold.py). Under Inductor
+each batch norm is already part of the element-wise pass after its convolution, so the fold saves no traffic while
+its folded weights are recomputed inside the graph on every call. Measured on the H100 in the exact tier against
+the best free recipe (reduce-overhead, 0.813 ms): 0.978x (95 % CI 0.978-0.979) with the fold, 0.997x
+(0.996-0.998) without.
 """
 
 from __future__ import annotations
@@ -21,11 +29,39 @@ from typing import Any
 
 import torch
 from depthwise_separable_conv import get_model_and_input  # noqa: F401 - same model and inputs as the baseline
-from torch import fx
+from torch import fx, nn
 from torch.utils._pytree import tree_map
 
 BACKEND_NAME = "depthwise_separable_conv_opt"
 APPLIED_PASSES: dict[str, int] = {}
+
+MATMUL_MODULES: tuple[type[nn.Module], ...] = (
+    nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+)
+
+
+def cast_matmul_weights(model: nn.Module, dtype: torch.dtype = torch.float16) -> nn.Module:
+    """The same model with the parameters of its Linear and convolution modules stored in `dtype` once, in
+    place; every other parameter and buffer (norms, embeddings not tied to a Linear) keeps its dtype."""
+    for module in model.modules():
+        if isinstance(module, MATMUL_MODULES):
+            module.to(dtype)
+    return model
+
+
+def with_autocast(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) -> Callable[..., Any]:
+    """`fn` run under `torch.autocast(dtype=dtype)` on the device of its tensor arguments (CUDA when any is on
+    CUDA, else CPU); outputs in `dtype` come back as float32, every other output unchanged."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        leaves: list[Any] = []
+        tree_map(leaves.append, (args, kwargs))
+        device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
+        with torch.autocast(device, dtype=dtype):
+            out = fn(*args, **kwargs)
+        return tree_map(lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == dtype else v, out)
+
+    return run
 
 
 def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,5 +85,10 @@ def depthwise_separable_conv_backend(gm: fx.GraphModule, example_inputs: list[An
 
 
 def optimize(model: torch.nn.Module) -> Any:
-    """The model compiled with this workload's registered backend."""
-    return torch.compile(model, backend=BACKEND_NAME)
+    """The model, its convolution and Linear weights stored in float16 and channels-last once, compiled with this
+    workload's registered backend and run under float16 autocast (outputs returned as float32)."""
+    model.to(memory_format=torch.channels_last)
+    APPLIED_PASSES["channels_last"] = APPLIED_PASSES.get("channels_last", 0) + 1
+    cast_matmul_weights(model)
+    APPLIED_PASSES["fp16_weights"] = APPLIED_PASSES.get("fp16_weights", 0) + 1
+    return with_autocast(torch.compile(model, backend=BACKEND_NAME))

@@ -21,9 +21,13 @@ def test_matches_baseline_and_applies_its_passes() -> None:
     with torch.no_grad():
         expected = base_model(*inputs)
         got = compiled(*inputs)
-    # exact tier: float32 throughout (cuDNN/cuBLAS may run TF32 where the baseline's settings allow it, in both)
-    rtol, atol = (1e-3, 1e-4) if expected.is_cuda else (1e-4, 1e-5)
-    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
+    # reduced tier: FP16 convolutions (weights stored in float16, autocast), compared at the reduced tier's tolerance
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * expected.abs().max().item())
+    assert got.dtype == torch.float32
+    assert model.stem.conv.weight.dtype == torch.float16
+    assert model.stem.conv.weight.is_contiguous(memory_format=torch.channels_last)
     assert "fold_conv_bn" not in optimized.APPLIED_PASSES  # rejected: measured slower under Inductor
+    assert optimized.APPLIED_PASSES.get("fp16_weights", 0) >= 1
+    assert optimized.APPLIED_PASSES.get("channels_last", 0) >= 1
     if expected.is_cuda:
         assert optimized.APPLIED_PASSES.get("cuda_graphs", 0) >= 1
