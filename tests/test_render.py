@@ -478,7 +478,7 @@ def test_the_analysis_bound_says_which_applied_changes_it_covers() -> None:
     """conv_block's H100 loop applied three changes; only channels-last has an opportunity of its pattern in the
     baseline analysis. The combined analysis bound says it covers 1 of 3; with that change alone applied, the
     bound covers everything applied and the measured 3.37× exceeds it, which the verdict says."""
-    from mcp_server.render.views import calibration_view
+    from mcp_server.render.calibration import calibration_view
 
     folder = REPO / "examples" / "conv_block"
     plan = load_optimizations(folder / "optimizations.json")

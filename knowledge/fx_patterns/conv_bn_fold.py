@@ -9,8 +9,11 @@ right after `aten::conv2d` in the same module; their kernels memory-bound: `dram
 kernel per convolution in `kernel_count`.
 
 Expected gain: the batch norm kernels' time disappears (one read and one write of every convolution output),
-minus a few tiny kernels that scale the weights. Under Inductor the batch norm is already fused into a
-pointwise kernel with the ReLU, so the gain there is small: estimate it from the fused kernels' DRAM bytes.
+minus a few tiny kernels that scale the weights. Under Inductor the batch norm is already fused into the
+pointwise kernel of a following ReLU, so the fold saves no traffic there while the folded weights are recomputed
+on every call: measured on the H100 (depthwise_separable_conv, Inductor + CUDA graphs) 0.978x the free recipe
+with the fold, 0.997x without. Propose it for eager or non-Inductor backends, or where no element-wise op
+follows the batch norm.
 
 Parameters stay graph inputs: the folded weight `w * gamma / sqrt(var + eps)` and bias
 `(b - mean) * gamma / sqrt(var + eps) + beta` are computed inside the graph from the placeholders, so no

@@ -8,11 +8,11 @@ from pydantic import BaseModel, Field
 
 from mcp_server.proof.validate import generated_test_path
 from mcp_server.render.baselines import BaselinesView, baselines_view
+from mcp_server.render.calibration import CalibrationView, calibration_view
 from mcp_server.render.inputs import ReportInputs
 from mcp_server.render.repro import CommandView, optimized_workload_path, plan_commands, report_commands, show_path
 from mcp_server.render.views import (
     IR_LEVEL_HOW,
-    CalibrationView,
     ClockView,
     DeviceView,
     HotspotView,
@@ -23,7 +23,6 @@ from mcp_server.render.views import (
     SpeedupView,
     TotalView,
     ValidationView,
-    calibration_view,
     clock_views,
     consistency_notes,
     device_view,

@@ -243,98 +243,6 @@ def speedup_view(bench: BenchResult) -> SpeedupView:
     )
 
 
-class EstimateRow(BaseModel):
-    item: str
-    plan_estimate: str
-    analysis_estimate: str | None
-
-
-class CalibrationView(BaseModel):
-    """The applied changes' estimates beside the measured speedup, under the window's speed of light."""
-
-    rows: list[EstimateRow]
-    estimated_low: float
-    estimated_high: float
-    analysis_estimate: float | None
-    analysis_source: str | None
-    analysis_covers: str | None  # "1 of 3 applied changes only; ..." when some have no opportunity of their pattern
-    measured: float | None
-    measured_ci: tuple[float, float] | None
-    baseline_how: str | None
-    verdict: str
-    ceiling: float | None
-    ceiling_note: str | None
-
-
-def _analysis_speedup(analysis: Analysis | None, items: list[OptimizationItem]) -> dict[str, float]:
-    """Per applied item, the analysis's estimate as a whole-window speedup (its opportunity of the same pattern)."""
-    if analysis is None or analysis.timeline is None:
-        return {}
-    window = analysis.timeline.window_ns
-    out = {}
-    for item in items:
-        pattern = item.pattern.split("#", 1)[0]
-        match = next((o for o in analysis.opportunities if o.knowledge == pattern), None)
-        if match is not None and window > match.estimated_saving_ns:
-            out[item.id] = window / (window - match.estimated_saving_ns)
-    return out
-
-
-def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None, bench: BenchResult | None,
-                     analysis: Analysis | None) -> CalibrationView | None:
-    """What the applied items were expected to give, what bench measured, and the plausible ceiling."""
-    applied = validation.applied_passes if validation is not None else {}
-    items = [i for i in plan.items if applied.get(i.pass_name)]
-    if not items:
-        return None
-    by_analysis = _analysis_speedup(analysis, items)
-    low = high = 1.0
-    for item in items:
-        low *= item.expected_gain.end_to_end_speedup_low
-        high *= item.expected_gain.end_to_end_speedup_high
-    combined = None
-    if by_analysis and analysis is not None and analysis.timeline is not None:
-        saved = sum(analysis.timeline.window_ns * (1 - 1 / v) for v in by_analysis.values())
-        combined = analysis.timeline.window_ns / max(analysis.timeline.window_ns - saved, 1.0)
-    sol = analysis.speed_of_light if analysis is not None else None
-    measured = bench.speedup.point if bench is not None else None
-    if measured is None:
-        verdict = "no bench.json: nothing measured to set beside the estimates"
-    elif measured < low:
-        verdict = (f"below the estimate: {measured:.2f}× measured against {low:.2f}×–{high:.2f}× estimated; the "
-                   "estimates were too optimistic for this workload")
-    elif measured > high:
-        verdict = f"above the estimate: {measured:.2f}× measured against {low:.2f}×–{high:.2f}× estimated"
-    else:
-        verdict = f"within the estimate: {measured:.2f}× measured, {low:.2f}×–{high:.2f}× estimated"
-    rest = len(items) - len(by_analysis)
-    covers = None if not rest else (f"{len(by_analysis)} of {len(items)} applied changes only; the "
-                                    + ("other has no opportunity of its" if rest == 1 else
-                                       f"other {rest} have no opportunity of their") + " pattern")
-    if measured is not None and combined is not None and covers is None and measured > combined:
-        verdict += (f"; the analysis's upper bound ({combined:.2f}×) is below the measurement: its opportunities "
-                    "understated these changes")
-    ceiling_note = None
-    if sol is not None:
-        ceiling_note = (f"the baseline runs at {sol.pct_of_speed_of_light:.0f} % of its speed of light; a speedup "
-                        f"above {sol.max_plausible_speedup:.2f}× is suspect ({sol.estimate_label})")
-        if measured is not None and measured > sol.max_plausible_speedup:
-            ceiling_note += f"; the measured {measured:.2f}× exceeds it: check that the optimized side does the work"
-    return CalibrationView(
-        rows=[EstimateRow(item=f"{i.rank}. {i.title}", plan_estimate=_estimate_text(i),
-                          analysis_estimate=f"≤ {by_analysis[i.id]:.2f}× (analysis, upper bound)"
-                          if i.id in by_analysis else None) for i in items],
-        estimated_low=low, estimated_high=high, analysis_estimate=combined,
-        analysis_source=("the window measured without the profiler" if analysis.timeline.unprofiled else
-                         "the profiled window (no timing pass ran: idle time inflated by instrumentation)")
-        if analysis is not None and analysis.timeline is not None else None, analysis_covers=covers,
-        measured=measured,
-        measured_ci=(bench.speedup.ci_low, bench.speedup.ci_high) if bench is not None else None,
-        baseline_how=bench.baseline.how_run if bench is not None else None, verdict=verdict,
-        ceiling=sol.max_plausible_speedup if sol is not None else None, ceiling_note=ceiling_note,
-    )
-
-
 def validation_view(report: ValidationReport) -> ValidationView:
     """The verdict, the per-check results and the measured errors (the error distribution of the output with the
     largest relative error)."""
@@ -388,7 +296,9 @@ def _target_text(item: OptimizationItem) -> str:
     return f"`{item.target.operator_name}`{module}"
 
 
-def _estimate_text(item: OptimizationItem) -> str:
+def estimate_text(item: OptimizationItem) -> str:
+    """An item's expected gain as the documents print it: the end-to-end span, the share of the targeted
+    operators' time and the basis, labelled an estimate."""
     gain = item.expected_gain
     span = f"{gain.end_to_end_speedup_low:.2f}×–{gain.end_to_end_speedup_high:.2f}×"
     share = f"; {gain.operator_time_saved_pct:.0f} % of the targeted operators' time" \
@@ -408,7 +318,7 @@ def item_views(plan: OptimizationPlan, validation: ValidationReport | None = Non
             evidence=[f"{e.metric}={e.value:g}{(' ' + e.unit) if e.unit else ''}"
                       + (f" ({e.condition})" if e.condition else "") + (f" at {e.source}" if e.source else "")
                       for e in item.evidence],
-            rationale=item.rationale, estimate=_estimate_text(item), pattern=item.pattern, pass_name=item.pass_name,
+            rationale=item.rationale, estimate=estimate_text(item), pattern=item.pattern, pass_name=item.pass_name,
             precision_change=item.precision_change, risks=item.risks, status=item.status,
             status_reason=item.status_reason, applied_count=count, applied=bool(count),
         ))
