@@ -660,3 +660,8 @@ def test_fp16_weights_are_stored_once_and_no_weight_is_cast_per_call(dtype: torc
     assert out.dtype == torch.float32, "the autocast dtype comes back as float32"
     rms = reference.pow(2).mean().sqrt().item()
     torch.testing.assert_close(out, reference, rtol=1e-2 if dtype == torch.float16 else 4e-2, atol=1e-2 * rms)
+    with torch.no_grad(), Casts() as casts:
+        kept = pattern.with_autocast_keep_dtype(model, dtype)(ids)
+    assert kept.dtype == dtype, "with_autocast_keep_dtype leaves the output as autocast returns it"
+    assert tuple(kept.shape) not in casts.shapes, "and casts no output"
+    assert torch.equal(kept.float(), out), "the same values, before the cast back"

@@ -234,3 +234,23 @@ def test_each_implemented_item_must_fire_its_own_pass():
     failed = planned_passes_check(plan, {"cuda_graphs": 1})
     assert failed.status == "fail" and "fuse_mul_add_to_addcmul" in failed.detail
     assert planned_passes_check(None, {}).status == "skip"
+
+
+def test_the_reduced_tier_accepts_an_output_returned_in_bfloat16_and_the_exact_tier_does_not():
+    """A float32 output returned in bfloat16 (as autocast returns it) is compared after upcasting in the reduced
+    tier, with both dtypes reported; the exact tier fails shapes_dtypes."""
+    half = WORKLOADS / "tiny_mlp_bf16_output_optimized.py"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        reduced_job = pool.submit(validate, BASELINE, half, python=sys.executable, seeds=(0,), run_tests=False,
+                                  tier="reduced")
+        exact_job = pool.submit(validate, BASELINE, half, python=sys.executable, seeds=(0,), run_tests=False)
+    reduced, exact = reduced_job.result(), exact_job.result()
+    assert reduced.passed, render_checks(reduced)
+    shapes = _check(reduced, "shapes_dtypes")
+    assert "out bfloat16 (baseline float32)" in shapes.detail
+    outputs = _check(reduced, "numerics").outputs
+    assert outputs and all(o.dtype == "torch.bfloat16" and o.baseline_dtype == "torch.float32" for o in outputs)
+    assert all(o.max_rel_error is not None and 0 < o.max_rel_error <= 1e-2 for o in outputs)
+    assert not exact.passed
+    assert not _check(exact, "shapes_dtypes").passed
+    assert "torch.bfloat16" in _check(exact, "shapes_dtypes").detail

@@ -21,9 +21,13 @@ def test_matches_baseline_and_applies_its_passes() -> None:
     with torch.no_grad():
         expected = base_model(*inputs)
         got = compiled(*inputs)
-    # exact tier: float32 throughout (cuDNN/cuBLAS may run TF32 where the baseline's settings allow it, in both)
-    rtol, atol = (1e-3, 1e-4) if expected.is_cuda else (1e-4, 1e-5)
-    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
+    # reduced tier: FP16 GEMMs (weights stored in float16, autocast), logits returned in float16 as autocast gives
+    # them, compared in float32 at the reduced tier's tolerance
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got.float(), expected, rtol=1e-2, atol=1e-2 * expected.abs().max().item())
+    assert model.logits.weight.dtype == model.ffn.fc1.weight.dtype == torch.float16
+    assert model.norm.weight.dtype == torch.float32
+    assert optimized.APPLIED_PASSES.get("fp16_weights", 0) >= 1
     assert optimized.APPLIED_PASSES.get("inductor_fusion", 0) >= 1
     assert getattr(model.logits.forward, "_torchdynamo_disable", False)  # the projection runs outside the graph
     if expected.is_cuda:

@@ -21,8 +21,12 @@ def test_matches_baseline_and_applies_its_passes() -> None:
     with torch.no_grad():
         expected = base_model(*inputs)
         got = compiled(*inputs)
-    # exact tier: float32 throughout (cuDNN/cuBLAS may run TF32 where the baseline's settings allow it, in both)
-    rtol, atol = (1e-3, 1e-4) if expected.is_cuda else (1e-4, 1e-5)
-    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
+    # reduced tier: FP16 projections and attention (weights stored in float16, autocast), output returned in
+    # float16 as autocast gives it, compared in float32 at the reduced tier's tolerance
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got.float(), expected, rtol=1e-2, atol=1e-2 * expected.abs().max().item())
+    assert model.q_proj.weight.dtype == model.out_proj.weight.dtype == torch.float16
+    assert optimized.APPLIED_PASSES.get("fp16_weights", 0) >= 1
     assert optimized.APPLIED_PASSES.get("qkv_fusion", 0) == 1
-    assert "cuda_graphs" not in optimized.APPLIED_PASSES  # rejected: measured slower on a GPU-bound window
+    if expected.is_cuda:
+        assert optimized.APPLIED_PASSES.get("cuda_graphs", 0) >= 1

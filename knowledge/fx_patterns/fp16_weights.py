@@ -3,10 +3,11 @@
 `cast_matmul_weights(model)` stores the weights and biases of the model's `nn.Linear` and convolution modules
 in float16, once and in place (module paths and state_dict keys unchanged; a weight tied to an embedding is
 converted with it). `with_autocast(fn)` runs each call under `torch.autocast(dtype=float16)` and returns the
-outputs that autocast left in float16 as float32. Together they give autocast's tensor-core GEMMs without its
-per-call weight casts: autocast casts a float32 weight to float16 on every call (one read of 4 bytes and one
-write of 2 bytes per parameter, then the GEMM's read of 2), while a weight already in float16 is read once as
-2 bytes. Reductions, normalisations and softmax stay in float32 where autocast keeps them there.
+outputs that autocast left in float16 as float32; `with_autocast_keep_dtype(fn)` leaves them in float16, which
+the reduced tier accepts (no cast pass over a large output). Together they give autocast's tensor-core GEMMs
+without its per-call weight casts: autocast casts a float32 weight to float16 on every call (one read of 4 bytes
+and one write of 2 bytes per parameter, then the GEMM's read of 2), while a weight already in float16 is read
+once as 2 bytes. Reductions, normalisations and softmax stay in float32 where autocast keeps them there.
 
 Why float16 and not bfloat16 in the reduced tier: both run on the same tensor cores at the same peak, but
 float16 keeps 10 mantissa bits (bfloat16: 7), about 8x less rounding error per value. Measured on the H100 with
@@ -61,5 +62,20 @@ def with_autocast(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) ->
         with torch.autocast(device, dtype=dtype):
             out = fn(*args, **kwargs)
         return tree_map(lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == dtype else v, out)
+
+    return run
+
+
+def with_autocast_keep_dtype(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) -> Callable[..., Any]:
+    """`fn` run under `torch.autocast(dtype=dtype)` on the device of its tensor arguments (CUDA when any is on
+    CUDA, else CPU); outputs as autocast returns them, those it computed in `dtype` left in `dtype`: no cast pass
+    over a large output. The reduced tier accepts a float32 output returned in float16 or bfloat16."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        leaves: list[Any] = []
+        tree_map(leaves.append, (args, kwargs))
+        device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
+        with torch.autocast(device, dtype=dtype):
+            return fn(*args, **kwargs)
 
     return run

@@ -173,6 +173,21 @@ def error_percentiles(rel: Any) -> dict[str, float]:
     return {f"p{p:g}": float(v) for p, v in zip(PERCENTILES, values.tolist(), strict=True)}
 
 
+REDUCED_OUTPUT_DTYPES = ("bfloat16", "float16")
+
+
+def _name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtype_allowed(out: Any, ref: Any, opts: dict[str, Any]) -> bool:
+    """The baseline's dtype, or in the reduced tier a float32/float64 output returned in bfloat16/float16."""
+    if out.dtype == ref.dtype:
+        return True
+    return bool(opts.get("reduced")) and _name(ref.dtype) in ("float32", "float64") and (
+        _name(out.dtype) in REDUCED_OUTPUT_DTYPES)
+
+
 def compare_leaf(
     path: str, out: Any, ref: Any, seed: int, input_set: str, opts: dict[str, Any], checks: Checks
 ) -> tuple[float | None, float | None]:
@@ -194,7 +209,7 @@ def compare_leaf(
         if not same:
             checks.problem("numerics", f"{where}: value {out!r} differs from the baseline's {ref!r}"[:300])
         return None, None
-    if out.shape != ref.shape or out.dtype != ref.dtype or out.device != ref.device:
+    if out.shape != ref.shape or not _dtype_allowed(out, ref, opts) or out.device != ref.device:
         checks.problem(
             "shapes_dtypes",
             f"{where}: optimized {list(out.shape)} {out.dtype} on {out.device}, baseline {list(ref.shape)} "
@@ -206,6 +221,9 @@ def compare_leaf(
         "seed": seed, "input_set": input_set, "output": path, "shape": list(out.shape), "dtype": str(out.dtype),
         "tolerance_class": cls,
     }
+    if out.dtype != ref.dtype:
+        entry["baseline_dtype"] = str(ref.dtype)
+        opts.setdefault("downcast", set()).add(f"{path} {_name(out.dtype)} (baseline {_name(ref.dtype)})")
     if out.numel() == 0:
         checks.output("numerics", {**entry, "passed": True, "note": "empty tensor"})
         return None, None

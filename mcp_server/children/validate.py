@@ -59,6 +59,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tolerances", default="{}", help="JSON: tolerance class -> rtol")
     parser.add_argument("--rtol", type=float, default=None, help="one rtol for every floating output")
     parser.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: rtol x output RMS)")
+    parser.add_argument("--tier", choices=("exact", "reduced"), default="exact",
+                        help="reduced: float32/float64 outputs may come back in bfloat16/float16")
     return parser.parse_args(argv)
 
 
@@ -220,7 +222,8 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     tolerances = {**DEFAULT_TOLERANCES, **json.loads(args.tolerances)}
     flags = precision_flags()
-    opts = {"tf32": False, "tolerances": tolerances, "rtol": args.rtol, "atol": args.atol}
+    opts = {"tf32": False, "tolerances": tolerances, "rtol": args.rtol, "atol": args.atol,
+            "reduced": args.tier == "reduced"}
     result.update(tolerances=tolerances, precision_flags=flags, seeds=seeds)
     result["phase"] = "load baseline"
     base_mod = load_workload(args.baseline)
@@ -259,6 +262,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             if not _one_seed(seed, base_mod, opt_mod, flags, opts, checks, extremes, state, result):
                 break
     result["how_run"] = state["how"]
+    result["reduced_dtype_outputs"] = sorted(opts.get("downcast", ()))
     result["max_abs_error"] = extremes.get("abs")
     result["max_rel_error"] = extremes.get("rel")
     after_flags = precision_flags()
@@ -310,7 +314,10 @@ def _settle(
         result["checks"] = checks.as_list()
         return
     checks.set("runs", "pass", f"ran as {result.get('how_run')} on every seed and input set")
-    checks.settle("shapes_dtypes", "every output has the baseline's structure, shape, dtype and device")
+    downcast = result.get("reduced_dtype_outputs") or []
+    checks.settle("shapes_dtypes", "every output has the baseline's structure, shape, dtype and device" if not downcast
+                  else "every output has the baseline's structure, shape and device; reduced tier, returned in a "
+                       "lower precision than the baseline's: " + "; ".join(downcast[:5]))
     checks.settle("finite", "no NaN/Inf in any output")
     checks.settle("numerics", f"all outputs within tolerance (max abs error {result['max_abs_error'] or 0:.3g}, "
                               f"max rel error {result['max_rel_error'] or 0:.3g})")

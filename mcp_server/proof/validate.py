@@ -132,9 +132,10 @@ def planned_passes_check(plan: OptimizationPlan | None, applied: dict[str, int])
 
 def _child_args(
     base: Path, opt: Path, seeds: Sequence[int], rtol: float | None, atol: float | None,
-    tolerances: dict[str, float] | None,
+    tolerances: dict[str, float] | None, tier: str,
 ) -> list[str]:
-    args = ["--baseline", str(base), "--optimized", str(opt), "--seeds", ",".join(str(s) for s in seeds)]
+    args = ["--baseline", str(base), "--optimized", str(opt), "--seeds", ",".join(str(s) for s in seeds),
+            "--tier", tier]
     if tolerances:
         args += ["--tolerances", json.dumps(tolerances)]
     if rtol is not None:
@@ -223,7 +224,9 @@ def validate(
     validation_report.json and the children's logs are written there; setting `cancel` stops the children.
     With `plan` (optimizations.json), 'planned_passes' checks that every implemented item fired its own pass.
     `tier` 'reduced' holds float32 outputs (and the TF32 class) to REDUCED_RTOL unless `tolerances` names them:
-    the tolerance of lower-precision compute the user chose; 'exact' keeps the fp32 defaults.
+    the tolerance of lower-precision compute the user chose; it also accepts a float32/float64 output returned
+    in bfloat16 or float16 (as autocast returns it), compared after upcasting and reported with both dtypes.
+    'exact' keeps the fp32 defaults and the baseline's dtypes.
     A failed check is a verdict, not an
     exception; a baseline that cannot run, or an interpreter without torch, raises WorkloadError.
     """
@@ -234,7 +237,7 @@ def validate(
         tolerances = {"float32": REDUCED_RTOL, "tf32": REDUCED_RTOL, **(tolerances or {})}
     base_path, opt_path = check_workload(baseline, "baseline"), check_workload(optimized, "optimized")
     python = check_python(python)
-    args = _child_args(base_path, opt_path, seeds, rtol, atol, tolerances)
+    args = _child_args(base_path, opt_path, seeds, rtol, atol, tolerances, tier)
     with tempfile.TemporaryDirectory(prefix="operator_profiler_validate_") as scratch:
         work_dir = Path(out_dir) if out_dir is not None else Path(scratch)
         raw = run_proof_child(

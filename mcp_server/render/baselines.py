@@ -42,7 +42,8 @@ def floor_evidence(floor: SpeedOfLight, tier: str) -> str:
         text += (": the exact tier may not lower precision, so what is left between the window and its floor is how "
                  "efficiently the kernels themselves run." if tier == "exact" else ".")
     else:
-        text += "; lower precision would not lower it (its time is bytes, not FLOPs)."
+        text += ("; faster math would not lower it: its time is bytes, not FLOPs, and only fewer or narrower bytes "
+                 "would.")
     return text
 
 

@@ -100,6 +100,9 @@ class ValidationView(BaseModel):
     worst_percentiles: dict[str, float] | None = None
     tier: str = "exact"
     precision_note: str | None
+    reduced_dtype_outputs: list[str] = Field(
+        default_factory=list, description="Outputs returned in a lower precision than the baseline's (reduced tier)."
+    )
     failed_checks: list[str]
     checks: list[CheckView]
     warnings: list[str] = Field(default_factory=list)
@@ -243,12 +246,19 @@ def speedup_view(bench: BenchResult) -> SpeedupView:
     )
 
 
+def _dtype_name(dtype: str | None) -> str:
+    return (dtype or "?").removeprefix("torch.")
+
+
 def validation_view(report: ValidationReport) -> ValidationView:
     """The verdict, the per-check results and the measured errors (the error distribution of the output with the
     largest relative error)."""
     outputs = [o for c in report.checks for o in c.outputs if o.rel_error_percentiles and o.max_rel_error is not None]
     worst = max(outputs, key=lambda o: o.max_rel_error or 0.0, default=None)
+    lowered = {f"{o.output} {_dtype_name(o.dtype)} (baseline {_dtype_name(o.baseline_dtype)})": None
+               for c in report.checks for o in c.outputs if o.baseline_dtype and o.baseline_dtype != o.dtype}
     return ValidationView(
+        reduced_dtype_outputs=list(lowered),
         worst_output=f"{worst.output} (seed {worst.seed}, inputs {worst.input_set})" if worst else None,
         worst_percentiles=worst.rel_error_percentiles if worst else None, tier=report.tier,
         passed=report.passed, device=report.device_name or report.device_type or "unknown", seeds=report.seeds,

@@ -240,6 +240,10 @@ class OutputError(_Model):
     output: str = Field(description="Where in the output structure, e.g. 'out', 'out[0]', \"out['logits']\".")
     shape: list[int] | None = None
     dtype: str | None = None
+    baseline_dtype: str | None = Field(
+        default=None, description="The baseline's dtype where it differs: the reduced tier lets a float32/float64 "
+        "output come back in bfloat16 or float16, as autocast gives it; compared after upcasting.",
+    )
     tolerance_class: str | None = Field(default=None, description="float32, tf32, bfloat16, float16, float64, exact")
     max_abs_error: float | None = None
     max_rel_error: float | None = Field(
