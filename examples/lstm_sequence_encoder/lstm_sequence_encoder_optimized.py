@@ -1,13 +1,18 @@
-"""lstm_sequence_encoder, optimized for inference on the GPU in the exact tier (evidence:
+"""lstm_sequence_encoder, optimized for inference on the GPU in the reduced precision tier (evidence:
 examples/lstm_sequence_encoder/analysis.json, H100).
 
-`whole_forward_graph` (module level, knowledge/fx_patterns/whole_forward_graph.py): the window is launch-bound
-(GPU busy 28.2 % of 7.19 ms without the profiler; 535 kernels, 98.9 % of kernel time in `lstm`, whose cuDNN
-RNN launches several kernels per time step and layer). `torch.compile(mode="reduce-overhead")` cannot help:
-Dynamo skips the whole forward, which calls the LSTM, so no CUDA graph covers its launches. Here the LSTM runs
-as written (cuDNN, flattened weights), the embedding and head are compiled by this workload's backend
-(Inductor), and the whole forward is captured in one CUDA graph per input signature and replayed, outputs
-cloned. Float32 throughout: nothing changes numerically.
+1. `whole_forward_graph` (module level, knowledge/fx_patterns/whole_forward_graph.py): the window is launch-bound
+   (GPU busy 28.2 % of 7.185 ms without the profiler; 535 kernels, 98.9 % of kernel time in `lstm`, whose cuDNN
+   RNN launches several kernels per time step and layer). `torch.compile(mode="reduce-overhead")` cannot help:
+   Dynamo skips the whole forward, which calls the LSTM, so no CUDA graph covers its launches. Here the LSTM runs
+   as written (cuDNN, flattened weights), the embedding and head are compiled by this workload's backend
+   (Inductor), and the whole forward is captured in one CUDA graph per input signature and replayed, outputs
+   cloned.
+2. `fp16_weights` (module level, knowledge/fx_patterns/fp16_weights.py): on a GPU the LSTM's and the head's
+   weights are stored in float16 once and each call runs under float16 autocast: cuDNN's fused LSTM runs in
+   float16 (its recurrent GEMMs on FP16 tensor cores, reading half the weight bytes every time step) and no
+   kernel re-casts a weight per call. The (32, 10) logits come back as float32. On a CPU nothing changes
+   (oneDNN has no float16 LSTM).
 """
 
 from __future__ import annotations
@@ -24,6 +29,35 @@ BACKEND_NAME = "lstm_sequence_encoder_opt"
 APPLIED_PASSES: dict[str, int] = {}
 
 WARMUP_CALLS = 3
+
+
+MATMUL_MODULES: tuple[type[nn.Module], ...] = (
+    nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+)
+
+
+def cast_matmul_weights(model: nn.Module, dtype: torch.dtype = torch.float16) -> nn.Module:
+    """The same model with the parameters of its Linear and convolution modules stored in `dtype` once, in
+    place; every other parameter and buffer (norms, embeddings not tied to a Linear) keeps its dtype."""
+    for module in model.modules():
+        if isinstance(module, MATMUL_MODULES):
+            module.to(dtype)
+    return model
+
+
+def with_autocast(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) -> Callable[..., Any]:
+    """`fn` run under `torch.autocast(dtype=dtype)` on the device of its tensor arguments (CUDA when any is on
+    CUDA, else CPU); outputs in `dtype` come back as float32, every other output unchanged."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        leaves: list[Any] = []
+        tree_map(leaves.append, (args, kwargs))
+        device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
+        with torch.autocast(device, dtype=dtype):
+            out = fn(*args, **kwargs)
+        return tree_map(lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == dtype else v, out)
+
+    return run
 
 
 def _has_rnn(module: nn.Module) -> bool:
@@ -109,6 +143,14 @@ def _captured() -> None:
 
 def optimize(model: torch.nn.Module) -> Any:
     """The submodules around the LSTM compiled with this workload's registered backend, and the whole forward
-    replayed from a CUDA graph on a GPU."""
+    replayed from a CUDA graph on a GPU, there with the LSTM's and the head's weights stored in float16 and each
+    call run under float16 autocast (logits returned as float32)."""
     compile_around_rnns(model, BACKEND_NAME)
-    return graph_whole_forward(model, on_capture=_captured)
+    if not any(p.is_cuda for p in model.parameters()):
+        return graph_whole_forward(model, on_capture=_captured)
+    cast_matmul_weights(model)
+    for module in model.modules():
+        if isinstance(module, nn.RNNBase):
+            module.to(torch.float16)  # cuDNN's fused LSTM keeps its flattened weights, now in float16
+    APPLIED_PASSES["fp16_weights"] = APPLIED_PASSES.get("fp16_weights", 0) + 1
+    return with_autocast(graph_whole_forward(model, on_capture=_captured))

@@ -21,8 +21,13 @@ def test_matches_baseline_and_applies_its_passes() -> None:
     with torch.no_grad():
         expected = base_model(*inputs)
         got = compiled(*inputs)
-    # exact tier: float32 throughout (cuDNN's RNN runs TF32 by default on a GPU, in both workloads)
-    rtol, atol = (1e-3, 1e-4) if expected.is_cuda else (1e-4, 1e-5)
-    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
-    if expected.is_cuda:  # one CUDA graph per input signature; nothing is captured on a CPU
-        assert optimized.APPLIED_PASSES.get("whole_forward_graph", 0) == 1
+    if not expected.is_cuda:  # on a CPU nothing is captured and nothing changes precision
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+        return
+    # reduced tier: cuDNN's LSTM and the head in float16 (weights stored in float16, autocast), logits as float32,
+    # compared at the reduced tier's tolerance
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * expected.abs().max().item())
+    assert model.lstm.weight_hh_l0.dtype == model.head.weight.dtype == torch.float16
+    assert optimized.APPLIED_PASSES.get("fp16_weights", 0) >= 1
+    assert optimized.APPLIED_PASSES.get("whole_forward_graph", 0) == 1  # one CUDA graph per input signature
