@@ -398,3 +398,24 @@ def test_write_comparison_writes_json_and_markdown(tmp_path):
         assert heading in markdown
     assert "gpu_kernel_time_ns" in markdown and "bench" in markdown
     assert "GPU kernel time" in summary_line(c)
+
+
+def test_a_workload_replaying_its_own_cuda_graph_is_refused_for_that_reason_not_as_another_model():
+    """lstm_sequence_encoder's H100 profiles: the optimized workload captures its whole forward in a CUDA graph
+    and replays it, so 99.5 % of its kernel time is in kernels no operator range encloses. compare names that,
+    not "different models"; with allow_mismatch the totals carry the unattributed time."""
+    from conftest import REPO
+
+    from mcp_server.schema.io import load_profile
+
+    folder = REPO / "examples" / "lstm_sequence_encoder"
+    baseline, optimized = load_profile(folder / "profile.json"), load_profile(folder / "profile_optimized.json")
+    with pytest.raises(ProfileMismatch) as info:
+        compare_profiles(baseline, optimized)
+    assert "99.5 % of the optimized profile's kernel time is in 535 kernels no operator range encloses" in (
+        info.value.message)
+    assert "different models" not in info.value.message
+    c = compare_profiles(baseline, optimized, allow_mismatch=True)
+    unattributed = total(c, "unattributed_kernel_time_ns")
+    assert unattributed is not None and unattributed.baseline == 0
+    assert unattributed.optimized == sum(k.duration_ns for k in optimized.unattributed_kernels)

@@ -105,6 +105,22 @@ def _shape_mismatches(matching: Matching) -> list[str]:
     return found
 
 
+UNATTRIBUTED_SHARE = 0.5  # above this share of kernel time unattributed, the optimized side's operators are few
+
+
+def _why_unmatched(baseline: OperatorAttributedProfile, optimized: OperatorAttributedProfile) -> str:
+    """The likely reason no operator pairs: most of the optimized profile's kernel time unattributed, or two models."""
+    lost = sum(k.duration_ns for k in optimized.unattributed_kernels)
+    total = optimized.window.kernel_time_ns
+    if total and lost / total > UNATTRIBUTED_SHARE:
+        return (f"{100.0 * lost / total:.1f} % of the optimized profile's kernel time is in "
+                f"{len(optimized.unattributed_kernels)} kernels no operator range encloses (a CUDA graph the workload "
+                "captures and replays itself, or launches outside annotated code), so its operators cannot pair; "
+                "the totals and the kernels still compare")
+    names = Path(baseline.capture_metadata.workload).name, Path(optimized.capture_metadata.workload).name
+    return f"these look like different models ({names[0]} and {names[1]})"
+
+
 def find_mismatches(
     baseline: OperatorAttributedProfile, optimized: OperatorAttributedProfile, matching: Matching | None = None
 ) -> list[str]:
@@ -127,7 +143,7 @@ def find_mismatches(
     if baseline.operators and optimized.operators and not matching.taken:
         reasons.append(
             "no operator of the baseline has a counterpart in the optimized profile (by name, spelling, module or "
-            f"fusion): these look like different models ({Path(b.workload).name} and {Path(o.workload).name})"
+            f"fusion): {_why_unmatched(baseline, optimized)}"
         )
     shapes = _shape_mismatches(matching)
     if shapes:

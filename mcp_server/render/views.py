@@ -29,8 +29,9 @@ COUNTER_LABELS = {
     "l2_hit_rate_pct": "L2 hit %",
     "arithmetic_intensity_flop_per_byte": "FLOP/byte",
 }
-TOTALS_SHOWN = ("gpu_kernel_time_ns", "gpu_busy_time_ns", "kernel_count", "dram_bytes", "window_wall_time_per_iter_ns",
-                "cpu_operator_time_ns")
+TOTALS_SHOWN = ("gpu_kernel_time_ns", "gpu_busy_time_ns", "kernel_count", "unattributed_kernel_time_ns", "dram_bytes",
+                "window_wall_time_per_iter_ns", "cpu_operator_time_ns")
+TOTALS_SHOWN_WHEN_NONZERO = {"unattributed_kernel_time_ns"}
 IR_LEVEL_HOW = {
     "functional": "an FX pass on the torch-level graph Dynamo hands the registered backend, before compile_fx",
     "aten": "a pass on the aten graph after AOTAutograd (torch._inductor.config.post_grad_custom_post_pass, or "
@@ -275,6 +276,8 @@ def totals_view(comparison: Comparison) -> list[TotalView]:
     rows = []
     for name in TOTALS_SHOWN:
         t = total(comparison, name)
+        if name in TOTALS_SHOWN_WHEN_NONZERO and t is not None and not (t.baseline or t.optimized):
+            continue
         if t is not None and (t.baseline is not None or t.optimized is not None):
             rows.append(TotalView(name=name, baseline=t.baseline, optimized=t.optimized, speedup=t.speedup))
     return rows
@@ -382,8 +385,22 @@ def residual_views(inputs: ReportInputs, items: list[ItemView]) -> list[Residual
                                      pattern=view.pattern))
     now = inputs.optimized or inputs.baseline
     label = "optimized profile" if inputs.optimized is not None else "baseline profile"
+    unattributed = [k for k in now.unattributed_kernels if k.duration_ns]
+    lost_ns = sum(k.duration_ns for k in unattributed)
+    attributed_share = 1.0 - lost_ns / now.window.kernel_time_ns if now.window.kernel_time_ns else 1.0
+    if lost_ns and now.capture_metadata.gpu_used:
+        names = sorted({k.kernel_name for k in unattributed}, key=lambda n: -sum(
+            k.duration_ns for k in unattributed if k.kernel_name == n))
+        rows.append(ResidualView(
+            source=label, title=f"{100.0 * (1.0 - attributed_share):.1f} % of the kernel time is in kernels no "
+                                "operator encloses",
+            target=f"{len(unattributed)} unattributed kernel(s), e.g. `{names[0][:80]}`",
+            evidence="launched outside every operator range: CUDA-graph replays of a graph the workload captures "
+                     "itself, or launches from code the profiler does not annotate; they are in the profile's "
+                     "unattributed_kernels"))
     for spot in hotspots(now, 3):
-        rows.append(ResidualView(source=label, title=f"{spot.share_pct:.1f} % of the time is still here",
+        share = spot.share_pct * attributed_share
+        rows.append(ResidualView(source=label, title=f"{share:.1f} % of the kernel time is still here",
                                  target=f"`{spot.operator_name}` in {spot.modules}",
                                  evidence=f"{spot.calls} call(s), {spot.kernels} kernel(s)"))
     return rows
