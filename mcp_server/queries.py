@@ -52,7 +52,8 @@ def _op_time(op: OperatorRecord, gpu: bool) -> int:
 
 
 def top_operators(profile: OperatorAttributedProfile, limit: int = 10) -> list[OperatorSummary]:
-    """Operators grouped by name, ranked by GPU kernel time (CPU inclusive time in CPU-only profiles)."""
+    """Operators grouped by name, ranked by GPU kernel time (CPU inclusive time in CPU-only profiles); each share is
+    of all the window's kernel time, unattributed kernels included."""
     gpu = profile.capture_metadata.gpu_used
     groups: dict[str, list] = {}
     for op in profile.operators:
@@ -72,7 +73,8 @@ def top_operators(profile: OperatorAttributedProfile, limit: int = 10) -> list[O
             )
         )
     key = (lambda r: r.gpu_time_ns) if gpu else (lambda r: r.cpu_total_time_ns or 0)
-    total = sum(key(r) for r in rows) or 1
+    unattributed = sum(k.duration_ns for k in profile.unattributed_kernels) if gpu else 0
+    total = sum(key(r) for r in rows) + unattributed or 1
     for row in rows:
         row.share_pct = 100.0 * key(row) / total
     return sorted(rows, key=key, reverse=True)[:limit]

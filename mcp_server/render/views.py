@@ -387,20 +387,19 @@ def residual_views(inputs: ReportInputs, items: list[ItemView]) -> list[Residual
     label = "optimized profile" if inputs.optimized is not None else "baseline profile"
     unattributed = [k for k in now.unattributed_kernels if k.duration_ns]
     lost_ns = sum(k.duration_ns for k in unattributed)
-    attributed_share = 1.0 - lost_ns / now.window.kernel_time_ns if now.window.kernel_time_ns else 1.0
-    if lost_ns and now.capture_metadata.gpu_used:
+    if lost_ns and now.capture_metadata.gpu_used and now.window.kernel_time_ns:
         names = sorted({k.kernel_name for k in unattributed}, key=lambda n: -sum(
             k.duration_ns for k in unattributed if k.kernel_name == n))
         rows.append(ResidualView(
-            source=label, title=f"{100.0 * (1.0 - attributed_share):.1f} % of the kernel time is in kernels no "
-                                "operator encloses",
+            source=label,
+            title=f"{100.0 * lost_ns / now.window.kernel_time_ns:.1f} % of the kernel time is in kernels no operator "
+                  "encloses",
             target=f"{len(unattributed)} unattributed kernel(s), e.g. `{names[0][:80]}`",
             evidence="launched outside every operator range: CUDA-graph replays of a graph the workload captures "
                      "itself, or launches from code the profiler does not annotate; they are in the profile's "
                      "unattributed_kernels"))
     for spot in hotspots(now, 3):
-        share = spot.share_pct * attributed_share
-        rows.append(ResidualView(source=label, title=f"{share:.1f} % of the kernel time is still here",
+        rows.append(ResidualView(source=label, title=f"{spot.share_pct:.1f} % of the kernel time is still here",
                                  target=f"`{spot.operator_name}` in {spot.modules}",
                                  evidence=f"{spot.calls} call(s), {spot.kernels} kernel(s)"))
     return rows
