@@ -447,8 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the baseline's analysis.json: its speed of light is the bound when "
                         "--max-plausible-speedup is not given")
     p.add_argument("--tier", choices=TIERS, default="exact",
-                   help="precision tier: exact keeps fp32 tolerances; reduced holds float32 outputs to 1e-2 "
-                        "(BF16/FP16/TF32 compute) unless --tolerance names the class (default exact)")
+                   help="precision tier: exact keeps fp32 tolerances and dtypes; reduced holds float32 outputs to "
+                        "1e-2 (BF16/FP16/TF32 compute) unless --tolerance names the class, and accepts them "
+                        "returned in float16/bfloat16, compared after upcasting (default exact)")
     p.add_argument("--optimizations", type=Path,
                    help="optimizations.json: each implemented item must fire its own pass (check planned_passes)")
     p.add_argument("--output", "-o", type=Path,

@@ -310,8 +310,9 @@ async def validate(
     max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None,
     analysis: Annotated[str | None, Field(description="The baseline's analysis.json: its speed of light bounds the "
                                           "speedup when max_plausible_speedup is not given.")] = None,
-    tier: Annotated[Tier, Field(description="Precision tier: exact keeps fp32 tolerances; reduced holds float32 "
-                                "outputs to 1e-2 unless tolerances names the class.")] = "exact",
+    tier: Annotated[Tier, Field(description="Precision tier: exact keeps fp32 tolerances and dtypes; reduced holds "
+                                "float32 outputs to 1e-2 unless tolerances names the class, and accepts them "
+                                "returned in float16/bfloat16 (compared after upcasting).")] = "exact",
     optimizations: Annotated[str | None, Field(
         description="optimizations.json: each implemented item must fire its own pass (check planned_passes).")] = None,
     output: Output = None,

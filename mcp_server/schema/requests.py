@@ -298,7 +298,8 @@ class ValidateRequest(_Request):
     bench_json: Path | None = None
     max_plausible_speedup: Annotated[float | None, Field(ge=0)] = None
     analysis: Path | None = None  # the baseline's analysis.json: its speed of light bounds the speedup
-    tier: Tier = Field(default="exact", description="Precision tier: 'reduced' holds float32 outputs to 1e-2.")
+    tier: Tier = Field(default="exact", description="Precision tier: 'reduced' holds float32 outputs to 1e-2 and "
+                      "accepts them in float16/bfloat16.")
     optimizations: Path | None = Field(default=None, description="optimizations.json: every implemented item must "
                                        "fire its own pass (check planned_passes).")
     output: Path | None = None
