@@ -3,7 +3,8 @@
 The weights of the model's Linear and convolution modules stored in float16 once, each call run under float16
 autocast with the outputs returned as float32 (knowledge/fx_patterns/fp16_weights.py), compiled by Inductor with
 CUDA graphs and the outputs cloned (knowledge/fx_patterns/cuda_graphs.py). Each `<name>_optimized.py` takes its
-baseline's `get_model_and_input` and this module's `BACKEND_NAME`, `APPLIED_PASSES` and `optimize`.
+baseline's `get_model_and_input` and this module's `BACKEND_NAME`, `APPLIED_PASSES` and `optimize`, or
+`optimize_keep_dtype` to leave the outputs in float16 as autocast returns them (the reduced tier accepts it).
 """
 
 from __future__ import annotations
@@ -47,6 +48,21 @@ def with_autocast(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) ->
     return run
 
 
+
+def with_autocast_keep_dtype(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) -> Callable[..., Any]:
+    """`fn` run under `torch.autocast(dtype=dtype)` on the device of its tensor arguments (CUDA when any is on
+    CUDA, else CPU); outputs as autocast returns them, those it computed in `dtype` left in `dtype`: no cast pass
+    over a large output. The reduced tier accepts a float32 output returned in float16 or bfloat16."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        leaves: list[Any] = []
+        tree_map(leaves.append, (args, kwargs))
+        device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
+        with torch.autocast(device, dtype=dtype):
+            return fn(*args, **kwargs)
+
+    return run
+
 def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a compiled callable so every tensor it returns is a fresh copy (safe across CUDA graph replays)."""
 
@@ -72,3 +88,9 @@ def optimize(model: torch.nn.Module) -> Any:
     run under float16 autocast (outputs returned as float32)."""
     APPLIED_PASSES["fp16_weights"] = APPLIED_PASSES.get("fp16_weights", 0) + 1
     return with_autocast(torch.compile(cast_matmul_weights(model), backend=BACKEND_NAME))
+
+
+def optimize_keep_dtype(model: torch.nn.Module) -> Any:
+    """As `optimize`, the outputs left in float16 as autocast returns them (no cast pass back to float32)."""
+    APPLIED_PASSES["fp16_weights"] = APPLIED_PASSES.get("fp16_weights", 0) + 1
+    return with_autocast_keep_dtype(torch.compile(cast_matmul_weights(model), backend=BACKEND_NAME))
