@@ -665,3 +665,40 @@ def test_fp16_weights_are_stored_once_and_no_weight_is_cast_per_call(dtype: torc
     assert kept.dtype == dtype, "with_autocast_keep_dtype leaves the output as autocast returns it"
     assert tuple(kept.shape) not in casts.shapes, "and casts no output"
     assert torch.equal(kept.float(), out), "the same values, before the cast back"
+
+
+def test_autocast_in_forward_puts_the_autocast_region_inside_the_compiled_graph() -> None:
+    """autocast_in_forward: the compiled graph holds the float16 region and the cast back (one graph, no
+    recompile, nothing wrapping the compiled model), outputs float32 (or float16 with out_dtype=None), state_dict
+    keys unchanged, autocast off outside the call."""
+    pattern = _load("fp16_weights")
+    torch.manual_seed(0)
+    model = TiedHead().eval()
+    ids = torch.randint(0, 40, (4, 6))
+    with torch.no_grad():
+        reference = model(ids)
+    keys = list(model.state_dict())
+    pattern.cast_matmul_weights(model, torch.bfloat16)
+    pattern.autocast_in_forward(model, torch.bfloat16)
+    assert list(model.state_dict()) == keys
+    graphs: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        out = compiled(ids)
+        again = compiled(torch.randint(0, 40, (4, 6)))
+    assert len(graphs) == 1, "one graph, reused: the autocast region is traced, not a guard that recompiles"
+    assert not torch.is_autocast_enabled("cpu")
+    code = graphs[0].code
+    assert "autocast" in code and "bfloat16" in code, "the graph holds the autocast region"
+    assert out.dtype == again.dtype == torch.float32
+    rms = reference.pow(2).mean().sqrt().item()
+    torch.testing.assert_close(out, reference, rtol=4e-2, atol=4e-2 * rms)
+    kept = pattern.autocast_in_forward(TiedHead().eval(), torch.bfloat16, out_dtype=None)
+    with torch.no_grad():
+        assert kept(ids).dtype == torch.bfloat16

@@ -6,9 +6,12 @@ The window is GPU-bound (busy 92.9 % of 1.604 ms without the profiler): 5 convol
 norms and ReLU6s (the analysis's 23 fusible kernels), and cuDNN's layout conversions.
 
 1. `fp16_weights` (module level, knowledge/fx_patterns/fp16_weights.py): the convolution and Linear weights are
-   stored in float16 once and each call runs under float16 autocast, outputs returned as float32: the
+   stored in float16 once and the forward runs under float16 autocast, outputs returned as float32: the
    convolutions run on FP16 tensor cores over half the bytes, and no kernel re-casts a weight per call (the free
-   bf16-autocast recipe does).
+   bf16-autocast recipe does). The autocast region sits inside the forward (`autocast_in_forward`), so the
+   compiled graph holds it and nothing wraps the compiled model per call: measured on the H100 in one bench
+   process, 1.043x the free recipe (95 % CI 1.043-1.044) against 1.037x (1.036-1.038) with `with_autocast`
+   around the compiled model.
 2. `channels_last` (module level, knowledge/fx_patterns/channels_last.py): the convolution weights are stored
    channels-last once, so activations stay NHWC, the layout of cuDNN's tensor-core kernels.
 3. `cuda_graphs` (inductor-config, knowledge/fx_patterns/cuda_graphs.py): Inductor fuses each batch norm's scale
@@ -49,19 +52,28 @@ def cast_matmul_weights(model: nn.Module, dtype: torch.dtype = torch.float16) ->
     return model
 
 
-def with_autocast(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) -> Callable[..., Any]:
-    """`fn` run under `torch.autocast(dtype=dtype)` on the device of its tensor arguments (CUDA when any is on
-    CUDA, else CPU); outputs in `dtype` come back as float32, every other output unchanged."""
+def autocast_in_forward(
+    model: nn.Module, dtype: torch.dtype = torch.float16, out_dtype: torch.dtype | None = torch.float32
+) -> nn.Module:
+    """The same model, its forward run under `torch.autocast(dtype=dtype)` from inside: set on the instance, so
+    `torch.compile(model)` traces the autocast region and the casts back into its graph, and no Python wrapper or
+    context manager runs around the compiled model on each call (`with_autocast` does). Outputs autocast computed
+    in `dtype` come back as `out_dtype` (inside the graph, where Inductor fuses the cast), or stay in `dtype` with
+    `out_dtype=None`. Module paths and state_dict keys are unchanged."""
+    forward = model.forward
 
     def run(*args: Any, **kwargs: Any) -> Any:
         leaves: list[Any] = []
         tree_map(leaves.append, (args, kwargs))
         device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
         with torch.autocast(device, dtype=dtype):
-            out = fn(*args, **kwargs)
-        return tree_map(lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == dtype else v, out)
+            out = forward(*args, **kwargs)
+        if out_dtype is None:
+            return out
+        return tree_map(lambda v: v.to(out_dtype) if isinstance(v, torch.Tensor) and v.dtype == dtype else v, out)
 
-    return run
+    model.forward = run
+    return model
 
 
 def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
@@ -85,10 +97,11 @@ def depthwise_separable_conv_backend(gm: fx.GraphModule, example_inputs: list[An
 
 
 def optimize(model: torch.nn.Module) -> Any:
-    """The model, its convolution and Linear weights stored in float16 and channels-last once, compiled with this
-    workload's registered backend and run under float16 autocast (outputs returned as float32)."""
+    """The model, its convolution and Linear weights stored in float16 and channels-last once and its forward run
+    under float16 autocast (outputs returned as float32), compiled with this workload's registered backend."""
     model.to(memory_format=torch.channels_last)
     APPLIED_PASSES["channels_last"] = APPLIED_PASSES.get("channels_last", 0) + 1
     cast_matmul_weights(model)
+    autocast_in_forward(model)
     APPLIED_PASSES["fp16_weights"] = APPLIED_PASSES.get("fp16_weights", 0) + 1
-    return with_autocast(torch.compile(model, backend=BACKEND_NAME))
+    return torch.compile(model, backend=BACKEND_NAME)

@@ -4,10 +4,11 @@
 in float16, once and in place (module paths and state_dict keys unchanged; a weight tied to an embedding is
 converted with it). `with_autocast(fn)` runs each call under `torch.autocast(dtype=float16)` and returns the
 outputs that autocast left in float16 as float32; `with_autocast_keep_dtype(fn)` leaves them in float16, which
-the reduced tier accepts (no cast pass over a large output). Together they give autocast's tensor-core GEMMs
-without its per-call weight casts: autocast casts a float32 weight to float16 on every call (one read of 4 bytes
-and one write of 2 bytes per parameter, then the GEMM's read of 2), while a weight already in float16 is read
-once as 2 bytes. Reductions, normalisations and softmax stay in float32 where autocast keeps them there.
+the reduced tier accepts (no cast pass over a large output); `autocast_in_forward(model)` puts the autocast
+region inside the model's forward, so the compiled graph holds it and nothing wraps the compiled model per call.
+Together they give autocast's tensor-core GEMMs without its per-call weight casts: autocast casts a float32
+weight to float16 on every call (one read of 4 bytes and one write of 2 bytes per parameter, then the GEMM's read
+of 2), while a weight already in float16 is read once as 2 bytes. Reductions, normalisations and softmax stay in float32 where autocast keeps them there.
 
 Why float16 and not bfloat16 in the reduced tier: both run on the same tensor cores at the same peak, but
 float16 keeps 10 mantissa bits (bfloat16: 7), about 8x less rounding error per value. Measured on the H100 with
@@ -79,3 +80,27 @@ def with_autocast_keep_dtype(fn: Callable[..., Any], dtype: torch.dtype = torch.
             return fn(*args, **kwargs)
 
     return run
+
+
+def autocast_in_forward(
+    model: nn.Module, dtype: torch.dtype = torch.float16, out_dtype: torch.dtype | None = torch.float32
+) -> nn.Module:
+    """The same model, its forward run under `torch.autocast(dtype=dtype)` from inside: set on the instance, so
+    `torch.compile(model)` traces the autocast region and the casts back into its graph, and no Python wrapper or
+    context manager runs around the compiled model on each call (`with_autocast` does). Outputs autocast computed
+    in `dtype` come back as `out_dtype` (inside the graph, where Inductor fuses the cast), or stay in `dtype` with
+    `out_dtype=None`. Module paths and state_dict keys are unchanged."""
+    forward = model.forward
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        leaves: list[Any] = []
+        tree_map(leaves.append, (args, kwargs))
+        device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
+        with torch.autocast(device, dtype=dtype):
+            out = forward(*args, **kwargs)
+        if out_dtype is None:
+            return out
+        return tree_map(lambda v: v.to(out_dtype) if isinstance(v, torch.Tensor) and v.dtype == dtype else v, out)
+
+    model.forward = run
+    return model
