@@ -702,3 +702,24 @@ def test_autocast_in_forward_puts_the_autocast_region_inside_the_compiled_graph(
     kept = pattern.autocast_in_forward(TiedHead().eval(), torch.bfloat16, out_dtype=None)
     with torch.no_grad():
         assert kept(ids).dtype == torch.bfloat16
+
+
+def test_module_paths_of_a_model_whose_forward_was_set_on_the_instance_are_its_own() -> None:
+    """With autocast_in_forward, Dynamo reaches the model through the wrapper's bound forward
+    (`L['forward'].__self__.fc`); the capture child's module paths are still the model's own (`fc`, `norm`)."""
+    from mcp_server.children.compiling import record_node_modules
+
+    pattern = _load("fp16_weights")
+    model = pattern.autocast_in_forward(TiedHead().eval(), torch.bfloat16)
+    recorded: dict[str, dict[str, str]] = {}
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        record_node_modules(gm, recorded, root="TiedHead")
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(torch.randint(0, 40, (4, 6)))
+    paths = {entry["module_path"] for entry in recorded.values() if entry}
+    assert {"fc", "norm", "head"} <= paths, paths
+    assert not any("__self__" in p or p.startswith("L.") for p in paths), paths

@@ -37,10 +37,14 @@ def root_module_name(model: Any) -> str:
     return type(model).__name__
 
 
+_MODEL_SOURCE = re.compile(r"^L\['self'\]\.?|^L\['[^']+'\]\.__self__\.?")
+
+
 def clean_module_path(raw: str, root: str = "") -> str:
     """`L['self'].features._modules['0'].conv` or `L['self'].features[0]` -> `features.0.conv`; the model
-    itself (`L['self']`) -> `root`."""
-    path = re.sub(r"^L\['self'\]\.?", "", raw)
+    itself (`L['self']`) -> `root`. A forward set on the instance (a wrapper closing over the bound forward,
+    e.g. `autocast_in_forward`) reaches the model as `L['forward'].__self__`: the same paths."""
+    path = _MODEL_SOURCE.sub("", raw)
     path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
     path = re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", path)
     return path.strip(".") or root
