@@ -8,7 +8,8 @@ the reduced tier accepts (no cast pass over a large output); `autocast_in_forwar
 region inside the model's forward, so the compiled graph holds it and nothing wraps the compiled model per call.
 Together they give autocast's tensor-core GEMMs without its per-call weight casts: autocast casts a float32
 weight to float16 on every call (one read of 4 bytes and one write of 2 bytes per parameter, then the GEMM's read
-of 2), while a weight already in float16 is read once as 2 bytes. Reductions, normalisations and softmax stay in float32 where autocast keeps them there.
+of 2), while a weight already in float16 is read once as 2 bytes. Reductions, normalisations and softmax stay in
+float32 where autocast keeps them there.
 
 Why float16 and not bfloat16 in the reduced tier: both run on the same tensor cores at the same peak, but
 float16 keeps 10 mantissa bits (bfloat16: 7), about 8x less rounding error per value. Measured on the H100 with
