@@ -73,7 +73,7 @@ def top_operators(profile: OperatorAttributedProfile, limit: int = 10) -> list[O
             )
         )
     key = (lambda r: r.gpu_time_ns) if gpu else (lambda r: r.cpu_total_time_ns or 0)
-    unattributed = sum(k.duration_ns for k in profile.unattributed_kernels) if gpu else 0
+    unattributed = profile.unattributed_kernel_time_ns() if gpu else 0
     total = sum(key(r) for r in rows) + unattributed or 1
     for row in rows:
         row.share_pct = 100.0 * key(row) / total

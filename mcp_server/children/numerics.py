@@ -180,6 +180,13 @@ def _name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def lowered_outputs(checks: Checks) -> list[str]:
+    """Outputs returned in a lower precision than the baseline's (reduced tier), once each, in the order seen."""
+    seen = {f"{e['output']} {_name(e['dtype'])} (baseline {_name(e['baseline_dtype'])})": None
+            for e in checks.outputs.get("numerics", []) if e.get("baseline_dtype")}
+    return list(seen)
+
+
 def _dtype_allowed(out: Any, ref: Any, opts: dict[str, Any]) -> bool:
     """The baseline's dtype, or in the reduced tier a float32/float64 output returned in bfloat16/float16."""
     if out.dtype == ref.dtype:
@@ -223,7 +230,6 @@ def compare_leaf(
     }
     if out.dtype != ref.dtype:
         entry["baseline_dtype"] = str(ref.dtype)
-        opts.setdefault("downcast", set()).add(f"{path} {_name(out.dtype)} (baseline {_name(ref.dtype)})")
     if out.numel() == 0:
         checks.output("numerics", {**entry, "passed": True, "note": "empty tensor"})
         return None, None

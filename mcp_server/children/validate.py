@@ -41,6 +41,7 @@ from mcp_server.children.numerics import (
     all_equal,
     call,
     compare_leaf,
+    lowered_outputs,
     precision_flags,
     restore_flags,
     shared_memory,
@@ -262,7 +263,6 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             if not _one_seed(seed, base_mod, opt_mod, flags, opts, checks, extremes, state, result):
                 break
     result["how_run"] = state["how"]
-    result["reduced_dtype_outputs"] = sorted(opts.get("downcast", ()))
     result["max_abs_error"] = extremes.get("abs")
     result["max_rel_error"] = extremes.get("rel")
     after_flags = precision_flags()
@@ -314,7 +314,7 @@ def _settle(
         result["checks"] = checks.as_list()
         return
     checks.set("runs", "pass", f"ran as {result.get('how_run')} on every seed and input set")
-    downcast = result.get("reduced_dtype_outputs") or []
+    downcast = lowered_outputs(checks)
     checks.settle("shapes_dtypes", "every output has the baseline's structure, shape, dtype and device" if not downcast
                   else "every output has the baseline's structure, shape and device; reduced tier, returned in a "
                        "lower precision than the baseline's: " + "; ".join(downcast[:5]))

@@ -110,7 +110,7 @@ UNATTRIBUTED_SHARE = 0.5  # above this share of kernel time unattributed, the op
 
 def _why_unmatched(baseline: OperatorAttributedProfile, optimized: OperatorAttributedProfile) -> str:
     """The likely reason no operator pairs: most of the optimized profile's kernel time unattributed, or two models."""
-    lost = sum(k.duration_ns for k in optimized.unattributed_kernels)
+    lost = optimized.unattributed_kernel_time_ns()
     total = optimized.window.kernel_time_ns
     if total and lost / total > UNATTRIBUTED_SHARE:
         return (f"{100.0 * lost / total:.1f} % of the optimized profile's kernel time is in "
@@ -289,8 +289,8 @@ def _totals(baseline: OperatorAttributedProfile, optimized: OperatorAttributedPr
             _total("kernel_count", b.kernel_count, o.kernel_count, False),
             _total(
                 "unattributed_kernel_time_ns",
-                sum(k.duration_ns for k in baseline.unattributed_kernels),
-                sum(k.duration_ns for k in optimized.unattributed_kernels),
+                baseline.unattributed_kernel_time_ns(),
+                optimized.unattributed_kernel_time_ns(),
                 True,
             ),
         ]

@@ -385,16 +385,17 @@ def residual_views(inputs: ReportInputs, items: list[ItemView]) -> list[Residual
                                      pattern=view.pattern))
     now = inputs.optimized or inputs.baseline
     label = "optimized profile" if inputs.optimized is not None else "baseline profile"
-    unattributed = [k for k in now.unattributed_kernels if k.duration_ns]
-    lost_ns = sum(k.duration_ns for k in unattributed)
+    lost_ns = now.unattributed_kernel_time_ns()
     if lost_ns and now.capture_metadata.gpu_used and now.window.kernel_time_ns:
-        names = sorted({k.kernel_name for k in unattributed}, key=lambda n: -sum(
-            k.duration_ns for k in unattributed if k.kernel_name == n))
+        by_name: dict[str, int] = {}
+        for k in now.unattributed_kernels:
+            by_name[k.kernel_name] = by_name.get(k.kernel_name, 0) + k.duration_ns
+        unattributed = [k for k in now.unattributed_kernels if k.duration_ns]
         rows.append(ResidualView(
             source=label,
             title=f"{100.0 * lost_ns / now.window.kernel_time_ns:.1f} % of the kernel time is in kernels no operator "
                   "encloses",
-            target=f"{len(unattributed)} unattributed kernel(s), e.g. `{names[0][:80]}`",
+            target=f"{len(unattributed)} unattributed kernel(s), e.g. `{max(by_name, key=by_name.__getitem__)[:80]}`",
             evidence="launched outside every operator range: CUDA-graph replays of a graph the workload captures "
                      "itself, or launches from code the profiler does not annotate; they are in the profile's "
                      "unattributed_kernels"))

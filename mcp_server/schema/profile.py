@@ -308,3 +308,7 @@ class OperatorAttributedProfile(_Model):
     operators: list[OperatorRecord] = Field(default_factory=list)
     unattributed_kernels: list[KernelRecord] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+
+    def unattributed_kernel_time_ns(self) -> int:
+        """Kernel time of the window's kernels no operator range encloses (`unattributed_kernels`)."""
+        return sum(k.duration_ns for k in self.unattributed_kernels)
