@@ -521,7 +521,20 @@ def test_the_analysis_bound_says_which_applied_changes_it_covers() -> None:
     assert "they cover 1 of 3 applied changes only; the other 2 have" in report
 
 
-def test_outputs_returned_in_a_lower_precision_are_named_in_the_report():
+def _render_folder(name: str, out: Path) -> dict[str, str]:
+    """report.md and OPTIMIZED_WORKLOAD.md rendered now from an example folder's H100 files, as its loop did."""
+    d = REPO / "examples" / name
+    paths = render_report(
+        d / "profile.json", out, optimized_profile=d / "profile_optimized.json",
+        analysis=d / "analysis_optimized" / "analysis.json", baseline_analysis=d / "analysis.json",
+        comparison=d / "comparison.json", bench=d / "bench.json", bench_vs_compile=d / "bench_vs_compile.json",
+        bench_vs_free=d / "bench_vs_free.json", validation=d / "validation_report.json",
+        optimizations=d / "optimizations.json", project_dir=REPO,
+    )
+    return {p.name: p.read_text(encoding="utf-8") for p in paths if p.suffix == ".md"}
+
+
+def test_outputs_returned_in_a_lower_precision_are_named_in_the_report(tmp_path: Path):
     """A reduced-tier validation whose output came back in float16 names it, with the baseline's dtype, in the
     validation view that report.md and OPTIMIZED_WORKLOAD.md render; an exact-tier one names none."""
     from mcp_server.proof.validate import load_validation_report
@@ -531,16 +544,16 @@ def test_outputs_returned_in_a_lower_precision_are_named_in_the_report():
     assert reduced.tier == "reduced" and reduced.reduced_dtype_outputs == ["out float16 (baseline float32)"]
     exact = validation_view(load_validation_report(REPO / "examples/lstm_sequence_encoder/validation_report.json"))
     assert exact.reduced_dtype_outputs == []
-    report = (REPO / "examples/embedding_projection/report.md").read_text(encoding="utf-8")
-    assert "out float16 (baseline float32)" in report.split("## Estimates")[0]
+    documents = _render_folder("embedding_projection", tmp_path)
+    assert "out float16 (baseline float32)" in documents["report.md"].split("## Estimates")[0]
+    assert "out float16 (baseline float32)" in documents["OPTIMIZED_WORKLOAD.md"]
 
 
-def test_the_residual_counts_unattributed_kernel_time_in_the_shares() -> None:
+def test_the_residual_counts_unattributed_kernel_time_in_the_shares(tmp_path: Path) -> None:
     """lstm_sequence_encoder's optimized H100 profile: 535 of its kernels are replays of the workload's own CUDA
     graph, unattributed. The residual names them first, with their share of the kernel time, and the operators'
     shares are of all the kernel time, not only of what was attributed (the embedding's kernel is 0.4 %, not 79 %)."""
-    folder = REPO / "examples" / "lstm_sequence_encoder"
-    report = (folder / "report.md").read_text(encoding="utf-8")
+    report = _render_folder("lstm_sequence_encoder", tmp_path)["report.md"]
     residual = report.split("## Residual opportunities")[1].split("## Validation checks")[0]
     rows = [line for line in residual.splitlines() if line.startswith("- **")]
     assert rows[0].startswith("- **99.5 % of the kernel time is in kernels no operator encloses** — 535 unattributed")
