@@ -25,7 +25,7 @@ WORKLOAD = EXAMPLES / "mlp_activations" / "mlp_activations.py"
 
 def _request(run_dir, early: bool) -> CaptureRequest:
     return CaptureRequest(workload=WORKLOAD, run_dir=RunDir(run_dir), compile_mode="inductor", warmup_iters=1,
-                          compile_early_if_cached=early)
+                          warm_up_early=early)
 
 
 def test_early_compile_stops_on_a_cold_cache_and_runs_from_a_warm_one(tmp_path, monkeypatch):
@@ -43,7 +43,7 @@ def test_early_compile_stops_on_a_cold_cache_and_runs_from_a_warm_one(tmp_path, 
     proc = subprocess.Popen(
         [sys.executable, str(HARNESS), "--workload", str(WORKLOAD), "--run-dir", str(tmp_path / "warm"),
          "--result", str(tmp_path / "warm" / "harness.json"), "--provenance", str(tmp_path / "warm" / "prov.json"),
-         "--profiler", "none", "--compile-mode", "inductor", "--warmup-iters", "1", "--compile-early-if-cached",
+         "--profiler", "none", "--compile-mode", "inductor", "--warmup-iters", "1", "--warm-up-early",
          "--gpu-lock", str(lock), "--gpu-lock-after", str(after)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

@@ -1,11 +1,12 @@
 """The GPU lock protocol between the passes of `run`: a pass builds its model at once but compiles and warms
-up only after the previous pass's window is done, and no window shares the GPU with another pass's build or
-warm-up."""
+up only after the previous pass's window is done (at once when nothing in its warm-up autotunes and it is asked
+to), and no window shares the GPU with another pass's build or warm-up."""
 
 from __future__ import annotations
 
 import fcntl
 import json
+import selectors
 import subprocess
 import sys
 import time
@@ -13,9 +14,11 @@ from pathlib import Path
 
 from conftest import EXAMPLES
 
+from mcp_server.children.contract import PHASE_MARKER
 from mcp_server.process import child_script
 
 SCRIPTS = Path(__file__).parent / "scripts"
+WORKLOADS = Path(__file__).parent / "workloads"
 HARNESS = child_script("harness")
 
 BLOCKED_S = 6  # longer than the CPU harness needs to build, warm up and measure mlp_activations
@@ -132,3 +135,49 @@ def test_only_a_pass_asked_to_imports_the_compiler_before_its_first_cuda_call(tm
     early = phases(tmp_path / "early", "--import-compiler-early")
     assert early[:3] == ["import", "compiler import", "setup"], "imported before setup's first CUDA call"
     assert "compiler import" not in phases(tmp_path / "lazy")
+
+
+def test_an_eager_pass_warms_up_beside_the_previous_pass_unless_cudnn_autotunes(tmp_path):
+    for workload, early in ((WORKLOADS / "tiny_mlp.py", True), (WORKLOADS / "tiny_mlp_cudnn_autotuned.py", False)):
+        run_dir = tmp_path / workload.stem
+        after = run_dir / ".gpu.previous-done"
+        run_dir.mkdir()
+        proc = subprocess.Popen(
+            [sys.executable, str(HARNESS), "--workload", str(workload), "--run-dir", str(run_dir),
+             "--result", str(run_dir / "harness.json"), "--profiler", "none", "--warmup-iters", "1",
+             "--gpu-lock", str(run_dir / ".gpu.lock"), "--gpu-lock-after", str(after), "--warm-up-early"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        try:
+            _wait_for_phase(proc, "waiting for the GPU lock (window)" if early else "waiting for the previous pass")
+            time.sleep(1)
+            assert proc.poll() is None, f"{workload.name} waits for the previous pass's window"
+            previous_done = time.time()
+            after.touch()
+            assert proc.wait(timeout=120) == 0
+        finally:
+            _stop(proc)
+        result = _result(run_dir)
+        marks = result["phase_started_at"]  # rounded to the millisecond
+        assert result["warmed_up_early"] is early
+        if early:
+            assert marks["warmup"] <= previous_done + 0.001, "eager, cuDNN's autotuner off: it warmed up at once"
+        else:
+            assert marks["warmup"] >= previous_done - 0.01, "the autotuner on: it warmed up after the previous window"
+        assert marks["measure"] >= previous_done - 0.01, "its window came after the previous pass's"
+
+
+def _wait_for_phase(proc: subprocess.Popen, phase: str, timeout_s: float = 120.0) -> None:
+    """Read the harness's output until it enters `phase` (or fail once `timeout_s` have passed)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if selector.select(timeout=0.5):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                if line.strip() == PHASE_MARKER + phase:
+                    return
+    raise AssertionError(f"the harness never entered {phase!r}")

@@ -35,7 +35,7 @@ class CaptureRequest:
     queue_ahead: bool = False
     graph_replay: bool = False
     import_compiler_early: bool = False
-    compile_early_if_cached: bool = False
+    warm_up_early: bool = False
     script_args: list[str] = field(default_factory=list)
     nproc_per_node: int | None = None
     nnodes: str | None = None
@@ -104,7 +104,7 @@ def harness_command(req: CaptureRequest, profiler: str, name: PassName) -> list[
             args += [flag, str(path)]
     for flag, wanted in (("--queue-ahead", req.queue_ahead), ("--graph-replay", req.graph_replay),
                          ("--import-compiler-early", req.import_compiler_early),
-                         ("--compile-early-if-cached", req.compile_early_if_cached)):
+                         ("--warm-up-early", req.warm_up_early)):
         if wanted:
             args.append(flag)
     for arg in req.script_args:

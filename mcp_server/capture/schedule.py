@@ -34,7 +34,9 @@ from plugins.executables import query_gpu, tool_version
 from plugins.ncu.command import find_ncu
 from plugins.nsys.command import find_nsys
 
-EARLY_COMPILE_MODES = ("inductor", "cudagraphs")  # compiled by the harness's own Inductor backend
+# Modes whose timing and ncu passes warm up beside the main pass: nothing in their warm-up autotunes when cuDNN's
+# autotuner is off (the harness checks) and Inductor compiles from its cache only; the user's `optimize()` may.
+EARLY_WARMUP_MODES = ("eager", "inductor", "cudagraphs")
 TIMING_WINDOWS = 5  # the timing pass measures the window this many times
 
 
@@ -124,10 +126,11 @@ def _in_turn(
 
     The main pass (torch.profiler, or nsys's timeline) measures first. The no-profiler timing pass (`timing`)
     measures next, its window repeated; then ncu's build, warm-up and replay, which find the main pass's
-    autotuned Triton configurations in Inductor's cache. Under Inductor the timing and ncu passes compile and warm
-    up alongside the main pass when the cache already holds every graph (from an earlier run): nothing autotunes
-    then, and only the windows take turns; a graph the cache lacks stops that attempt before it runs, and the pass
-    starts again to compile after the previous window. A fourth pass, for shape variants, starts with them
+    autotuned Triton configurations in Inductor's cache. In eager mode, and under Inductor when the cache already
+    holds every graph (from an earlier run), the timing and ncu passes warm up alongside the main pass: nothing
+    autotunes then (unless the workload turns cuDNN's autotuner on: its passes then wait), and only the windows
+    take turns; a graph the cache lacks stops that attempt before it runs, and the pass starts again to compile
+    after the previous window. A fourth pass, for shape variants, starts with them
     suspended under `ncu --mode launch`; once the timeline is exported, its replay plan is announced and, when
     launches of one ncu configuration differ in input shapes, ncu attaches to it to replay those variants after
     ncu's replay; otherwise it is stopped. The timing pass is best effort: when it fails, the run goes on and the
@@ -141,14 +144,14 @@ def _in_turn(
     markers = (lock, main_done, timing_done, ncu_done)
     for path in markers:
         path.unlink(missing_ok=True)
-    early = req.compile_mode in EARLY_COMPILE_MODES
+    early = req.compile_mode in EARLY_WARMUP_MODES
     several = timing or ncu is not None
     first = replace(req, gpu_lock=lock, gpu_lock_done=main_done) if several else req
     tagged = _tagged if several else _untagged
     timed = replace(req, gpu_lock=lock, gpu_lock_after=main_done, gpu_lock_done=timing_done, windows=TIMING_WINDOWS,
-                    compile_early_if_cached=early)
+                    warm_up_early=early)
     second = replace(req, gpu_lock=lock, gpu_lock_after=timing_done if timing else main_done, gpu_lock_done=ncu_done,
-                     compile_early_if_cached=early)
+                     warm_up_early=early)
     # The variant pass only needs the compiled kernels: one warm-up iteration compiles (CUDA-graph trees need more).
     warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
     third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup, import_compiler_early=True)
@@ -252,7 +255,7 @@ def _compiled_in_turn(
         return run(req)
     except NotCached:
         progress(f"[{name}] Inductor's cache lacks this workload's graphs: compiling after the previous window")
-        record = run(replace(req, compile_early_if_cached=False))
+        record = run(replace(req, warm_up_early=False))
         record.notes.append("compiled after the previous pass's window: Inductor's cache did not hold every graph")
         return record
 

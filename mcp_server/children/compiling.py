@@ -16,7 +16,7 @@ CACHE_COUNTERS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypa
 
 
 class NotCached(Exception):
-    """A graph was compiled afresh in a pass that may only reuse Inductor's cache (--compile-early-if-cached)."""
+    """A graph was compiled afresh in a pass that may only reuse Inductor's cache (--warm-up-early)."""
 
 
 def import_compiler(compile_mode: str) -> None:

@@ -16,14 +16,13 @@ class GpuPhases:
     that file exists: the previous pass's window is done, and the Triton configurations it autotuned are in
     Inductor's cache, so every pass runs the same kernels (autotuning under ncu would time configurations
     differently). Compiling and warming up take the lock shared, the window takes it exclusively; a pass given
-    `done` writes that file after its window. An `early` pass (its compile may only reuse Inductor's cache, so
-    nothing autotunes in it) compiles and warms up at once; only its window waits for `after`.
+    `done` writes that file after its window. A pass that warms up `early` (nothing in it autotunes: eager with
+    cuDNN's autotuner off, or a compile that may only reuse Inductor's cache) does so at once, beside the
+    previous pass's build and warm-up; only its window waits for `after`.
     """
 
-    def __init__(
-        self, path: Path | None, after: Path | None = None, done: Path | None = None, early: bool = False
-    ) -> None:
-        self._path, self._after, self._done, self._early = path, after, done, early
+    def __init__(self, path: Path | None, after: Path | None = None, done: Path | None = None) -> None:
+        self._path, self._after, self._done = path, after, done
         self._file: Any = None
 
     def build(self) -> None:
@@ -31,10 +30,10 @@ class GpuPhases:
         if self._file is None:
             self._take("LOCK_SH")
 
-    def warmup(self) -> None:
+    def warmup(self, early: bool = False) -> None:
         """Wait for the previous pass's window (not holding the lock), then take it shared: compile, warm up.
-        An `early` pass does not wait: it compiles from Inductor's cache only, so nothing autotunes in it."""
-        if not self._early:
+        An `early` pass does not wait: nothing autotunes in its warm-up."""
+        if not early:
             self._wait_for_after()
         self.build()
 

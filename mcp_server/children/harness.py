@@ -113,7 +113,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         _enter(result, "cuda context")
         torch.empty(1, device="cuda")
     _enter(result, "waiting for the GPU lock (build)")
-    lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.compile_early_if_cached)
+    lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done)
     lock.build()
     _enter(result, "build")
     model, inputs = module.get_model_and_input()
@@ -126,6 +126,10 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
             "CUDA is available but part of the model or inputs is on the CPU: "
             f"{result['placement']}; move them to 'cuda' in get_model_and_input()"
         )
+    # Warming up beside another pass's window is safe only when nothing in it times alternatives: cuDNN's
+    # autotuner (which the workload may turn on while it builds) would time them against that pass's kernels.
+    early = args.warm_up_early and not torch.backends.cudnn.benchmark
+    result["warmed_up_early"] = early
     train_step = getattr(module, "train_step", None) if args.train_step else None
     if args.train_step and train_step is None:
         raise ContractError("--train-step was given but the workload defines no train_step(model, inputs)")
@@ -139,7 +143,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         fn = backend.optimize(fn)
     elif args.compile_mode != "eager":
         backend = RecordingInductor(args.compile_mode, result["root_module"],
-                                    cached_only=args.compile_early_if_cached,
+                                    cached_only=early,
                                     cpu_kernel_ranges=args.profiler == "torch" and not torch.cuda.is_available())
         fn = torch.compile(fn, backend=backend)
 
@@ -151,7 +155,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
                 fn(*call_args, **call_kwargs)
 
     _enter(result, "waiting for the previous pass")
-    lock.warmup()
+    lock.warmup(early)
     clocks = ClockSampler().start() if args.profiler == "kernels" and torch.cuda.is_available() else None
     _enter(result, "warmup")
     t0 = time.perf_counter_ns()
@@ -163,6 +167,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
             torch.cuda.synchronize()
         last_step_ns = time.perf_counter_ns() - t_step
     result["warmup_time_ns"] = time.perf_counter_ns() - t0
+    trace = KernelTrace(args.kineto_trace) if args.profiler == "kernels" else None
+    if trace is not None:
+        trace.prepare()  # its imports now, while the previous pass may still measure, not in this window's turn
     _enter(result, "waiting for the GPU lock (window)")
     lock.window()
     if ranks:
@@ -195,7 +202,6 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
             timed.append({"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns})
         return timed, window
 
-    trace = KernelTrace(args.kineto_trace) if args.profiler == "kernels" else None
     if trace is None:
         windows, window = measure(args.windows, release=True)
     else:  # the window's own time untraced; then its kernels under CUPTI, whose launch callbacks slow the host
@@ -309,10 +315,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--import-compiler-early", action="store_true",
                         help="import TorchDynamo/Inductor before the first CUDA call (a pass started suspended at "
                              "that call imports them while it waits)")
-    parser.add_argument("--compile-early-if-cached", action="store_true",
-                        help="compile and warm up without waiting for --gpu-lock-after (the window still waits), "
-                             f"from Inductor's cache only: exit with code {EXIT_NOT_CACHED} before running a graph "
-                             "the cache did not hold")
+    parser.add_argument("--warm-up-early", action="store_true",
+                        help="warm up without waiting for --gpu-lock-after (the window still waits), unless cuDNN's "
+                             "autotuner is on (torch.backends.cudnn.benchmark); under Inductor, compile from its "
+                             f"cache only: exit with code {EXIT_NOT_CACHED} before running a graph the cache did not "
+                             "hold")
     parser.add_argument("--replay-calls", type=Path,
                         help="(--profiler nvtx) a JSON list of [module path, call number in the window]: profiling "
                              "is on only during those calls, when the file exists once the window begins")
