@@ -1,7 +1,8 @@
 """The capture stage: choose a backend, run its passes into a run directory, write the manifest.
 
-nsys backend: the nsys timeline pass and (with ncu options) the ncu counter pass start together, so their
-start-ups overlap; a lock file then gives the GPU to one window at a time. `map` adds the ncu pass later.
+nsys backend: the no-profiler timing pass, the nsys timeline pass and (with ncu options) the ncu counter pass start
+together, so their start-ups overlap; a lock file then gives the GPU to one window at a time. `map` adds the ncu
+pass later.
 """
 
 from __future__ import annotations
@@ -124,17 +125,19 @@ def _in_turn(
 ) -> list[PassRecord]:
     """Run a backend's passes at once: their imports overlap, then they take the GPU in turn.
 
-    The main pass (torch.profiler, or nsys's timeline) measures first. The no-profiler timing pass (`timing`)
-    measures next, its window repeated; then ncu's build, warm-up and replay, which find the main pass's
-    autotuned Triton configurations in Inductor's cache. In eager mode, and under Inductor when the cache already
-    holds every graph (from an earlier run), the timing and ncu passes warm up alongside the main pass: nothing
-    autotunes then (unless the workload turns cuDNN's autotuner on: its passes then wait), and only the windows
-    take turns; a graph the cache lacks stops that attempt before it runs, and the pass starts again to compile
-    after the previous window. A fourth pass, for shape variants, starts with them
-    suspended under `ncu --mode launch`; once the timeline is exported, its replay plan is announced and, when
-    launches of one ncu configuration differ in input shapes, ncu attaches to it to replay those variants after
-    ncu's replay; otherwise it is stopped. The timing pass is best effort: when it fails, the run goes on and the
-    manifest says why.
+    The no-profiler timing pass (`timing`) measures first, its window repeated, while the other passes wait for the
+    GPU and load no CPU: its host-sensitive windows never run beside the main pass's profiler stopping or its
+    timeline's export. The main pass (torch.profiler, or nsys's timeline) measures next; then ncu's replay. The
+    first pass to compile (the timing pass, else the main pass) fills Inductor's cache with the Triton
+    configurations it autotuned, and the passes after it find them there. In eager mode, and under Inductor when
+    the cache already holds every graph (from an earlier run), the passes after the first warm up alongside it:
+    nothing autotunes then (unless the workload turns cuDNN's autotuner on: its passes then wait), and only the
+    windows take turns; a graph the cache lacks stops that attempt before it runs, and the pass starts again to
+    compile after the previous window. A fourth pass, for shape variants, starts with them suspended under
+    `ncu --mode launch`; once the timeline is exported, its replay plan is announced and, when launches of one ncu
+    configuration differ in input shapes, ncu attaches to it to replay those variants after ncu's replay;
+    otherwise it is stopped. The timing pass is best effort: when it fails, the run goes on and the manifest says
+    why.
     """
     run_dir = req.run_dir
     main_name: PassName = "torch" if backend == "torch" else "nsys"
@@ -146,12 +149,11 @@ def _in_turn(
         path.unlink(missing_ok=True)
     early = req.compile_mode in EARLY_WARMUP_MODES
     several = timing or ncu is not None
-    first = replace(req, gpu_lock=lock, gpu_lock_done=main_done) if several else req
+    timed = replace(req, gpu_lock=lock, gpu_lock_done=timing_done, windows=TIMING_WINDOWS)
+    first = replace(req, gpu_lock=lock, gpu_lock_after=timing_done if timing else None, gpu_lock_done=main_done,
+                    warm_up_early=early and timing) if several else req
     tagged = _tagged if several else _untagged
-    timed = replace(req, gpu_lock=lock, gpu_lock_after=main_done, gpu_lock_done=timing_done, windows=TIMING_WINDOWS,
-                    warm_up_early=early)
-    second = replace(req, gpu_lock=lock, gpu_lock_after=timing_done if timing else main_done, gpu_lock_done=ncu_done,
-                     warm_up_early=early)
+    second = replace(req, gpu_lock=lock, gpu_lock_after=main_done, gpu_lock_done=ncu_done, warm_up_early=early)
     # The variant pass only needs the compiled kernels: one warm-up iteration compiles (CUDA-graph trees need more).
     warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
     third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup, import_compiler_early=True)
@@ -162,8 +164,10 @@ def _in_turn(
 
     def main_then_variants() -> list[PassRecord]:
         if backend == "torch":
-            return [torch_pass(first, tagged("torch", progress), cancel=cancel)]
-        records = [nsys_pass(first, tagged("nsys", progress), cancel=cancel)]
+            return [_compiled_in_turn(lambda r: torch_pass(r, tagged("torch", progress), cancel=cancel), first,
+                                      "torch", progress)]
+        records = [_compiled_in_turn(lambda r: nsys_pass(r, tagged("nsys", progress), cancel=cancel), first, "nsys",
+                                     progress)]
         if ncu is None:
             return records
         variants = ncu_variants_pass(third, ncu, tagged(NCU_VARIANTS, progress), cancel, waiting, replays)
