@@ -35,9 +35,11 @@ def test_early_compile_stops_on_a_cold_cache_and_runs_from_a_warm_one(tmp_path, 
     cold = json.loads((tmp_path / "cold" / "timing" / "harness.json").read_text())
     assert cold["error"]["kind"] == "not_cached"
     assert "measure" not in cold["phase_started_at"], "nothing of the uncached graph ran"
+    assert not _cached_graphs(tmp_path / "inductor-cache"), "nor was its code generated (and saved) in that pass"
 
     _, filled = run_pass(_request(tmp_path / "fill", early=False), "timing", "none")  # compiles into the cache
     assert filled["status"] == "ok"
+    assert _cached_graphs(tmp_path / "inductor-cache")
 
     lock, after = tmp_path / ".gpu.lock", tmp_path / ".gpu.previous-done"
     proc = subprocess.Popen(
@@ -80,3 +82,8 @@ def _wait_until_warmed_up(lock, proc, timeout_s: float = 120.0) -> None:
                     return
         time.sleep(0.01)
     raise AssertionError("the pass never held the GPU lock and let it go")
+
+
+def _cached_graphs(cache_dir) -> list:
+    """The compiled graphs in Inductor's FX graph cache under `cache_dir`."""
+    return [p for p in (cache_dir / "fxgraph").rglob("*") if p.is_file()] if (cache_dir / "fxgraph").is_dir() else []

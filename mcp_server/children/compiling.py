@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -178,9 +180,11 @@ class RecordingBackend(GraphRecorder):
 class RecordingInductor(GraphRecorder):
     """torch.compile backend: records each FX graph's node -> nn.Module path, then compiles with Inductor.
 
-    With `cached_only`, a graph that Inductor's FX graph cache did not hold raises NotCached once compiled,
-    before any of it runs: its Triton kernels would autotune in this pass instead of reusing the configurations
-    the previous pass chose. With `cpu_kernel_ranges` (torch.profiler on the CPU), each generated C++ kernel
+    With `cached_only`, a graph that Inductor's FX graph cache does not hold raises NotCached before Inductor
+    generates its code: its Triton kernels would autotune in this pass, beside the pass compiling the same graph,
+    instead of reusing the configurations that pass chose (and this pass would race it to the cache). Should
+    another torch name that step otherwise, the graph is refused once compiled, before any of it runs. With
+    `cpu_kernel_ranges` (torch.profiler on the CPU), each generated C++ kernel
     opens a profiler range of its own name, so its time is an operator's and not lost between them."""
 
     def __init__(self, compile_mode: str, root: str, cached_only: bool = False,
@@ -203,7 +207,7 @@ class RecordingInductor(GraphRecorder):
         before = dict(counters["inductor"])
         # AOTAutograd's own cache would hand back forward and backward without compiling either through
         # `inner_compile`, so their nodes would go unrecorded: Inductor's FX graph cache still serves both.
-        with functorch_config.patch(enable_autograd_cache=False):
+        with functorch_config.patch(enable_autograd_cache=False), _codegen_refused(self.cached_only, gm):
             compiled = compile_fx(gm, example_inputs, inner_compile=self.inner_compile,
                                   config_patches=self.patches or None)
         grew = {key: counters["inductor"].get(key, 0) - before.get(key, 0) for key in CACHE_COUNTERS}
@@ -211,6 +215,27 @@ class RecordingInductor(GraphRecorder):
                                  or not grew["fxgraph_cache_hit"]):
             raise NotCached(f"Inductor's FX graph cache did not hold a graph of {len(gm.graph.nodes)} nodes ({grew})")
         return compiled
+
+
+@contextmanager
+def _codegen_refused(refuse: bool, gm: Any) -> Iterator[None]:
+    """While `refuse`: Inductor's code generation for a graph its FX graph cache missed (or cannot cache) raises
+    NotCached instead of running (`compile_fx.fx_codegen_and_compile`, which a cache hit never calls)."""
+    from torch._inductor import compile_fx as inductor
+
+    original = getattr(inductor, "fx_codegen_and_compile", None)
+    if not refuse or original is None:
+        yield
+        return
+
+    def refused(*_args: Any, **_kwargs: Any) -> Any:
+        raise NotCached(f"Inductor's FX graph cache did not hold a graph of {len(gm.graph.nodes)} nodes")
+
+    inductor.fx_codegen_and_compile = refused
+    try:
+        yield
+    finally:
+        inductor.fx_codegen_and_compile = original
 
 
 def not_cached(exc: BaseException) -> NotCached | None:
