@@ -8,19 +8,22 @@ import fcntl
 import json
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, REPO
 
 from mcp_server.capture.passes import NotCached, run_pass
 from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.schedule import _compiled_in_turn
 from mcp_server.process import child_script
 from mcp_server.rundir import RunDir
 
 HARNESS = child_script("harness")
 
 WORKLOAD = EXAMPLES / "mlp_activations" / "mlp_activations.py"
+TINY = REPO / "tests" / "workloads" / "tiny_mlp.py"
 
 
 def _request(run_dir, early: bool) -> CaptureRequest:
@@ -87,3 +90,49 @@ def _wait_until_warmed_up(lock, proc, timeout_s: float = 120.0) -> None:
 def _cached_graphs(cache_dir) -> list:
     """The compiled graphs in Inductor's FX graph cache under `cache_dir`."""
     return [p for p in (cache_dir / "fxgraph").rglob("*") if p.is_file()] if (cache_dir / "fxgraph").is_dir() else []
+
+
+def test_a_pass_refused_on_a_cold_cache_compiles_from_it_once_the_first_pass_filled_it(tmp_path, monkeypatch):
+    """`run`'s ncu pass on a cold cache: its early attempt stops at the miss; the next compiles from the cache,
+    still beside the main pass, as soon as the first compiling pass's window is done, not after the main pass's
+    window; its own window still waits for that one."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    filled, after = tmp_path / ".gpu.timing-done", tmp_path / ".gpu.main-done"
+    second = CaptureRequest(workload=TINY, run_dir=RunDir(tmp_path / "second"), compile_mode="inductor",
+                            warmup_iters=1, warm_up_early=True, gpu_lock=tmp_path / ".gpu.lock", gpu_lock_after=after)
+    refused, warmed = threading.Event(), threading.Event()
+
+    def progress(line: str) -> None:
+        if "compiling from it once the first compiling pass has filled it" in line:
+            refused.set()
+        if line == "ncu pass: waiting for the GPU lock (window)":
+            warmed.set()
+
+    records: list = []
+    worker = threading.Thread(target=lambda: records.append(_compiled_in_turn(
+        lambda r: run_pass(r, "ncu", "none", progress=progress)[0], second, "ncu", progress, filled=filled)))
+    worker.start()
+    try:
+        assert refused.wait(timeout=180), "the early attempt stops at the cold cache's first miss"
+        _, first = run_pass(CaptureRequest(workload=TINY, run_dir=RunDir(tmp_path / "first"),
+                                           compile_mode="inductor", warmup_iters=1), "timing", "none")
+        assert first["status"] == "ok"
+        filled_at = time.time()
+        filled.touch()
+        assert warmed.wait(timeout=180), "it compiles from the filled cache and warms up"
+        assert worker.is_alive(), "its window waits for the main pass's"
+        after_at = time.time()
+        after.touch()
+    finally:
+        after.touch()
+        filled.touch()
+        worker.join(timeout=180)
+    (record,) = records
+    assert any("once the first compiling pass's window was done" in note for note in record.notes)
+    assert not any("after the previous pass's window" in note for note in record.notes)
+    result = json.loads(second.run_dir.harness_result("ncu").read_text())
+    assert result["status"] == "ok" and result["warmed_up_early"] is True
+    marks = result["phase_started_at"]  # rounded to the millisecond
+    assert marks["warmup"] >= filled_at - 0.01, "it waited for the cache to be filled"
+    assert marks["waiting for the GPU lock (window)"] <= after_at + 0.001, "and warmed up before the main window"
+    assert marks["measure"] >= after_at - 0.01

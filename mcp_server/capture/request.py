@@ -36,6 +36,7 @@ class CaptureRequest:
     graph_replay: bool = False
     import_compiler_early: bool = False
     warm_up_early: bool = False
+    warm_up_after: Path | None = None  # an early warm-up waits for this file (Inductor's cache filled)
     script_args: list[str] = field(default_factory=list)
     nproc_per_node: int | None = None
     nnodes: str | None = None
@@ -99,7 +100,7 @@ def harness_command(req: CaptureRequest, profiler: str, name: PassName) -> list[
     if req.train_step:
         args.append("--train-step")
     for flag, path in (("--gpu-lock", req.gpu_lock), ("--gpu-lock-after", req.gpu_lock_after),
-                       ("--gpu-lock-done", req.gpu_lock_done)):
+                       ("--gpu-lock-done", req.gpu_lock_done), ("--warm-up-after", req.warm_up_after)):
         if path is not None:
             args += [flag, str(path)]
     for flag, wanted in (("--queue-ahead", req.queue_ahead), ("--graph-replay", req.graph_replay),

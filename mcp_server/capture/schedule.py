@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 
 from mcp_server.capture.passes import (
     Cancel,
@@ -132,12 +133,13 @@ def _in_turn(
     configurations it autotuned, and the passes after it find them there. In eager mode, and under Inductor when
     the cache already holds every graph (from an earlier run), the passes after the first warm up alongside it:
     nothing autotunes then (unless the workload turns cuDNN's autotuner on: its passes then wait), and only the
-    windows take turns; a graph the cache lacks stops that attempt before it runs, and the pass starts again to
-    compile after the previous window. A fourth pass, for shape variants, starts with them suspended under
-    `ncu --mode launch`; once the timeline is exported, its replay plan is announced and, when launches of one ncu
-    configuration differ in input shapes, ncu attaches to it to replay those variants after ncu's replay;
-    otherwise it is stopped. The timing pass is best effort: when it fails, the run goes on and the manifest says
-    why.
+    windows take turns; a graph the cache lacks stops that attempt before it runs, and the pass starts again: the
+    ncu pass compiles from the cache beside the main pass once the timing pass's window is done (the cache then
+    holds its graphs), the main pass after that window. A fourth pass, for shape variants, starts with them
+    suspended under `ncu --mode launch`; once the timeline is exported, its replay plan is announced and, when
+    launches of one ncu configuration differ in input shapes, ncu attaches to it to replay those variants after
+    ncu's replay; otherwise it is stopped. The timing pass is best effort: when it fails, the run goes on and the
+    manifest says why.
     """
     run_dir = req.run_dir
     main_name: PassName = "torch" if backend == "torch" else "nsys"
@@ -195,7 +197,7 @@ def _in_turn(
                 replays.done = 0
                 return ncu_pass(r, ncu, tagged("ncu", progress), cancel=cancel, replays=replays)
 
-            return [_compiled_in_turn(replay, second, "ncu", progress)]
+            return [_compiled_in_turn(replay, second, "ncu", progress, filled=timing_done if timing else None)]
         finally:
             ncu_done.touch()  # also when ncu stopped before its harness marked the window done
 
@@ -251,17 +253,31 @@ def _untagged(_name: str, progress: Progress) -> Progress:
 
 
 def _compiled_in_turn(
-    run: Callable[[CaptureRequest], PassRecord], req: CaptureRequest, name: str, progress: Progress
+    run: Callable[[CaptureRequest], PassRecord], req: CaptureRequest, name: str, progress: Progress,
+    filled: Path | None = None,
 ) -> PassRecord:
-    """Run a pass that compiles early from Inductor's cache when it may; on a graph the cache lacks, again,
-    compiling after the previous pass's window."""
+    """Run a pass that compiles early from Inductor's cache when it may. On a graph the cache lacks, again: from
+    the cache, still beside the other passes, once `filled` exists (the first compiling pass's window is done, so
+    the cache holds its graphs); failing that, compiling after the previous pass's window."""
     try:
         return run(req)
     except NotCached:
-        progress(f"[{name}] Inductor's cache lacks this workload's graphs: compiling after the previous window")
-        record = run(replace(req, warm_up_early=False))
-        record.notes.append("compiled after the previous pass's window: Inductor's cache did not hold every graph")
-        return record
+        pass
+    if req.warm_up_early and filled is not None and filled != req.gpu_lock_after:
+        progress(f"[{name}] Inductor's cache lacks this workload's graphs: compiling from it once the first "
+                 "compiling pass has filled it")
+        try:
+            record = run(replace(req, warm_up_after=filled))
+        except NotCached:
+            pass
+        else:
+            record.notes.append("compiled from Inductor's cache once the first compiling pass's window was done: "
+                                "the cache did not hold every graph before")
+            return record
+    progress(f"[{name}] Inductor's cache lacks this workload's graphs: compiling after the previous window")
+    record = run(replace(req, warm_up_early=False, warm_up_after=None))
+    record.notes.append("compiled after the previous pass's window: Inductor's cache did not hold every graph")
+    return record
 
 
 def map_counters(

@@ -18,11 +18,13 @@ class GpuPhases:
     differently). Compiling and warming up take the lock shared, the window takes it exclusively; a pass given
     `done` writes that file after its window. A pass that warms up `early` (nothing in it autotunes: eager with
     cuDNN's autotuner off, or a compile that may only reuse Inductor's cache) does so at once, beside the
-    previous pass's build and warm-up; only its window waits for `after`.
+    previous pass's build and warm-up, or, given `ready`, once that file exists (the first compiling pass's
+    window is done: Inductor's cache holds its graphs); only its window waits for `after`.
     """
 
-    def __init__(self, path: Path | None, after: Path | None = None, done: Path | None = None) -> None:
-        self._path, self._after, self._done = path, after, done
+    def __init__(self, path: Path | None, after: Path | None = None, done: Path | None = None,
+                 ready: Path | None = None) -> None:
+        self._path, self._after, self._done, self._ready = path, after, done, ready
         self._file: Any = None
 
     def build(self) -> None:
@@ -32,21 +34,21 @@ class GpuPhases:
 
     def warmup(self, early: bool = False) -> None:
         """Wait for the previous pass's window (not holding the lock), then take it shared: compile, warm up.
-        An `early` pass does not wait: nothing autotunes in its warm-up."""
-        if not early:
-            self._wait_for_after()
+        An `early` pass waits only for `ready`, if given: nothing autotunes in its warm-up."""
+        self._wait_for(self._ready if early else self._after)
         self.build()
 
     def window(self) -> None:
         """Take the lock exclusively for the measured window (an `early` pass after the previous pass's)."""
-        self._wait_for_after()
+        self._wait_for(self._after)
         self._drop()
         self._take("LOCK_EX")
 
-    def _wait_for_after(self) -> None:
-        if self._after is not None and not self._after.exists():
+    def _wait_for(self, marker: Path | None) -> None:
+        """Until `marker` exists, not holding the lock."""
+        if marker is not None and not marker.exists():
             self._drop()
-            while not self._after.exists():
+            while not marker.exists():
                 time.sleep(POLL_S)
 
     def release(self) -> None:

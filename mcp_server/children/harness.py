@@ -113,7 +113,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         _enter(result, "cuda context")
         torch.empty(1, device="cuda")
     _enter(result, "waiting for the GPU lock (build)")
-    lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done)
+    lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.warm_up_after)
     lock.build()
     _enter(result, "build")
     model, inputs = module.get_model_and_input()
@@ -320,6 +320,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "autotuner is on (torch.backends.cudnn.benchmark); under Inductor, compile from its "
                              f"cache only: exit with code {EXIT_NOT_CACHED} before running a graph the cache did not "
                              "hold")
+    parser.add_argument("--warm-up-after", type=Path,
+                        help="(with --warm-up-early) warm up only once this file exists: the first compiling pass's "
+                             "window is done, so Inductor's cache holds the graphs it compiled")
     parser.add_argument("--replay-calls", type=Path,
                         help="(--profiler nvtx) a JSON list of [module path, call number in the window]: profiling "
                              "is on only during those calls, when the file exists once the window begins")
