@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+import torch
 from conftest import EXAMPLES, REPO
 
 from mcp_server.capture.passes import NotCached, run_pass
@@ -67,6 +68,30 @@ def test_early_compile_stops_on_a_cold_cache_and_runs_from_a_warm_one(tmp_path, 
     marks = warm["phase_started_at"]  # rounded to the millisecond
     assert marks["waiting for the GPU lock (window)"] <= previous_done + 0.001, "it compiled and warmed up before"
     assert marks["measure"] >= previous_done - 0.01, "its window came after the previous pass's"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="Inductor's Triton kernels autotune on a CUDA GPU")
+def test_a_cached_graph_whose_kernels_are_not_tuned_yet_is_refused_before_they_autotune(tmp_path, monkeypatch):
+    """The pass compiling a graph saves it before its first call autotunes the kernels: an early pass that loads
+    it in between stops, rather than autotune beside that pass and maybe run other configurations."""
+    cache = tmp_path / "inductor-cache"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    _, filled = run_pass(_request(tmp_path / "fill", early=False), "timing", "none")
+    assert filled["status"] == "ok"
+    tuned = {path: path.read_bytes() for path in cache.rglob("*.best_config")}
+    assert tuned, "the workload's Triton kernels autotuned (several configurations each)"
+    for path in tuned:
+        path.unlink()
+    with pytest.raises(NotCached, match="no tuned configuration"):
+        run_pass(_request(tmp_path / "untuned", early=True), "timing", "none")
+    refused = json.loads((tmp_path / "untuned" / "timing" / "harness.json").read_text())
+    assert "measure" not in refused["phase_started_at"]
+    assert not list(cache.rglob("*.best_config")), "it tuned nothing"
+
+    for path, content in tuned.items():
+        path.write_bytes(content)
+    _, tuned_run = run_pass(_request(tmp_path / "tuned", early=True), "timing", "none")
+    assert tuned_run["status"] == "ok"
 
 
 def _wait_until_warmed_up(lock, proc, timeout_s: float = 120.0) -> None:

@@ -183,7 +183,9 @@ class RecordingInductor(GraphRecorder):
     With `cached_only`, a graph that Inductor's FX graph cache does not hold raises NotCached before Inductor
     generates its code: its Triton kernels would autotune in this pass, beside the pass compiling the same graph,
     instead of reusing the configurations that pass chose (and this pass would race it to the cache). Should
-    another torch name that step otherwise, the graph is refused once compiled, before any of it runs. With
+    another torch name that step otherwise, the graph is refused once compiled, before any of it runs. So does a
+    cached graph whose kernel finds no tuned configuration in the cache yet (the pass compiling it had saved the
+    graph but not yet run it), before that kernel would autotune here. With
     `cpu_kernel_ranges` (torch.profiler on the CPU), each generated C++ kernel
     opens a profiler range of its own name, so its time is an operator's and not lost between them."""
 
@@ -192,6 +194,8 @@ class RecordingInductor(GraphRecorder):
         super().__init__(root)
         self.compile_mode = compile_mode
         self.cached_only = cached_only
+        if cached_only:
+            refuse_runtime_autotuning()
         self.patches: dict[str, object] = {}
         if compile_mode == "cudagraphs":
             self.patches["triton.cudagraphs"] = True
@@ -236,6 +240,26 @@ def _codegen_refused(refuse: bool, gm: Any) -> Iterator[None]:
         yield
     finally:
         inductor.fx_codegen_and_compile = original
+
+
+AUTOTUNING_STEPS = ("autotune_to_one_config", "coordinate_descent_tuning", "_combo_sequential_autotune")
+
+
+def refuse_runtime_autotuning() -> None:
+    """For the rest of this process, a Triton kernel that would autotune at its first launch (Inductor's cache
+    holds no tuned configuration for it) raises NotCached instead (`CachingAutotuner`'s autotuning steps)."""
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:  # a torch without Inductor's Triton runtime: nothing can autotune
+        return
+
+    def refused(self: Any, *_args: Any, **_kwargs: Any) -> Any:
+        name = getattr(self, "inductor_meta", {}).get("kernel_name", "a Triton kernel")
+        raise NotCached(f"Inductor's cache held the graph but no tuned configuration of {name} yet")
+
+    for step in AUTOTUNING_STEPS:
+        if hasattr(CachingAutotuner, step):
+            setattr(CachingAutotuner, step, refused)
 
 
 def not_cached(exc: BaseException) -> NotCached | None:
