@@ -18,6 +18,7 @@ from conftest import EXAMPLES, REPO
 from mcp_server.capture.passes import NotCached, run_pass
 from mcp_server.capture.request import CaptureRequest
 from mcp_server.capture.schedule import _compiled_in_turn
+from mcp_server.children.compiling import WAITING_FOR_TUNING
 from mcp_server.process import child_script
 from mcp_server.rundir import RunDir
 
@@ -71,9 +72,10 @@ def test_early_compile_stops_on_a_cold_cache_and_runs_from_a_warm_one(tmp_path, 
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="Inductor's Triton kernels autotune on a CUDA GPU")
-def test_a_cached_graph_whose_kernels_are_not_tuned_yet_is_refused_before_they_autotune(tmp_path, monkeypatch):
-    """The pass compiling a graph saves it before its first call autotunes the kernels: an early pass that loads
-    it in between stops, rather than autotune beside that pass and maybe run other configurations."""
+def test_a_cached_graph_whose_kernels_are_not_tuned_yet_waits_for_their_configurations(tmp_path, monkeypatch):
+    """The pass compiling a graph saves it before its first call tunes the kernels: an early pass that loads it in
+    between waits for the configurations that pass saves, rather than tune them itself beside it (and maybe run
+    others); with none saved in time it stops."""
     cache = tmp_path / "inductor-cache"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
     _, filled = run_pass(_request(tmp_path / "fill", early=False), "timing", "none")
@@ -82,16 +84,34 @@ def test_a_cached_graph_whose_kernels_are_not_tuned_yet_is_refused_before_they_a
     assert tuned, "the workload's Triton kernels autotuned (several configurations each)"
     for path in tuned:
         path.unlink()
+
+    waiting = threading.Event()
+    results: list = []
+
+    def progress(line: str) -> None:
+        if WAITING_FOR_TUNING in line:
+            waiting.set()
+
+    worker = threading.Thread(target=lambda: results.append(
+        run_pass(_request(tmp_path / "waits", early=True), "timing", "none", progress=progress)[1]))
+    worker.start()
+    try:
+        assert waiting.wait(timeout=120), "the early pass waits for a tuned configuration"
+        for path, content in tuned.items():  # as the pass compiling the graph saves them
+            path.write_bytes(content)
+    finally:
+        worker.join(timeout=180)
+    (waited,) = results
+    assert waited["status"] == "ok" and waited["waited_for_tuned_configurations"]
+    assert {path: path.read_bytes() for path in cache.rglob("*.best_config")} == tuned, "it tuned nothing itself"
+
+    for path in tuned:
+        path.unlink()
     with pytest.raises(NotCached, match="no tuned configuration"):
         run_pass(_request(tmp_path / "untuned", early=True), "timing", "none")
     refused = json.loads((tmp_path / "untuned" / "timing" / "harness.json").read_text())
     assert "measure" not in refused["phase_started_at"]
     assert not list(cache.rglob("*.best_config")), "it tuned nothing"
-
-    for path, content in tuned.items():
-        path.write_bytes(content)
-    _, tuned_run = run_pass(_request(tmp_path / "tuned", early=True), "timing", "none")
-    assert tuned_run["status"] == "ok"
 
 
 def _wait_until_warmed_up(lock, proc, timeout_s: float = 120.0) -> None:

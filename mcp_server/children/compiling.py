@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -183,9 +184,9 @@ class RecordingInductor(GraphRecorder):
     With `cached_only`, a graph that Inductor's FX graph cache does not hold raises NotCached before Inductor
     generates its code: its Triton kernels would autotune in this pass, beside the pass compiling the same graph,
     instead of reusing the configurations that pass chose (and this pass would race it to the cache). Should
-    another torch name that step otherwise, the graph is refused once compiled, before any of it runs. So does a
-    cached graph whose kernel finds no tuned configuration in the cache yet (the pass compiling it had saved the
-    graph but not yet run it), before that kernel would autotune here. With
+    another torch name that step otherwise, the graph is refused once compiled, before any of it runs. A cached
+    graph's kernel that finds no tuned configuration in the cache yet (the pass compiling the graph saved it before
+    running it) waits for that pass to save one rather than autotune here. With
     `cpu_kernel_ranges` (torch.profiler on the CPU), each generated C++ kernel
     opens a profiler range of its own name, so its time is an operator's and not lost between them."""
 
@@ -194,8 +195,9 @@ class RecordingInductor(GraphRecorder):
         super().__init__(root)
         self.compile_mode = compile_mode
         self.cached_only = cached_only
+        self.waited_for_tuning: list[str] = []  # kernels that waited for another pass's tuned configuration
         if cached_only:
-            refuse_runtime_autotuning()
+            reuse_tuned_configurations(self.waited_for_tuning)
         self.patches: dict[str, object] = {}
         if compile_mode == "cudagraphs":
             self.patches["triton.cudagraphs"] = True
@@ -242,24 +244,55 @@ def _codegen_refused(refuse: bool, gm: Any) -> Iterator[None]:
         inductor.fx_codegen_and_compile = original
 
 
-AUTOTUNING_STEPS = ("autotune_to_one_config", "coordinate_descent_tuning", "_combo_sequential_autotune")
+TUNED_CONFIG_WAIT_S = 30.0  # how long a kernel waits for the pass compiling its graph to save its tuned config
+TUNED_CONFIG_POLL_S = 0.05
+WAITING_FOR_TUNING = "waiting for the pass compiling this graph to save the tuned configuration of"
+OTHER_TUNING_STEPS = ("coordinate_descent_tuning", "_combo_sequential_autotune")
 
 
-def refuse_runtime_autotuning() -> None:
+def reuse_tuned_configurations(waited: list[str]) -> None:
     """For the rest of this process, a Triton kernel that would autotune at its first launch (Inductor's cache
-    holds no tuned configuration for it) raises NotCached instead (`CachingAutotuner`'s autotuning steps)."""
+    holds no tuned configuration for it yet) waits instead for the pass compiling its graph, which saved the graph
+    before its first call tuned it, to save that configuration, and runs it; its name goes into `waited`. Past
+    TUNED_CONFIG_WAIT_S, or for any other tuning step, NotCached (`CachingAutotuner`'s tuning steps)."""
     try:
-        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+        from torch._inductor.runtime import triton_heuristics as heuristics
     except ImportError:  # a torch without Inductor's Triton runtime: nothing can autotune
         return
+    autotuner = heuristics.CachingAutotuner
+
+    def wait_for_tuned(self: Any, *_args: Any, **_kwargs: Any) -> None:
+        name = self.inductor_meta.get("kernel_name", "a Triton kernel")
+        configs = [launcher.config for launcher in self.launchers]
+        deadline = time.monotonic() + TUNED_CONFIG_WAIT_S
+        said = False
+        while True:
+            cached, _, _ = heuristics.check_autotune_cache(configs, self.filename, self.inductor_meta)
+            if len(cached) == 1:
+                best = heuristics.triton_config_to_hashable(cached[0])
+                chosen = [launcher for launcher in self.launchers
+                          if heuristics.triton_config_to_hashable(launcher.config) == best]
+                if not chosen:
+                    raise NotCached(f"the configuration tuned for {name} is none of those this pass compiled")
+                self.launchers = chosen[:1]
+                waited.append(name)
+                return
+            if time.monotonic() > deadline:
+                raise NotCached(f"Inductor's cache held the graph but no tuned configuration of {name} after "
+                                f"{TUNED_CONFIG_WAIT_S:.0f} s")
+            if not said:
+                print(f"{WAITING_FOR_TUNING} {name}", flush=True)
+                said = True
+            time.sleep(TUNED_CONFIG_POLL_S)
 
     def refused(self: Any, *_args: Any, **_kwargs: Any) -> Any:
         name = getattr(self, "inductor_meta", {}).get("kernel_name", "a Triton kernel")
-        raise NotCached(f"Inductor's cache held the graph but no tuned configuration of {name} yet")
+        raise NotCached(f"{name} would tune itself in this pass")
 
-    for step in AUTOTUNING_STEPS:
-        if hasattr(CachingAutotuner, step):
-            setattr(CachingAutotuner, step, refused)
+    autotuner.autotune_to_one_config = wait_for_tuned
+    for step in OTHER_TUNING_STEPS:
+        if hasattr(autotuner, step):
+            setattr(autotuner, step, refused)
 
 
 def not_cached(exc: BaseException) -> NotCached | None:
