@@ -263,7 +263,7 @@ def _compiled_in_turn(
         return run(req)
     except NotCached:
         pass
-    if req.warm_up_early and filled is not None and filled != req.gpu_lock_after:
+    if req.warm_up_early and filled is not None:
         progress(f"[{name}] Inductor's cache lacks this workload's graphs: compiling from it once the first "
                  "compiling pass has filled it")
         try:

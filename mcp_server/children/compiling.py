@@ -262,7 +262,7 @@ def reuse_tuned_configurations(waited: list[str]) -> None:
     autotuner = heuristics.CachingAutotuner
 
     def wait_for_tuned(self: Any, *_args: Any, **_kwargs: Any) -> None:
-        name = self.inductor_meta.get("kernel_name", "a Triton kernel")
+        name = _kernel_name(self)
         configs = [launcher.config for launcher in self.launchers]
         deadline = time.monotonic() + TUNED_CONFIG_WAIT_S
         said = False
@@ -286,13 +286,16 @@ def reuse_tuned_configurations(waited: list[str]) -> None:
             time.sleep(TUNED_CONFIG_POLL_S)
 
     def refused(self: Any, *_args: Any, **_kwargs: Any) -> Any:
-        name = getattr(self, "inductor_meta", {}).get("kernel_name", "a Triton kernel")
-        raise NotCached(f"{name} would tune itself in this pass")
+        raise NotCached(f"{_kernel_name(self)} would tune itself in this pass")
 
     autotuner.autotune_to_one_config = wait_for_tuned
     for step in OTHER_TUNING_STEPS:
         if hasattr(autotuner, step):
             setattr(autotuner, step, refused)
+
+
+def _kernel_name(autotuner: Any) -> str:
+    return str(getattr(autotuner, "inductor_meta", {}).get("kernel_name", "a Triton kernel"))
 
 
 def not_cached(exc: BaseException) -> NotCached | None:
