@@ -3,6 +3,8 @@ guard of an early compile, and the copy of Inductor's generated code (standard l
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -186,7 +188,8 @@ class RecordingInductor(GraphRecorder):
     instead of reusing the configurations that pass chose (and this pass would race it to the cache). Should
     another torch name that step otherwise, the graph is refused once compiled, before any of it runs. A cached
     graph's kernel that finds no tuned configuration in the cache yet (the pass compiling the graph saved it before
-    running it) waits for that pass to save one rather than autotune here. With
+    running it) waits for that pass to save one rather than autotune here. A graph AOTAutograd's cache holds is
+    loaded whole when the pass that traced it left its node records beside the cache. With
     `cpu_kernel_ranges` (torch.profiler on the CPU), each generated C++ kernel
     opens a profiler range of its own name, so its time is an operator's and not lost between them."""
 
@@ -203,24 +206,175 @@ class RecordingInductor(GraphRecorder):
             self.patches["triton.cudagraphs"] = True
         if cpu_kernel_ranges:  # each generated C++ kernel records a profiler range named after it
             self.patches["cpp.enable_kernel_profile"] = True
+        self.scopes: dict[str | None, str] = {}  # compile id -> digest of its Dynamo graph's module map
+        self.reused_graphs = 0  # Dynamo graphs whose AOT graphs came whole from AOTAutograd's cache
 
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         from torch._dynamo.utils import counters
-        from torch._functorch import config as functorch_config
-        from torch._inductor.compile_fx import compile_fx
 
-        self.dynamo_graph(gm)
+        scope = graph_scope(self.dynamo_graph(gm), self.root)
+        self.scopes[compile_id()] = scope
         before = dict(counters["inductor"])
-        # AOTAutograd's own cache would hand back forward and backward without compiling either through
-        # `inner_compile`, so their nodes would go unrecorded: Inductor's FX graph cache still serves both.
-        with functorch_config.patch(enable_autograd_cache=False), _codegen_refused(self.cached_only, gm):
-            compiled = compile_fx(gm, example_inputs, inner_compile=self.inner_compile,
-                                  config_patches=self.patches or None)
+        compiled = self._compiled(gm, example_inputs, scope)
         grew = {key: counters["inductor"].get(key, 0) - before.get(key, 0) for key in CACHE_COUNTERS}
         if self.cached_only and (grew["fxgraph_cache_miss"] or grew["fxgraph_cache_bypass"]
                                  or not grew["fxgraph_cache_hit"]):
             raise NotCached(f"Inductor's FX graph cache did not hold a graph of {len(gm.graph.nodes)} nodes ({grew})")
         return compiled
+
+    def _compiled(self, gm: Any, example_inputs: Any, scope: str) -> Any:
+        """Compile `gm` with AOTAutograd's cache on. A miss traces through `inner_compile`, which records each
+        AOT graph (forward or backward) and saves the record beside Inductor's cache for the Dynamo graph
+        `scope`; AOTAutograd saves its entry.
+
+        A hit skips AOTAutograd's tracing and Inductor's graph passes (on the H100's host, conv_block's first
+        call took 2.1 s instead of 4.1 s) but hands back compiled graphs whose nodes no pass here saw: their
+        module maps are the saved records. A hit with no record for one of its graphs (its entry came from
+        another compile of the same Dynamo graph) traces the graph again, with the cache off, from a copy of the
+        graph as Dynamo handed it over when this scope had no records (Inductor's pre-grad passes change `gm` in
+        place)."""
+        from torch._dynamo.utils import counters
+        from torch._functorch import config as functorch_config
+        from torch._inductor.compile_fx import compile_fx
+
+        pristine = None
+        if not has_records(scope):
+            try:
+                pristine = graph_copy(gm)
+            except Exception:  # noqa: BLE001 - the copy only serves a rare retrace; compiling `gm` goes on
+                pristine = None
+        hits = counters["aot_autograd"].get("autograd_cache_hit", 0)
+        loaded: list[tuple[str, bool, Any]] = []
+        with _loaded_graphs(loaded), _codegen_refused(self.cached_only, gm):
+            compiled = compile_fx(gm, example_inputs, inner_compile=self.inner_compile,
+                                  config_patches=self.patches or None)
+        if counters["aot_autograd"].get("autograd_cache_hit", 0) == hits:
+            return compiled  # traced: `inner_compile` recorded each graph
+        recalled = [recall_nodes(key, scope) for key, _, _ in loaded]
+        if loaded and all(nodes is not None for nodes in recalled):
+            for (key, backward, graph), nodes in zip(loaded, recalled, strict=True):
+                self.graphs.append({
+                    "compile_id": compile_id(), "kind": "backward" if backward else "forward",
+                    "fx_graph_cache_key": key, "source_code": getattr(graph, "source_code", None),
+                    "node_modules": nodes,
+                })
+            self.reused_graphs += 1
+            return compiled
+        # Without a copy, the graph traced now went through the pre-grad passes twice: it may differ from the cached
+        # one (a pass that may only reuse the cache then stops at the miss and starts again).
+        again = gm if pristine is None else pristine
+        with functorch_config.patch(enable_autograd_cache=False), _codegen_refused(self.cached_only, again):
+            return compile_fx(again, example_inputs, inner_compile=self.inner_compile,
+                              config_patches=self.patches or None)
+
+    def inner_compile(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+        """Inductor's `compile_fx_inner`, recording the AOT graph it compiles and saving that record for passes
+        that will load the graph from AOTAutograd's cache. A graph Inductor's cache served skipped the post-grad
+        passes, so its record lacks the nodes they make: it never replaces the record of a pass that generated
+        the code."""
+        from torch._dynamo.utils import counters
+
+        misses = counters["inductor"].get("fxgraph_cache_miss", 0)
+        compiled = super().inner_compile(gm, example_inputs, **kwargs)
+        generated = counters["inductor"].get("fxgraph_cache_miss", 0) > misses
+        record = self.graphs[-1]
+        key, scope = record["fx_graph_cache_key"], self.scopes.get(record["compile_id"])
+        if key and scope is not None and (generated or recall_nodes(key, scope) is None):
+            save_nodes(key, scope, record["node_modules"])
+        return compiled
+
+
+GRAPH_RECORDS = "operator-profiler-graphs"  # in Inductor's cache folder: the node records of its cached graphs
+
+
+def graph_scope(nodes: dict[str, dict[str, str]], root: str) -> str:
+    """A digest of a Dynamo graph's module map: AOTAutograd's and Inductor's cache keys ignore node metadata, so
+    two models that differ only in their modules' names share cached graphs, but not node records."""
+    text = json.dumps({"root": root, "nodes": nodes}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def graph_copy(gm: Any) -> Any:
+    """A GraphModule with a copy of `gm`'s graph and of its `meta` (nodes and metadata dicts copied, values
+    shared) and every other attribute of `gm` shared: what compiling `gm` changes in place stays out of it, and
+    no tensor is copied."""
+    import copy
+
+    import torch
+
+    graph = copy.deepcopy(gm.graph)
+    for node, twin in zip(gm.graph.nodes, graph.nodes, strict=True):  # attributes Dynamo set on nodes
+        for name, value in vars(node).items():
+            twin.__dict__.setdefault(name, value)
+    copied = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    for name, value in vars(gm).items():
+        copied.__dict__.setdefault(name, value)
+    copied.meta = dict(gm.meta)  # Dynamo's facts about the graph, which GraphModule() starts empty
+    return copied
+
+
+def _records(scope: str) -> Path:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir()) / GRAPH_RECORDS / scope
+
+
+def _record_path(key: str, scope: str) -> Path:
+    return _records(scope) / f"{key}.json"
+
+
+def has_records(scope: str) -> bool:
+    """Whether a pass that traced the Dynamo graph `scope` saved node records of its AOT graphs."""
+    folder = _records(scope)
+    return folder.is_dir() and any(folder.glob("*.json"))
+
+
+def save_nodes(key: str, scope: str, nodes: dict[str, dict[str, str]]) -> None:
+    """Keep the module map of the AOT graph cached under `key`, as traced for the Dynamo graph `scope`."""
+    path = _record_path(key, scope)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # passes of one run may save the same record
+    tmp.write_text(json.dumps(nodes), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def recall_nodes(key: str, scope: str) -> dict[str, dict[str, str]] | None:
+    """The module map saved for the AOT graph cached under `key` and the Dynamo graph `scope`, if any."""
+    try:
+        nodes: dict[str, dict[str, str]] = json.loads(_record_path(key, scope).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return nodes
+
+
+@contextmanager
+def _loaded_graphs(into: list[tuple[str, bool, Any]]) -> Iterator[None]:
+    """While open: every graph Inductor's FX graph cache hands back goes into `into` as (key, backward, graph)
+    (`FxGraphCache.load_with_key`, through which AOTAutograd's cache loads its forward and backward)."""
+    import inspect
+
+    from torch._inductor.codecache import FxGraphCache
+
+    original = FxGraphCache.__dict__.get("load_with_key")
+    function = getattr(original, "__func__", None)
+    if function is None:
+        yield
+        return
+    signature = inspect.signature(function)
+
+    def load_with_key(*args: Any, **kwargs: Any) -> Any:
+        loaded = function(*args, **kwargs)
+        graph = loaded[0]
+        if graph is not None:
+            bound = signature.bind(*args, **kwargs).arguments
+            into.append((str(bound["key"]), bool(bound.get("is_backward")), graph))
+        return loaded
+
+    FxGraphCache.load_with_key = staticmethod(load_with_key)
+    try:
+        yield
+    finally:
+        FxGraphCache.load_with_key = original
 
 
 @contextmanager

@@ -236,8 +236,10 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
     if backend is not None:
         result["graph_breaks"] = backend.graph_breaks
-        if isinstance(backend, RecordingInductor) and backend.waited_for_tuning:
-            result["waited_for_tuned_configurations"] = backend.waited_for_tuning
+        if isinstance(backend, RecordingInductor):
+            result["graphs_from_aot_cache"] = backend.reused_graphs
+            if backend.waited_for_tuning:
+                result["waited_for_tuned_configurations"] = backend.waited_for_tuning
         write_json(args.provenance, inductor_provenance(backend, args.provenance.parent))
         result["artifacts"].append(_artifact(args.provenance, args.run_dir))
     if args.profiler == "torch" or (trace is not None and trace.traced):
