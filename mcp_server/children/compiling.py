@@ -330,12 +330,16 @@ def has_records(scope: str) -> bool:
 
 
 def save_nodes(key: str, scope: str, nodes: dict[str, dict[str, str]]) -> None:
-    """Keep the module map of the AOT graph cached under `key`, as traced for the Dynamo graph `scope`."""
+    """Keep the module map of the AOT graph cached under `key`, as traced for the Dynamo graph `scope`. Best
+    effort: where it cannot be written, later passes trace the graph again."""
     path = _record_path(key, scope)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # passes of one run may save the same record
-    tmp.write_text(json.dumps(nodes), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(nodes), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def recall_nodes(key: str, scope: str) -> dict[str, dict[str, str]] | None:
