@@ -1,5 +1,6 @@
-"""Compiled modes: the torch.compile backends that record each FX graph's module metadata, the Inductor-cache
-guard of an early compile, and the copy of Inductor's generated code (standard library and torch only)."""
+"""Compiled modes: the torch.compile backends that record each FX graph's module metadata (kept beside Inductor's
+cache for graphs AOTAutograd's cache serves whole), the Inductor-cache guard of an early compile, and the copy of
+Inductor's generated code (standard library and torch only)."""
 
 from __future__ import annotations
 
