@@ -27,10 +27,15 @@ def now() -> str:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Write JSON through a temporary file of this process and a rename: processes writing the same file at once
+    leave one whole copy, and a failed write leaves nothing."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def traceback_tail(exc: BaseException, frames: int = 6) -> str:

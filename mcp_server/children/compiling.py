@@ -11,11 +11,11 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
-from mcp_server.children.common import ContractError
+from mcp_server.children.common import ContractError, write_json
 
 INDUCTOR_CODE_DIR = "inductor_code"  # beside the provenance file; the file lists what it holds
 CACHE_COUNTERS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")
@@ -224,9 +224,9 @@ class RecordingInductor(GraphRecorder):
         return compiled
 
     def _compiled(self, gm: Any, example_inputs: Any, scope: str) -> Any:
-        """Compile `gm` with AOTAutograd's cache on. A miss traces through `inner_compile`, which records each
-        AOT graph (forward or backward) and saves the record beside Inductor's cache for the Dynamo graph
-        `scope`; AOTAutograd saves its entry.
+        """Compile `gm` with AOTAutograd's cache as configured (on by default). A miss traces through
+        `inner_compile`, which records each AOT graph (forward or backward) and saves the record beside Inductor's
+        cache for the Dynamo graph `scope`; AOTAutograd saves its entry.
 
         A hit skips AOTAutograd's tracing and Inductor's graph passes (on the H100's host, conv_block's first
         call took 2.1 s instead of 4.1 s) but hands back compiled graphs whose nodes no pass here saw: their
@@ -240,15 +240,20 @@ class RecordingInductor(GraphRecorder):
 
         pristine = None
         if not has_records(scope):
-            try:
+            with suppress(Exception):  # the copy only serves a rare retrace; compiling `gm` goes on without it
                 pristine = graph_copy(gm)
-            except Exception:  # noqa: BLE001 - the copy only serves a rare retrace; compiling `gm` goes on
-                pristine = None
+
+        def compiled_from(graph: Any, aot_cache: bool) -> Any:
+            """`graph` compiled, AOTAutograd's cache as configured or off."""
+            cache = nullcontext() if aot_cache else functorch_config.patch(enable_autograd_cache=False)
+            with cache, _codegen_refused(self.cached_only, graph):
+                return compile_fx(graph, example_inputs, inner_compile=self.inner_compile,
+                                  config_patches=self.patches or None)
+
         hits = counters["aot_autograd"].get("autograd_cache_hit", 0)
         loaded: list[tuple[str, bool, Any]] = []
-        with _loaded_graphs(loaded), _codegen_refused(self.cached_only, gm):
-            compiled = compile_fx(gm, example_inputs, inner_compile=self.inner_compile,
-                                  config_patches=self.patches or None)
+        with _loaded_graphs(loaded):
+            compiled = compiled_from(gm, aot_cache=True)
         if counters["aot_autograd"].get("autograd_cache_hit", 0) == hits:
             return compiled  # traced: `inner_compile` recorded each graph
         recalled = [recall_nodes(key, scope) for key, _, _ in loaded]
@@ -263,10 +268,7 @@ class RecordingInductor(GraphRecorder):
             return compiled
         # Without a copy, the graph traced now went through the pre-grad passes twice: it may differ from the cached
         # one (a pass that may only reuse the cache then stops at the miss and starts again).
-        again = gm if pristine is None else pristine
-        with functorch_config.patch(enable_autograd_cache=False), _codegen_refused(self.cached_only, again):
-            return compile_fx(again, example_inputs, inner_compile=self.inner_compile,
-                              config_patches=self.patches or None)
+        return compiled_from(gm if pristine is None else pristine, aot_cache=False)
 
     def inner_compile(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
         """Inductor's `compile_fx_inner`, recording the AOT graph it compiles and saving that record for passes
@@ -334,13 +336,11 @@ def save_nodes(key: str, scope: str, nodes: dict[str, dict[str, str]]) -> None:
     """Keep the module map of the AOT graph cached under `key`, as traced for the Dynamo graph `scope`. Best
     effort: where it cannot be written, later passes trace the graph again."""
     path = _record_path(key, scope)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # passes of one run may save the same record
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(nodes), encoding="utf-8")
-        os.replace(tmp, path)
+        write_json(path, nodes)  # passes of one run may save the same record at once
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def recall_nodes(key: str, scope: str) -> dict[str, dict[str, str]] | None:
