@@ -14,7 +14,17 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from mcp_server.process.bytecode import OPT_OUT, cache_dir, interpreter_env, uses_cache
+from mcp_server.process.bytecode import (
+    MIN_WORKERS,
+    OPT_OUT,
+    RESERVED_CPUS,
+    WORKERS_ENV,
+    asked_workers,
+    cache_dir,
+    interpreter_env,
+    precompile_workers,
+    uses_cache,
+)
 from mcp_server.schema.results import PreflightCheck
 from plugins.executables import query_gpu, tool_version
 from plugins.ncu.command import find_ncu
@@ -64,10 +74,14 @@ def _bytecode_check(python: str) -> PreflightCheck | None:
     """Said only when passes get a bytecode cache (nothing is wrong either way)."""
     if not uses_cache(python):
         return None
+    workers = precompile_workers()
+    why_not = f"{WORKERS_ENV} is 0" if asked_workers() is not None else f"fewer than {RESERVED_CPUS + MIN_WORKERS} CPUs"
+    first = (f"the first run compiles it there in {workers} workers beside the passes ({WORKERS_ENV}=0: no)"
+             if workers else f"{why_not}: the passes compile it themselves")
     return PreflightCheck(
         name="bytecode", ok=True,
         detail=f"PYTHONDONTWRITEBYTECODE is set and torch has no compiled bytecode: passes compile it once into "
-        f"{cache_dir()} ({OPT_OUT}=off to keep the environment as it is)",
+        f"{cache_dir()}; {first} ({OPT_OUT}=off to keep the environment as it is)",
     )
 
 

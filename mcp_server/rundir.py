@@ -27,7 +27,8 @@ MANIFEST = "manifest.json"
 PROFILE = "profile.json"
 ANALYSIS = "analysis"  # where `analyze` wrote by default, beside the profile, before it took fresh folders
 RANKS = "ranks.json"
-RUN_ENTRIES = frozenset({*get_args(PassName), MANIFEST, PROFILE, ANALYSIS, RANKS})
+BYTECODE_LOG = "bytecode.log"
+RUN_ENTRIES = frozenset({*get_args(PassName), MANIFEST, PROFILE, ANALYSIS, RANKS, BYTECODE_LOG})
 RANK_FOLDER = re.compile(r"^rank(\d+)$")
 TORCHRUN_LOG = re.compile(r"^[a-z_]+\.torchrun\.log$")
 RUNS_FOLDER = "op_runs"
@@ -57,6 +58,11 @@ class RunDir:
     def profile_path(self) -> Path:
         """profile.json, assembled from the artifacts."""
         return self.path / PROFILE
+
+    @property
+    def bytecode_log(self) -> Path:
+        """What the bytecode precompile beside the passes printed (where it ran)."""
+        return self.path / BYTECODE_LOG
 
     # ----------------------------------------------------------------------------------------- per pass
 
@@ -143,6 +149,11 @@ class RunDir:
     def gpu_lock(self) -> Path:
         """The lock file the passes of one run take in turn (shared to build and warm up, exclusive to measure)."""
         return self.path / self.GPU_LOCK
+
+    @property
+    def bytecode_done(self) -> Path:
+        """The file the bytecode precompile writes once it has ended; the timing pass's window waits for it."""
+        return self.path / ".bytecode-done"
 
     def window_done(self, name: PassName) -> Path:
         """The file pass `name` writes once its window is done; the next pass waits for it."""

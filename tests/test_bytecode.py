@@ -90,5 +90,9 @@ def test_preflight_says_when_passes_get_the_cache(tmp_path, monkeypatch):
     check = _bytecode_check(python)
     assert check is not None and check.ok
     assert str(tmp_path / "cache" / "operator-profiler" / "pycache") in check.detail
+    monkeypatch.setenv("OPERATOR_PROFILER_PRECOMPILE_WORKERS", "3")
+    assert "the first run compiles it there in 3 workers beside the passes" in _bytecode_check(python).detail
+    monkeypatch.setenv("OPERATOR_PROFILER_PRECOMPILE_WORKERS", "0")
+    assert "the passes compile it themselves" in _bytecode_check(python).detail
     monkeypatch.setenv(OPT_OUT, "off")
     assert _bytecode_check(python) is None

@@ -27,6 +27,7 @@ from mcp_server.capture.request import CaptureRequest
 from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass, ncu_variants_pass, planned
 from mcp_server.errors import BackendUnavailable, CancelledCapture, ProfilerError
 from mcp_server.process import now_iso
+from mcp_server.process.bytecode import Precompile, precompiling
 from mcp_server.progress import Progress, quiet
 from mcp_server.progress import tagged as _tagged
 from mcp_server.schema.manifest import PassRecord, RunManifest
@@ -97,20 +98,33 @@ def capture(
     early (CancelledCapture).
     """
     req.check()
-    req.run_dir.prepare()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # The manifest's facts are gathered while the passes start; it is written before any pass ends.
-        described = pool.submit(_described, req, backend, command_line)
-        try:
-            records = _in_turn(req, backend, ncu if backend == "nsys" else None, timing, progress, cancel)
-        except ProfilerError as exc:  # the manifest says which passes ran and how they ended
-            _record(req, described.result(), [r for r in exc.records if isinstance(r, PassRecord)])
-            raise
-    return _record(req, described.result(), records)
+    run_dir = req.run_dir.prepare()
+    run_dir.bytecode_done.unlink(missing_ok=True)
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool, \
+                precompiling(req.python, req.workload, run_dir.bytecode_log, req.compile_mode != "eager",
+                             _tagged("bytecode", progress), done=run_dir.bytecode_done) as precompile:
+            # The manifest's facts are gathered while the passes start; it is written before any pass ends.
+            described = pool.submit(_described, req, backend, command_line)
+            compiled = run_dir.bytecode_done if precompile is not None else None
+            try:
+                records = _in_turn(req, backend, ncu if backend == "nsys" else None, timing, progress, cancel,
+                                   compiled)
+            except ProfilerError as exc:  # the manifest says which passes ran and how they ended
+                _record(req, described.result(), [r for r in exc.records if isinstance(r, PassRecord)],
+                        precompile)
+                raise
+    finally:
+        run_dir.bytecode_done.unlink(missing_ok=True)
+    return _record(req, described.result(), records, precompile)
 
 
-def _record(req: CaptureRequest, manifest: RunManifest, records: list[PassRecord]) -> RunManifest:
+def _record(req: CaptureRequest, manifest: RunManifest, records: list[PassRecord],
+            precompile: Precompile | None = None) -> RunManifest:
     manifest.passes += records
+    if precompile is not None and (summary := precompile.summary()):
+        manifest.notes.append(f"bytecode: {summary}, beside the passes (no bytecode was cached; see "
+                              f"{req.run_dir.relative(req.run_dir.bytecode_log)})")
     req.run_dir.write_manifest(manifest)
     return manifest
 
@@ -122,7 +136,8 @@ def _described(req: CaptureRequest, backend: str, command_line: list[str]) -> Ru
 
 
 def _in_turn(
-    req: CaptureRequest, backend: str, ncu: NcuOptions | None, timing: bool, progress: Progress, outer: Cancel
+    req: CaptureRequest, backend: str, ncu: NcuOptions | None, timing: bool, progress: Progress, outer: Cancel,
+    compiled: Path | None = None,
 ) -> list[PassRecord]:
     """Run a backend's passes at once: their imports overlap, then they take the GPU in turn.
 
@@ -139,7 +154,8 @@ def _in_turn(
     suspended under `ncu --mode launch`; once the timeline is exported, its replay plan is announced and, when
     launches of one ncu configuration differ in input shapes, ncu attaches to it to replay those variants after
     ncu's replay; otherwise it is stopped. The timing pass is best effort: when it fails, the run goes on and the
-    manifest says why.
+    manifest says why. With `compiled` (the bytecode precompile's end), the timing pass warms up and measures
+    once that file exists: no compile workers run beside its window.
     """
     run_dir = req.run_dir
     main_name: PassName = "torch" if backend == "torch" else "nsys"
@@ -151,7 +167,7 @@ def _in_turn(
         path.unlink(missing_ok=True)
     early = req.compile_mode in EARLY_WARMUP_MODES
     several = timing or ncu is not None
-    timed = replace(req, gpu_lock=lock, gpu_lock_done=timing_done, windows=TIMING_WINDOWS)
+    timed = replace(req, gpu_lock=lock, gpu_lock_after=compiled, gpu_lock_done=timing_done, windows=TIMING_WINDOWS)
     first = replace(req, gpu_lock=lock, gpu_lock_after=timing_done if timing else None, gpu_lock_done=main_done,
                     warm_up_early=early and timing) if several else req
     tagged = _tagged if several else _untagged

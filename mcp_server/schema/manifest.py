@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import CaptureBackend, CompileMode, PassName, RunMode
 
-MANIFEST_VERSION = "1.1"
+MANIFEST_VERSION = "1.2"
 
 
 class PassRecord(BaseModel):
@@ -68,6 +68,8 @@ class RunManifest(BaseModel):
     distributed: dict[str, Any] | None = Field(
         default=None, description="A multi-rank run: the torchrun launch (nproc_per_node, nnodes, ...), and for one "
         "rank's manifest its `rank`; None for one process.")
+    notes: list[str] = Field(default_factory=list, description="What the run did beside its passes (e.g. the "
+                             "bytecode it compiled for them).")
 
     def pass_named(self, name: PassName) -> PassRecord | None:
         """The pass called `name`, if the run has one."""
@@ -76,7 +78,10 @@ class RunManifest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
-        """A 1.0 manifest (before ncu options were recorded) gets its ncu passes' options from their commands."""
+        """A 1.0 manifest (before ncu options were recorded) gets its ncu passes' options from their commands; a
+        1.1 manifest (before `notes`) needs nothing more."""
+        if isinstance(data, dict) and data.get("manifest_version") == "1.1":
+            data = {**data, "manifest_version": MANIFEST_VERSION}
         if isinstance(data, dict) and data.get("manifest_version") == "1.0":
             data = {**data, "manifest_version": MANIFEST_VERSION, "passes": [
                 {**p, "ncu": _options_of_v1_command(p.get("attach_command") or p.get("command") or [])}

@@ -1,0 +1,361 @@
+"""Compile the bytecode a workload's passes will import, in parallel workers, into the cache they read.
+
+Run under the workload's interpreter with `PYTHONPYCACHEPREFIX` set (standard library only). An interpreter
+compiles the sources it imports one by one: where no bytecode exists, every pass of a run would spend seconds
+compiling torch, its dependencies and the workload's packages, each pass the same files. This child compiles
+them first, spread over worker processes, in the order the passes will need them: from the harness's and each
+package's `__init__` along the import statements that run at import time (breadth first, each compiled source
+scanned for what it imports; the standard library's modules and other packages' where an import reaches them),
+then every other source of those packages. The passes, started beside it, find most of what they import
+compiled. Sources whose bytecode is up to date are skipped.
+
+    python precompile.py --workload W.py [--compiler] [--package NAME ...] [--workers N]
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":
+    import _operator_profiler_child  # noqa: F401 - this folder off sys.path (nothing here names a workload's)
+
+import argparse
+import ast
+import contextlib
+import importlib.machinery
+import importlib.util
+import os
+import py_compile
+import re
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# What `import torch` itself imports, beyond torch: the packages with most of the sources to compile.
+TORCH_CLOSURE = ("torch", "sympy", "mpmath", "numpy", "typing_extensions")
+# What torch.compile's passes import beside: Inductor's graph partitioner, code templates, Triton.
+COMPILER_CLOSURE = ("networkx", "jinja2", "markupsafe", "filelock", "packaging", "triton")
+# Folders whose sources are compiled only where an import reaches them: test suites, torch's testing helpers.
+SKIPPED_DIRS = frozenset({"tests", "test"})
+SKIPPED_PATHS = ("testing/_internal",)
+HERE = Path(__file__).resolve().parent  # the children's folder: the harness's own modules
+HARNESS_PACKAGE = "mcp_server.children"
+IN_FLIGHT_PER_WORKER = 2  # batches queued per worker
+BATCH = 16  # sources per task: one at a time, the pool's messages cost more than the compiles
+_REQUIREMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
+# `import a.b as c, d` and `from .a import b, c` (the first line of a parenthesised list is enough to order by).
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\(?([\w., \t]*)|import[ \t]+([\w., \t]+))")
+# Top-level blocks whose imports do not run when the module is imported: definitions, type-checking imports.
+_NOT_RUN = re.compile(r"^(?:(?:async[ \t]+)?def\b|class\b|@|if[ \t]+(?:typing\.)?TYPE_CHECKING\b)")
+
+
+def workload_packages(path: Path) -> list[str]:
+    """The top-level packages a workload script imports (absolute imports outside the standard library)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module.split(".")[0])
+    local = {p.stem for p in path.parent.glob("*.py")} | {p.name for p in path.parent.iterdir() if p.is_dir()}
+    return [n for n in dict.fromkeys(names) if n not in sys.stdlib_module_names and n not in local]
+
+
+def with_requirements(packages: Iterable[str]) -> list[str]:
+    """`packages` and the top-level packages of their distributions' requirements (one level; from metadata)."""
+    import importlib.metadata as metadata
+
+    by_package = metadata.packages_distributions()
+    by_distribution: dict[str, list[str]] = {}
+    for top, dists in by_package.items():
+        for dist in dists:
+            by_distribution.setdefault(_normal(dist), []).append(top)
+    names = list(packages)
+    for package in list(names):
+        for dist in by_package.get(package, []):
+            for requirement in metadata.requires(dist) or []:
+                if "extra ==" in requirement:
+                    continue
+                match = _REQUIREMENT_NAME.match(requirement)
+                if match:
+                    names += by_distribution.get(_normal(match.group(0)), [])
+    return list(dict.fromkeys(names))
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
+class SourceIndex:
+    """Python sources by module name, found without importing anything: the packages asked for, walked whole
+    (their sources outside test folders are `rest`, compiled even where no import reaches them), and any other
+    top-level package or module (the standard library's included) walked when an import first reaches it."""
+
+    modules: dict[str, Path] = field(default_factory=dict)  # dotted name -> source
+    packages: set[str] = field(default_factory=set)  # the names whose source is an __init__.py
+    roots: list[str] = field(default_factory=list)  # the packages asked for that are installed, in order
+    rest: list[str] = field(default_factory=list)  # their modules, shallow first, test folders left out
+    _tops: dict[str, bool] = field(default_factory=dict)  # top-level name -> whether it has Python sources
+
+    @classmethod
+    def of(cls, names: Iterable[str]) -> SourceIndex:
+        """The index of top-level packages `names`; those not installed (or not Python) are skipped."""
+        index = cls()
+        for name in dict.fromkeys(names):
+            if index._add(name, whole=True):
+                index.roots.append(name)
+        index.rest.sort(key=lambda n: (n.count("."), n))
+        return index
+
+    def add_folder(self, package: str, folder: Path) -> None:
+        """The modules of `folder` as package `package` (the harness's own, which it registers from its files)."""
+        self._tops.setdefault(package.partition(".")[0], True)
+        self.packages.add(package)
+        for path in sorted(folder.glob("*.py")):
+            self.modules[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+        if (folder.parent / "__init__.py").is_file():
+            self.modules.setdefault(package.rpartition(".")[0], folder.parent / "__init__.py")
+            self.packages.add(package.rpartition(".")[0])
+
+    def lookup(self, name: str) -> Path | None:
+        """The source of module `name`, indexing its top-level package on first sight."""
+        top = name.partition(".")[0]
+        if top not in self._tops:
+            self._add(top, whole=False)
+        return self.modules.get(name)
+
+    def _add(self, top: str, whole: bool) -> bool:
+        self._tops[top] = False
+        try:
+            spec = _find_spec(top)
+        except (ImportError, ValueError):
+            return False
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            return False
+        self._tops[top] = True
+        if not spec.submodule_search_locations:
+            self.modules[top] = Path(spec.origin)
+            self.rest += [top] if whole else []
+            return True
+        for root in spec.submodule_search_locations:
+            for path, skipped in _walk(Path(root)):
+                parts = [top, *path.relative_to(root).with_suffix("").parts]
+                if parts[-1] == "__init__":
+                    parts.pop()
+                    self.packages.add(".".join(parts))
+                name = ".".join(parts)
+                if name not in self.modules:
+                    self.modules[name] = path
+                    if whole and not skipped:
+                        self.rest.append(name)
+        return True
+
+
+def imports_of(module: str, is_package: bool, source: str) -> list[str]:
+    """The modules `source` (module `module`, a package's `__init__` if `is_package`) may import, in the order
+    it names them, each after its parent packages: relative imports resolved, `from m import n` naming both m
+    and m.n (n may be a submodule). Found by a scan of the import statements that run when it is imported (not
+    those in functions, classes or `if TYPE_CHECKING:`), for ordering only."""
+    package = module if is_package else module.rpartition(".")[0]
+    package_parts = package.split(".") if package else []
+    found: list[str] = []
+    skipping = False  # inside a top-level block whose imports do not run at import time
+    for line in source.splitlines():
+        if line and line[0] not in " \t#)]}":
+            skipping = bool(_NOT_RUN.match(line))
+        if skipping or "import" not in line:
+            continue
+        match = _IMPORT.match(line)
+        if match is None:
+            continue
+        base, names, plain = match.groups()
+        if plain is not None:
+            targets = [_strip_alias(n) for n in plain.split(",")]
+        else:
+            level = len(base) - len(base.lstrip("."))
+            if level > len(package_parts):
+                continue  # beyond the top-level package
+            anchor = package_parts[: len(package_parts) - level + 1] if level else []
+            stem = ".".join([*anchor, *([base.lstrip(".")] if base.lstrip(".") else [])])
+            if not stem:
+                continue
+            targets = [stem, *(f"{stem}.{n}" for n in map(_strip_alias, names.split(",")) if n)]
+        for target in targets:
+            parts = target.split(".")
+            found += [".".join(parts[:i]) for i in range(1, len(parts) + 1) if all(parts[:i])]
+    return list(dict.fromkeys(found))
+
+
+def _find_spec(top: str) -> importlib.machinery.ModuleSpec | None:
+    """Where top-level module `top` would be imported from, by a search of sys.path alone: neither importing
+    it nor taking the spec of a module this process has imported already."""
+    return importlib.machinery.PathFinder.find_spec(top)
+
+
+def _strip_alias(name: str) -> str:
+    return name.split(" as ")[0].strip(" \t()")
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, bool]]:
+    """The sources below `root`, each with whether it lies in a test folder (compiled only if imported)."""
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = here.relative_to(root)
+        skipped = any(part in SKIPPED_DIRS for part in rel.parts) or any(p in rel.as_posix() for p in SKIPPED_PATHS)
+        yield from ((here / f, skipped) for f in sorted(files) if f.endswith(".py"))
+
+
+def compiled(source: Path) -> bool:
+    """Whether `source` has up-to-date bytecode where this interpreter looks for it (`sys.pycache_prefix`
+    honoured): a timestamp-checked file whose recorded source time and size match the source's."""
+    try:
+        with open(importlib.util.cache_from_source(str(source)), "rb") as handle:
+            header = handle.read(16)
+        stat = source.stat()
+    except OSError:
+        return False
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if int.from_bytes(header[4:8], "little") != 0:  # hash-based bytecode: the import checks it
+        return True
+    mtime, size = int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little")
+    return mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF
+
+
+def package_origin(name: str) -> Path | None:
+    """The source of a top-level package's `__init__` (or module), found without importing it."""
+    try:
+        spec = _find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec and spec.origin and spec.origin.endswith(".py") else None
+
+
+def compile_source(path: Path, module: str, is_package: bool) -> tuple[bool, list[str]]:
+    """Compile one source into its bytecode file; (whether it compiled, what it may import)."""
+    try:
+        py_compile.compile(str(path), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    except (py_compile.PyCompileError, OSError, ValueError, SyntaxError):
+        return False, []  # a source that does not compile is left to the import that needs it
+    return True, imports_of(module, is_package, _read(path))
+
+
+@dataclass
+class Compiled:
+    """What `precompile` did: the modules it compiled (or tried to), in the order it started them."""
+
+    order: list[str] = field(default_factory=list)
+    done: int = 0
+
+
+def precompile(index: SourceIndex, start: list[str], workers: int, batch_size: int = BATCH) -> Compiled:
+    """Compile the sources without up-to-date bytecode in `workers` processes, in import order from `start`
+    (breadth first: the imports of each source reached are queued once it is compiled, or read when it was
+    already, the standard library's and other packages' included), then the index's `rest`, whose imports are
+    not followed."""
+    queue: deque[str] = deque(start)
+    seen: set[str] = set()
+    rest = iter(index.rest)
+    result = Compiled()
+
+    def follow(found: list[str]) -> None:
+        queue.extend(n for n in found if n not in seen)
+
+    def next_source() -> tuple[str, Path, bool] | None:
+        """The next module to compile, its source, and whether an import reached it."""
+        while queue or rest is not None:
+            reached = bool(queue)
+            name = queue.popleft() if queue else next(rest, None)
+            if name is None:
+                return None
+            if name in seen:
+                continue
+            seen.add(name)
+            path = index.lookup(name)
+            if path is None:
+                continue
+            if not compiled(path):
+                return name, path, reached
+            if reached:  # compiled already: its imports are read here
+                follow(imports_of(name, name in index.packages, _read(path)))
+        return None
+
+    def batch() -> list[tuple[Path, str, bool, bool]]:
+        """Up to `batch_size` sources to compile: (source, module, is a package, reached by an import)."""
+        taken: list[tuple[Path, str, bool, bool]] = []
+        while len(taken) < batch_size and (found := next_source()) is not None:
+            name, path, reached = found
+            result.order.append(name)
+            taken.append((path, name, name in index.packages, reached))
+        return taken
+
+    def record(done: list[tuple[bool, list[str]]], tasks: list[tuple[Path, str, bool, bool]]) -> None:
+        for (ok, imported), (*_, reached) in zip(done, tasks, strict=True):
+            result.done += ok
+            follow(imported if reached else [])
+
+    if workers <= 1:
+        while tasks := batch():
+            record(compile_sources(tasks), tasks)
+        return result
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        running: dict[Future[list[tuple[bool, list[str]]]], list[tuple[Path, str, bool, bool]]] = {}
+        while True:
+            while len(running) < IN_FLIGHT_PER_WORKER * workers and (tasks := batch()):
+                running[pool.submit(compile_sources, tasks)] = tasks
+            if not running:
+                return result
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                record(future.result(), running.pop(future))
+
+
+def compile_sources(tasks: list[tuple[Path, str, bool, bool]]) -> list[tuple[bool, list[str]]]:
+    """`compile_source` over a batch of (source, module, is a package, reached) tasks."""
+    return [compile_source(path, module, package) for path, module, package, _ in tasks]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Compile the workload's packages and torch's closure; print what was done."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--workload", type=Path, help="the workload script whose imports to compile")
+    parser.add_argument("--compiler", action="store_true", help="also what torch.compile's passes import")
+    parser.add_argument("--package", action="append", default=[], help="another top-level package to compile")
+    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 4))
+    args = parser.parse_args(argv)
+    names = list(args.package)
+    if args.workload is not None and args.workload.is_file():
+        with contextlib.suppress(SyntaxError, UnicodeDecodeError, OSError):  # the passes report it
+            names += workload_packages(args.workload)
+    wanted = ("torch", *(COMPILER_CLOSURE if args.compiler else ()), *names)
+    first = [origin for name in wanted if (origin := package_origin(name))]
+    if all(compiled(origin) for origin in first):
+        print(f"the passes' packages have bytecode in {sys.pycache_prefix}: nothing to compile")
+        return 0
+    t0 = time.monotonic()
+    own = [n for n in names if n not in TORCH_CLOSURE]  # torch's requirements are the closures' business
+    index = SourceIndex.of([*TORCH_CLOSURE, *(COMPILER_CLOSURE if args.compiler else ()), *with_requirements(own)])
+    index.add_folder(HARNESS_PACKAGE, HERE)
+    print(f"compiling the sources of {len(index.roots)} packages ({len(index.rest)} modules) and what they import "
+          f"into {sys.pycache_prefix} in {args.workers} workers, in import order, beside the passes (once)",
+          flush=True)
+    result = precompile(index, [f"{HARNESS_PACKAGE}.harness", "torch", *names, *index.roots], args.workers)
+    print(f"precompiled {result.done} of {len(result.order)} sources in {time.monotonic() - t0:.1f} s, "
+          f"{args.workers} workers, into {sys.pycache_prefix}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
