@@ -28,6 +28,7 @@ from mcp_server.progress import Progress, quiet
 
 INTERRUPT_GRACE_S = 60.0  # how long a child stopped with SIGINT may take to write what it gathered
 KILL_GRACE_S = 5.0  # how long a child has to exit after SIGTERM before SIGKILL
+GROUP_GONE_S = 2.0  # how long the rest of a killed group has to die (SIGKILL lands when they are next scheduled)
 POLL_S = 0.05
 DRAIN_S = 2.0  # how long output is still read once the child has exited (its workers may write on)
 READ_BYTES = 1 << 16
@@ -109,6 +110,33 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
     with contextlib.suppress(ProcessLookupError):  # the leader is gone; its workers may not be
         os.killpg(proc.pid, signal.SIGKILL)
+        _wait_group_gone(proc.pid, GROUP_GONE_S)
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> None:
+    """Wait, up to `timeout_s`, until no process of group `pgid` is alive (zombies left to init do not count)."""
+    deadline = time.monotonic() + timeout_s
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` is still running (from /proc; without it, whether the group exists)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def stop_children() -> int:
