@@ -21,6 +21,7 @@ from mcp_server.process.bytecode import (
     precompile_workers,
     precompiling,
 )
+from mcp_server.process.children import child_command
 
 TREE = {  # a fake torch, its closure and a package `vision`, with import statements to follow
     "torch/__init__.py": "from torch import nn\nimport torch._dynamo.eval_frame as _ef\nfrom . import _utils\n",
@@ -149,6 +150,29 @@ def test_precompiled_bytecode_is_what_the_passes_then_load(tmp_path, monkeypatch
         assert job is not None and job.wait(60)
     assert job.summary() is None
     assert "nothing to compile" in again.read_text()
+
+
+def test_bytecode_a_pass_wrote_since_the_run_started_does_not_count_as_cached(tmp_path, monkeypatch):
+    python, _ = _site(tmp_path)
+    _forbidding(monkeypatch, tmp_path)
+    workload = _workload(tmp_path)
+    # a pass of this run imported torch first: its __init__ has bytecode, written after the run started
+    subprocess.run([python, "-c", "import torch"], check=True, env=interpreter_env(python))
+    monkeypatch.setattr(sys, "pycache_prefix", str(cache_dir()))
+    torch_init = tmp_path / "site" / "torch" / "__init__.py"
+    assert child.compiled(torch_init)
+    written = os.stat(importlib.util.cache_from_source(str(torch_init))).st_mtime
+    assert not child.cached_before(torch_init, written - 1.0)
+    assert child.cached_before(torch_init, written + 1.0) and child.cached_before(torch_init, None)
+
+    def precompile_since(since: float) -> str:
+        command = child_command(python, "precompile", "--workload", str(workload), "--workers", "1", "--since",
+                                str(since))
+        return subprocess.run(command, capture_output=True, text=True, env=interpreter_env(python),
+                              check=True).stdout
+
+    assert precompile_since(written - 1.0).splitlines()[-1].startswith("precompiled ")
+    assert "nothing to compile" in precompile_since(time.time())
 
 
 def test_no_precompile_without_spare_cpus_or_where_bytecode_may_be_written(tmp_path, monkeypatch):

@@ -7,9 +7,10 @@ them first, spread over worker processes, in the order the passes will need them
 package's `__init__` along the import statements that run at import time (breadth first, each compiled source
 scanned for what it imports; the standard library's modules and other packages' where an import reaches them),
 then every other source of those packages. The passes, started beside it, find most of what they import
-compiled. Sources whose bytecode is up to date are skipped.
+compiled. Sources whose bytecode is up to date are skipped; nothing is done when torch's and the named packages'
+`__init__` had bytecode before the run started (`--since`: what the passes wrote since does not count).
 
-    python precompile.py --workload W.py [--compiler] [--package NAME ...] [--workers N]
+    python precompile.py --workload W.py [--compiler] [--package NAME ...] [--workers N] [--since EPOCH_S]
 """
 
 from __future__ import annotations
@@ -227,6 +228,19 @@ def compiled(source: Path) -> bool:
     return mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF
 
 
+def cached_before(source: Path, since: float | None) -> bool:
+    """Whether `source` had up-to-date bytecode before `since` (seconds since the epoch; None: any time). The
+    passes run beside this child and write the bytecode of what they import first (torch's `__init__` within
+    a second): bytecode written since the run started says nothing about a warm cache."""
+    if not compiled(source):
+        return False
+    try:
+        written = os.stat(importlib.util.cache_from_source(str(source))).st_mtime
+    except OSError:
+        return False
+    return since is None or written < since
+
+
 def package_origin(name: str) -> Path | None:
     """The source of a top-level package's `__init__` (or module), found without importing it."""
     try:
@@ -334,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compiler", action="store_true", help="also what torch.compile's passes import")
     parser.add_argument("--package", action="append", default=[], help="another top-level package to compile")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 4))
+    parser.add_argument("--since", type=float, help="when the run started (seconds since the epoch): bytecode "
+                        "written since then, by its passes, does not count as cached")
     args = parser.parse_args(argv)
     names = list(args.package)
     if args.workload is not None and args.workload.is_file():
@@ -341,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             names += workload_packages(args.workload)
     wanted = ("torch", *(COMPILER_CLOSURE if args.compiler else ()), *names)
     first = [origin for name in wanted if (origin := package_origin(name))]
-    if all(compiled(origin) for origin in first):
+    if all(cached_before(origin, args.since) for origin in first):
         print(f"the passes' packages have bytecode in {sys.pycache_prefix}: nothing to compile")
         return 0
     t0 = time.monotonic()

@@ -20,6 +20,7 @@ import functools
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -99,7 +100,7 @@ class Precompile:
 
     def __init__(self, python: str, workload: Path, log: Path, compiling: bool, workers: int,
                  progress: Progress = quiet, done: Path | None = None) -> None:
-        args = ["--workload", str(workload), "--workers", str(workers)]
+        args = ["--workload", str(workload), "--workers", str(workers), "--since", f"{time.time():.3f}"]
         if compiling:
             args.append("--compiler")
         self.command = child_command(python, "precompile", *args)
