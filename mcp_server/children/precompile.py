@@ -10,7 +10,7 @@ then every other source of those packages. The passes, started beside it, find m
 compiled. Sources whose bytecode is up to date are skipped; nothing is done when torch's and the named packages'
 `__init__` had bytecode before the run started (`--since`: what the passes wrote since does not count).
 
-    python precompile.py --workload W.py [--compiler] [--package NAME ...] [--workers N] [--since EPOCH_S]
+    python precompile.py --workload W.py [--compiler] [--package NAME ...] --workers N [--since EPOCH_S]
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ def precompile(index: SourceIndex, start: list[str], workers: int, batch_size: i
 
     def next_source() -> tuple[str, Path, bool] | None:
         """The next module to compile, its source, and whether an import reached it."""
-        while queue or rest is not None:
+        while True:
             reached = bool(queue)
             name = queue.popleft() if queue else next(rest, None)
             if name is None:
@@ -297,7 +297,6 @@ def precompile(index: SourceIndex, start: list[str], workers: int, batch_size: i
                 return name, path, reached
             if reached:  # compiled already: its imports are read here
                 follow(imports_of(name, name in index.packages, _read(path)))
-        return None
 
     def batch() -> list[tuple[Path, str, bool, bool]]:
         """Up to `batch_size` sources to compile: (source, module, is a package, reached by an import)."""
@@ -347,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", type=Path, help="the workload script whose imports to compile")
     parser.add_argument("--compiler", action="store_true", help="also what torch.compile's passes import")
     parser.add_argument("--package", action="append", default=[], help="another top-level package to compile")
-    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 4))
+    parser.add_argument("--workers", type=int, required=True, help="worker processes (the run decides: "
+                        "`precompile_workers`); 1 compiles here")
     parser.add_argument("--since", type=float, help="when the run started (seconds since the epoch): bytecode "
                         "written since then, by its passes, does not count as cached")
     args = parser.parse_args(argv)
