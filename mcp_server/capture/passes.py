@@ -31,12 +31,37 @@ COUNT_EVERY_S = 1.0
 
 
 class ReplayCount:
-    """How many kernels ncu has replayed, and how many the replay plan expects once it is known."""
+    """How many kernels ncu has replayed, and how many the replay plan expects once it is known; the pace of
+    the replay so far gives a measured estimate of the time it has left."""
 
     def __init__(self) -> None:
         self.done = 0
         self.expected: int | None = None
-        self.seconds_each: float | None = None  # estimated replay time of one kernel
+        self.seconds_each: float | None = None  # estimated replay time of one kernel, before any was replayed
+        self._first_at: float | None = None  # when the first and the latest kernel's replay ended (monotonic)
+        self._last_at: float | None = None
+
+    def restart(self) -> None:
+        """A new attempt of the pass: nothing replayed yet."""
+        self.done, self._first_at, self._last_at = 0, None, None
+
+    def replayed(self, at: float) -> None:
+        """One more kernel's replay ended at `at` (time.monotonic())."""
+        self.done += 1
+        self._first_at = at if self._first_at is None else self._first_at
+        self._last_at = at
+
+    def seconds_left(self, now: float) -> float | None:
+        """An estimate of the replay's remaining seconds at `now`: the kernels the plan still expects at the
+        pace measured between the first and the latest replayed kernel, less the time since the latest; the
+        plan's estimate per kernel until two kernels were replayed; None while neither is known."""
+        if self.expected is None:
+            return None
+        left = max(self.expected - self.done, 0)
+        if self.done >= 2 and self._first_at is not None and self._last_at is not None:
+            pace = (self._last_at - self._first_at) / (self.done - 1)
+            return max(left * pace - (now - self._last_at), 0.0)
+        return left * self.seconds_each if self.seconds_each is not None else None
 
 
 class PassProgress:
@@ -52,20 +77,20 @@ class PassProgress:
             self.progress(f"{self.name} pass: {line.removeprefix(PHASE_MARKER)}")
             return
         if self.replays is not None and is_replayed_kernel(line):
-            self.replays.done += 1
             now = time.monotonic()
+            self.replays.replayed(now)
             if now - self._said_at >= COUNT_EVERY_S or self.replays.done == self.replays.expected:
                 self._said_at = now
-                self.progress(f"{self.name} pass: {self._count()}")
+                self.progress(f"{self.name} pass: {self._count(now)}")
         self.progress(line)
 
-    def _count(self) -> str:
+    def _count(self, now: float) -> str:
         replays = self.replays
         assert replays is not None
         if replays.expected is None:
             return f"replayed {replays.done} kernels"
-        left = max(replays.expected - replays.done, 0)
-        estimate = f" (estimate: {left * replays.seconds_each:.0f} s left)" if replays.seconds_each and left else ""
+        left = replays.seconds_left(now)
+        estimate = f" (estimate: {left:.0f} s left)" if left and replays.done < replays.expected else ""
         return f"replayed {replays.done} of {replays.expected} kernel configurations{estimate}"
 
 

@@ -210,7 +210,7 @@ def _in_turn(
         assert ncu is not None
         try:
             def replay(r: CaptureRequest) -> PassRecord:
-                replays.done = 0
+                replays.restart()
                 return ncu_pass(r, ncu, tagged("ncu", progress), cancel=cancel, replays=replays)
 
             return [_compiled_in_turn(replay, second, "ncu", progress, filled=timing_done if timing else None)]

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from mcp_server.capture.passes import (
     Cancel,
@@ -36,6 +37,10 @@ NCU_VARIANTS: PassName = "ncu_variants"
 ATTACHED_EXIT_S = 60.0  # how long an attached workload may take to exit once ncu's session has ended
 WAITING_LINE = "==PROF== Waiting for profiler to attach"  # what ncu --mode launch prints once it listens
 POLL_S = 0.1
+# ncu attaches this long before the main pass's replay is estimated to end: attaching and creating the workload's
+# CUDA context under ncu take about 3 s on the H100, and an attached ncu client keeps a CPU core busy until the
+# pass can run, which slows the main replay if it attaches earlier.
+ATTACH_LEAD_S = 6.0
 
 
 def ncu_variants_pass(
@@ -62,12 +67,30 @@ def ncu_variants_pass(
     variant_options = variants_options(options, plan)
     if plan.calls is not None:  # read by the pass's harness when its window begins
         write_text_atomic(calls, json.dumps(plan.calls))
+    if waiting is not None and replays is not None and req.gpu_lock_after is not None:
+        until_replay_nearly_done(replays, req.gpu_lock_after, cancel, progress)
     record = waiting.attach(variant_options, cancel) if waiting is not None else None
     if record is None:
         record = ncu_pass(replace(req, replay_calls=calls), variant_options, progress, cancel, name=NCU_VARIANTS)
     if plan.calls is not None:
         record.replayed_launches = plan.replayed
     return record
+
+
+def until_replay_nearly_done(replays: ReplayCount, ended: Path, cancel: Cancel, progress: Progress,
+                             lead_s: float = ATTACH_LEAD_S) -> None:
+    """Wait until the main ncu pass's replay is estimated to end within `lead_s`, or its window ended (`ended`
+    exists), or the capture is cancelled."""
+    said = False
+    while not ended.exists() and not (cancel is not None and cancel.is_set()):
+        left = replays.seconds_left(time.monotonic())
+        if left is not None and left <= lead_s:
+            return
+        if not said:
+            progress(f"{NCU_VARIANTS} pass: attaching ncu once the ncu pass's replay is about {lead_s:.0f} s from "
+                     "its end")
+            said = True
+        time.sleep(POLL_S)
 
 
 class _Either(threading.Event):
