@@ -152,10 +152,10 @@ def _in_turn(
     ncu pass compiles from the cache beside the main pass once the timing pass's window is done (the cache then
     holds its graphs), the main pass after that window. A fourth pass, for shape variants, starts with them
     suspended under `ncu --mode launch`; once the timeline is exported, its replay plan is announced and, when
-    launches of one ncu configuration differ in input shapes, ncu attaches to it to replay those variants after
-    ncu's replay; otherwise it is stopped. The timing pass is best effort: when it fails, the run goes on and the
-    manifest says why. With `compiled` (the bytecode precompile's end), the timing pass warms up and measures
-    once that file exists: no compile workers run beside its window.
+    launches of one ncu configuration differ in input shapes, ncu attaches to it, a few seconds before ncu's replay
+    is estimated to end, to replay those variants after it; otherwise it is stopped. The timing pass is best
+    effort: when it fails, the run goes on and the manifest says why. With `compiled` (the bytecode precompile's
+    end), the timing pass warms up and measures once that file exists: no compile workers run beside its window.
     """
     run_dir = req.run_dir
     main_name: PassName = "torch" if backend == "torch" else "nsys"

@@ -2,7 +2,8 @@
 
 Once nsys's timeline is exported, its replay plan is announced; when launches of one configuration differ in
 input shapes, a pass replays the first launch of each such variant. Under `run` that pass starts with the others,
-suspended under `ncu --mode launch`, and ncu attaches to it with the plan's filter (`WaitingVariantPass`).
+suspended under `ncu --mode launch`, and ncu attaches to it with the plan's filter (`WaitingVariantPass`) shortly
+before the main ncu pass's replay is estimated to end (`until_replay_nearly_done`).
 """
 
 from __future__ import annotations
