@@ -92,6 +92,13 @@ def test_import_statements_name_modules_and_their_parents_relative_ones_resolved
     assert child.imports_of("a", False, "from . import m\n") == []  # beyond the top-level package
 
 
+def test_imports_in_definitions_and_type_checking_blocks_at_any_depth_are_not_followed():
+    source = ("import a\nif X:\n    import b\n    def f():\n        import c\n    class K:\n        import d\n"
+              "else:\n    from typing import TYPE_CHECKING\n    if TYPE_CHECKING:\n        import e\n    import g\n"
+              "@decorated\ndef h(\n    x,\n) -> None:\n    # a comment\n    import i\nimport j\n")
+    assert child.imports_of("m", False, source) == ["a", "b", "typing", "typing.TYPE_CHECKING", "g", "j"]
+
+
 def test_sources_compile_in_import_order_then_the_rest_without_test_folders(tmp_path, monkeypatch):
     _, made = _site(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
@@ -99,9 +106,11 @@ def test_sources_compile_in_import_order_then_the_rest_without_test_folders(tmp_
     index = child.SourceIndex.of(["torch", "vision", "not_installed"])
     assert index.roots == ["torch", "vision"]
     order = child.precompile(index, ["torch", "vision"], workers=1, batch_size=1).order
-    assert order[:3] == ["torch", "vision", "torch.nn"]
+    # the order `import torch; import vision` loads them in: each import statement followed to its end first
+    assert order[:10] == ["torch", "torch.nn", "torch.nn.modules", "torch.nn.modules.conv", "torch._utils",
+                          "torch._dynamo", "torch._dynamo.eval_frame", "sympy", "sympy.core", "vision"]
     assert order.index("torch.nn.modules.conv") < order.index("torch.lazy")  # reached first, though deeper
-    assert order.index("torch._utils") < order.index("torch.lazy")
+    assert order.index("vision") < order.index("vision.models"), "no import reaches vision.models: the rest, last"
     # every module of the packages asked for, test folders left out, and what their imports reached elsewhere
     assert sorted(order) == sorted([*index.rest, "sympy", "sympy.core"])
     assert {index.modules[n] for n in order} == {p for p in made if p.parts[len(tmp_path.parts) + 1] in

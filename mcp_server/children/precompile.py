@@ -4,11 +4,12 @@ Run under the workload's interpreter with `PYTHONPYCACHEPREFIX` set (standard li
 compiles the sources it imports one by one: where no bytecode exists, every pass of a run would spend seconds
 compiling torch, its dependencies and the workload's packages, each pass the same files. This child compiles
 them first, spread over worker processes, in the order the passes will need them: from the harness's and each
-package's `__init__` along the import statements that run at import time (breadth first, each compiled source
-scanned for what it imports; the standard library's modules and other packages' where an import reaches them),
-then every other source of those packages. The passes, started beside it, find most of what they import
-compiled. Sources whose bytecode is up to date are skipped; nothing is done when torch's and the named packages'
-`__init__` had bytecode before the run started (`--since`: what the passes wrote since does not count).
+package's `__init__` along the import statements that run at import time (depth first, as the interpreter runs
+them: each source scanned for what it imports before it is compiled; the standard library's modules and other
+packages' where an import reaches them), then every other source of those packages. The passes, started beside
+it, find most of what they import compiled. Sources whose bytecode is up to date are skipped; nothing is done when
+torch's and the named packages' `__init__` had bytecode before the run started (`--since`: what the passes wrote
+since does not count).
 
     python precompile.py --workload W.py [--compiler] [--package NAME ...] --workers N [--since EPOCH_S]
 """
@@ -23,12 +24,12 @@ import ast
 import contextlib
 import importlib.machinery
 import importlib.util
+import itertools
 import os
 import py_compile
 import re
 import sys
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -48,8 +49,8 @@ BATCH = 16  # sources per task: one at a time, the pool's messages cost more tha
 _REQUIREMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 # `import a.b as c, d` and `from .a import b, c` (the first line of a parenthesised list is enough to order by).
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\(?([\w., \t]*)|import[ \t]+([\w., \t]+))")
-# Top-level blocks whose imports do not run when the module is imported: definitions, type-checking imports.
-_NOT_RUN = re.compile(r"^(?:(?:async[ \t]+)?def\b|class\b|@|if[ \t]+(?:typing\.)?TYPE_CHECKING\b)")
+# Blocks whose imports do not run when the module is imported, at any depth: definitions, type-checking imports.
+_NOT_RUN = re.compile(r"(?:async[ \t]+)?def\b|class\b|if[ \t]+(?:typing\.)?TYPE_CHECKING\b")
 
 
 def workload_packages(path: Path) -> list[str]:
@@ -160,15 +161,20 @@ def imports_of(module: str, is_package: bool, source: str) -> list[str]:
     """The modules `source` (module `module`, a package's `__init__` if `is_package`) may import, in the order
     it names them, each after its parent packages: relative imports resolved, `from m import n` naming both m
     and m.n (n may be a submodule). Found by a scan of the import statements that run when it is imported (not
-    those in functions, classes or `if TYPE_CHECKING:`), for ordering only."""
+    those in functions, classes or `if TYPE_CHECKING:` blocks, at any depth), for ordering only."""
     package = module if is_package else module.rpartition(".")[0]
     package_parts = package.split(".") if package else []
     found: list[str] = []
-    skipping = False  # inside a top-level block whose imports do not run at import time
+    skipped: int | None = None  # the indentation of the block being skipped (its imports do not run)
     for line in source.splitlines():
-        if line and line[0] not in " \t#)]}":
-            skipping = bool(_NOT_RUN.match(line))
-        if skipping or "import" not in line:
+        code = line.lstrip(" \t")
+        if not code or code[0] in "#)]}":  # blank, a comment, or the end of a bracketed signature
+            continue
+        indent = len(line) - len(code)
+        if skipped is not None and indent > skipped:
+            continue
+        skipped = indent if _NOT_RUN.match(code) else None
+        if skipped is not None or "import" not in code:
             continue
         match = _IMPORT.match(line)
         if match is None:
@@ -250,13 +256,13 @@ def package_origin(name: str) -> Path | None:
     return Path(spec.origin) if spec and spec.origin and spec.origin.endswith(".py") else None
 
 
-def compile_source(path: Path, module: str, is_package: bool) -> tuple[bool, list[str]]:
-    """Compile one source into its bytecode file; (whether it compiled, what it may import)."""
+def compile_source(path: Path) -> bool:
+    """Compile one source into its bytecode file; whether it compiled."""
     try:
         py_compile.compile(str(path), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
     except (py_compile.PyCompileError, OSError, ValueError, SyntaxError):
-        return False, []  # a source that does not compile is left to the import that needs it
-    return True, imports_of(module, is_package, _read(path))
+        return False  # a source that does not compile is left to the import that needs it
+    return True
 
 
 @dataclass
@@ -267,70 +273,59 @@ class Compiled:
     done: int = 0
 
 
-def precompile(index: SourceIndex, start: list[str], workers: int, batch_size: int = BATCH) -> Compiled:
-    """Compile the sources without up-to-date bytecode in `workers` processes, in import order from `start`
-    (breadth first: the imports of each source reached are queued once it is compiled, or read when it was
-    already, the standard library's and other packages' included), then the index's `rest`, whose imports are
-    not followed."""
-    queue: deque[str] = deque(start)
+def import_order(index: SourceIndex, start: list[str]) -> Iterator[tuple[str, Path]]:
+    """The modules to compile, each with its source: those an import of `start` reaches, in the order the
+    interpreter first needs them (depth first along the import statements that run at import time, as it runs
+    them: each source's imports are read here, before it is compiled), then the index's `rest` that no import
+    reached. Sources with up-to-date bytecode are passed over; the imports they reach are still followed."""
     seen: set[str] = set()
-    rest = iter(index.rest)
+    stack = list(reversed(start))
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = index.lookup(name)
+        if path is None:
+            continue
+        stack += reversed([n for n in imports_of(name, name in index.packages, _read(path)) if n not in seen])
+        if not compiled(path):
+            yield name, path
+    for name in index.rest:
+        if name not in seen and (path := index.lookup(name)) is not None and not compiled(path):
+            yield name, path
+
+
+def precompile(index: SourceIndex, start: list[str], workers: int, batch_size: int = BATCH) -> Compiled:
+    """Compile the sources without up-to-date bytecode in `workers` processes, in `import_order` from `start`.
+    The order is worked out as batches are handed out, far faster than the workers compile them, so the
+    sources an import needs first are compiled first, and the rest only once none is left."""
     result = Compiled()
+    sources = import_order(index, start)
 
-    def follow(found: list[str]) -> None:
-        queue.extend(n for n in found if n not in seen)
-
-    def next_source() -> tuple[str, Path, bool] | None:
-        """The next module to compile, its source, and whether an import reached it."""
-        while True:
-            reached = bool(queue)
-            name = queue.popleft() if queue else next(rest, None)
-            if name is None:
-                return None
-            if name in seen:
-                continue
-            seen.add(name)
-            path = index.lookup(name)
-            if path is None:
-                continue
-            if not compiled(path):
-                return name, path, reached
-            if reached:  # compiled already: its imports are read here
-                follow(imports_of(name, name in index.packages, _read(path)))
-
-    def batch() -> list[tuple[Path, str, bool, bool]]:
-        """Up to `batch_size` sources to compile: (source, module, is a package, reached by an import)."""
-        taken: list[tuple[Path, str, bool, bool]] = []
-        while len(taken) < batch_size and (found := next_source()) is not None:
-            name, path, reached = found
-            result.order.append(name)
-            taken.append((path, name, name in index.packages, reached))
-        return taken
-
-    def record(done: list[tuple[bool, list[str]]], tasks: list[tuple[Path, str, bool, bool]]) -> None:
-        for (ok, imported), (*_, reached) in zip(done, tasks, strict=True):
-            result.done += ok
-            follow(imported if reached else [])
+    def batch() -> list[Path]:
+        taken = list(itertools.islice(sources, batch_size))
+        result.order += [name for name, _ in taken]
+        return [path for _, path in taken]
 
     if workers <= 1:
-        while tasks := batch():
-            record(compile_sources(tasks), tasks)
+        while paths := batch():
+            result.done += sum(compile_sources(paths))
         return result
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        running: dict[Future[list[tuple[bool, list[str]]]], list[tuple[Path, str, bool, bool]]] = {}
+        running: set[Future[list[bool]]] = set()
         while True:
-            while len(running) < IN_FLIGHT_PER_WORKER * workers and (tasks := batch()):
-                running[pool.submit(compile_sources, tasks)] = tasks
+            while len(running) < IN_FLIGHT_PER_WORKER * workers and (paths := batch()):
+                running.add(pool.submit(compile_sources, paths))
             if not running:
                 return result
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                record(future.result(), running.pop(future))
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            result.done += sum(sum(future.result()) for future in finished)
 
 
-def compile_sources(tasks: list[tuple[Path, str, bool, bool]]) -> list[tuple[bool, list[str]]]:
-    """`compile_source` over a batch of (source, module, is a package, reached) tasks."""
-    return [compile_source(path, module, package) for path, module, package, _ in tasks]
+def compile_sources(paths: list[Path]) -> list[bool]:
+    """`compile_source` over a batch of sources."""
+    return [compile_source(path) for path in paths]
 
 
 def _read(path: Path) -> str:
