@@ -72,9 +72,9 @@ def format_window(meta: ProfileHeader, win: WindowTotals) -> str:
         lines.append(
             f"kernels: {win.kernel_count}, {win.kernel_time_ns / 1e3:.1f} us total, "
             f"GPU busy {(win.gpu_busy_time_ns or 0) / 1e3:.1f} us; "
-            f"attributed {win.attributed_kernel_time_pct or 0:.1f}% of kernel time "
-            f"({win.high_confidence_kernel_time_pct or 0:.1f}% high confidence)"
+            f"attributed {win.attributed_kernel_time_pct or 0:.1f}% of kernel time"
         )
+        lines.append(_by_confidence(win))
         if win.module_path_kernel_time_pct is not None:
             sites = win.call_site_kernel_time_pct
             lines.append(f"module paths cover {win.module_path_kernel_time_pct:.1f}% of kernel time"
@@ -126,3 +126,14 @@ def format_loop_status(result: LoopStatusResult) -> str:
     lines.append(f"reuse: {', '.join(result.reused) or 'nothing'}")
     lines.append(f"write again: {', '.join(result.recompute) or 'nothing'}")
     return "\n".join(lines)
+
+
+def _by_confidence(win: WindowTotals) -> str:
+    """How the window's attributed kernel time was tied to operators: high confidence (the launch linked to its
+    op by correlation id, torch.profiler) and medium (the NVTX range enclosing the launch, or Inductor's
+    provenance)."""
+    attributed, high = win.attributed_kernel_time_pct or 0.0, win.high_confidence_kernel_time_pct or 0.0
+    return (f"attribution: {high:.1f}% of kernel time by correlation id (high confidence), "
+            f"{max(attributed - high, 0.0):.1f}% by the NVTX range enclosing the launch or Inductor's provenance "
+            "(medium)")
+
