@@ -114,3 +114,23 @@ def test_a_failed_attach_stops_the_workload_so_a_fresh_pass_can_replay(request_,
     assert waiting.attach(VARIANTS, None) is None
     assert _gone(_launcher_pid(lines))
     assert any("ncu could not attach" in line and "replaying in a fresh process" in line for line in lines)
+
+
+def test_with_a_precompile_running_the_workload_starts_once_it_has_ended(request_, started, tmp_path):
+    lines: list[str] = []
+    ended = tmp_path / "bytecode.done"
+    waiting = started(request_, NcuOptions(), lines.append, None, ended)
+    assert not waiting._waiting.wait(timeout=1.0)
+    assert not any("Waiting for profiler to attach" in line for line in lines), "not launched yet"
+    ended.touch()
+    assert waiting._waiting.wait(timeout=60)
+    waiting.discard()
+    assert _gone(_launcher_pid(lines))
+
+
+def test_a_pass_stopped_before_the_precompile_ended_never_starts(request_, started, tmp_path):
+    lines: list[str] = []
+    waiting = started(request_, NcuOptions(), lines.append, None, tmp_path / "never")
+    waiting.discard()
+    assert not waiting._thread.is_alive() and lines == []
+    assert not request_.run_dir.output_log(NCU_VARIANTS).exists()

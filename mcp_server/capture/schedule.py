@@ -177,7 +177,7 @@ def _in_turn(
     third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup, import_compiler_early=True)
     cancel = threading.Event()
     replays = ReplayCount()
-    waiting = (WaitingVariantPass(third, ncu, tagged(NCU_VARIANTS, progress), cancel)
+    waiting = (WaitingVariantPass(third, ncu, tagged(NCU_VARIANTS, progress), cancel, after=compiled)
                if ncu is not None and ncu.whole_window else None)
 
     def main_then_variants() -> list[PassRecord]:

@@ -112,10 +112,13 @@ class WaitingVariantPass:
     is exported and its plan names shape variants, `attach` connects ncu with the plan's filter: the pass then
     builds, warms up after the ncu pass's window and replays them. `discard` stops it when there is nothing to
     replay. Started this early, its seconds of Python start-up are no longer spent after the ncu pass's replay.
+    With `after` (the bytecode precompile's end) it starts once that file exists: its imports then load compiled
+    bytecode and leave the CPUs to the passes whose windows come first.
     """
 
-    def __init__(self, req: CaptureRequest, options: NcuOptions, progress: Progress, cancel: Cancel) -> None:
-        self.req, self.options, self.progress = req, options, progress
+    def __init__(self, req: CaptureRequest, options: NcuOptions, progress: Progress, cancel: Cancel,
+                 after: Path | None = None) -> None:
+        self.req, self.options, self.progress, self.after = req, options, progress, after
         self.ncu = require_ncu()
         self.port = _free_port()
         self._stop = _Either(cancel)
@@ -125,11 +128,16 @@ class WaitingVariantPass:
         self._thread = threading.Thread(target=self._run, name=f"pass-{NCU_VARIANTS}", daemon=True)
 
     def start(self) -> WaitingVariantPass:
-        """Start the workload; it runs until its first CUDA call, then waits for `attach`."""
+        """Start the workload (once `after` exists, when given); it runs until its first CUDA call, then waits for
+        `attach`."""
         self._thread.start()
         return self
 
     def _run(self) -> None:
+        while self.after is not None and not self.after.exists():  # the bytecode precompile still runs
+            if self._stop.is_set():
+                return
+            time.sleep(POLL_S)
         waiting = replace(self.req, timeout_s=2 * self.req.timeout_s,  # its limit also covers the wait for nsys
                           replay_calls=self.req.run_dir.replay_calls(NCU_VARIANTS))
         prefix = launch_command(self.ncu, self.port, self.options)
