@@ -119,7 +119,7 @@ def test_a_failed_attach_stops_the_workload_so_a_fresh_pass_can_replay(request_,
 def test_with_a_precompile_running_the_workload_starts_once_it_has_ended(request_, started, tmp_path):
     lines: list[str] = []
     ended = tmp_path / "bytecode.done"
-    waiting = started(request_, NcuOptions(), lines.append, None, ended)
+    waiting = started(request_, NcuOptions(), lines.append, None, (ended, tmp_path / "nsys.window.done"))
     assert not waiting._waiting.wait(timeout=1.0)
     assert not any("Waiting for profiler to attach" in line for line in lines), "not launched yet"
     ended.touch()
@@ -130,7 +130,16 @@ def test_with_a_precompile_running_the_workload_starts_once_it_has_ended(request
 
 def test_a_pass_stopped_before_the_precompile_ended_never_starts(request_, started, tmp_path):
     lines: list[str] = []
-    waiting = started(request_, NcuOptions(), lines.append, None, tmp_path / "never")
+    waiting = started(request_, NcuOptions(), lines.append, None, (tmp_path / "never",))
     waiting.discard()
     assert not waiting._thread.is_alive() and lines == []
     assert not request_.run_dir.output_log(NCU_VARIANTS).exists()
+
+
+def test_the_main_window_ending_first_starts_it_too(request_, started, tmp_path):
+    lines: list[str] = []
+    window_done = tmp_path / "nsys.window.done"  # a precompile with few workers can outlast the passes' start-up
+    waiting = started(request_, NcuOptions(), lines.append, None, (tmp_path / "bytecode.done", window_done))
+    assert not waiting._waiting.wait(timeout=0.5)
+    window_done.touch()
+    assert waiting._waiting.wait(timeout=60)

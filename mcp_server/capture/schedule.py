@@ -151,7 +151,8 @@ def _in_turn(
     windows take turns; a graph the cache lacks stops that attempt before it runs, and the pass starts again: the
     ncu pass compiles from the cache beside the main pass once the timing pass's window is done (the cache then
     holds its graphs), the main pass after that window. A fourth pass, for shape variants, starts with them
-    suspended under `ncu --mode launch`; once the timeline is exported, its replay plan is announced and, when
+    (while the bytecode is precompiled, once that or the main pass's window has ended) suspended under
+    `ncu --mode launch`; once the timeline is exported, its replay plan is announced and, when
     launches of one ncu configuration differ in input shapes, ncu attaches to it, a few seconds before ncu's replay
     is estimated to end, to replay those variants after it; otherwise it is stopped. The timing pass is best
     effort: when it fails, the run goes on and the manifest says why. With `compiled` (the bytecode precompile's
@@ -177,7 +178,8 @@ def _in_turn(
     third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup, import_compiler_early=True)
     cancel = threading.Event()
     replays = ReplayCount()
-    waiting = (WaitingVariantPass(third, ncu, tagged(NCU_VARIANTS, progress), cancel, after=compiled)
+    waiting = (WaitingVariantPass(third, ncu, tagged(NCU_VARIANTS, progress), cancel,
+                                  after=(compiled, main_done) if compiled is not None else ())
                if ncu is not None and ncu.whole_window else None)
 
     def main_then_variants() -> list[PassRecord]:

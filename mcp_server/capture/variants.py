@@ -112,12 +112,13 @@ class WaitingVariantPass:
     is exported and its plan names shape variants, `attach` connects ncu with the plan's filter: the pass then
     builds, warms up after the ncu pass's window and replays them. `discard` stops it when there is nothing to
     replay. Started this early, its seconds of Python start-up are no longer spent after the ncu pass's replay.
-    With `after` (the bytecode precompile's end) it starts once that file exists: its imports then load compiled
-    bytecode and leave the CPUs to the passes whose windows come first.
+    With `after` (the bytecode precompile's end, and the main pass's window's as a bound: a precompile with few
+    workers may take longer than the passes' start-up) it starts once one of those files exists: its imports then
+    load compiled bytecode and leave the CPUs to the passes whose windows come first.
     """
 
     def __init__(self, req: CaptureRequest, options: NcuOptions, progress: Progress, cancel: Cancel,
-                 after: Path | None = None) -> None:
+                 after: tuple[Path, ...] = ()) -> None:
         self.req, self.options, self.progress, self.after = req, options, progress, after
         self.ncu = require_ncu()
         self.port = _free_port()
@@ -128,13 +129,13 @@ class WaitingVariantPass:
         self._thread = threading.Thread(target=self._run, name=f"pass-{NCU_VARIANTS}", daemon=True)
 
     def start(self) -> WaitingVariantPass:
-        """Start the workload (once `after` exists, when given); it runs until its first CUDA call, then waits for
-        `attach`."""
+        """Start the workload (once a file of `after` exists, when given); it runs until its first CUDA call, then
+        waits for `attach`."""
         self._thread.start()
         return self
 
     def _run(self) -> None:
-        while self.after is not None and not self.after.exists():  # the bytecode precompile still runs
+        while self.after and not any(path.exists() for path in self.after):  # the bytecode precompile still runs
             if self._stop.is_set():
                 return
             time.sleep(POLL_S)
