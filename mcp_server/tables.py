@@ -136,4 +136,3 @@ def _by_confidence(win: WindowTotals) -> str:
     return (f"attribution: {high:.1f}% of kernel time by correlation id (high confidence), "
             f"{max(attributed - high, 0.0):.1f}% by the NVTX range enclosing the launch or Inductor's provenance "
             "(medium)")
-

@@ -405,6 +405,14 @@ def test_cli_assemble_rebuilds_profile_json_without_a_gpu(dirs, profiles, tmp_pa
     assert written == profiles[run].model_dump(mode="json")
     assert written["window"]["kernel_count"] == KERNELS[run]
     assert f"kernels: {KERNELS[run]}," in done.stdout
+    # how the kernel time was attributed: nsys's NVTX ranges carry no correlation id (medium confidence only);
+    # torch.profiler links each launch to its op by one (high)
+    window = profiles[run].window
+    high = window.high_confidence_kernel_time_pct or 0.0
+    assert (high == 0.0) == (run == "conv_block_inductor")
+    medium = (window.attributed_kernel_time_pct or 0.0) - high
+    assert (f"attribution: {high:.1f}% of kernel time by correlation id (high confidence), {medium:.1f}% by the NVTX "
+            "range enclosing the launch or Inductor's provenance (medium)") in done.stdout.splitlines()
 
 
 def test_module_coverage_is_stated_and_warned_below_95_pct(profiles, raw_sqlite, raw_kineto):

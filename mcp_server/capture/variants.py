@@ -69,6 +69,7 @@ def ncu_variants_pass(
     if plan.calls is not None:  # read by the pass's harness when its window begins
         write_text_atomic(calls, json.dumps(plan.calls))
     if waiting is not None and replays is not None and req.gpu_lock_after is not None:
+        # this pass takes the GPU once the ncu pass's window has ended: that window's marker bounds the wait
         until_replay_nearly_done(replays, req.gpu_lock_after, cancel, progress)
     record = waiting.attach(variant_options, cancel) if waiting is not None else None
     if record is None:
