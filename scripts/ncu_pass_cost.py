@@ -1,0 +1,122 @@
+"""Where ncu's replay time goes: the window's wall time per replayed kernel under variants of the capture options.
+
+Runs a small window (element-wise, cuDNN convolution and cuBLAS matmul launches between cudaProfilerStart and
+cudaProfilerStop) under `ncu --replay-mode kernel` once per variant of the options `plugins/ncu/command.py` uses
+(clock control, cache control, metric subsets) and prints, per variant, the passes ncu reported, the window's
+seconds and the seconds per replayed kernel, as JSON. GPU machine only:
+
+    python3 scripts/ncu_pass_cost.py --out pass_cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from plugins.ncu.command import default_metrics, find_ncu  # noqa: E402
+
+CHILD = """
+import sys, time, torch
+x = torch.randn(32, 64, 56, 56, device="cuda")
+w = torch.randn(64, 64, 3, 3, device="cuda")
+a = torch.randn(2048, 2048, device="cuda")
+for _ in range(3):
+    torch.relu(x); torch.nn.functional.conv2d(x, w, padding=1); a @ a
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStart()
+t0 = time.perf_counter()
+for _ in range(int(sys.argv[1])):
+    torch.relu(x); torch.nn.functional.conv2d(x, w, padding=1); a @ a
+torch.cuda.synchronize()
+print("WINDOW_S", time.perf_counter() - t0, flush=True)
+torch.cuda.cudart().cudaProfilerStop()
+"""
+
+PASSES = re.compile(r"^==PROF== Profiling .* - (\d+) pass(?:es)?$")
+
+
+def variants() -> dict[str, tuple[list[str], list[str]]]:
+    """name -> (capture options, metrics)."""
+    every = list(default_metrics().values())
+    sass = [m for m in every if "__sass_" in m]
+    base = ["--cache-control", "all", "--clock-control", "base"]
+    groups = {
+        "throughputs": [m for m in every if "throughput" in m],
+        "stalls": [m for m in every if "_issue_stalled_" in m],
+        "flop_tensor": [m for m in every if m.startswith("sm__ops_path_tensor")],
+        "hit_rates": [m for m in every if "hit_rate" in m],
+        "dram_bytes": [m for m in every if m.startswith("dram__bytes")],
+        "launch": [m for m in every if m.startswith(("launch__", "device__"))],
+    }
+    table = {
+        "default": (base, every),
+        "clock_none": (["--cache-control", "all", "--clock-control", "none"], every),
+        "cache_none": (["--cache-control", "none", "--clock-control", "base"], every),
+        "clock_none_cache_none": (["--cache-control", "none", "--clock-control", "none"], every),
+        "without_sass": (base, [m for m in every if m not in sass]),
+        "sass_only": (base, sass),
+        "without_sm_throughput": (base, [m for m in every if not m.startswith("sm__throughput")]),
+        "duration_only": (base, ["gpu__time_duration.sum"]),
+        "duration_only_nvtx": (["--nvtx", *base], ["gpu__time_duration.sum"]),
+        "default_nvtx": (["--nvtx", *base], every),
+    }
+    for name, group in groups.items():
+        table[f"{name}_alone"] = (base, ["gpu__time_duration.sum", *group])
+    return table
+
+
+def measure(ncu: str, child: Path, iterations: int, options: list[str], metrics: list[str]) -> dict[str, object]:
+    """One ncu run of the child: passes per kernel, kernels replayed, window seconds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [ncu, "--profile-from-start", "off", "--replay-mode", "kernel", *options,
+               "--metrics", ",".join(metrics), "--export", str(Path(tmp) / "r"), "--force-overwrite",
+               sys.executable, str(child), str(iterations)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    passes = [int(m.group(1)) for line in done.stdout.splitlines() if (m := PASSES.match(line.strip()))]
+    window = [float(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("WINDOW_S")]
+    if done.returncode != 0 or not window or not passes:
+        return {"error": (done.stderr or done.stdout)[-400:]}
+    return {"passes": sorted(set(passes)), "kernels": len(passes), "window_s": round(window[0], 3),
+            "s_per_kernel": round(window[0] / len(passes), 4),
+            "ms_per_pass": round(1000 * window[0] / sum(passes), 2)}
+
+
+def main() -> int:
+    """Run every variant and print (and optionally write) the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=6, help="loop iterations in the window (default 6)")
+    parser.add_argument("--only", nargs="*", choices=list(variants()), metavar="VARIANT",
+                        help=f"variants to run (default: all): {', '.join(variants())}")
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = parser.parse_args()
+    ncu = find_ncu()
+    if ncu is None:
+        print("ncu not found: set $NCU or install Nsight Compute", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        child = Path(tmp) / "window.py"
+        child.write_text(CHILD, encoding="utf-8")
+        results: dict[str, object] = {}
+        for name, (options, metrics) in variants().items():
+            if args.only and name not in args.only:
+                continue
+            results[name] = measure(ncu, child, args.iterations, options, metrics)
+            print(name, json.dumps(results[name]), flush=True)
+    if args.out:
+        tmp_out = args.out.with_suffix(".tmp")
+        tmp_out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp_out, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
