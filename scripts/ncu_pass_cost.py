@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,8 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from plugins.ncu.command import default_metrics, find_ncu  # noqa: E402
+from mcp_server.process.child import run_child  # noqa: E402
+from mcp_server.schema.io import write_json_atomic  # noqa: E402
+from plugins.ncu.command import default_metrics, find_ncu, replayed_passes  # noqa: E402
 
+TIMEOUT_S = 600.0
 CHILD = """
 import sys, time, torch
 x = torch.randn(32, 64, 56, 56, device="cuda")
@@ -40,8 +40,6 @@ torch.cuda.synchronize()
 print("WINDOW_S", time.perf_counter() - t0, flush=True)
 torch.cuda.cudart().cudaProfilerStop()
 """
-
-PASSES = re.compile(r"^==PROF== Profiling .* - (\d+) pass(?:es)?$")
 
 
 def variants() -> dict[str, tuple[list[str], list[str]]]:
@@ -80,11 +78,12 @@ def measure(ncu: str, child: Path, iterations: int, options: list[str], metrics:
         cmd = [ncu, "--profile-from-start", "off", "--replay-mode", "kernel", *options,
                "--metrics", ",".join(metrics), "--export", str(Path(tmp) / "r"), "--force-overwrite",
                sys.executable, str(child), str(iterations)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    passes = [int(m.group(1)) for line in done.stdout.splitlines() if (m := PASSES.match(line.strip()))]
-    window = [float(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("WINDOW_S")]
-    if done.returncode != 0 or not window or not passes:
-        return {"error": (done.stderr or done.stdout)[-400:]}
+        code, timed_out = run_child(cmd, Path(tmp) / "ncu.log", TIMEOUT_S)
+        lines = (Path(tmp) / "ncu.log").read_text(encoding="utf-8", errors="replace").splitlines()
+    passes = [n for line in lines if (n := replayed_passes(line)) is not None]
+    window = [float(line.split()[1]) for line in lines if line.startswith("WINDOW_S")]
+    if code != 0 or timed_out or not window or not passes:
+        return {"error": "\n".join(lines[-6:])}
     return {"passes": sorted(set(passes)), "kernels": len(passes), "window_s": round(window[0], 3),
             "s_per_kernel": round(window[0] / len(passes), 4),
             "ms_per_pass": round(1000 * window[0] / sum(passes), 2)}
@@ -92,29 +91,28 @@ def measure(ncu: str, child: Path, iterations: int, options: list[str], metrics:
 
 def main() -> int:
     """Run every variant and print (and optionally write) the table."""
+    table = variants()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=6, help="loop iterations in the window (default 6)")
-    parser.add_argument("--only", nargs="*", choices=list(variants()), metavar="VARIANT",
-                        help=f"variants to run (default: all): {', '.join(variants())}")
+    parser.add_argument("--only", nargs="*", choices=list(table), metavar="VARIANT",
+                        help=f"variants to run (default: all): {', '.join(table)}")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
     ncu = find_ncu()
     if ncu is None:
         print("ncu not found: set $NCU or install Nsight Compute", file=sys.stderr)
         return 2
+    results: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
         child = Path(tmp) / "window.py"
         child.write_text(CHILD, encoding="utf-8")
-        results: dict[str, object] = {}
-        for name, (options, metrics) in variants().items():
+        for name, (options, metrics) in table.items():
             if args.only and name not in args.only:
                 continue
             results[name] = measure(ncu, child, args.iterations, options, metrics)
             print(name, json.dumps(results[name]), flush=True)
     if args.out:
-        tmp_out = args.out.with_suffix(".tmp")
-        tmp_out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp_out, args.out)
+        write_json_atomic(args.out, results)
     return 0
 
 

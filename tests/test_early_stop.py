@@ -10,7 +10,7 @@ import pytest
 from fixtures_util import NSYS_RUNS, run_dir
 
 from mcp_server.process import EarlyStop, run_child
-from plugins.ncu.command import is_replayed_kernel
+from plugins.ncu.command import is_replayed_kernel, replayed_passes
 from plugins.ncu.reader import read_ncu_report
 
 # A child that prints one ncu-like line per 0.2 s and, on SIGINT, writes how many it printed, then exits (SIGINT is
@@ -84,3 +84,6 @@ def test_each_recorded_replay_line_is_one_kernel_of_the_report(run, tmp_path_fac
     assert len(replayed) == len(read_ncu_report(directory / "ncu" / "report.ncu-rep").records)
     assert not is_replayed_kernel("==PROF== Connected to process 1132 (/usr/bin/python3.12)")
     assert not is_replayed_kernel('==PROF== Profiling "vectorized_elementwise_kernel" - 7: 0%')
+    # With a metric set of one pass ncu writes "pass" (seen on the H100 with scripts/ncu_pass_cost.py).
+    assert replayed_passes('==PROF== Profiling "Kernel2" - 29: 0%....50%....100% - 1 pass') == 1
+    assert replayed_passes(replayed[0]) == 17

@@ -25,12 +25,18 @@ def default_metrics() -> dict[str, str]:
     return {key: spec["metric"] for key, spec in data["metrics"].items()}
 
 
-PROFILED_LINE = re.compile(r"^==PROF== Profiling .* - \d+ passes$")
+PROFILED_LINE = re.compile(r"^==PROF== Profiling .* - (\d+) pass(?:es)?$")  # "- 1 pass" with one pass
+
+
+def replayed_passes(line: str) -> int | None:
+    """The passes of the kernel replay an ncu output line reports completed; None for any other line."""
+    match = PROFILED_LINE.match(line.strip())
+    return int(match.group(1)) if match else None
 
 
 def is_replayed_kernel(line: str) -> bool:
     """Whether an ncu output line reports one kernel's replay completed (all its passes)."""
-    return bool(PROFILED_LINE.match(line.strip()))
+    return replayed_passes(line) is not None
 
 
 def capture_command(ncu: str, report_base: Path, options: NcuOptions, cuda_graphs: bool = False) -> list[str]:
