@@ -161,6 +161,32 @@ def test_precompiled_bytecode_is_what_the_passes_then_load(tmp_path, monkeypatch
     assert "nothing to compile" in again.read_text()
 
 
+def test_a_cache_being_filled_drops_the_bytecode_of_sources_now_gone(tmp_path, monkeypatch):
+    python, _ = _site(tmp_path)
+    _forbidding(monkeypatch, tmp_path)
+    workload = _workload(tmp_path)
+    with precompiling(python, workload, tmp_path / "first.log", compiling=False, workers=2) as job:
+        assert job is not None and job.wait(60)
+    site = tmp_path / "site"
+    monkeypatch.setattr(sys, "pycache_prefix", str(cache_dir()))
+    kept, gone = site / "torch" / "nn" / "modules" / "conv.py", site / "vision" / "models" / "resnet.py"
+    bytecode = {path: Path(importlib.util.cache_from_source(str(path))) for path in (kept, gone)}
+    assert all(file.is_file() for file in bytecode.values())
+    # `vision` uninstalled, torch upgraded: its __init__ changed, so the next run compiles again
+    for path in sorted((site / "vision").rglob("*.py"), reverse=True):
+        path.unlink()
+    (site / "torch" / "__init__.py").write_text(TREE["torch/__init__.py"] + "VERSION = 2\n")
+    workload.write_text(workload.read_text().replace("import vision.models.resnet\n", ""))
+    log = tmp_path / "second.log"
+    with precompiling(python, workload, log, compiling=False, workers=2) as job:
+        assert job is not None and job.wait(60)
+    removed = re.search(r"^removed (\d+) bytecode files whose source is gone", log.read_text(), re.MULTILINE)
+    assert removed is not None and int(removed[1]) == 3  # vision's __init__, models/__init__ and models/resnet
+    assert bytecode[kept].is_file() and not bytecode[gone].exists()
+    assert not bytecode[gone].parent.exists()  # the folders left empty went too
+    assert child.compiled(site / "torch" / "__init__.py")
+
+
 def test_bytecode_a_pass_wrote_since_the_run_started_does_not_count_as_cached(tmp_path, monkeypatch):
     python, _ = _site(tmp_path)
     _forbidding(monkeypatch, tmp_path)
@@ -229,3 +255,7 @@ def test_the_number_of_workers_follows_the_cpus_unless_the_user_sets_it():
     cpus = len(os.sched_getaffinity(0))
     assert precompile_workers({}) == (cpus - 4 if cpus >= 6 else 0)
     assert precompile_workers({WORKERS_ENV: "many"}) == precompile_workers({})
+    # a multi-rank pass runs one interpreter per rank: those CPUs are kept too
+    assert precompile_workers({}, passes=2) == precompile_workers({})
+    assert precompile_workers({}, passes=cpus) == 0
+    assert precompile_workers({WORKERS_ENV: "3"}, passes=cpus) == 3

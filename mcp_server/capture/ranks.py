@@ -20,8 +20,9 @@ from mcp_server.capture.request import CaptureRequest, harness_command
 from mcp_server.capture.schedule import TIMING_WINDOWS, new_manifest
 from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, UsageError
 from mcp_server.process import interpreter_env, now_iso, run_child
+from mcp_server.process.bytecode import precompile_workers, precompiling
 from mcp_server.process.child import exit_description, log_tail
-from mcp_server.progress import Progress, quiet
+from mcp_server.progress import Progress, quiet, tagged
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.requests import NcuOptions
@@ -87,7 +88,9 @@ def capture_ranks(
     """Run each pass through torchrun, each rank into `rank<R>/`; write every rank's manifest and the run's.
 
     The main pass (torch.profiler, or nsys's timeline), then with `timing` the no-profiler timing pass, then with
-    `ncu` (nsys backend) the ncu replay without the collectives. Returns the run's manifest."""
+    `ncu` (nsys backend) the ncu replay without the collectives. Where the ranks' interpreter gets the bytecode
+    cache and none is cached, the bytecode they import is compiled beside the passes, as for one process
+    (`precompiling`). Returns the run's manifest."""
     req.check()
     req.run_dir.prepare()
     manifest = new_manifest(req, backend, command_line)
@@ -106,34 +109,45 @@ def capture_ranks(
             per_rank[rank].append(record)
         _write_manifests(req.run_dir, manifest, per_rank)
 
-    try:
-        if backend == "torch":
-            done(rank_pass(req, ranks, "torch", "torch", [], progress, cancel))
-        else:
-            done(_nsys_ranks(req, ranks, progress, cancel))
-        if timing:
-            timed = replace(req, windows=TIMING_WINDOWS)
-            done(rank_pass(timed, ranks, "timing", "kernels", [], progress, cancel))
-        if ncu is not None and backend == "nsys":
-            options = nccl_excluded(ncu)
-            # ncu takes `%q{RANK}` in a file's name only, not in its folder: each report is moved to its rank's
-            prefix = ncu_capture(require_ncu(), req.run_dir.path / f"ncu.rank{RANK_TEMPLATE}", options,
-                                 req.compile_mode == "cudagraphs")
-            records = rank_pass(req, ranks, "ncu", "nvtx", prefix, progress, cancel)
-            for rank, record in records.items():
-                record.ncu = options
-                record.notes.append(NCCL_EXCLUDED_NOTE)
-                written, report = req.run_dir.path / f"ncu.rank{rank}.ncu-rep", req.run_dir.rank_dir(rank).ncu_report()
-                if not written.is_file():
-                    raise CaptureFailed(f"rank {rank}: ncu wrote no report",
-                                        f"read {req.run_dir.torchrun_log('ncu')}")
-                written.replace(report)
-                record.artifacts.append(req.run_dir.rank_dir(rank).relative(report))
-            done(records)
-    except ProfilerError:
+    log = req.run_dir.bytecode_log
+    with precompiling(req.python, req.workload, log, req.compile_mode != "eager", tagged("bytecode", progress),
+                      workers=precompile_workers(passes=len(ranks))) as precompile:
+        try:
+            if backend == "torch":
+                done(rank_pass(req, ranks, "torch", "torch", [], progress, cancel))
+            else:
+                done(_nsys_ranks(req, ranks, progress, cancel))
+            if timing:
+                timed = replace(req, windows=TIMING_WINDOWS)
+                done(rank_pass(timed, ranks, "timing", "kernels", [], progress, cancel))
+            if ncu is not None and backend == "nsys":
+                done(_ncu_ranks(req, ranks, ncu, progress, cancel))
+        except ProfilerError:
+            _write_manifests(req.run_dir, manifest, per_rank)
+            raise
+    if precompile is not None and (note := precompile.note(req.run_dir.relative(log))):
+        manifest.notes.append(note)
         _write_manifests(req.run_dir, manifest, per_rank)
-        raise
     return manifest
+
+
+def _ncu_ranks(req: CaptureRequest, ranks: list[int], ncu: NcuOptions, progress: Progress,
+               cancel: Cancel) -> dict[int, PassRecord]:
+    """The ncu pass on every rank, the collectives left out; each rank's report moved into its folder."""
+    options = nccl_excluded(ncu)
+    # ncu takes `%q{RANK}` in a file's name only, not in its folder: each report is moved to its rank's
+    prefix = ncu_capture(require_ncu(), req.run_dir.path / f"ncu.rank{RANK_TEMPLATE}", options,
+                         req.compile_mode == "cudagraphs")
+    records = rank_pass(req, ranks, "ncu", "nvtx", prefix, progress, cancel)
+    for rank, record in records.items():
+        record.ncu = options
+        record.notes.append(NCCL_EXCLUDED_NOTE)
+        written, report = req.run_dir.path / f"ncu.rank{rank}.ncu-rep", req.run_dir.rank_dir(rank).ncu_report()
+        if not written.is_file():
+            raise CaptureFailed(f"rank {rank}: ncu wrote no report", f"read {req.run_dir.torchrun_log('ncu')}")
+        written.replace(report)
+        record.artifacts.append(req.run_dir.rank_dir(rank).relative(report))
+    return records
 
 
 def _write_manifests(run_dir: RunDir, manifest: RunManifest, per_rank: dict[int, list[PassRecord]]) -> None:

@@ -122,9 +122,8 @@ def capture(
 def _record(req: CaptureRequest, manifest: RunManifest, records: list[PassRecord],
             precompile: Precompile | None = None) -> RunManifest:
     manifest.passes += records
-    if precompile is not None and (summary := precompile.summary()):
-        manifest.notes.append(f"bytecode: {summary}, beside the passes (no bytecode was cached; see "
-                              f"{req.run_dir.relative(req.run_dir.bytecode_log)})")
+    if precompile is not None and (note := precompile.note(req.run_dir.relative(req.run_dir.bytecode_log))):
+        manifest.notes.append(note)
     req.run_dir.write_manifest(manifest)
     return manifest
 
@@ -301,14 +300,20 @@ def _compiled_in_turn(
 def map_counters(
     req: CaptureRequest, options: NcuOptions, progress: Progress = quiet, cancel: Cancel = None
 ) -> RunManifest:
-    """Add the ncu pass to an existing run directory (the `map` stage), replacing any earlier one."""
+    """Add the ncu pass to an existing run directory (the `map` stage), replacing any earlier one; the bytecode
+    it imports is compiled beside it where none is cached (another machine's run)."""
     replays = ReplayCount()
     plan = planned(req, options, progress, replays) if req.run_dir.nsys_sqlite().is_file() else None
+    log = req.run_dir.bytecode_log
     with req.run_dir.updating_manifest() as manifest:
-        manifest.passes = [p for p in manifest.passes if p.name not in ("ncu", NCU_VARIANTS)]
-        manifest.passes.append(ncu_pass(req, options, progress, cancel, replays=replays))
-        if plan is not None:
-            variants = ncu_variants_pass(req, options, progress, cancel, plan=plan)
-            if variants:
-                manifest.passes.append(variants)
+        with precompiling(req.python, req.workload, log, req.compile_mode != "eager",
+                          _tagged("bytecode", progress)) as precompile:
+            manifest.passes = [p for p in manifest.passes if p.name not in ("ncu", NCU_VARIANTS)]
+            manifest.passes.append(ncu_pass(req, options, progress, cancel, replays=replays))
+            if plan is not None:
+                variants = ncu_variants_pass(req, options, progress, cancel, plan=plan)
+                if variants:
+                    manifest.passes.append(variants)
+        if precompile is not None and (note := precompile.note(req.run_dir.relative(log))):
+            manifest.notes.append(note)
     return manifest

@@ -9,7 +9,8 @@ them: each source scanned for what it imports before it is compiled; the standar
 packages' where an import reaches them), then every other source of those packages. The passes, started beside
 it, find most of what they import compiled. Sources whose bytecode is up to date are skipped; nothing is done when
 torch's and the named packages' `__init__` had bytecode before the run started (`--since`: what the passes wrote
-since does not count).
+since does not count). While it compiles, the cache's bytecode of sources that no longer exist is removed, so the
+cache holds no more than the environments it serves.
 
     python precompile.py --workload W.py [--compiler] [--package NAME ...] --workers N [--since EPOCH_S]
 """
@@ -31,7 +32,7 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,6 +329,31 @@ def compile_sources(paths: list[Path]) -> list[bool]:
     return [compile_source(path) for path in paths]
 
 
+def prune_orphans(prefix: str) -> int:
+    """Remove the bytecode under the cache `prefix` (this interpreter's `sys.pycache_prefix`) whose source no
+    longer exists: an environment deleted, a package removed or upgraded to other files; then the folders left
+    empty. How many files were removed."""
+    removed = 0
+    root = os.path.abspath(prefix)
+    for folder, _dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            if not name.endswith(".pyc"):
+                continue
+            path = os.path.join(folder, name)
+            try:
+                source = importlib.util.source_from_cache(path)
+            except ValueError:  # not named as bytecode of a source
+                continue
+            if not os.path.exists(source):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                    removed += 1
+        if folder != root:
+            with contextlib.suppress(OSError):  # only an empty folder is removed
+                os.rmdir(folder)
+    return removed
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -362,7 +388,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"compiling the sources of {len(index.roots)} packages ({len(index.rest)} modules) and what they import "
           f"into {sys.pycache_prefix} in {args.workers} workers, in import order, beside the passes (once)",
           flush=True)
-    result = precompile(index, [f"{HARNESS_PACKAGE}.harness", "torch", *names, *index.roots], args.workers)
+    with ThreadPoolExecutor(max_workers=1) as pruning:
+        # a cache being filled (a first run, or one after packages changed) drops the bytecode of sources now gone
+        pruned = pruning.submit(prune_orphans, sys.pycache_prefix) if sys.pycache_prefix else None
+        result = precompile(index, [f"{HARNESS_PACKAGE}.harness", "torch", *names, *index.roots], args.workers)
+    if pruned is not None and (count := pruned.result()):
+        print(f"removed {count} bytecode files whose source is gone from {sys.pycache_prefix}", flush=True)
     print(f"precompiled {result.done} of {len(result.order)} sources in {time.monotonic() - t0:.1f} s, "
           f"{args.workers} workers, into {sys.pycache_prefix}", flush=True)
     return 0

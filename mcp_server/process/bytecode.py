@@ -83,14 +83,15 @@ def asked_workers(environ: Mapping[str, str] = os.environ) -> int | None:
     return int(asked) if asked.isdigit() else None
 
 
-def precompile_workers(environ: Mapping[str, str] = os.environ) -> int:
+def precompile_workers(environ: Mapping[str, str] = os.environ, passes: int = RESERVED_CPUS) -> int:
     """How many worker processes compile bytecode beside a run's passes: `asked_workers`, else the CPUs this
-    process may use, less one per pass; 0 when fewer than `MIN_WORKERS` remain."""
+    process may use, less one per pass running at once (`passes`, at least `RESERVED_CPUS`: a multi-rank pass
+    runs one interpreter per rank); 0 when fewer than `MIN_WORKERS` remain."""
     asked = asked_workers(environ)
     if asked is not None:
         return asked
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = cpus - RESERVED_CPUS
+    workers = cpus - max(passes, RESERVED_CPUS)
     return workers if workers >= MIN_WORKERS else 0
 
 
@@ -141,6 +142,13 @@ class Precompile:
             return None
         done = [ln for ln in lines if ln.startswith("precompiled ")]
         return done[-1] if done else None
+
+    def note(self, log: str) -> str | None:
+        """The manifest's note on what the child compiled (its log at `log`), when it compiled anything."""
+        summary = self.summary()
+        if summary is None:
+            return None
+        return f"bytecode: {summary}, beside the passes (no bytecode was cached; see {log})"
 
 
 @contextlib.contextmanager
