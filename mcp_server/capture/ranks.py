@@ -125,7 +125,7 @@ def capture_ranks(
         except ProfilerError:
             _write_manifests(req.run_dir, manifest, per_rank)
             raise
-    if precompile is not None and (note := precompile.note(req.run_dir.relative(log))):
+    if precompile is not None and (note := precompile.note(req.run_dir.relative(log), "the ranks' passes")):
         manifest.notes.append(note)
         _write_manifests(req.run_dir, manifest, per_rank)
     return manifest

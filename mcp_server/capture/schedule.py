@@ -314,6 +314,6 @@ def map_counters(
                 variants = ncu_variants_pass(req, options, progress, cancel, plan=plan)
                 if variants:
                     manifest.passes.append(variants)
-        if precompile is not None and (note := precompile.note(req.run_dir.relative(log))):
+        if precompile is not None and (note := precompile.note(req.run_dir.relative(log), "map's ncu pass")):
             manifest.notes.append(note)
     return manifest

@@ -143,12 +143,13 @@ class Precompile:
         done = [ln for ln in lines if ln.startswith("precompiled ")]
         return done[-1] if done else None
 
-    def note(self, log: str) -> str | None:
-        """The manifest's note on what the child compiled (its log at `log`), when it compiled anything."""
+    def note(self, log: str, beside: str = "the passes") -> str | None:
+        """The manifest's note on what the child compiled beside `beside` (its log at `log`), when it compiled
+        anything."""
         summary = self.summary()
         if summary is None:
             return None
-        return f"bytecode: {summary}, beside the passes (no bytecode was cached; see {log})"
+        return f"bytecode: {summary}, beside {beside} (no bytecode was cached; see {log})"
 
 
 @contextlib.contextmanager
