@@ -20,6 +20,7 @@ from mcp_server.process.bytecode import (
     RESERVED_CPUS,
     WORKERS_ENV,
     asked_workers,
+    cache_bytes,
     cache_dir,
     interpreter_env,
     precompile_workers,
@@ -78,10 +79,13 @@ def _bytecode_check(python: str) -> PreflightCheck | None:
     why_not = f"{WORKERS_ENV} is 0" if asked_workers() is not None else f"fewer than {RESERVED_CPUS + MIN_WORKERS} CPUs"
     first = (f"the first run compiles it there in {workers} workers beside the passes ({WORKERS_ENV}=0: no)"
              if workers else f"{why_not}: the passes compile it themselves")
+    held = cache_bytes(cache_dir())
+    size = (f"it holds {held / 2**20:.0f} MiB now (a run that compiles removes the bytecode of sources no longer "
+            "installed)" if held else "it is empty now")
     return PreflightCheck(
         name="bytecode", ok=True,
         detail=f"PYTHONDONTWRITEBYTECODE is set and torch has no compiled bytecode: passes compile it once into "
-        f"{cache_dir()}; {first} ({OPT_OUT}=off to keep the environment as it is)",
+        f"{cache_dir()}; {size}; {first} ({OPT_OUT}=off to keep the environment as it is)",
     )
 
 

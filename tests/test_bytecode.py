@@ -90,6 +90,11 @@ def test_preflight_says_when_passes_get_the_cache(tmp_path, monkeypatch):
     check = _bytecode_check(python)
     assert check is not None and check.ok
     assert str(tmp_path / "cache" / "operator-profiler" / "pycache") in check.detail
+    assert "it is empty now" in check.detail
+    held = tmp_path / "cache" / "operator-profiler" / "pycache" / "site" / "m.cpython-311.pyc"
+    held.parent.mkdir(parents=True)
+    held.write_bytes(b"\0" * 3 * 2**20)
+    assert "it holds 3 MiB now" in _bytecode_check(python).detail
     monkeypatch.setenv("OPERATOR_PROFILER_PRECOMPILE_WORKERS", "3")
     assert "the first run compiles it there in 3 workers beside the passes" in _bytecode_check(python).detail
     monkeypatch.setenv("OPERATOR_PROFILER_PRECOMPILE_WORKERS", "0")

@@ -47,6 +47,16 @@ def cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
     return base / "operator-profiler" / "pycache"
 
 
+def cache_bytes(folder: Path) -> int:
+    """How many bytes of bytecode the cache at `folder` holds (0 when it does not exist)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
+
+
 @functools.lru_cache(maxsize=8)
 def torch_bytecode_cached(python: str) -> bool:
     """Whether `python` finds torch with its bytecode already written beside the source (True when unknown)."""
