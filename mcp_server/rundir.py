@@ -28,7 +28,8 @@ PROFILE = "profile.json"
 ANALYSIS = "analysis"  # where `analyze` wrote by default, beside the profile, before it took fresh folders
 RANKS = "ranks.json"
 BYTECODE_LOG = "bytecode.log"
-RUN_ENTRIES = frozenset({*get_args(PassName), MANIFEST, PROFILE, ANALYSIS, RANKS, BYTECODE_LOG})
+MAP_BYTECODE_LOG = "bytecode.map.log"  # map's own: the capture's log stays what its manifest note names
+RUN_ENTRIES = frozenset({*get_args(PassName), MANIFEST, PROFILE, ANALYSIS, RANKS, BYTECODE_LOG, MAP_BYTECODE_LOG})
 RANK_FOLDER = re.compile(r"^rank(\d+)$")
 TORCHRUN_LOG = re.compile(r"^[a-z_]+\.torchrun\.log$")
 RUNS_FOLDER = "op_runs"
@@ -63,6 +64,11 @@ class RunDir:
     def bytecode_log(self) -> Path:
         """What the bytecode precompile beside the passes printed (where it ran)."""
         return self.path / BYTECODE_LOG
+
+    @property
+    def map_bytecode_log(self) -> Path:
+        """What the bytecode precompile beside `map`'s ncu pass printed (where it ran)."""
+        return self.path / MAP_BYTECODE_LOG
 
     # ----------------------------------------------------------------------------------------- per pass
 

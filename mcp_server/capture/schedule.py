@@ -304,7 +304,7 @@ def map_counters(
     it imports is compiled beside it where none is cached (another machine's run)."""
     replays = ReplayCount()
     plan = planned(req, options, progress, replays) if req.run_dir.nsys_sqlite().is_file() else None
-    log = req.run_dir.bytecode_log
+    log = req.run_dir.map_bytecode_log
     with req.run_dir.updating_manifest() as manifest:
         with precompiling(req.python, req.workload, log, req.compile_mode != "eager",
                           _tagged("bytecode", progress)) as precompile:
