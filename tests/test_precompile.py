@@ -18,6 +18,7 @@ from mcp_server.process.bytecode import (
     WORKERS_ENV,
     cache_dir,
     interpreter_env,
+    precompile_notes,
     precompile_workers,
     precompiling,
 )
@@ -147,6 +148,8 @@ def test_precompiled_bytecode_is_what_the_passes_then_load(tmp_path, monkeypatch
                            job.summary() or "")
     assert summary is not None and summary[1] == summary[2] and summary[3] == str(cache_dir())
     assert int(summary[1]) > len(made)  # the harness's own modules and the standard library's they import too
+    assert precompile_notes(job, tmp_path / "run", "map's ncu pass") == [
+        f"bytecode: {summary[0]}, beside map's ncu pass (no bytecode was cached; see bytecode.log)"]
     imported = [tmp_path / "site" / rel for rel in TREE if not rel.startswith(("torch/lazy", "mpmath", "numpy",
                                                                                  "typing_extensions"))]
     monkeypatch.setattr(sys, "pycache_prefix", str(cache_dir()))
@@ -157,7 +160,7 @@ def test_precompiled_bytecode_is_what_the_passes_then_load(tmp_path, monkeypatch
     again = tmp_path / "run" / "again.log"
     with precompiling(python, _workload(tmp_path), again, compiling=False, workers=2) as job:
         assert job is not None and job.wait(60)
-    assert job.summary() is None
+    assert job.summary() is None and precompile_notes(job, tmp_path / "run") == []
     assert "nothing to compile" in again.read_text()
 
 

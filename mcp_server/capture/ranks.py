@@ -20,7 +20,7 @@ from mcp_server.capture.request import CaptureRequest, harness_command
 from mcp_server.capture.schedule import TIMING_WINDOWS, new_manifest
 from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, UsageError
 from mcp_server.process import interpreter_env, now_iso, run_child
-from mcp_server.process.bytecode import precompile_workers, precompiling
+from mcp_server.process.bytecode import precompile_notes, precompile_workers, precompiling
 from mcp_server.process.child import exit_description, log_tail
 from mcp_server.progress import Progress, quiet, tagged
 from mcp_server.rundir import RunDir
@@ -109,9 +109,8 @@ def capture_ranks(
             per_rank[rank].append(record)
         _write_manifests(req.run_dir, manifest, per_rank)
 
-    log = req.run_dir.bytecode_log
-    with precompiling(req.python, req.workload, log, req.compile_mode != "eager", tagged("bytecode", progress),
-                      workers=precompile_workers(passes=len(ranks))) as precompile:
+    with precompiling(req.python, req.workload, req.run_dir.bytecode_log, req.compile_mode != "eager",
+                      tagged("bytecode", progress), workers=precompile_workers(passes=len(ranks))) as precompile:
         try:
             if backend == "torch":
                 done(rank_pass(req, ranks, "torch", "torch", [], progress, cancel))
@@ -125,8 +124,8 @@ def capture_ranks(
         except ProfilerError:
             _write_manifests(req.run_dir, manifest, per_rank)
             raise
-    if precompile is not None and (note := precompile.note(req.run_dir.relative(log), "the ranks' passes")):
-        manifest.notes.append(note)
+    if notes := precompile_notes(precompile, req.run_dir.path, "the ranks' passes"):
+        manifest.notes += notes
         _write_manifests(req.run_dir, manifest, per_rank)
     return manifest
 

@@ -27,7 +27,7 @@ from mcp_server.capture.request import CaptureRequest
 from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass, ncu_variants_pass, planned
 from mcp_server.errors import BackendUnavailable, CancelledCapture, ProfilerError
 from mcp_server.process import now_iso
-from mcp_server.process.bytecode import Precompile, precompiling
+from mcp_server.process.bytecode import Precompile, precompile_notes, precompiling
 from mcp_server.progress import Progress, quiet
 from mcp_server.progress import tagged as _tagged
 from mcp_server.schema.manifest import PassRecord, RunManifest
@@ -122,8 +122,7 @@ def capture(
 def _record(req: CaptureRequest, manifest: RunManifest, records: list[PassRecord],
             precompile: Precompile | None = None) -> RunManifest:
     manifest.passes += records
-    if precompile is not None and (note := precompile.note(req.run_dir.relative(req.run_dir.bytecode_log))):
-        manifest.notes.append(note)
+    manifest.notes += precompile_notes(precompile, req.run_dir.path)
     req.run_dir.write_manifest(manifest)
     return manifest
 
@@ -304,9 +303,8 @@ def map_counters(
     it imports is compiled beside it where none is cached (another machine's run)."""
     replays = ReplayCount()
     plan = planned(req, options, progress, replays) if req.run_dir.nsys_sqlite().is_file() else None
-    log = req.run_dir.map_bytecode_log
     with req.run_dir.updating_manifest() as manifest:
-        with precompiling(req.python, req.workload, log, req.compile_mode != "eager",
+        with precompiling(req.python, req.workload, req.run_dir.map_bytecode_log, req.compile_mode != "eager",
                           _tagged("bytecode", progress)) as precompile:
             manifest.passes = [p for p in manifest.passes if p.name not in ("ncu", NCU_VARIANTS)]
             manifest.passes.append(ncu_pass(req, options, progress, cancel, replays=replays))
@@ -314,6 +312,5 @@ def map_counters(
                 variants = ncu_variants_pass(req, options, progress, cancel, plan=plan)
                 if variants:
                     manifest.passes.append(variants)
-        if precompile is not None and (note := precompile.note(req.run_dir.relative(log), "map's ncu pass")):
-            manifest.notes.append(note)
+        manifest.notes += precompile_notes(precompile, req.run_dir.path, "map's ncu pass")
     return manifest

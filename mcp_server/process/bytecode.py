@@ -153,13 +153,15 @@ class Precompile:
         done = [ln for ln in lines if ln.startswith("precompiled ")]
         return done[-1] if done else None
 
-    def note(self, log: str, beside: str = "the passes") -> str | None:
-        """The manifest's note on what the child compiled beside `beside` (its log at `log`), when it compiled
-        anything."""
-        summary = self.summary()
-        if summary is None:
-            return None
-        return f"bytecode: {summary}, beside {beside} (no bytecode was cached; see {log})"
+
+def precompile_notes(precompile: Precompile | None, run_dir: Path, beside: str = "the passes") -> list[str]:
+    """The manifest's note on what `precompile` compiled beside `beside`, its log named relative to `run_dir`;
+    none when it did not run or compiled nothing."""
+    summary = precompile.summary() if precompile is not None else None
+    if precompile is None or summary is None:
+        return []
+    log = precompile.log.relative_to(run_dir).as_posix()
+    return [f"bytecode: {summary}, beside {beside} (no bytecode was cached; see {log})"]
 
 
 @contextlib.contextmanager
