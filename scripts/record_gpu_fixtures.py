@@ -16,6 +16,8 @@ ncu passes, and a torch.profiler pass in a sibling run directory) on the example
         --no-extras --no-ncu   # scripts/gpu_workloads: a training step, eager and inductor
     python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100 --workloads graph_breaks --modes inductor \
         --no-extras --no-ncu   # a forward that compiles to three graphs
+    python scripts/record_gpu_fixtures.py --out "$OUT" --gpu h100 --workloads mlp_activations --modes eager \
+        --no-extras --no-torch   # the default metric set as it stands (tests/test_ncu_busiest_of.py)
 """
 
 from __future__ import annotations

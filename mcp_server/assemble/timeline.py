@@ -23,16 +23,12 @@ from plugins.nsys.reader import NsysExportError, NsysWindow, WindowKernel, read_
 
 
 def _read_counters(path: Path) -> tuple[NcuCapture, list[str]]:
-    """An ncu report's records with the default metrics, and its warnings."""
+    """An ncu report's records with the default metrics, and its warnings (missing metrics among them)."""
     try:
         report = read_ncu_report(path, default_metrics())
     except NcuReportError as exc:
         raise ProfileFormatError(str(exc), "install ncu-report matching the ncu that wrote the report") from exc
-    warnings = []
-    if report.missing_metrics:
-        warnings.append(f"ncu returned no value for {len(report.missing_metrics)} requested metrics: "
-                        f"{', '.join(report.missing_metrics)}")
-    return report, warnings + report.warnings
+    return report, report.warnings
 
 
 def _replay_start(kernels: list[WindowKernel], options: NcuOptions) -> int:
@@ -72,6 +68,7 @@ def _assemble(
 ) -> OperatorAttributedProfile:
     kernels: Iterable[WindowKernel] = timeline.kernels()
     counter_warnings: list[str] = []
+    counter_notes: list[str] = []
     counters: Counters | None = None
     ncu_pass, variants_pass = manifest.pass_named("ncu"), manifest.pass_named("ncu_variants")
     if ncu_pass is not None:
@@ -85,6 +82,7 @@ def _assemble(
             timeline.check_activity_tables()
             read = [future.result() for future in reading]
         (report, _), variants = read[0], (read[1][0] if variants_pass else None)
+        counter_notes = report.derivation_notes()
         counter_warnings += [warning for _, warnings in read for warning in warnings]
         joined, problems, notes = join_counters(
             launches, report.records, options.per_launch_config, options.filters_launches,
@@ -99,6 +97,7 @@ def _assemble(
         counters = lambda ordinal: joined.get(ordinal, ({}, None))  # noqa: E731
     tool = "nsys+ncu" if ncu_pass is not None else "nsys"
     meta = capture_metadata(manifest, harness, tool)
+    meta.notes += counter_notes
     start = timeline.window_start_ns
     if not start:  # no measure range (or one at 0): the earliest window kernel
         kernels = list(kernels)

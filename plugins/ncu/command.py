@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -19,10 +20,28 @@ def find_ncu() -> str | None:
     return find_executable("ncu", "NCU", NCU_GLOBS)
 
 
+def _metric_specs() -> dict[str, dict[str, Any]]:
+    return dict(yaml.safe_load(METRICS_FILE.read_text(encoding="utf-8"))["metrics"])
+
+
 def default_metrics() -> dict[str, str]:
-    """profile.json key -> ncu metric name, from metrics.yaml."""
-    data = yaml.safe_load(METRICS_FILE.read_text(encoding="utf-8"))
-    return {key: spec["metric"] for key, spec in data["metrics"].items()}
+    """profile.json key -> the ncu metric it stands for, from metrics.yaml."""
+    return {key: spec["metric"] for key, spec in _metric_specs().items()}
+
+
+def metric_inputs() -> dict[str, list[str]]:
+    """profile.json key -> the inputs of its metric's breakdown collected in its place (metrics.yaml `busiest_of`):
+    the key's value is the largest of them when the report lacks the metric itself."""
+    return {key: list(spec["busiest_of"]) for key, spec in _metric_specs().items() if spec.get("busiest_of")}
+
+
+def collected_metrics() -> list[str]:
+    """The ncu metric names the capture asks for: each key's metric, or its inputs where it has them."""
+    inputs = metric_inputs()
+    names: dict[str, None] = {}
+    for key, metric in default_metrics().items():
+        names.update(dict.fromkeys(inputs.get(key, [metric])))
+    return list(names)
 
 
 PROFILED_LINE = re.compile(r"^==PROF== Profiling .* - (\d+) pass(?:es)?$")  # "- 1 pass" with one pass
@@ -70,7 +89,7 @@ def profile_options(report_base: Path, options: NcuOptions, cuda_graphs: bool = 
     cmd = [
         "--profile-from-start", "off", "--kernel-name-base", "mangled",
         "--replay-mode", "kernel", "--cache-control", "all", "--clock-control", "base",
-        "--metrics", ",".join(default_metrics().values()),
+        "--metrics", ",".join(collected_metrics()),
         "--force-overwrite", "--export", str(report_base),
     ]
     if options.metric_set:

@@ -1,8 +1,9 @@
 """Read an Nsight Compute report (.ncu-rep) into `CounterRecord`s with the `ncu_report` module.
 
 Each profiled kernel becomes one record, in report (= launch) order, holding the requested metrics under their
-metrics.yaml keys with the unit ncu reported, its launch geometry and its NVTX push/pop stack. ncu drops an
-unknown metric name without a word, so every requested name that no kernel returned is listed.
+metrics.yaml keys with the unit ncu reported, its launch geometry and its NVTX push/pop stack. A key whose metric
+the report lacks but whose breakdown inputs it holds (metrics.yaml `busiest_of`) takes the largest of them. ncu drops
+an unknown metric name without a word, so every requested name that no kernel returned is listed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from mcp_server.schema.profile import Metric
 from mcp_server.schema.records import CounterRecord, Frame
-from plugins.ncu.command import default_metrics
+from plugins.ncu.command import default_metrics, metric_inputs
 from plugins.nvtx_names import parse_range
 
 # Launch and device attributes ncu records for every kernel whatever the metric list (ncu 2025.3).
@@ -31,6 +32,13 @@ DEVICE_NAME_METRIC = "device__attribute_display_name"
 
 class NcuReportError(Exception):
     """The report cannot be read; the message says what to do."""
+
+
+class BusiestOf(BaseModel):
+    """A key read as the largest of some inputs of its metric's breakdown, the report lacking the metric itself."""
+
+    metric: str = Field(description="The ncu breakdown metric the key stands for.")
+    inputs: list[str] = Field(description="The inputs of its breakdown that were collected.")
 
 
 class NcuCapture(BaseModel):
@@ -48,6 +56,16 @@ class NcuCapture(BaseModel):
     )
     device_name: str | None = None
     warnings: list[str] = Field(default_factory=list)
+    busiest_of: dict[str, BusiestOf] = Field(
+        default_factory=dict,
+        description="Keys whose value is the largest of some inputs of their metric's breakdown, the report lacking "
+        "the metric itself: a lower bound of the metric, equal to it when its busiest input is among them.",
+    )
+
+    def derivation_notes(self) -> list[str]:
+        """One line per derived key: what its value is, for the profile's notes."""
+        return [f"{key}: the largest of {len(b.inputs)} inputs of the breakdown of ncu's {b.metric} (named in "
+                "plugins/ncu/metrics.yaml), a lower bound of it" for key, b in self.busiest_of.items()]
 
 
 def _ncu_report() -> Any:
@@ -103,10 +121,15 @@ def _stack(action: Any) -> list[Frame]:
     return frames
 
 
-def read_ncu_report(path: Path, metrics: dict[str, str] | None = None, timeout_s: float = 600.0) -> NcuCapture:
+def read_ncu_report(
+    path: Path, metrics: dict[str, str] | None = None, inputs: dict[str, list[str]] | None = None,
+    timeout_s: float = 600.0,
+) -> NcuCapture:
     """Read every profiled kernel of an ncu report, with `metrics` (key -> ncu metric; default metrics.yaml).
 
-    Metrics are stored under their keys as `Metric(value, unit)`, numbers typed by the metric's value kind.
+    Metrics are stored under their keys as `Metric(value, unit)`, numbers typed by the metric's value kind. A key
+    whose metric a kernel lacks takes the largest of its `inputs` that the kernel has (default: metrics.yaml's
+    `busiest_of` for the keys asked for).
     The report is read in a child process: `ncu_report`'s native library changes the C++ global locale of the
     process that loads it, which breaks torch in the same process (and crashes if torch came first).
     """
@@ -114,9 +137,11 @@ def read_ncu_report(path: Path, metrics: dict[str, str] | None = None, timeout_s
     if not path.is_file():
         raise FileNotFoundError(f"ncu report not found: {path} (ncu --export writes <name>.ncu-rep)")
     wanted = default_metrics() if metrics is None else dict(metrics)
+    busiest_of = {key: names for key, names in (metric_inputs() if inputs is None else inputs).items() if key in wanted}
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "plugins.ncu.reader", str(path.resolve()), json.dumps(wanted)],
+            [sys.executable, "-m", "plugins.ncu.reader", str(path.resolve()), json.dumps(wanted),
+             json.dumps(busiest_of)],
             capture_output=True, text=True, timeout=timeout_s, check=False,
             cwd=Path(__file__).resolve().parents[2],
         )
@@ -128,7 +153,21 @@ def read_ncu_report(path: Path, metrics: dict[str, str] | None = None, timeout_s
     return NcuCapture.model_validate_json(proc.stdout)
 
 
-def _read_in_process(path: Path, wanted: dict[str, str]) -> NcuCapture:
+def _largest(action: Any, names: list[str], ncu: Any, returned: set[str]) -> Metric | None:
+    """The largest numeric value among the metrics `names` that the action holds, with its unit."""
+    best: Metric | None = None
+    for name in names:
+        metric = action.metric_by_name(name)
+        if metric is None:
+            continue
+        returned.add(name)
+        value = _value(metric, ncu)
+        if value is not None and (best is None or value > best.value):
+            best = Metric(value=value, unit=metric.unit())
+    return best
+
+
+def _read_in_process(path: Path, wanted: dict[str, str], busiest_of: dict[str, list[str]]) -> NcuCapture:
     """The reading itself, in whichever process imports ncu_report."""
     ncu = _ncu_report()
     report = ncu.load_report(str(path))
@@ -143,6 +182,7 @@ def _read_in_process(path: Path, wanted: dict[str, str]) -> NcuCapture:
     non_numeric: set[str] = set()
     device_name: str | None = None
     not_kernels = 0
+    derived: set[str] = set()
     for range_idx in range(report.num_ranges()):
         profiled_range = report.range_by_idx(range_idx)
         for action_idx in range(profiled_range.num_actions()):
@@ -153,6 +193,9 @@ def _read_in_process(path: Path, wanted: dict[str, str]) -> NcuCapture:
             for key, metric_name in wanted.items():
                 metric = action.metric_by_name(metric_name)
                 if metric is None:
+                    if key in busiest_of and (largest := _largest(action, busiest_of[key], ncu, returned)):
+                        values[key] = largest
+                        derived.add(key)
                     continue
                 returned.add(metric_name)
                 value = _value(metric, ncu)
@@ -183,7 +226,9 @@ def _read_in_process(path: Path, wanted: dict[str, str]) -> NcuCapture:
         warnings.append(f"{not_kernels} record(s) profiled a CUDA graph or range as a whole, not one kernel")
     if non_numeric:
         warnings.append(f"metrics without a numeric value were skipped: {sorted(non_numeric)}")
-    missing = [] if not records else [name for name in wanted.values() if name not in returned]
+    requested = [name for key, name in wanted.items() if key not in busiest_of or name in returned]
+    requested += [name for key in busiest_of if wanted[key] not in returned for name in busiest_of[key]]
+    missing = [] if not records else [name for name in dict.fromkeys(requested) if name not in returned]
     if missing:
         warnings.append(f"ncu returned no value for {len(missing)} requested metric(s): {missing}")
     return NcuCapture(
@@ -192,12 +237,13 @@ def _read_in_process(path: Path, wanted: dict[str, str]) -> NcuCapture:
         ncu_version=report.get_version() or None,
         device_name=device_name,
         warnings=warnings,
+        busiest_of={key: BusiestOf(metric=wanted[key], inputs=busiest_of[key]) for key in wanted if key in derived},
     )
 
 
 if __name__ == "__main__":
     try:
-        print(_read_in_process(Path(sys.argv[1]), json.loads(sys.argv[2])).model_dump_json())
+        print(_read_in_process(Path(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])).model_dump_json())
     except NcuReportError as error:
         print(f"NcuReportError: {error}", file=sys.stderr)
         sys.exit(2)
