@@ -12,7 +12,8 @@ from mcp_server.analysis.roofline import roofline_from_counts
 from mcp_server.analysis.rules import knowledge, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes
 from mcp_server.analysis.stalls import stall_breakdown
-from mcp_server.schema.analysis import Bottleneck
+from mcp_server.analysis.summary import diagnose
+from mcp_server.schema.analysis import Bottleneck, KernelAnalysis, TimelineHealth
 from mcp_server.schema.profile import Attribution, AttributionMethod, Confidence, KernelRecord, Metric, OperatorRecord
 
 
@@ -158,3 +159,44 @@ def test_gemm_shapes():
     assert gemm_flops_and_bytes(bmm) == (2 * 8 * 16 * 16 * 32, 2 * (8 * 16 * 32 * 2 + 8 * 16 * 16))
     relu = OperatorRecord(operator_id="aten::relu#0", operator_name="aten::relu", call_index=0, input_shapes=[[4]])
     assert gemm_flops_and_bytes(relu) is None
+
+
+def _health(window_ns: int, busy_ns: int, window_range_ns: list[int] | None, tiny_pct: float) -> TimelineHealth:
+    return TimelineHealth(
+        window_ns=window_ns, window_source="no profiler", unprofiled=True, wall_time_ns=window_ns, gpu_busy_ns=busy_ns,
+        gpu_utilization_pct=100.0 * busy_ns / window_ns, idle_ns=window_ns - busy_ns, kernel_count=200,
+        kernel_time_ns=busy_ns, tiny_kernel_pct=tiny_pct, launch_bound_kernel_pct=20.0, window_range_ns=window_range_ns,
+    )
+
+
+def _classed(latency_ns: int, memory_ns: int) -> list[KernelAnalysis]:
+    return [KernelAnalysis(kernel_id=0, kernel_name="a", start_ns=0, duration_ns=latency_ns,
+                           bottleneck=Bottleneck.LATENCY),
+            KernelAnalysis(kernel_id=1, kernel_name="b", start_ns=latency_ns, duration_ns=memory_ns,
+                           bottleneck=Bottleneck.MEMORY)]
+
+
+def test_a_verdict_that_changes_within_the_windows_spread_says_so():
+    """A host-sensitive window (gpt2 eager's five ran 6.5-10.0 ms in one timing pass on an H100): at the median,
+    8.0 ms and 62.5 % busy with less idle time than latency-bound kernel time, it is GPU-bound; at its longest
+    it would be busy under 50 % and launch-bound."""
+    kernels = _classed(4_000_000, 1_000_000)
+    diagnosis = diagnose(_health(8_000_000, 5_000_000, [6_000_000, 10_500_000], tiny_pct=60.0), kernels, [], True)
+    assert diagnosis.bottleneck is Bottleneck.LATENCY
+    assert diagnosis.borderline == ("Borderline: the windows measured without the profiler ran 6.000 ms to 10.500 ms "
+                                    "(GPU busy 83 to 48 %), and at 10.500 ms the verdict would be launch_overhead.")
+    assert diagnosis.root_cause.endswith(diagnosis.borderline)
+    assert "window_range_ns=6000000-10500000" in diagnosis.triggers
+    # the other way round: host-bound at the median, GPU-bound at the shortest window
+    host = diagnose(_health(10_500_000, 5_000_000, [8_000_000, 11_000_000], tiny_pct=60.0), kernels, [], True)
+    assert host.bottleneck is Bottleneck.LAUNCH_OVERHEAD
+    assert host.borderline is not None and host.borderline.endswith("at 8.000 ms the verdict would be latency.")
+
+
+def test_a_verdict_that_holds_across_the_spread_or_without_one_is_not_borderline():
+    kernels = _classed(4_000_000, 1_000_000)
+    for window_range in ([7_800_000, 8_300_000], None):
+        diagnosis = diagnose(_health(8_000_000, 5_000_000, window_range, tiny_pct=60.0), kernels, [], True)
+        assert diagnosis.bottleneck is Bottleneck.LATENCY
+        assert diagnosis.borderline is None and "Borderline" not in diagnosis.root_cause
+        assert not [t for t in diagnosis.triggers if t.startswith("window_range_ns")]

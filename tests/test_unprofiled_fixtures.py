@@ -82,6 +82,8 @@ def test_the_profile_carries_the_window_measured_without_the_profiler(recorded):
     assert raw["factor"] < 1  # the kernel trace slowed the host: its gaps are scaled down
     assert win.kernel_count == raw["count"]
     assert not [w for w in profile.warnings if "timing pass" in w]
+    elapsed = [w["gpu_elapsed_ns"] for w in raw["result"]["windows"]]
+    assert win.unprofiled_wall_time_range_ns == [min(elapsed), max(elapsed)]
 
 
 def test_every_kernel_gets_its_gap_measured_without_the_profiler(recorded):
@@ -130,6 +132,16 @@ def test_expected_verdicts_of_the_two_windows(recorded):
     run, _, analysis = recorded
     expected = {"conv_block_eager_full": Bottleneck.MEMORY, "gpt2_eager": Bottleneck.LAUNCH_OVERHEAD}
     assert analysis.diagnosis.bottleneck is expected[run.name]
+
+
+def test_both_verdicts_hold_across_their_windows_spread(recorded):
+    """conv_block's five windows stay GPU-saturated and gpt2 small's stay host-bound: neither verdict is borderline."""
+    run, profile, analysis = recorded
+    timeline = analysis.timeline
+    assert timeline is not None and timeline.window_range_ns == profile.window.unprofiled_wall_time_range_ns
+    shortest, longest = timeline.window_range_ns
+    assert shortest <= timeline.window_ns <= longest
+    assert analysis.diagnosis.borderline is None and "Borderline" not in analysis.diagnosis.root_cause
 
 
 def test_no_estimate_exceeds_what_the_unprofiled_window_allows(recorded):

@@ -96,9 +96,32 @@ def _lead(cls: Bottleneck, kernels: list[KernelAnalysis], operators: list[Operat
     return f", led by {op_id} ({module or '-'}): {issue}" if issue else ""
 
 
+def _host_bound(util: float, idle_ns: int, top_class_ns: int) -> bool:
+    """Whether a window this busy, with this much idle time, is bound by the host rather than by its kernels: busy
+    under the low-utilisation threshold, or under saturation with more idle time than its most common class."""
+    idle_leads = util < rule("timeline", "saturated_pct") and idle_ns > top_class_ns
+    return util < rule("timeline", "low_utilisation_pct") or idle_leads
+
+
+def _borderline(health: TimelineHealth, host: bool, top_class_ns: int, other: Bottleneck) -> str | None:
+    """The sentence saying that the verdict changes within the spread of the windows measured without the
+    profiler (their shortest and longest, at the median window's busy time), or None when it holds across it."""
+    if not (health.unprofiled and health.window_range_ns):
+        return None
+    shortest, longest = health.window_range_ns
+    utils = [min(100.0, 100.0 * health.gpu_busy_ns / w) for w in (shortest, longest)]
+    for window, util in zip((shortest, longest), utils, strict=True):
+        if _host_bound(util, max(0, window - health.gpu_busy_ns), top_class_ns) != host:
+            return (f"Borderline: the windows measured without the profiler ran {_us(shortest)} to {_us(longest)} "
+                    f"(GPU busy {utils[0]:.0f} to {utils[1]:.0f} %), and at {_us(window)} the verdict would be "
+                    f"{other.value}.")
+    return None
+
+
 def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: list[OperatorAnalysis],
              counters: bool) -> Diagnosis:
-    """The window's bottleneck and its root cause in at most two sentences."""
+    """The window's bottleneck and its root cause in at most two sentences, and a third when the verdict changes
+    within the spread of the windows measured without the profiler."""
     util = health.gpu_utilization_pct
     if not kernels:
         return Diagnosis(bottleneck=Bottleneck.HOST, root_cause="The window launched no GPU kernel: all its time "
@@ -107,11 +130,15 @@ def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: l
     for k in kernels:
         time[k.bottleneck] += k.duration_ns
     cls, ns = time.most_common(1)[0]
-    idle_leads = util < rule("timeline", "saturated_pct") and health.idle_ns > ns  # idle: the window's largest share
-    if util < rule("timeline", "low_utilisation_pct") or idle_leads:
-        tiny = (health.tiny_kernel_pct or 0) > rule("launch", "swarm_tiny_kernel_pct")
-        waited = (health.launch_bound_kernel_pct or 0) >= 50
-        host_cls = Bottleneck.LAUNCH_OVERHEAD if tiny or waited else Bottleneck.HOST
+    tiny = (health.tiny_kernel_pct or 0) > rule("launch", "swarm_tiny_kernel_pct")
+    waited = (health.launch_bound_kernel_pct or 0) >= 50
+    host_cls = Bottleneck.LAUNCH_OVERHEAD if tiny or waited else Bottleneck.HOST
+    host = _host_bound(util, health.idle_ns, ns)
+    borderline = _borderline(health, host, ns, cls if host else host_cls)
+    spread = ([f"window_range_ns={health.window_range_ns[0]}-{health.window_range_ns[1]}"]
+              if borderline and health.window_range_ns else [])
+    if host:
+        idle_leads = util >= rule("timeline", "low_utilisation_pct")
         head = health.idle_by_cause_ns.get("head", 0)
         cause = (f"The GPU is busy {util:.1f} % of the {_us(health.window_ns)} window: its {health.kernel_count} "
                  f"kernels run {_us(health.mean_kernel_ns)} on average but wait {_us(health.mean_gap_ns)} on average "
@@ -120,19 +147,20 @@ def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: l
                                           ", inflated here by profiler instrumentation (no timing pass ran)")
                  + " — is the critical path, so faster kernels barely shorten the window."
                  + (f" Idle time ({_us(health.idle_ns)}) is a larger share of the window than the kernels of its "
-                    f"most common class ({cls.value}, {_us(ns)})." if idle_leads and util >= rule(
-                        "timeline", "low_utilisation_pct") else ""))
-        return Diagnosis(bottleneck=host_cls, root_cause=cause, triggers=[
+                    f"most common class ({cls.value}, {_us(ns)})." if idle_leads else ""))
+        return Diagnosis(bottleneck=host_cls, root_cause=cause + (f" {borderline}" if borderline else ""),
+                         borderline=borderline, triggers=[
             f"gpu_utilization_pct={util:.1f}", f"mean_kernel_ns={health.mean_kernel_ns or 0:.0f}",
             f"mean_gap_ns={health.mean_gap_ns or 0:.0f}", f"tiny_kernel_pct={health.tiny_kernel_pct or 0:.0f}",
-            f"launch_bound_kernel_pct={health.launch_bound_kernel_pct or 0:.0f}"])
+            f"launch_bound_kernel_pct={health.launch_bound_kernel_pct or 0:.0f}", *spread])
     share = 100.0 * ns / max(sum(time.values()), 1)
     lead = _lead(cls, kernels, operators)
     second = ("" if counters else " Kernels carry no hardware counters (torch backend), so classes beyond launch "
               "overhead are unknown: profile with --backend nsys for roofline and stalls.")
     cause = f"The GPU is busy {util:.1f} % of the window and {share:.0f} % of kernel time is {cls.value}-bound{lead}."
-    return Diagnosis(bottleneck=cls, root_cause=cause + second,
-                     triggers=[f"gpu_utilization_pct={util:.1f}", f"{cls.value}_kernel_time_pct={share:.0f}"])
+    return Diagnosis(bottleneck=cls, root_cause=cause + second + (f" {borderline}" if borderline else ""),
+                     borderline=borderline,
+                     triggers=[f"gpu_utilization_pct={util:.1f}", f"{cls.value}_kernel_time_pct={share:.0f}", *spread])
 
 
 def cpu_only_analysis(profile: OperatorAttributedProfile, config: Configuration) -> Analysis:

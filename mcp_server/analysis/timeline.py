@@ -260,5 +260,6 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
         largest_gaps=sorted(gaps, key=lambda g: -g.duration_ns)[: int(rule("timeline", "largest_gaps"))],
         streams=streams, multi_stream_overlap_ns=overlap, kernels_per_operator=_per_operator(profile), notes=notes,
         unprofiled=profiled is not None, profiled_window_ns=profiled.window_ns if profiled else None,
+        window_range_ns=profile.window.unprofiled_wall_time_range_ns if profiled is not None else None,
         profiled_gpu_utilization_pct=profiled.gpu_utilization_pct if profiled else None,
     )

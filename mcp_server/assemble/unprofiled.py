@@ -34,6 +34,7 @@ class Unprofiled:
     windows: int
     clocks: dict[str, Any] | None = None
     wall_ns: int | None = None
+    wall_range_ns: list[int] | None = None
     traced_wall_ns: int | None = None
     busy_ns: int | None = None
     gaps: dict[int, int] = field(default_factory=dict)  # kernel_id -> median idle time before it
@@ -49,7 +50,7 @@ def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofi
         return None
     windows = result.get("windows") or [result.get("window", {})]
     traced_windows = result.get("traced_windows") or windows
-    summary = Unprofiled(windows=len(windows), wall_ns=_median_elapsed(windows),
+    summary = Unprofiled(windows=len(windows), wall_ns=_median_elapsed(windows), wall_range_ns=_range(windows),
                          traced_wall_ns=_median_elapsed(traced_windows), clocks=result.get("clocks"))
     trace = run_dir.kineto_trace("timing")
     if not trace.is_file():
@@ -91,6 +92,12 @@ def _median_elapsed(windows: Sequence[dict[str, Any]]) -> int | None:
     return int(statistics.median(elapsed)) if elapsed else None
 
 
+def _range(windows: Sequence[dict[str, Any]]) -> list[int] | None:
+    """[shortest, longest] of the windows' CUDA-event times (None with fewer than two)."""
+    elapsed = [int(w["gpu_elapsed_ns"]) for w in windows if w.get("gpu_elapsed_ns")]
+    return [min(elapsed), max(elapsed)] if len(elapsed) > 1 else None
+
+
 def _gaps(window: Sequence[TraceKernel]) -> list[int]:
     """The idle time before each launch of one window (0 for its first: the window's start is not on this clock)."""
     gaps, ends = [0], window[0].start_ns + window[0].duration_ns
@@ -115,6 +122,7 @@ def apply_unprofiled(profile: OperatorAttributedProfile, unprofiled: Unprofiled 
     window = profile.window
     window.unprofiled_wall_time_ns, window.unprofiled_gpu_busy_time_ns = unprofiled.wall_ns, unprofiled.busy_ns
     window.unprofiled_windows = unprofiled.windows
+    window.unprofiled_wall_time_range_ns = unprofiled.wall_range_ns
     window.unprofiled_traced_wall_time_ns = unprofiled.traced_wall_ns
     profile.warnings += unprofiled.warnings
     clocks = unprofiled.clocks

@@ -12,7 +12,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ANALYSIS_SCHEMA_VERSION = "1.1"  # 1.1: `distributed`, the multi-rank view
+ANALYSIS_SCHEMA_VERSION = "1.2"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
 
 
 class _Model(BaseModel):
@@ -192,6 +192,9 @@ class TimelineHealth(_Model):
         "profiler (the timing pass); False: the instrumented window's, whose gaps the profiler inflates.",
     )
     profiled_window_ns: int | None = Field(default=None, description="The instrumented window's length, ns.")
+    window_range_ns: list[int] | None = Field(
+        default=None, description="Shortest and longest of the windows measured without the profiler, ns (1.2).",
+    )
     profiled_gpu_utilization_pct: float | None = Field(
         default=None, description="GPU utilisation of the instrumented window, for comparison, 0-100."
     )
@@ -274,6 +277,10 @@ class Diagnosis(_Model):
     bottleneck: Bottleneck
     root_cause: str
     triggers: list[str] = Field(default_factory=list)
+    borderline: str | None = Field(
+        default=None, description="Set when the verdict changes within the spread of the windows measured without the "
+        "profiler: their range and the verdict at the end that changes it (also the root cause's last sentence; 1.2).",
+    )
 
 
 class CpuHotspot(_Model):

@@ -15,11 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.schema.types import CompileMode, RunMode
 
-SCHEMA_VERSION = "1.3"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
+SCHEMA_VERSION = "1.4"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
 # 1.2: phase (forward/backward/optimizer) on kernels and operators, backward ops tied to the forward op they
 # differentiate, call sites and their coverage, the graph breaks of a compiled capture
 # 1.3: one rank of a multi-rank run: its place in the world, collectives with their sequence numbers and the
 # modules whose gradients a DDP bucket carries, CPU operators' host start
+# 1.4: the shortest and longest of the timing pass's windows
 
 
 class _Model(BaseModel):
@@ -292,6 +293,10 @@ class WindowTotals(_Model):
         default=None, description="Union of kernel intervals in that window (CUPTI activity only), ns.",
     )
     unprofiled_windows: int | None = Field(default=None, description="How many windows the timing pass measured.")
+    unprofiled_wall_time_range_ns: list[int] | None = Field(
+        default=None, description="The shortest and the longest of those windows (CUDA events), ns: how much the "
+        "window moves from one iteration to the next (schema 1.4).",
+    )
     unprofiled_traced_wall_time_ns: int | None = Field(
         default=None, description="The window under the kernel trace that gives busy time and gaps (CUDA events, "
         "median), ns: CUPTI's launch callbacks slow the host, so its gaps are scaled to the untraced window's idle "
