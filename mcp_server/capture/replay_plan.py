@@ -28,8 +28,9 @@ from plugins.ncu.keys import ncu_config, operator_shapes, same_work
 from plugins.nsys.ranges import NvtxRange
 from plugins.nsys.reader import NsysWindow, WindowKernel, read_window
 
-# Measured on the H200 with the default metric set (plugins/ncu/metrics.yaml): 17 passes, about 25 ms each.
-DEFAULT_PASSES = 17
+# The default metric set (plugins/ncu/metrics.yaml) takes 12 passes per kernel on an H100, about 25 ms each there
+# and on the H200 (docs/measurements/h100_ncu_throughput_inputs.json: 0.296 s per replayed kernel).
+DEFAULT_PASSES = 12
 SECONDS_PER_PASS = 0.025
 _REGEX_SPECIAL = set("\\^$.|?*+()[]{}")
 
@@ -54,7 +55,7 @@ class ReplayPlan:
         return "^(" + "|".join(_escape(n) for n in self.variant_names) + ")$"
 
     def estimate_s(self, replays: int, passes: int = DEFAULT_PASSES) -> float:
-        """Estimated replay time of `replays` kernels (an estimate: passes x the H200's time per pass)."""
+        """Estimated replay time of `replays` kernels (an estimate: passes x the measured time per pass)."""
         return replays * passes * SECONDS_PER_PASS
 
 

@@ -218,7 +218,7 @@ def variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
 
 
 def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
-    """Say what the ncu passes replay, with estimated times (estimates: the H200's time per replay pass)."""
+    """Say what the ncu passes replay, with estimated times (estimates: the measured time per replay pass)."""
     progress(f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations replayed "
              f"(estimate: {plan.estimate_s(plan.configurations):.0f} s of replay)")
     if plan.variants:
