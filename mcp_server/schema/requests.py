@@ -136,10 +136,12 @@ class NcuOptions(_Request):
         "later launches of their configurations still get their counters."
     )] = None
     metric_set: Annotated[str | None, Field(
-        description="Also collect an ncu section set (e.g. full) for deep dives."
+        description="Also collect an ncu section set (e.g. full) for deep dives; its report holds the SM, memory, L1 "
+        "and L2 throughput metrics themselves, which the profile then reads exactly."
     ), Flag("--set")] = None
     sections: Annotated[tuple[str, ...], Field(
-        description="Also collect these ncu sections."
+        description="Also collect these ncu sections (SpeedOfLight gives the SM, memory, L1 and L2 throughputs "
+        "exactly, where the default set reads each as the busiest of a few inputs of its breakdown)."
     ), Flag("--section", repeat=True)] = ()
     ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False
 
