@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
@@ -68,3 +69,9 @@ def query_gpu(timeout_s: float = 20.0) -> dict[str, str]:
     keys = ["name", "driver_version", "clocks_sm_mhz", "clocks_mem_mhz", "clocks_max_sm_mhz", "clocks_max_mem_mhz"]
     found = {k: v for k, v in zip(keys, values, strict=False) if v and v != "[N/A]"}
     return {**found, "count": str(len(lines))}
+
+
+@functools.cache
+def gpu_name() -> str | None:
+    """GPU 0's name as nvidia-smi gives it (asked once per process); None without nvidia-smi."""
+    return query_gpu().get("name")

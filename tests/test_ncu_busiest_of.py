@@ -34,16 +34,25 @@ def breakdowns() -> dict:
     return json.loads(lzma.decompress(BREAKDOWNS.read_bytes()))
 
 
-def test_the_capture_asks_for_the_inputs_in_place_of_the_four_throughputs():
-    names = collected_metrics()
+def test_the_capture_asks_for_the_inputs_in_place_of_the_four_throughputs_on_a_gh100():
     inputs = metric_inputs()
     assert sorted(inputs) == ["l1_throughput_pct", "l2_throughput_pct", "memory_throughput_pct", "sm_throughput_pct"]
-    assert len(names) == len(set(names))
-    assert not {default_metrics()[key] for key in inputs} & set(names)
-    assert {name for group in inputs.values() for name in group} <= set(names)
-    assert {m for key, m in default_metrics().items() if key not in inputs} <= set(names)
-    command = profile_options(FIXTURES / "r", NcuOptions())
-    assert command[command.index("--metrics") + 1].split(",") == names
+    for device in ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA GH200 480GB"):
+        names = collected_metrics(device)
+        assert len(names) == len(set(names))
+        assert not {default_metrics()[key] for key in inputs} & set(names)
+        assert {name for group in inputs.values() for name in group} <= set(names)
+        assert {m for key, m in default_metrics().items() if key not in inputs} <= set(names)
+        command = profile_options(FIXTURES / "r", NcuOptions(), device_name=device)
+        assert command[command.index("--metrics") + 1].split(",") == names
+
+
+def test_other_gpus_and_an_unknown_one_collect_the_four_metrics_whole():
+    """The inputs were chosen and checked on GH100 only: another chip's breakdowns may differ."""
+    for device in ("NVIDIA A100-SXM4-80GB", "NVIDIA L4", "NVIDIA GeForce RTX 4090", None):
+        assert collected_metrics(device) == list(default_metrics().values())
+        command = profile_options(FIXTURES / "r", NcuOptions(), device_name=device)
+        assert command[command.index("--metrics") + 1].split(",") == list(default_metrics().values())
 
 
 def test_every_named_input_is_an_input_of_its_metrics_breakdown(breakdowns):

@@ -21,6 +21,7 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import PassName
+from plugins.executables import gpu_name
 from plugins.ncu.command import capture_command as ncu_capture
 from plugins.ncu.command import find_ncu, is_replayed_kernel
 from plugins.nsys.command import capture_command as nsys_capture
@@ -249,7 +250,8 @@ def ncu_pass(
     ncu = require_ncu()
     progress(f"{name} pass: replaying the window's kernels for hardware counters")
     early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels else None)
-    prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs")
+    prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs",
+                         gpu_name())
     try:
         record, _ = run_pass(req, name, "nvtx", prefix, progress, cancel, early, replays or ReplayCount())
     except CaptureFailed:

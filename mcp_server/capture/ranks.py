@@ -27,6 +27,7 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import PassName
+from plugins.executables import gpu_name
 from plugins.ncu.command import capture_command as ncu_capture
 from plugins.nsys.command import capture_command as nsys_capture
 from plugins.nsys.command import find_nsys
@@ -136,7 +137,7 @@ def _ncu_ranks(req: CaptureRequest, ranks: list[int], ncu: NcuOptions, progress:
     options = nccl_excluded(ncu)
     # ncu takes `%q{RANK}` in a file's name only, not in its folder: each report is moved to its rank's
     prefix = ncu_capture(require_ncu(), req.run_dir.path / f"ncu.rank{RANK_TEMPLATE}", options,
-                         req.compile_mode == "cudagraphs")
+                         req.compile_mode == "cudagraphs", gpu_name())
     records = rank_pass(req, ranks, "ncu", "nvtx", prefix, progress, cancel)
     for rank, record in records.items():
         record.ncu = options

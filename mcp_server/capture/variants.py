@@ -32,6 +32,7 @@ from mcp_server.schema.io import write_text_atomic
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import PassName
+from plugins.executables import gpu_name
 from plugins.ncu.command import attach_command, launch_command
 
 NCU_VARIANTS: PassName = "ncu_variants"
@@ -159,7 +160,7 @@ class WaitingVariantPass:
         workload is then stopped, and the caller replays in a fresh process)."""
         run_dir = self.req.run_dir
         cmd = attach_command(self.ncu, self.port, run_dir.ncu_report_base(NCU_VARIANTS), options,
-                             self.req.compile_mode == "cudagraphs")
+                             self.req.compile_mode == "cudagraphs", gpu_name())
         deadline = time.monotonic() + self.req.timeout_s
         while not self._waiting.wait(timeout=POLL_S) and self._thread.is_alive() and time.monotonic() < deadline:
             if cancel is not None and cancel.is_set():

@@ -141,7 +141,7 @@ class NcuOptions(_Request):
     ), Flag("--set")] = None
     sections: Annotated[tuple[str, ...], Field(
         description="Also collect these ncu sections (SpeedOfLight gives the SM, memory, L1 and L2 throughputs "
-        "exactly, where the default set reads each as the busiest of a few inputs of its breakdown)."
+        "exactly, where the default set on a GH100 GPU reads each as the busiest of a few inputs of its breakdown)."
     ), Flag("--section", repeat=True)] = ()
     ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False
 

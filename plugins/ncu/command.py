@@ -20,24 +20,32 @@ def find_ncu() -> str | None:
     return find_executable("ncu", "NCU", NCU_GLOBS)
 
 
-def _metric_specs() -> dict[str, dict[str, Any]]:
-    return dict(yaml.safe_load(METRICS_FILE.read_text(encoding="utf-8"))["metrics"])
+def _metrics_file() -> dict[str, Any]:
+    return dict(yaml.safe_load(METRICS_FILE.read_text(encoding="utf-8")))
 
 
 def default_metrics() -> dict[str, str]:
     """profile.json key -> the ncu metric it stands for, from metrics.yaml."""
-    return {key: spec["metric"] for key, spec in _metric_specs().items()}
+    return {key: spec["metric"] for key, spec in _metrics_file()["metrics"].items()}
 
 
 def metric_inputs() -> dict[str, list[str]]:
     """profile.json key -> the inputs of its metric's breakdown collected in its place (metrics.yaml `busiest_of`):
     the key's value is the largest of them when the report lacks the metric itself."""
-    return {key: list(spec["busiest_of"]) for key, spec in _metric_specs().items() if spec.get("busiest_of")}
+    return {key: list(spec["busiest_of"]) for key, spec in _metrics_file()["metrics"].items()
+            if spec.get("busiest_of")}
 
 
-def collected_metrics() -> list[str]:
-    """The ncu metric names the capture asks for: each key's metric, or its inputs where it has them."""
-    inputs = metric_inputs()
+def busiest_of_applies(device_name: str | None) -> bool:
+    """Whether the `busiest_of` inputs stand in for their metrics on this GPU (nvidia-smi's name): only on the
+    devices metrics.yaml lists (`busiest_of_devices`), where they were chosen and checked."""
+    return device_name is not None and any(d in device_name for d in _metrics_file()["busiest_of_devices"])
+
+
+def collected_metrics(device_name: str | None) -> list[str]:
+    """The ncu metric names the capture asks for on `device_name`: each key's metric, or its inputs where they
+    stand in for it there."""
+    inputs = metric_inputs() if busiest_of_applies(device_name) else {}
     names: dict[str, None] = {}
     for key, metric in default_metrics().items():
         names.update(dict.fromkeys(inputs.get(key, [metric])))
@@ -58,13 +66,15 @@ def is_replayed_kernel(line: str) -> bool:
     return replayed_passes(line) is not None
 
 
-def capture_command(ncu: str, report_base: Path, options: NcuOptions, cuda_graphs: bool = False) -> list[str]:
+def capture_command(ncu: str, report_base: Path, options: NcuOptions, cuda_graphs: bool = False,
+                    device_name: str | None = None) -> list[str]:
     """The ncu prefix: kernel replay of the window's kernels, those launched between the harness's
     cudaProfilerStart and cudaProfilerStop on any host thread (an NVTX range filter would see only the
     launches of the thread that opened `operator_profiler::measure`). NVTX ranges are still recorded.
-    `cuda_graphs`: the workload replays CUDA graphs, whose kernels ncu profiles node by node."""
+    `cuda_graphs`: the workload replays CUDA graphs, whose kernels ncu profiles node by node. `device_name`
+    (nvidia-smi's) decides the metric names (`collected_metrics`)."""
     return [*_sudo(options), ncu, "--target-processes", "application-only", "--nvtx",
-            *profile_options(report_base, options, cuda_graphs)]
+            *profile_options(report_base, options, cuda_graphs, device_name)]
 
 
 def launch_command(ncu: str, port: int, options: NcuOptions) -> list[str]:
@@ -74,22 +84,24 @@ def launch_command(ncu: str, port: int, options: NcuOptions) -> list[str]:
             "--port", str(port)]
 
 
-def attach_command(ncu: str, port: int, report_base: Path, options: NcuOptions, cuda_graphs: bool = False) -> list[str]:
+def attach_command(ncu: str, port: int, report_base: Path, options: NcuOptions, cuda_graphs: bool = False,
+                   device_name: str | None = None) -> list[str]:
     """The ncu command that attaches to a workload started by `launch_command` on `port` and replays its window.
 
     Both take ncu's default range of ports from `port` on: the launcher holds one of them and the workload
     another (limited to one port, ncu 2025.3 found no process to attach to)."""
     return [*_sudo(options), ncu, "--mode", "attach", "--hostname", "127.0.0.1", "--port", str(port),
-            *profile_options(report_base, options, cuda_graphs)]
+            *profile_options(report_base, options, cuda_graphs, device_name)]
 
 
-def profile_options(report_base: Path, options: NcuOptions, cuda_graphs: bool = False) -> list[str]:
-    """What ncu replays (the window, filtered) and collects (the default metrics, plus any set or section).
-    NVTX recording (`--nvtx`) is set where the workload starts: an attaching ncu refuses it."""
+def profile_options(report_base: Path, options: NcuOptions, cuda_graphs: bool = False,
+                    device_name: str | None = None) -> list[str]:
+    """What ncu replays (the window, filtered) and collects (the default metrics for `device_name`, plus any set
+    or section). NVTX recording (`--nvtx`) is set where the workload starts: an attaching ncu refuses it."""
     cmd = [
         "--profile-from-start", "off", "--kernel-name-base", "mangled",
         "--replay-mode", "kernel", "--cache-control", "all", "--clock-control", "base",
-        "--metrics", ",".join(collected_metrics()),
+        "--metrics", ",".join(collected_metrics(device_name)),
         "--force-overwrite", "--export", str(report_base),
     ]
     if options.metric_set:
