@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import selectors
 import subprocess
 import sys
@@ -168,16 +169,20 @@ def test_an_eager_pass_warms_up_beside_the_previous_pass_unless_cudnn_autotunes(
 
 
 def _wait_for_phase(proc: subprocess.Popen, phase: str, timeout_s: float = 120.0) -> None:
-    """Read the harness's output until it enters `phase` (or fail once `timeout_s` have passed)."""
+    """Read the harness's output until it enters `phase` (or fail once `timeout_s` have passed). The pipe is read
+    raw: a buffered readline would leave lines that arrived together in its buffer, unseen by the selector."""
     assert proc.stdout is not None
+    fd, pending = proc.stdout.fileno(), b""
     deadline = time.monotonic() + timeout_s
     with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
+        selector.register(fd, selectors.EVENT_READ)
         while time.monotonic() < deadline:
-            if selector.select(timeout=0.5):
-                line = proc.stdout.readline()
-                if not line:
-                    break
-                if line.strip() == PHASE_MARKER + phase:
-                    return
+            if not selector.select(timeout=0.5):
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            *lines, pending = (pending + data).split(b"\n")
+            if any(line.decode(errors="replace").strip() == PHASE_MARKER + phase for line in lines):
+                return
     raise AssertionError(f"the harness never entered {phase!r}")

@@ -190,9 +190,11 @@ def test_two_profiles_at_once_get_their_own_run_directories(two_runs, project: P
         }
         assert run["interpreter"]["torch_version"][0].isdigit()
         assert run["backend"] == "torch" and run["window"]["operator_count"] == len(profile.operators) == 24
-        # conv_block's heavy ops lead; which of the two is first depends on this CPU's timing of the run
+        # Ranked by CPU time on this machine (two runs at once on two cores: which heavy op leads depends on its
+        # timing, max_pool2d once): the digest is the profile's own ranking, heaviest first, convolutions among them.
+        shares = [op["share_pct"] for op in run["top_operators"]]
         names = [op["operator_name"] for op in run["top_operators"]]
-        assert names[0] in {"aten::conv2d", "aten::linear"} and "aten::conv2d" in names, names
+        assert shares == sorted(shares, reverse=True) and "aten::conv2d" in names, names
         conv = next(op for op in run["top_operators"] if op["operator_name"] == "aten::conv2d")
         assert sorted(conv["operator_ids"]) == [f"aten::conv2d#{i}" for i in range(6)]
         assert any(m.startswith("torch.profiler pass:") for m in said), said
