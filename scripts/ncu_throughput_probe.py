@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from mcp_server.process.child import run_child  # noqa: E402
 from mcp_server.schema.io import write_json_atomic  # noqa: E402
 from plugins.ncu.command import collected_metrics, default_metrics, find_ncu, metric_inputs, replayed_passes  # noqa: E402
+from plugins.ncu.reader import metric_value  # noqa: E402
 
 TIMEOUT_S = 600.0
 STANDARD = {
@@ -169,14 +170,8 @@ def read_all(path: Path) -> list[dict[str, Any]]:
             action = rng.action_by_idx(a)
             values: dict[str, float] = {}
             for name in action.metric_names():
-                metric = action.metric_by_name(name)
-                if metric is None or not metric.has_value():
-                    continue
-                kind = metric.kind()
-                if kind in (ncu_report.IMetric.ValueKind_UINT64, ncu_report.IMetric.ValueKind_UINT32):
-                    values[name] = float(metric.as_uint64())
-                elif kind in (ncu_report.IMetric.ValueKind_DOUBLE, ncu_report.IMetric.ValueKind_FLOAT):
-                    values[name] = float(metric.as_double())
+                if (value := metric_value(action.metric_by_name(name), ncu_report)) is not None:
+                    values[name] = value
             rows.append({"name": action.name(), "values": values})
     return rows
 

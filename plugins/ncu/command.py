@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,9 @@ def find_ncu() -> str | None:
     return find_executable("ncu", "NCU", NCU_GLOBS)
 
 
+@functools.cache
 def _metrics_file() -> dict[str, Any]:
+    """metrics.yaml, read once per process (callers only read it)."""
     return dict(yaml.safe_load(METRICS_FILE.read_text(encoding="utf-8")))
 
 

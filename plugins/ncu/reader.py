@@ -79,7 +79,7 @@ def _ncu_report() -> Any:
     return ncu_report
 
 
-def _value(metric: Any, ncu: Any) -> float | None:
+def metric_value(metric: Any, ncu: Any) -> float | None:
     """A numeric metric's value, read by its value kind; None for strings and metrics without a value."""
     if metric is None or not metric.has_value():
         return None
@@ -92,7 +92,7 @@ def _value(metric: Any, ncu: Any) -> float | None:
 
 
 def _int_metric(action: Any, name: str, ncu: Any) -> int | None:
-    value = _value(action.metric_by_name(name), ncu)
+    value = metric_value(action.metric_by_name(name), ncu)
     return None if value is None else int(value)
 
 
@@ -161,7 +161,7 @@ def _largest(action: Any, names: list[str], ncu: Any, returned: set[str]) -> Met
         if metric is None:
             continue
         returned.add(name)
-        value = _value(metric, ncu)
+        value = metric_value(metric, ncu)
         if value is not None and (best is None or value > best.value):
             best = Metric(value=value, unit=metric.unit())
     return best
@@ -198,7 +198,7 @@ def _read_in_process(path: Path, wanted: dict[str, str], busiest_of: dict[str, l
                         derived.add(key)
                     continue
                 returned.add(metric_name)
-                value = _value(metric, ncu)
+                value = metric_value(metric, ncu)
                 if value is None:
                     non_numeric.add(metric_name)
                     continue
