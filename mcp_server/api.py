@@ -30,6 +30,8 @@ from mcp_server.progress import Progress, quiet
 from mcp_server.proof.bench import bench as run_bench
 from mcp_server.proof.bench import bench_file, load_bench_result
 from mcp_server.proof.bench import summary_line as bench_line
+from mcp_server.proof.recipes import RECIPES_JSON
+from mcp_server.proof.recipes import recipes as run_recipes
 from mcp_server.proof.validate import VALIDATION_JSON, generated_test_path, render_checks
 from mcp_server.proof.validate import validate as run_validate
 from mcp_server.queries import header, top_operators_result, top_rows
@@ -56,6 +58,7 @@ from mcp_server.schema.requests import (
     OperatorDetailRequest,
     PreflightRequest,
     ProfileRequest,
+    RecipesRequest,
     ReportRequest,
     SummaryRequest,
     ValidateRequest,
@@ -72,6 +75,8 @@ from mcp_server.schema.results import (
     OperatorDetail,
     PreflightResult,
     ProfileRun,
+    RecipeRow,
+    RecipesResult,
     ReportResult,
     TopOperatorsResult,
     ValidateToolResult,
@@ -280,22 +285,22 @@ def compare(req: CompareRequest, progress: Progress = quiet, cancel: Cancel = No
 
 
 def bench(req: BenchRequest, progress: Progress = quiet, cancel: Cancel = None) -> BenchToolResult:
-    """Time the two workloads interleaved in one child: bench.json."""
-    progress(f"bench: {req.baseline.name} against {req.optimized.name} under {req.python.python}")
+    """Time the two workloads, each side in its own fresh processes, rounds alternating: bench.json."""
+    progress(f"bench: {req.baseline.name} ({req.baseline_mode}) against {req.optimized.name} under {req.python.python}")
     with dropped_if_empty(output_folder(req.output, req.project, req.optimized, "bench")) as out:
         loop = Recorder(out, "bench", [req.baseline, req.optimized], [req.baseline, req.optimized])
-        result = run_bench(req.baseline, req.optimized, python=req.python.python, warmup=req.warmup, reps=req.reps,
-                           rounds=req.rounds, input_sets=req.input_sets, seed=req.seed,
-                           baseline_mode=req.baseline_mode, out_dir=out, timeout_s=req.timeout_s,
-                           progress=progress, cancel=cancel, tier=req.tier)
+        result = run_bench(req.baseline, req.optimized, python=req.python.python, options=req.timing,
+                           rounds=req.rounds, baseline_mode=req.baseline_mode, tier=req.tier, recipes=req.recipes,
+                           out_dir=out, timeout_s=req.timeout_s, progress=progress, cancel=cancel)
         _record(loop, [out / bench_file(req.baseline_mode)], progress)
-    sides = {name: BenchSideSummary(workload=s.workload, how_run=s.how_run, first_call_ns=s.first_call_ns,
-                                    timing=s.summary)
+    sides = {name: BenchSideSummary(workload=s.workload, how_run=s.how_run, recipe=s.recipe,
+                                    first_call_ns=s.first_call_ns, latency=s.latency, back_to_back=s.back_to_back)
              for name, s in (("baseline", result.baseline), ("optimized", result.optimized))}
     return BenchToolResult(
         bench_path=str(out / bench_file(req.baseline_mode)), out_dir=str(out), files=files_under(out),
-        summary=bench_line(result),
-        speedup=result.speedup, baseline=sides["baseline"], optimized=sides["optimized"],
+        summary=bench_line(result), headline=result.headline, speedup=result.speedup,
+        latency_speedup=result.latency_speedup, back_to_back_speedup=result.back_to_back_speedup,
+        baseline=sides["baseline"], optimized=sides["optimized"],
         device_type=result.device_type, device_name=result.device_name, timer=result.timer,
         interpreter=InterpreterInfo(python=req.python.python, source=req.python.source,
                                     executable=result.python_executable, torch_version=result.torch_version),
@@ -303,19 +308,53 @@ def bench(req: BenchRequest, progress: Progress = quiet, cancel: Cancel = None) 
     )
 
 
+def recipes(req: RecipesRequest, progress: Progress = quiet, cancel: Cancel = None) -> RecipesResult:
+    """Measure the free frontier of a workload: recipes.json, frontier.png and the table."""
+    from mcp_server.render.frontier import FRONTIER_PNG, format_recipes, frontier_chart  # matplotlib: only here
+
+    progress(f"recipes: the free frontier of {req.workload.name} under {req.python.python}")
+    with dropped_if_empty(output_folder(req.output, req.project, req.workload, "recipes")) as out:
+        loop = Recorder(out, "recipes", [req.workload], [req.workload])
+        report = run_recipes(req.workload, python=req.python.python, options=req.timing, seeds=req.seeds,
+                             thorough=req.thorough, only=req.only, jobs=req.jobs, out_dir=out,
+                             timeout_s=req.timeout_s, progress=progress, cancel=cancel)
+        chart = frontier_chart(report, out / FRONTIER_PNG)
+        _record(loop, [out / RECIPES_JSON], progress)
+    metric = req.timing.headline
+    rows = [RecipeRow(recipe=r.recipe, status=r.status, tier=r.tier, reason=r.reason,
+                      latency_ms=_ms(r.time_ns("latency")), back_to_back_ms=_ms(r.time_ns("back_to_back")),
+                      max_rel_error=r.error.max_rel_error if r.error is not None else None) for r in report.results]
+    return RecipesResult(
+        recipes_path=str(out / RECIPES_JSON), frontier_chart=str(chart) if chart else None, out_dir=str(out),
+        files=files_under(out), summary=format_recipes(report, metric),
+        device=report.device_name or report.device_type, headline=metric, winners=report.winners, recipes=rows,
+        skipped=report.skipped, warnings=report.warnings,
+        interpreter=InterpreterInfo(python=req.python.python, source=req.python.source,
+                                    executable=report.python_executable, torch_version=report.torch_version),
+    )
+
+
+def _ms(ns: float | None) -> float | None:
+    return round(ns / 1e6, 6) if ns is not None else None
+
+
 def validate(req: ValidateRequest, progress: Progress = quiet, cancel: Cancel = None) -> ValidateToolResult:
     """Check the optimized workload against the baseline: validation_report.json."""
-    speedup = req.speedup
+    speedup, baseline_ns = req.speedup, None
     if req.bench_json is not None:
-        speedup = load_bench_result(req.bench_json).speedup.point
+        bench_result = load_bench_result(req.bench_json)
+        speedup = bench_result.speedup.point
+        baseline_ns = bench_result.baseline.summary_of(bench_result.headline).median_ns
     bound = req.max_plausible_speedup
     if bound is None and req.analysis is not None:
         sol = read_model(req.analysis, Analysis, "analysis.json", "run `analyze` on the baseline's profile"
                          ).speed_of_light
-        bound = sol.max_plausible_speedup if sol is not None else None
         if sol is not None:
-            progress(f"validate: a speedup above {bound:.2f}x is suspect (the baseline's speed of light, "
-                     f"{req.analysis})")
+            # The floor is a time: a bench whose baseline ran faster than the analysed window (a free recipe, the
+            # frontier's winner) leaves less room above it.
+            bound = (baseline_ns if baseline_ns is not None else sol.window_ns) / sol.plausible_floor_ns
+            progress(f"validate: a speedup above {bound:.2f}x is suspect (the baseline's plausible floor "
+                     f"{sol.plausible_floor_ns / 1e6:.3f} ms, {req.analysis})")
     progress(f"validate: {req.optimized.name} against {req.baseline.name} under {req.python.python}")
     with dropped_if_empty(output_folder(req.output, req.project, req.optimized, "validate")) as out:
         tests = generated_test_path(req.optimized) if req.run_tests else None
@@ -355,7 +394,7 @@ def report(req: ReportRequest, progress: Progress = quiet, cancel: Cancel = None
     else:
         inputs = load_inputs(base, optimized, analysis=req.analysis, comparison=req.comparison, bench=req.bench_json,
                              validation=req.validation, optimizations=req.optimizations,
-                             baseline_analysis=req.baseline_analysis, bench_vs_compile=req.bench_vs_compile,
+                             baseline_analysis=req.baseline_analysis, recipes=req.recipes,
                              bench_vs_free=req.bench_vs_free)
     workloads = [p.capture_metadata.workload for p in (inputs.baseline, inputs.optimized) if p is not None]
     with dropped_if_empty(output_folder(req.output, req.project, Path(workloads[0]), "report")) as out:

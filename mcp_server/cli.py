@@ -37,14 +37,16 @@ from mcp_server.schema.requests import (
     NcuOptions,
     PreflightRequest,
     ProfileRequest,
+    RecipesRequest,
     ReportRequest,
     SummaryRequest,
+    TimingOptions,
     ValidateRequest,
     cli_flag,
     usage_error,
 )
 from mcp_server.schema.results import ProfileRun, ValidateToolResult
-from mcp_server.schema.types import BACKENDS, BASELINE_MODES, TIERS
+from mcp_server.schema.types import BACKENDS, TIERS
 from mcp_server.tables import (
     format_loop_status,
     format_modules_by_phase,
@@ -54,7 +56,7 @@ from mcp_server.tables import (
 )
 
 M = TypeVar("M", bound=BaseModel)
-_OPTION_GROUPS = (CaptureOptions, NcuOptions)
+_OPTION_GROUPS = (CaptureOptions, NcuOptions, TimingOptions, BenchRequest, RecipesRequest)
 LOOP_NOTE = ("; in a workload's own folder, or one holding loop_state.json, the loop checkpoints written are "
              "recorded in loop_state.json (see loop-status)")
 
@@ -62,9 +64,12 @@ LOOP_NOTE = ("; in a workload's own folder, or one holding loop_state.json, the 
 # --------------------------------------------------------------------------------------------- option groups
 
 
-def add_options(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
-    """One flag per field of `model`: its spelling, its description as help; values are checked by the model."""
+def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], only: tuple[str, ...] = ()) -> None:
+    """One flag per field of `model` (or of the fields named in `only`): its spelling, its description as help;
+    values are checked by the model."""
     for name, field in model.model_fields.items():
+        if only and name not in only:
+            continue
         flag = cli_flag(name, field)
         help_text = (field.description or "").replace("%", "%%")
         if field.annotation is bool:
@@ -79,14 +84,15 @@ def add_options(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None
                             action="append" if flag.repeat else "store", metavar=metavar)
 
 
-def options_from(args: argparse.Namespace, model: type[M]) -> M:
-    """The option group `model` as the command line set it (unset flags keep the model's defaults)."""
+def options_from(args: argparse.Namespace, model: type[M], **values: Any) -> M:
+    """The request or option group `model` as the command line set it (unset flags keep the model's defaults),
+    with `values` for the fields the face sets itself."""
     given: dict[str, Any] = {}
     for name in model.model_fields:
         value = getattr(args, name, None)
-        if value is not None:
+        if value is not None and name not in values:
             given[name] = tuple(value) if isinstance(value, list) else value
-    return build(model, **given)
+    return build(model, **given, **values)
 
 
 def build(model: type[M], **values: Any) -> M:
@@ -271,14 +277,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Interleaved timing of two workloads; the speedup with its confidence interval."""
-    req = build(BenchRequest, baseline=args.baseline, optimized=args.optimized, python=_interpreter(args),
-                warmup=args.warmup, reps=args.reps, rounds=args.rounds, input_sets=args.input_sets, seed=args.seed,
-                baseline_mode=args.baseline_mode, tier=args.tier, output=args.output, project=Path.cwd(),
-                timeout_s=args.timeout)
+    """Each side in its own processes, rounds alternating; the speedups with their confidence intervals."""
+    req = options_from(args, BenchRequest, baseline=args.baseline, optimized=args.optimized,
+                       python=_interpreter(args), timing=options_from(args, TimingOptions), project=Path.cwd())
     result = api.bench(req, _STATUS)
     _print(result.summary)
+    for warning in result.warnings:
+        _print(f"warning: {warning}")
     _print(f"wrote {result.bench_path}")
+    return 0
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    """The free frontier: every recipe timed in its own process and validated; the winner of each tier."""
+    req = options_from(args, RecipesRequest, workload=args.workload, python=_interpreter(args),
+                       timing=options_from(args, TimingOptions), seeds=parse_seeds(args.seeds), project=Path.cwd())
+    result = api.recipes(req, _STATUS)
+    _print(result.summary)
+    for warning in result.warnings:
+        _print(f"warning: {warning}")
+    _print(f"wrote {result.recipes_path}" + (f" and {result.frontier_chart}" if result.frontier_chart else ""))
     return 0
 
 
@@ -300,7 +318,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Render the documents and print their paths."""
     req = build(ReportRequest, baseline_profile=args.profile, optimized_profile=args.optimized_profile,
                 analysis=args.analysis, baseline_analysis=args.baseline_analysis, comparison=args.comparison,
-                bench_json=args.bench, bench_vs_compile=args.bench_vs_compile, bench_vs_free=args.bench_vs_free,
+                bench_json=args.bench, recipes=args.recipes, bench_vs_free=args.bench_vs_free,
                 validation=args.validation, optimizations=args.optimizations, plan=args.plan,
                 output=args.output, project=Path.cwd())
     for path in api.report(req).files:
@@ -359,10 +377,9 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: the analysis optimizations.json names, when it exists)")
     p.add_argument("--comparison", type=Path, help="comparison.json of the two profiles")
     p.add_argument("--bench", type=Path, help="bench.json: the only source of the stated speedup")
-    p.add_argument("--bench-vs-compile", type=Path,
-                   help="bench_vs_compile.json: the optimized workload against the baseline under torch.compile")
+    p.add_argument("--recipes", type=Path, help="recipes.json: the free frontier measured on the same GPU")
     p.add_argument("--bench-vs-free", type=Path,
-                   help="bench_vs_free.json: the optimized workload against the best free recipe of its tier")
+                   help="bench_vs_free.json: the optimized workload against the winner of its tier of the frontier")
     p.add_argument("--validation", type=Path, help="validation_report.json")
     p.add_argument("--optimizations", type=Path, help="optimizations.json (what was planned, applied or not)")
     p.add_argument("--plan", action="store_true",
@@ -411,25 +428,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for comparison.json/.md (default: ./op_runs/<workload>-compare-<time>)" + LOOP_NOTE)
     p.add_argument("--allow-mismatch", action="store_true",
                    help="compare profiles of different devices or input shapes anyway")
-    p = sub.add_parser("bench", help="time two workloads interleaved; speedup with a 95%% confidence interval")
+    p = sub.add_parser(
+        "bench", help="time two workloads, each in its own processes; speedups with 95%% confidence intervals",
+        description="Time BASELINE (as written, a free recipe, or the winner of a tier of the free frontier) against "
+        "OPTIMIZED: each side in its own fresh processes, never two at once, rounds alternating the sides and "
+        "flipping their order every round. Each process reports latency (each call alone, synchronised) and "
+        "back-to-back time per call; the headline is latency unless --throughput.")
     p.add_argument("baseline", type=Path)
     p.add_argument("optimized", type=Path)
     p.add_argument("--python", default=sys.executable, help="interpreter that runs both (%(default)s)")
-    p.add_argument("--warmup", type=_count(0), default=5, help="warm-up calls per side (default 5)")
-    p.add_argument("--reps", type=_count(1), default=20, help="timed calls per side per round (default 20)")
-    p.add_argument("--rounds", type=_count(1), default=6, help="interleaved rounds (default 6)")
-    p.add_argument("--input-sets", type=_count(1), default=4, help="input sets rotated between calls (default 4)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--baseline-mode", choices=BASELINE_MODES, default="eager",
-                   help="how the baseline runs: eager; torch.compile as inductor or reduce-overhead (CUDA graphs), "
-                        "-bf16 inside bf16 autocast; free: the fastest free recipe of --tier (default eager)")
-    p.add_argument("--tier", choices=TIERS, default="exact",
-                   help="precision tier for --baseline-mode free: exact (fp32 recipes) or reduced (bf16 autocast "
-                        "too) (default exact)")
+    add_options(p, BenchRequest, only=("rounds", "baseline_mode", "tier", "recipes", "timeout_s"))
+    add_options(p, TimingOptions)
     p.add_argument("--output", "-o", type=Path,
-                   help="folder for bench.json (bench_vs_compile.json against inductor, bench_vs_free.json against "
-                        "free; default ./op_runs/<name>-bench-<time>)" + LOOP_NOTE)
-    p.add_argument("--timeout", type=float, default=600.0)
+                   help="folder for bench.json (bench_vs_free.json against free, bench_vs_<recipe>.json against a "
+                        "recipe; default ./op_runs/<name>-bench-<time>)" + LOOP_NOTE)
+    _add_output_options(p)
+    p = sub.add_parser(
+        "recipes", help="measure the free frontier: every free recipe timed in its own process and validated",
+        description="Run WORKLOAD under every recipe a user can paste in a few lines (torch.compile modes, TF32, "
+        "bf16/fp16 autocast, the whole model cast to bf16/fp16, channels_last, cuDNN's autotuner), each in its own "
+        "process, validated against fp32 eager over several seeds and sorted into the exact or reduced tier; writes "
+        "recipes.json and frontier.png and prints the winner of each tier with its lines of code.")
+    p.add_argument("workload", type=Path, help="Python file with get_model_and_input()")
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs the workload (%(default)s)")
+    add_options(p, RecipesRequest, only=("thorough", "only", "jobs", "timeout_s"))
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds each recipe is validated on (default 0,1,2)")
+    add_options(p, TimingOptions)
+    p.add_argument("--output", "-o", type=Path,
+                   help="folder for recipes.json and frontier.png (default ./op_runs/<name>-recipes-<time>)")
     _add_output_options(p)
     p = sub.add_parser("validate", help="check an optimized workload against its baseline (validation_report.json)")
     p.add_argument("baseline", type=Path)
@@ -480,6 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "map": cmd_map, "assemble": cmd_assemble, "analyze": cmd_analyze, "compare": cmd_compare, "bench": cmd_bench,
+    "recipes": cmd_recipes,
     "validate": cmd_validate, "report": cmd_report, "preflight": cmd_preflight, "summary": cmd_summary,
     "loop-status": cmd_loop_status,
 }

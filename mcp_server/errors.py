@@ -21,6 +21,10 @@ class WorkloadError(ProfilerError):
     """The workload file is missing, malformed, or raised while running."""
 
 
+class ChildTimedOut(WorkloadError):
+    """A child process ran past its time limit and was stopped."""
+
+
 class UsageError(ProfilerError):
     """A command-line value is invalid."""
 

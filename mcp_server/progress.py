@@ -12,11 +12,11 @@ from collections.abc import Callable
 Progress = Callable[[str], None]
 
 # Lines that start a phase, as the engine prints them: "torch.profiler pass: ...", "[nsys] nsys pass: ...",
-# "assembling profile.json" (assembly), "operator_profiler_bench: round 2/6" (the bench child), "validate: running
-# ..." (validate), "ncu: ... replayed" (the replay plan), and each verb's own "<verb>: ..." lines.
+# "assembling profile.json" (assembly), "operator_profiler_measure: timing: ..." (a measurement child), "validate:
+# running ..." (validate), "ncu: ... replayed" (the replay plan), and each verb's own "<verb>: ..." lines.
 PHASE_LINE = re.compile(
-    r"^(?:\[\w+\] )?(?:[\w.]+ pass: |assembling |operator_profiler_bench: |validate: |(?:profile|map|assemble|"
-    r"analyze|compare|bench|validate|report|preflight|query|ncu): )"
+    r"^(?:\[\w+\] )?(?:[\w.]+ pass: |assembling |operator_profiler_measure: |validate: |(?:profile|map|assemble|"
+    r"analyze|compare|bench|recipes|validate|report|preflight|query|ncu): )"
 )
 
 

@@ -26,6 +26,7 @@ from mcp_server.progress import Progress
 from mcp_server.schema.requests import (
     AnalyzeRequest,
     AssembleRequest,
+    BaselineMode,
     BenchRequest,
     CaptureOptions,
     CompareRequest,
@@ -36,8 +37,10 @@ from mcp_server.schema.requests import (
     OperatorDetailRequest,
     PreflightRequest,
     ProfileRequest,
+    RecipesRequest,
     ReportRequest,
     SummaryRequest,
+    TimingOptions,
     ValidateRequest,
     usage_error,
 )
@@ -50,11 +53,12 @@ from mcp_server.schema.results import (
     OperatorDetail,
     PreflightResult,
     ProfileRun,
+    RecipesResult,
     ReportResult,
     TopOperatorsResult,
     ValidateToolResult,
 )
-from mcp_server.schema.types import Backend, BaselineMode, Tier
+from mcp_server.schema.types import Backend, Tier
 from mcp_server.serve.interpreter import choose_python
 from mcp_server.serve.paths import project_dir, resolve, resolve_optional, workload_file
 from mcp_server.serve.runner import run_engine, stop_all
@@ -63,10 +67,11 @@ INSTRUCTIONS = """\
 Operator Profiler attributes every CUDA kernel of a PyTorch workload to the operator (aten::linear, an
 Inductor-fused group) and nn.Module path that launched it, and proves optimizations with evidence.
 A workload is a .py file defining get_model_and_input() -> (model, inputs).
-Flow: preflight -> profile -> analyze -> top_operators / operator_detail / kernel_detail -> write an
-optimized copy -> validate (is it still right?) -> bench (how much faster, with a confidence interval) ->
-profile the optimized workload -> compare (which operators moved) -> report. loop_status says which stage of
-that loop is next for a workload whose folder holds the loop's files.
+Flow: preflight -> profile -> analyze -> top_operators / operator_detail / kernel_detail -> recipes (what a
+user gets for free: the winner of each precision tier, the baseline to beat) -> write an optimized copy ->
+validate (is it still right?) -> bench (how much faster than eager and than the frontier's winner, with
+confidence intervals) -> profile the optimized workload -> compare (which operators moved) -> report.
+loop_status says which stage of that loop is next for a workload whose folder holds the loop's files.
 Relative paths resolve against the project directory (CLAUDE_PROJECT_DIR, else the server's working
 directory); every run writes into its own folder under <project>/op_runs/. Workloads run under the
 project's interpreter: the python argument, else $OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python,
@@ -263,35 +268,62 @@ async def compare(
         top=top))
 
 
-@tool("Bench: is the optimized workload faster?", RUNS_WORKLOAD)
+@tool("Bench two workloads, each in its own processes", RUNS_WORKLOAD, options=TimingOptions)
 async def bench(
     baseline: Annotated[str, Field(description="The baseline workload .py file.")],
     optimized: Annotated[str, Field(description="The optimized workload .py file.")],
     ctx: Context,
     python: Python = None,
-    warmup: Positive = 5,
-    reps: Annotated[int, Field(ge=1, description="Timed calls per side per round.")] = 20,
-    rounds: Annotated[int, Field(ge=1, description="Interleaved rounds, alternating which side goes first.")] = 6,
-    input_sets: Positive = 4,
-    seed: int = 0,
+    rounds: Annotated[int, Field(ge=3, description="Processes per side, alternating.")] = 3,
     baseline_mode: BaselineMode = "eager",
-    tier: Annotated[Tier, Field(description="Precision tier whose free recipes baseline_mode 'free' times.")] = "exact",
+    tier: Annotated[Tier, Field(description="The tier whose frontier winner baseline_mode 'free' runs.")] = "exact",
+    recipes: Annotated[str | None, Field(description="recipes.json for 'free' (default: beside the baseline).")] = None,
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
+    **timing: Any,
 ) -> BenchToolResult:
-    """Time two workloads interleaved in one process; the speedup with a 95% bootstrap confidence interval.
+    """Time two workloads, each side in its own fresh processes (rounds alternate them, order flipped every round);
+    latency and back-to-back speedups with 95% bootstrap confidence intervals over rounds and calls.
 
-    Use to measure an optimization's real effect (wall-clock per call, CUDA events on a GPU), not kernel-time
-    sums. `speedup.significant` is false when the interval contains 1.0. baseline_mode: eager (bench.json),
-    inductor = plain torch.compile (bench_vs_compile.json), reduce-overhead, -bf16 variants under bf16 autocast,
-    or free = the fastest of the tier's free recipes (bench_vs_free.json; its baseline_mode names the recipe).
-    validate accepts the written file as bench_json for its plausibility check.
+    Use to measure an optimization's real effect, not kernel-time sums; `speedup` is the headline metric's
+    (latency unless throughput=true) and `significant` is false when its interval contains 1.0. baseline_mode:
+    eager (as written, bench.json), a recipe name, or free = the tier's winner in recipes.json (run the recipes
+    tool first, on the same GPU; bench_vs_free.json). validate accepts the written file as bench_json.
     """
-    return await _call(ctx, "bench", timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
+    options = _request(TimingOptions, **timing)
+    return await _call(ctx, "bench", 2 * rounds * timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
         BenchRequest, baseline=workload_file(baseline, "baseline workload"),
-        optimized=workload_file(optimized, "optimized workload"), python=choose_python(python), warmup=warmup,
-        reps=reps, rounds=rounds, input_sets=input_sets, seed=seed, baseline_mode=baseline_mode, tier=tier,
+        optimized=workload_file(optimized, "optimized workload"), python=choose_python(python), timing=options,
+        rounds=rounds, baseline_mode=baseline_mode, tier=tier, recipes=resolve_optional(recipes, "recipes.json"),
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
+
+
+@tool("Recipes: the free frontier of a workload", RUNS_WORKLOAD, options=TimingOptions)
+async def recipes(
+    workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
+    ctx: Context,
+    python: Python = None,
+    thorough: Annotated[bool, Field(description="Also max-autotune, and every layout combination.")] = False,
+    only: Annotated[tuple[str, ...], Field(description="Run only these recipes (and fp32 eager).")] = (),
+    seeds: Annotated[tuple[int, ...], Field(min_length=1, description="Validation seeds.")] = (0, 1, 2),
+    jobs: Annotated[int | None, Field(ge=1, description="Recipe processes at a time.")] = None,
+    output: Output = None,
+    timeout_s: TimeoutS = 600.0,
+    **timing: Any,
+) -> RecipesResult:
+    """Measure what a user gets for free: every recipe pasteable in a few lines (torch.compile modes, TF32,
+    bf16/fp16 autocast, the whole model cast to bf16/fp16, channels_last, cuDNN autotuning), each in its own
+    process, validated against fp32 eager over several seeds and sorted into the exact or reduced tier.
+
+    Use before optimizing by hand: the winner of the tier (`winners`, with its lines of code) is the baseline an
+    optimization must beat (bench with baseline_mode='free'). Writes recipes.json and frontier.png; a recipe that
+    crashes, hangs or fails validation is recorded with its reason.
+    """
+    options = _request(TimingOptions, **timing)
+    return await _call(ctx, "recipes", 40 * timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
+        RecipesRequest, workload=workload_file(workload), python=choose_python(python), timing=options,
+        thorough=thorough, only=only, seeds=seeds, jobs=jobs, output=resolve_optional(output, "output directory"),
+        project=project_dir(), timeout_s=timeout_s))
 
 
 @tool("Validate an optimized workload", RUNS_WORKLOAD)
@@ -348,11 +380,9 @@ async def report(
     )] = None,
     comparison: Annotated[str | None, Field(description="comparison.json (from compare).")] = None,
     bench_json: Annotated[str | None, Field(description="bench.json (from bench): the only speedup stated.")] = None,
-    bench_vs_compile: Annotated[str | None, Field(
-        description="bench_vs_compile.json (bench with baseline_mode 'inductor'): the same optimized workload "
-        "against the baseline under torch.compile.")] = None,
+    recipes: Annotated[str | None, Field(description="recipes.json (from recipes): the free frontier.")] = None,
     bench_vs_free: Annotated[str | None, Field(
-        description="bench_vs_free.json (bench with baseline_mode 'free'): against the best free recipe.")] = None,
+        description="bench_vs_free.json (bench, baseline_mode 'free'): against the tier's frontier winner.")] = None,
     validation: Annotated[str | None, Field(description="validation_report.json (from validate).")] = None,
     optimizations: Annotated[str | None, Field(description="optimizations.json of the changes made.")] = None,
     plan: Annotated[bool, Field(
@@ -376,7 +406,7 @@ async def report(
         baseline_analysis=resolve_optional(baseline_analysis, "analysis.json"),
         comparison=resolve_optional(comparison, "comparison.json"),
         bench_json=resolve_optional(bench_json, "bench.json"),
-        bench_vs_compile=resolve_optional(bench_vs_compile, "bench_vs_compile.json"),
+        recipes=resolve_optional(recipes, "recipes.json"),
         bench_vs_free=resolve_optional(bench_vs_free, "bench_vs_free.json"),
         validation=resolve_optional(validation, "validation_report.json"),
         optimizations=resolve_optional(optimizations, "optimizations.json"), plan=plan,

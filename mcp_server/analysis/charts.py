@@ -22,7 +22,8 @@ ROOF_STYLES = {"fp32": "-", "tf32_tensor": "--", "bf16_tensor": "-.", "fp16_tens
 TOP_BARS = 12
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,7 +32,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_png(fig: Any, path: Path) -> None:
+    """Write `fig` as a PNG through a temporary name and a rename."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
 
@@ -48,7 +50,7 @@ def roofline_chart(analysis: Analysis, path: Path) -> Path | None:
               and k.roofline.achieved_flop_per_s]
     if device is None or not device.dram_bandwidth_bytes_per_s or not points:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     clocks = [roof.sm_clock_mhz for _, roof, _, _ in points if roof.sm_clock_mhz]
     clock = statistics.median(clocks) if clocks else None
     intensities = [intensity for _, _, intensity, _ in points]
@@ -83,7 +85,7 @@ def roofline_chart(analysis: Analysis, path: Path) -> Path | None:
                  f"{clock_text}; peaks {origin}", fontsize=8)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
     return path
 
@@ -111,7 +113,7 @@ def time_by_operator_chart(analysis: Analysis, path: Path) -> Path | None:
 
     CPU-only analyses chart CPU self time per operator instead. Returns None when there is nothing to draw.
     """
-    plt = _pyplot()
+    plt = pyplot()
     if analysis.gpu_data:
         rows = [(s.label, s.duration_ns / 1e3, COLORS[s.bottleneck]) for s in analysis.stages[:TOP_BARS]]
         xlabel, title = "kernel time (us)", "GPU kernel time by module/operator, coloured by bottleneck"
@@ -140,6 +142,6 @@ def time_by_operator_chart(analysis: Analysis, path: Path) -> Path | None:
     if timeline is not None:
         _window_panel(fig.add_subplot(grid[1]), timeline)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
     return path

@@ -16,9 +16,40 @@ CONTRACT = re.compile(
 SCRIPT_WINDOW = re.compile(r"\bNvtxCapture\s*\(")
 
 COMPILE_MODES = ("eager", "inductor", "cudagraphs", "optimized")
-# How bench's child runs a baseline (the engine's `free` picks among them)
-BASELINE_RECIPES = ("eager", "inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16")
-AUTOCAST_HOW = "under bf16 autocast"  # how bench.json's `how_run` names a recipe run inside bf16 autocast
+# A free recipe (`operator-profiler recipes`): what a user pastes in a few lines, named by its parts joined with
+# "+" in this order: a compile mode, a precision, then optionally "channels-last" and "cudnn-benchmark"
+# (`reduce-overhead+bf16-cast+channels-last`). "compile" is torch.compile's default mode; "fp32" keeps TF32 off
+# for matmuls and cuDNN alike; "-autocast" runs the call inside torch.autocast; "-cast" casts the whole model and
+# its floating-point inputs.
+RECIPE_COMPILE_MODES = ("eager", "compile", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+RECIPE_PRECISIONS = ("fp32", "tf32", "bf16-autocast", "fp16-autocast", "bf16-cast", "fp16-cast")
+CHANNELS_LAST, CUDNN_BENCHMARK = "channels-last", "cudnn-benchmark"
+
+
+def recipe_parts(name: str) -> tuple[str, str, bool, bool]:
+    """(compile mode, precision, channels_last, cudnn_benchmark) of a recipe name; ValueError naming the part that
+    is wrong. The parts may come in any order; a missing precision is fp32."""
+    parts = [p for p in name.strip().split("+") if p]
+    modes = [p for p in parts if p in RECIPE_COMPILE_MODES]
+    precisions = [p for p in parts if p in RECIPE_PRECISIONS]
+    unknown = [p for p in parts if p not in RECIPE_COMPILE_MODES + RECIPE_PRECISIONS + (CHANNELS_LAST, CUDNN_BENCHMARK)]
+    if unknown:
+        raise ValueError(f"unknown recipe part {unknown[0]!r} in {name!r}: a recipe is a compile mode "
+                         f"({', '.join(RECIPE_COMPILE_MODES)}), a precision ({', '.join(RECIPE_PRECISIONS)}) and "
+                         f"optionally {CHANNELS_LAST} and {CUDNN_BENCHMARK}, joined with '+'")
+    if len(modes) != 1:
+        raise ValueError(f"recipe {name!r} names {len(modes)} compile modes: name exactly one of "
+                         f"{', '.join(RECIPE_COMPILE_MODES)}")
+    if len(precisions) > 1:
+        raise ValueError(f"recipe {name!r} names {len(precisions)} precisions: name at most one")
+    return modes[0], (precisions or ["fp32"])[0], CHANNELS_LAST in parts, CUDNN_BENCHMARK in parts
+
+
+def recipe_name(compile_mode: str, precision: str, channels_last: bool = False, cudnn_benchmark: bool = False) -> str:
+    """The canonical name of a recipe (the inverse of recipe_parts)."""
+    return "+".join([compile_mode, precision] + [CHANNELS_LAST] * channels_last + [CUDNN_BENCHMARK] * cudnn_benchmark)
+
+
 PROFILERS = ("torch", "nvtx", "kernels", "none")
 
 MEASURE_RANGE = "operator_profiler::measure"

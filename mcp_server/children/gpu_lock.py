@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 POLL_S = 0.05
 
@@ -71,6 +71,62 @@ class GpuPhases:
         fcntl.flock(self._file.fileno(), getattr(fcntl, mode))
 
     def _drop(self) -> None:
+        if self._file is not None:
+            import fcntl
+
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+
+class GpuTurns:
+    """Processes that compile side by side and measure one at a time, through one lock file and a turnstile.
+
+    Building, compiling and warming up take the GPU shared; a timed window takes it exclusively. A process waiting
+    for its window holds the turnstile, which every process must pass to take the GPU shared: no warm-up starts
+    while a window waits, so windows are never starved by a stream of compiles, and none runs beside GPU work of
+    another process. Without a path, nothing is locked.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self._gpu = _Flock(path)
+        self._turnstile = _Flock(path.with_name(path.name + ".turnstile") if path is not None else None)
+
+    def shared(self) -> None:
+        """Take the GPU shared (after any window that waits)."""
+        self._gpu.drop()
+        self._turnstile.take("LOCK_EX")
+        self._gpu.take("LOCK_SH")
+        self._turnstile.drop()
+
+    def exclusive(self) -> None:
+        """Take the GPU alone, once the processes warming up now are done; none starts meanwhile."""
+        self._gpu.drop()
+        self._turnstile.take("LOCK_EX")
+        self._gpu.take("LOCK_EX")
+        self._turnstile.drop()
+
+    def release(self) -> None:
+        """Drop the GPU."""
+        self._gpu.drop()
+
+
+class _Flock:
+    """One lock file, taken and dropped."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path: Path | None = path
+        self._file: IO[str] | None = None
+
+    def take(self, mode: str) -> None:
+        if self._path is None:
+            return
+        import fcntl
+
+        self._file = open(self._path, "a+")  # noqa: SIM115 - held until drop()
+        fcntl.flock(self._file.fileno(), getattr(fcntl, mode))
+
+    def drop(self) -> None:
         if self._file is not None:
             import fcntl
 

@@ -23,7 +23,7 @@ PROFILE_OPTIMIZED = "profile_optimized.json"
 COMPARISON_JSON = "comparison.json"
 COMPARISON_MD = "comparison.md"
 BENCH = "bench.json"
-BENCH_VS_COMPILE = "bench_vs_compile.json"
+RECIPES = "recipes.json"
 BENCH_VS_FREE = "bench_vs_free.json"
 REPORT = "report.md"
 OPTIMIZED_WORKLOAD = "OPTIMIZED_WORKLOAD.md"
@@ -42,7 +42,9 @@ class Stage(NamedTuple):
 STAGES: tuple[Stage, ...] = (
     Stage("preflight", (), ()),
     Stage("profile", (WORKLOAD,), (PROFILE, ANALYSIS)),
-    Stage("propose", (PROFILE, ANALYSIS), (OPTIMIZATIONS, PROPOSAL, IMPLEMENTATION)),
+    # the free frontier, measured on this GPU: the plan starts from its winner and must beat it
+    Stage("recipes", (WORKLOAD,), (RECIPES,)),
+    Stage("propose", (PROFILE, ANALYSIS, RECIPES), (OPTIMIZATIONS, PROPOSAL, IMPLEMENTATION)),
     # the brief, not the plan: the implement stage itself marks the plan's items implemented or deferred, and a
     # changed plan makes the brief stale (propose) before it can reach here
     Stage("implement", (IMPLEMENTATION,), (OPTIMIZED, OPTIMIZED_TEST)),
@@ -50,15 +52,15 @@ STAGES: tuple[Stage, ...] = (
     Stage("reprofile", (OPTIMIZED,), (PROFILE_OPTIMIZED,)),
     Stage("compare", (PROFILE, PROFILE_OPTIMIZED), (COMPARISON_JSON, COMPARISON_MD)),
     # validate runs again with bench.json: validation_report.json, rewritten, then holds the checked speedup
-    Stage("bench", (WORKLOAD, OPTIMIZED), (BENCH, BENCH_VS_COMPILE, BENCH_VS_FREE, VALIDATION)),
-    Stage("report", (PROFILE, ANALYSIS, OPTIMIZATIONS, VALIDATION, PROFILE_OPTIMIZED, COMPARISON_JSON, BENCH,
-                     BENCH_VS_COMPILE, BENCH_VS_FREE), (REPORT, OPTIMIZED_WORKLOAD)),
+    Stage("bench", (WORKLOAD, OPTIMIZED, RECIPES), (BENCH, BENCH_VS_FREE, VALIDATION)),
+    Stage("report", (PROFILE, ANALYSIS, RECIPES, OPTIMIZATIONS, VALIDATION, PROFILE_OPTIMIZED, COMPARISON_JSON, BENCH,
+                     BENCH_VS_FREE), (REPORT, OPTIMIZED_WORKLOAD)),
 )
 
 # The checkpoints the engine's tools write (and record in loop_state.json); the others are written by the agents.
 RECORDED: frozenset[str] = frozenset({
-    ANALYSIS, PROPOSAL, IMPLEMENTATION, VALIDATION, COMPARISON_JSON, COMPARISON_MD, BENCH, BENCH_VS_COMPILE,
-    BENCH_VS_FREE, REPORT, OPTIMIZED_WORKLOAD,
+    ANALYSIS, RECIPES, PROPOSAL, IMPLEMENTATION, VALIDATION, COMPARISON_JSON, COMPARISON_MD, BENCH, BENCH_VS_FREE,
+    REPORT, OPTIMIZED_WORKLOAD,
 })
 
 

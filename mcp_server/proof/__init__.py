@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mcp_server.errors import UsageError, WorkloadError
+from mcp_server.errors import ChildTimedOut, UsageError, WorkloadError
 from mcp_server.process import child_command, interpreter_env, run_child
 from mcp_server.process.child import exit_description, log_tail
 from mcp_server.progress import Progress, quiet
@@ -72,7 +72,7 @@ def run_proof_child(
     cmd = child_command(python, script, *args, "--out", str(out))
     code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=interpreter_env(python))
     if timed_out:
-        raise WorkloadError(
+        raise ChildTimedOut(
             f"the {name} child ran past its {timeout_s:.0f} s limit and was stopped",
             f"raise --timeout or shrink the workload; its output is in {log}",
         )

@@ -1,12 +1,13 @@
-"""The optimized workload against what a user gets for free: eager, torch.compile and the best free recipe."""
+"""The optimized workload against what a user gets for free: eager as written, and the winner of its precision tier
+of the free frontier (recipes.json, measured on the same GPU), with the recipe's lines when the recipe wins."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-from mcp_server.children.contract import AUTOCAST_HOW
 from mcp_server.schema.analysis import SpeedOfLight
 from mcp_server.schema.proof import BenchResult
+from mcp_server.schema.recipes import RecipesReport
 
 
 class BaselineRow(BaseModel):
@@ -14,20 +15,36 @@ class BaselineRow(BaseModel):
 
     label: str
     baseline_how: str
+    metric: str
     baseline_median_ns: float
     optimized_median_ns: float
     point: float
     ci_low: float
     ci_high: float
     significant: bool
+    other_metric: str
+    other_point: float
     file: str
 
 
+class FrontierView(BaseModel):
+    """The frontier's winner of the tier, and how the optimized workload stands against it."""
+
+    tier: str
+    recipe: str | None
+    recipe_time_ns: float | None
+    recipe_speedup_vs_eager: float | None
+    code: list[str]
+    device: str
+    recipes_file: str
+    verdict: str
+
+
 class BaselinesView(BaseModel):
-    """The optimized workload against eager, torch.compile and the best free recipe, and what that means."""
+    """The optimized workload against eager and the frontier's winner, and what that means."""
 
     rows: list[BaselineRow]
-    verdict: str | None
+    frontier: FrontierView | None
 
 
 def floor_evidence(floor: SpeedOfLight, tier: str) -> str:
@@ -47,34 +64,63 @@ def floor_evidence(floor: SpeedOfLight, tier: str) -> str:
     return text
 
 
+def _row(label: str, bench: BenchResult, file: str) -> BaselineRow:
+    s = bench.speedup
+    other = "back_to_back" if bench.headline == "latency" else "latency"
+    return BaselineRow(
+        label=label, baseline_how=bench.baseline.how_run, metric=bench.headline.replace("_", "-"),
+        baseline_median_ns=bench.baseline.summary_of(bench.headline).median_ns,
+        optimized_median_ns=bench.optimized.summary_of(bench.headline).median_ns, point=s.point, ci_low=s.ci_low,
+        ci_high=s.ci_high, significant=s.significant, other_metric=other.replace("_", "-"),
+        other_point=(bench.back_to_back_speedup if other == "back_to_back" else bench.latency_speedup).point,
+        file=file,
+    )
+
+
+def _verdict(row: BaselineRow | None, recipe: str, code: list[str], tier: str, floor: SpeedOfLight | None) -> str:
+    lines = "; ".join(f"`{line}`" for line in code)
+    if row is None:
+        return (f"The optimized workload was not benched against the {tier} tier's winner, {recipe}: no "
+                f"bench_vs_free.json. Until it is, the recipe's lines are the answer to beat: {lines}.")
+    measured = (f"{row.point:.3f}× by {row.metric} (95 % CI {row.ci_low:.3f}×–{row.ci_high:.3f}×; "
+                f"{row.other_point:.3f}× by {row.other_metric})")
+    if row.ci_low > 1.0:
+        return f"The optimized workload beats the {tier} tier's winner of the free frontier, {recipe}: {measured}."
+    verdict = (f"The optimized workload is slower than the free recipe {recipe}: {measured}. Use the recipe instead: "
+               f"{lines}." if row.ci_high < 1.0 else
+               f"The optimized workload is level with the free recipe {recipe}: {measured}, not significant. The "
+               f"recipe gives the same in a few lines: {lines}.")
+    return verdict + (floor_evidence(floor, tier) if floor is not None else "")
+
+
 def baselines_view(
-    benches: list[tuple[str, BenchResult, str]], floor: SpeedOfLight | None = None, tier: str = "exact"
+    bench: tuple[BenchResult, str] | None, bench_vs_free: tuple[BenchResult, str] | None,
+    recipes: tuple[RecipesReport, str] | None, tier: str = "exact", floor: SpeedOfLight | None = None,
 ) -> BaselinesView | None:
-    """Rows per (label, bench, file) given; the verdict says plainly when the gain is torch.compile's for free, and,
-    when the optimized workload is not faster than a free recipe, what the speed-of-light `floor` says."""
-    if len(benches) < 2:
+    """Rows for the benches given (against eager, against the frontier's winner), and the verdict against the
+    winner of `tier` in recipes.json: plainly slower, level or faster, with the recipe's lines when it wins and what
+    the speed-of-light `floor` says."""
+    rows = []
+    if bench is not None:
+        rows.append(_row("eager (as written)", *bench))
+    free_row = None
+    if bench_vs_free is not None:
+        free_row = _row(f"{bench_vs_free[0].tier or tier} tier's frontier winner", *bench_vs_free)
+        rows.append(free_row)
+    frontier = None
+    if recipes is not None:
+        report, file = recipes
+        metric = bench_vs_free[0].headline if bench_vs_free is not None else "latency"
+        winner = report.winner(tier, metric)
+        recipe = winner.recipe if winner is not None else None
+        verdict = (_verdict(free_row, recipe, winner.code, tier, floor) if winner is not None and recipe is not None
+                   else f"No recipe of {file} validated in the {tier} tier.")
+        frontier = FrontierView(
+            tier=tier, recipe=recipe, recipe_time_ns=winner.time_ns if winner else None,
+            recipe_speedup_vs_eager=winner.speedup_vs_reference if winner else None,
+            code=winner.code if winner else [], device=report.device_name or report.device_type, recipes_file=file,
+            verdict=verdict,
+        )
+    if not rows and frontier is None:
         return None
-    rows = [BaselineRow(label=label, baseline_how=b.baseline.how_run, baseline_median_ns=b.baseline.summary.median_ns,
-                        optimized_median_ns=b.optimized.summary.median_ns, point=b.speedup.point,
-                        ci_low=b.speedup.ci_low, ci_high=b.speedup.ci_high, significant=b.speedup.significant,
-                        file=file) for label, b, file in benches]
-    free = next((r for r in rows if r.label != "eager"), None)
-    verdict = None
-    best = min((r for r in rows if r.label != "eager"), key=lambda r: r.ci_low, default=None)
-    if best is not None and best.ci_low < 1.0 <= best.ci_high:
-        verdict = (f"The loop's gain is what a user gets for free: against the baseline run as {best.baseline_how} "
-                   f"the optimized workload is {best.point:.3f}× (95 % CI {best.ci_low:.3f}×–{best.ci_high:.3f}×, "
-                   "not significant).")
-    elif best is not None and best.ci_high < 1.0:
-        verdict = (f"The optimized workload is slower than the baseline run as {best.baseline_how}: "
-                   f"{best.point:.3f}× (95 % CI {best.ci_low:.3f}×–{best.ci_high:.3f}×).")
-    elif free is not None:
-        verdict = (f"The optimized workload is faster than every free baseline measured; the smallest margin is "
-                   f"{best.point:.3f}× (95 % CI lower bound {best.ci_low:.3f}×) against {best.baseline_how}."
-                   if best is not None else None)
-    if verdict is not None and best is not None and best.ci_low < 1.0 and floor is not None:
-        verdict += floor_evidence(floor, tier)
-    if verdict is not None and any(AUTOCAST_HOW in r.baseline_how for r in rows):
-        verdict += (" The free recipes under bf16 autocast were timed, not validated: their outputs were not checked "
-                    "against the reduced tier's tolerance, which the optimized workload passed.")
-    return BaselinesView(rows=rows, verdict=verdict)
+    return BaselinesView(rows=rows, frontier=frontier)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -130,6 +131,23 @@ def _optimized_workload(inputs: ReportInputs) -> str | None:
     return None
 
 
+T = TypeVar("T")
+
+
+def _shown(loaded: T | None, path: Path | None, project_dir: Path) -> tuple[T, str] | None:
+    """A loaded input with its path as the report shows it, when both are there."""
+    return (loaded, show_path(path, project_dir)) if loaded is not None and path is not None else None
+
+
+def _tier(inputs: ReportInputs) -> str:
+    """The precision tier the optimized workload claims: the plan's, else the validation's, else exact."""
+    if inputs.optimizations is not None:
+        return inputs.optimizations.tier
+    if inputs.bench_vs_free is not None and inputs.bench_vs_free.tier:
+        return inputs.bench_vs_free.tier
+    return inputs.validation.tier if inputs.validation is not None else "exact"
+
+
 def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> ReportView:
     """Everything report.md states, decided from the files."""
     items = item_views(inputs.optimizations, inputs.validation) if inputs.optimizations else []
@@ -138,22 +156,18 @@ def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) ->
     optimized = _optimized_workload(inputs)
     files = [show_path(p, project_dir) for p in (
         inputs.baseline_path, inputs.optimized_path, inputs.analysis_path, inputs.comparison_path,
-        inputs.bench_path, inputs.bench_vs_compile_path, inputs.bench_vs_free_path, inputs.validation_path,
+        inputs.bench_path, inputs.recipes_path, inputs.bench_vs_free_path, inputs.validation_path,
         inputs.optimizations_path) if p is not None]
     return ReportView(
         workload=show_path(inputs.baseline.capture_metadata.workload, project_dir),
         optimized_workload=show_path(optimized, project_dir) if optimized else None,
         device=device_view(inputs.baseline), clocks=clock_views(inputs),
         speedup=speedup_view(inputs.bench) if inputs.bench else None,
-        baselines=baselines_view([
-            (label, bench, show_path(path, project_dir)) for label, bench, path in (
-                ("eager", inputs.bench, inputs.bench_path),
-                ("torch.compile", inputs.bench_vs_compile, inputs.bench_vs_compile_path),
-                (f"best free recipe ({inputs.bench_vs_free.tier or 'exact'} tier)" if inputs.bench_vs_free else "",
-                 inputs.bench_vs_free, inputs.bench_vs_free_path),
-            ) if bench is not None and path is not None
-        ], floor=inputs.analysis.speed_of_light if inputs.analysis else None,
-            tier=inputs.optimizations.tier if inputs.optimizations else "exact"),
+        baselines=baselines_view(
+            _shown(inputs.bench, inputs.bench_path, project_dir),
+            _shown(inputs.bench_vs_free, inputs.bench_vs_free_path, project_dir),
+            _shown(inputs.recipes, inputs.recipes_path, project_dir), tier=_tier(inputs),
+            floor=inputs.analysis.speed_of_light if inputs.analysis else None),
         validation=validation_view(inputs.validation) if inputs.validation else None,
         calibration=calibration_view(inputs.optimizations, inputs.validation, inputs.bench,
                                      inputs.baseline_analysis)

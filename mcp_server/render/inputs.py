@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcp_server.proof.bench import load_bench_result
+from mcp_server.proof.bench import load_bench_result, load_recipes
 from mcp_server.proof.validate import load_validation_report
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import load_profile, read_model
 from mcp_server.schema.optimizations import OptimizationPlan, load_optimizations
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
+from mcp_server.schema.recipes import RecipesReport
 
 
 @dataclass
@@ -39,9 +40,9 @@ class ReportInputs:
     validation_path: Path | None = None
     optimizations: OptimizationPlan | None = None
     optimizations_path: Path | None = None
-    # the same optimized workload benched against the baseline under torch.compile, and the best free recipe
-    bench_vs_compile: BenchResult | None = None
-    bench_vs_compile_path: Path | None = None
+    # the free frontier measured on the same GPU, and the optimized workload benched against its tier's winner
+    recipes: RecipesReport | None = None
+    recipes_path: Path | None = None
     bench_vs_free: BenchResult | None = None
     bench_vs_free_path: Path | None = None
 
@@ -49,7 +50,7 @@ class ReportInputs:
         """Every file the documents are rendered from."""
         found = [self.baseline_path, self.optimized_path, self.analysis_path, self.baseline_analysis_path,
                  self.comparison_path, self.bench_path, self.validation_path, self.optimizations_path,
-                 self.bench_vs_compile_path, self.bench_vs_free_path]
+                 self.recipes_path, self.bench_vs_free_path]
         return [p for p in found if p is not None]
 
 
@@ -62,7 +63,7 @@ def load_inputs(
     validation: Path | None = None,
     optimizations: Path | None = None,
     baseline_analysis: Path | None = None,
-    bench_vs_compile: Path | None = None,
+    recipes: Path | None = None,
     bench_vs_free: Path | None = None,
 ) -> ReportInputs:
     """Load and validate every given file; a missing or malformed file raises ProfileFormatError."""
@@ -79,9 +80,8 @@ def load_inputs(
         inputs.comparison_path = Path(comparison)
     if bench is not None:
         inputs.bench, inputs.bench_path = load_bench_result(Path(bench)), Path(bench)
-    if bench_vs_compile is not None:
-        inputs.bench_vs_compile = load_bench_result(Path(bench_vs_compile))
-        inputs.bench_vs_compile_path = Path(bench_vs_compile)
+    if recipes is not None:
+        inputs.recipes, inputs.recipes_path = load_recipes(Path(recipes)), Path(recipes)
     if bench_vs_free is not None:
         inputs.bench_vs_free, inputs.bench_vs_free_path = load_bench_result(Path(bench_vs_free)), Path(bench_vs_free)
     if validation is not None:

@@ -99,14 +99,14 @@ def render_report(
     optimizations: Path | None = None,
     project_dir: Path | None = None,
     baseline_analysis: Path | None = None,
-    bench_vs_compile: Path | None = None,
+    recipes: Path | None = None,
     bench_vs_free: Path | None = None,
 ) -> list[Path]:
     """Write report.md (and OPTIMIZED_WORKLOAD.md when validation, bench or optimizations are given) into
     `out_dir`; return the paths written. Paths in the documents are shown relative to `project_dir` (default:
     the current directory). The speedup stated is bench.json's, never a sum of kernel durations."""
     inputs = load_inputs(baseline_profile, optimized_profile, analysis, comparison, bench, validation, optimizations,
-                         baseline_analysis, bench_vs_compile, bench_vs_free)
+                         baseline_analysis, recipes, bench_vs_free)
     return write_report(inputs, out_dir, project_dir)
 
 

@@ -12,12 +12,15 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from mcp_server.proof.bench import bench_file
 from mcp_server.proof.validate import TOLERANCE_CLASSES
 from mcp_server.render.inputs import ReportInputs
 from mcp_server.rundir import RunDir
 from mcp_server.schema.optimizations import OptimizationPlan
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, ValidationReport
+from mcp_server.schema.recipes import RecipesReport
+from mcp_server.schema.requests import TimingOptions, cli_flags
 
 PROGRAM = "operator-profiler"
 
@@ -71,14 +74,29 @@ def profile_command(profile: OperatorAttributedProfile, run_dir: Path, project_d
 
 def bench_command(bench: BenchResult, out_dir: Path, project_dir: Path) -> CommandView:
     """`bench` with the settings bench.json records."""
-    argv = [
-        PROGRAM, "bench", show_path(bench.baseline.workload, project_dir),
-        show_path(bench.optimized.workload, project_dir), "--python", bench.python_executable,
-        "--warmup", str(bench.warmup), "--reps", str(bench.reps), "--rounds", str(bench.rounds),
-        "--input-sets", str(bench.input_sets), "--seed", str(bench.seed), "--baseline-mode", bench.baseline_mode,
-        "--output", show_path(out_dir, project_dir),
-    ]
-    return CommandView(purpose="time both workloads interleaved: the speedup and its interval (bench.json)", argv=argv)
+    timing = TimingOptions(seed=bench.seed, input_sets=bench.input_sets, warmup=bench.warmup, calls=bench.calls,
+                           queued=bench.queued, blocks=bench.blocks, budget_s=bench.budget_s,
+                           throughput=bench.headline == "back_to_back")
+    argv = [PROGRAM, "bench", show_path(bench.baseline.workload, project_dir),
+            show_path(bench.optimized.workload, project_dir), "--python", bench.python_executable,
+            "--rounds", str(bench.rounds), "--baseline-mode", bench.baseline_mode, *cli_flags(timing)]
+    if bench.baseline_mode == "free":
+        argv += ["--tier", bench.tier or "exact"]
+        if bench.recipes_path is not None:
+            argv += ["--recipes", show_path(bench.recipes_path, project_dir)]
+    argv += ["--output", show_path(out_dir, project_dir)]
+    against = {"eager": "eager as written", "free": f"the {bench.tier} tier's frontier winner"}.get(
+        bench.baseline_mode, bench.baseline_mode)
+    return CommandView(purpose=f"time the optimized workload against {against}, each side in its own processes "
+                       f"({out_dir.name}/{bench_file(bench.baseline_mode)})", argv=argv)
+
+
+def recipes_command(recipes: RecipesReport, out_dir: Path, project_dir: Path) -> CommandView:
+    """`recipes` with the settings recipes.json records."""
+    argv = [PROGRAM, "recipes", show_path(recipes.workload, project_dir), "--python", recipes.python_executable,
+            "--seeds", ",".join(map(str, recipes.seeds)), *(["--thorough"] if recipes.thorough else []),
+            "--output", show_path(out_dir, project_dir)]
+    return CommandView(purpose="measure the free frontier on this GPU (recipes.json, frontier.png)", argv=argv)
 
 
 def validate_command(
@@ -112,6 +130,7 @@ def report_command(inputs: ReportInputs, out_dir: Path, project_dir: Path, plan:
         ("--optimized-profile", inputs.optimized_path), ("--analysis", inputs.analysis_path),
         ("--baseline-analysis", inputs.baseline_analysis_path),
         ("--comparison", inputs.comparison_path), ("--bench", inputs.bench_path),
+        ("--recipes", inputs.recipes_path), ("--bench-vs-free", inputs.bench_vs_free_path),
         ("--validation", inputs.validation_path), ("--optimizations", inputs.optimizations_path),
     ):
         if path is not None:
@@ -144,6 +163,8 @@ def report_commands(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> l
             argv += ["--output", show_path(inputs.comparison_path.parent, project_dir)]
         commands.append(CommandView(purpose="per-operator deltas of the two profiles above (comparison.json)",
                                     argv=argv))
+    if inputs.recipes is not None and inputs.recipes_path is not None:
+        commands.append(recipes_command(inputs.recipes, inputs.recipes_path.parent, project_dir))
     proof: list[CommandView] = []
     if inputs.validation is not None and inputs.validation_path is not None:
         proof.append(validate_command(inputs.validation, inputs.validation_path.parent, project_dir,
@@ -153,6 +174,8 @@ def report_commands(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> l
         # validate reads bench.json for its plausibility check, so bench runs first when validate used it.
         uses_bench = inputs.validation is not None and inputs.validation.speedup is not None
         proof = [bench, *proof] if uses_bench else [*proof, bench]
+    if inputs.bench_vs_free is not None and inputs.bench_vs_free_path is not None:
+        proof.append(bench_command(inputs.bench_vs_free, inputs.bench_vs_free_path.parent, project_dir))
     commands += proof
     commands.append(report_command(inputs, out_dir, project_dir))
     return commands
@@ -177,9 +200,8 @@ def plan_commands(
                                              *extra, "--output", folder])
           for mode, extra, purpose in (
               ("eager", [], "measure the speedup over eager with its interval (bench.json)"),
-              ("inductor", [], "against the baseline under torch.compile (bench_vs_compile.json)"),
               ("free", ["--tier", plan.tier],
-               f"against the best free recipe of the {plan.tier} tier (bench_vs_free.json)"),
+               f"against the {plan.tier} tier's winner of the free frontier, recipes.json (bench_vs_free.json)"),
           )),
         report_command(inputs, out_dir, project_dir, plan=True),
     ]

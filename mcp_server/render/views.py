@@ -73,6 +73,10 @@ class SpeedupView(BaseModel):
     baseline_median_ns: float
     optimized_median_ns: float
     samples_per_side: int
+    metric: str
+    rounds: int
+    other_metric: str
+    other_point: float
     timer: str
     device: str
     baseline_how: str
@@ -226,7 +230,7 @@ def clock_views(inputs: ReportInputs) -> list[ClockView]:
             views.append(replay)
     bench = inputs.bench
     if bench is not None and bench.clocks.source == "nvidia-smi":
-        for when, readings in (("before", bench.clocks.before), ("first timed round", bench.clocks.during),
+        for when, readings in (("before", bench.clocks.before), ("first timed window", bench.clocks.during),
                                ("after", bench.clocks.after)):
             reading = _gpu0(readings)
             if reading is not None:
@@ -240,8 +244,12 @@ def speedup_view(bench: BenchResult) -> SpeedupView:
     s = bench.speedup
     return SpeedupView(
         point=s.point, ci_low=s.ci_low, ci_high=s.ci_high, ci_level=s.ci_level, significant=s.significant,
-        baseline_median_ns=bench.baseline.summary.median_ns, optimized_median_ns=bench.optimized.summary.median_ns,
-        samples_per_side=bench.baseline.summary.samples, timer=bench.timer,
+        baseline_median_ns=bench.baseline.summary_of(bench.headline).median_ns,
+        optimized_median_ns=bench.optimized.summary_of(bench.headline).median_ns,
+        samples_per_side=bench.baseline.summary_of(bench.headline).samples, metric=bench.headline.replace("_", "-"),
+        rounds=bench.rounds, other_metric="back-to-back" if bench.headline == "latency" else "latency",
+        other_point=(bench.back_to_back_speedup if bench.headline == "latency" else bench.latency_speedup).point,
+        timer=bench.timer,
         device=bench.device_name or bench.device_type, baseline_how=bench.baseline.how_run,
         optimized_how=bench.optimized.how_run, method=s.method, warnings=bench.warnings,
     )

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mcp_server.schema.types import CompileMode, RunMode
 
 COMPARISON_VERSION = "1.0"
-BENCH_VERSION = "1.0"
+BENCH_VERSION = "2.0"
 VALIDATION_VERSION = "1.0"
 
 
@@ -150,11 +150,11 @@ class ClockReading(_Model):
 
 
 class ClockObservation(_Model):
-    """Clocks observed around (and during) the timed runs; the bench never changes them."""
+    """Clocks observed around (and during) the timed runs; they are never changed."""
 
     source: Literal["nvidia-smi", "unavailable"]
     before: list[ClockReading] = Field(default_factory=list)
-    during: list[ClockReading] = Field(default_factory=list, description="Read when the first timed round began.")
+    during: list[ClockReading] = Field(default_factory=list, description="Read when the first timed window began.")
     after: list[ClockReading] = Field(default_factory=list)
     note: str | None = None
 
@@ -172,19 +172,44 @@ class TimingSummary(_Model):
     p90_ns: float
 
 
+Metric = Literal["latency", "back_to_back"]
+"""What a time per call means: `latency`, each call alone (timed, then synchronised); `back_to_back`, calls queued
+one after another with one synchronisation at the end, the time per call (throughput's inverse)."""
+
+
+class Measurement(_Model):
+    """One side measured in one fresh process (one round)."""
+
+    round: int = Field(description="0-based; rounds alternate the two sides' processes.")
+    how_run: str
+    first_call_ns: int = Field(description="The first call (compilation included), not part of the samples.")
+    warmup_time_ns: int = Field(description="The warm-up calls after the first.")
+    latency_ns: list[int] = Field(description="Each call alone: CUDA events around it and a synchronisation after it "
+                                  "(the host clock on the CPU), in call order.")
+    back_to_back_ns: list[float] = Field(description="Per call, over `queued_calls` calls queued with one "
+                                         "synchronisation at the end; one value per block.")
+    queued_calls: int
+    wall_time_s: float = Field(description="The process's whole life: start-up, build and compilation included.")
+
+
 class BenchSide(_Model):
-    """One workload's timings."""
+    """One workload's timings, over its rounds."""
 
     workload: str
-    how_run: str = Field(description="e.g. 'eager', 'torch.compile (inductor)', 'optimize()'.")
-    first_call_ns: int = Field(description="The first call (compilation included), not part of the samples.")
-    warmup_time_ns: int = Field(description="All warm-up calls, the first included.")
-    summary: TimingSummary
-    samples_ns: list[list[int]] = Field(description="Raw per-call times, one list per round, in call order.")
+    how_run: str = Field(description="'as written (eager)', a free recipe's name, or 'optimize()'.")
+    recipe: str | None = Field(default=None, description="The free recipe this side ran, where it ran one.")
+    first_call_ns: int = Field(description="The median first call (compilation included) over the rounds.")
+    latency: TimingSummary
+    back_to_back: TimingSummary
+    rounds: list[Measurement]
+
+    def summary_of(self, metric: Metric) -> TimingSummary:
+        """The statistics of `metric`'s samples."""
+        return self.latency if metric == "latency" else self.back_to_back
 
 
 class SpeedupEstimate(_Model):
-    """baseline median / optimized median, with a percentile-bootstrap confidence interval."""
+    """baseline median / optimized median, with a bootstrap confidence interval."""
 
     point: float
     ci_low: float
@@ -192,17 +217,22 @@ class SpeedupEstimate(_Model):
     ci_level: float = 0.95
     resamples: int
     bootstrap_seed: int
-    method: str = "percentile bootstrap of the ratio of medians, each side resampled with replacement"
+    method: str = ("bootstrap of the ratio of medians: each side's rounds resampled with replacement, then each "
+                   "chosen round's calls")
     significant: bool = Field(description="The interval excludes 1.0.")
 
 
 class BenchResult(_Model):
-    """bench.json: interleaved timings of a baseline and an optimized workload in one process."""
+    """bench.json: a baseline and an optimized workload, each timed in its own fresh processes."""
 
     bench_version: str = BENCH_VERSION
+    method: str = Field(description="How the two sides were timed against each other.")
     baseline: BenchSide
     optimized: BenchSide
-    speedup: SpeedupEstimate
+    headline: Metric = Field(description="The metric `speedup` and reports state: latency unless asked for "
+                             "throughput (back_to_back).")
+    latency_speedup: SpeedupEstimate
+    back_to_back_speedup: SpeedupEstimate
     device_type: str
     device_name: str | None = None
     timer: Literal["cuda_event", "perf_counter"]
@@ -211,22 +241,29 @@ class BenchResult(_Model):
     cuda_version: str | None = None
     python_version: str
     python_executable: str
-    warmup: int
-    reps: int = Field(description="Timed calls per side per round.")
-    rounds: int
+    rounds: int = Field(description="Processes per side.")
+    warmup: int = Field(description="Warm-up calls per process after the first.")
+    calls: int = Field(description="At most this many latency calls per process (fewer when the budget is spent).")
+    queued: int = Field(description="At most this many calls per back-to-back block.")
+    blocks: int = Field(description="Back-to-back blocks per process.")
+    budget_s: float = Field(description="Seconds of timed calls each process aims at.")
     input_sets: int = Field(description="Distinct input sets rotated through, per side.")
     seed: int
-    baseline_mode: str = Field(description="How the baseline ran: eager, inductor, reduce-overhead, inductor-bf16 or "
-                               "reduce-overhead-bf16 (in bench_vs_free.json, the fastest free recipe).")
-    tier: str | None = Field(default=None, description="The precision tier whose free recipes were timed (free only).")
-    free_recipe_medians_ns: dict[str, int] | None = Field(
-        default=None, description="Each free recipe's baseline median per call, ns: the fastest is the baseline.")
-    orders: list[list[str]] = Field(description="Which side went first in each round: ['baseline', 'optimized'], ...")
+    baseline_mode: str = Field(description="How the baseline ran: eager (as written), free (the winner of `tier` in "
+                               "recipes.json) or a free recipe's name.")
+    tier: str | None = Field(default=None, description="The precision tier whose winner was the baseline (free only).")
+    recipes_path: str | None = Field(default=None, description="The recipes.json the baseline recipe came from.")
+    orders: list[list[str]] = Field(description="The order of the two sides' processes in each round.")
     clocks: ClockObservation
     started_at: str
     finished_at: str
     wall_time_s: float
     warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def speedup(self) -> SpeedupEstimate:
+        """The headline metric's speedup."""
+        return self.latency_speedup if self.headline == "latency" else self.back_to_back_speedup
 
 
 # --------------------------------------------------------------------------- validation_report.json

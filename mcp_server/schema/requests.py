@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 
 from mcp_server.errors import UsageError
-from mcp_server.schema.types import Backend, BaselineMode, CompileMode, Tier
+from mcp_server.schema.proof import Metric
+from mcp_server.schema.recipes import canonical
+from mcp_server.schema.types import Backend, CompileMode, Tier
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -184,7 +186,8 @@ class Interpreter(_Request):
 
 
 Top = Annotated[int, Field(ge=1, description="How many operators to list.")]
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, description="Seconds each child process may run.")]
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, description="Seconds each child process may run."),
+                    Flag("--timeout")]
 
 
 class ProfileRequest(_Request):
@@ -267,22 +270,88 @@ class CompareRequest(_Request):
     top: Annotated[int, Field(ge=1)] = 15
 
 
+class TimingOptions(_Request):
+    """How each measurement process times its calls (bench's sides, each recipe of the frontier)."""
+
+    seed: Annotated[int, Field(description="Seed for the model's weights and inputs.")] = 0
+    input_sets: Annotated[int, Field(ge=1, description="Input sets rotated between calls (the workload's own, then "
+                                     "fresh random values of the same shapes): no call finds its data in cache.")] = 4
+    warmup: Annotated[int, Field(ge=1, description="Warm-up calls after the first (compiling) one.")] = 20
+    calls: Annotated[int, Field(ge=1, description="Latency: at most this many calls, each timed alone and "
+                                "synchronised.")] = 100
+    queued: Annotated[int, Field(ge=1, description="Back-to-back: at most this many calls queued with one "
+                                 "synchronisation, per block.")] = 200
+    blocks: Annotated[int, Field(ge=1, description="Back-to-back blocks per process.")] = 3
+    budget_s: Annotated[float, Field(gt=0, allow_inf_nan=False, description="Seconds of timed calls each process "
+                                     "aims at: slow calls get fewer (at least 10 each).")] = 3.0
+    throughput: Annotated[bool, Field(description="Rank and state speedups by back-to-back time per call "
+                                      "(throughput) instead of latency.")] = False
+
+    @property
+    def headline(self) -> Metric:
+        """The metric speedups are stated in."""
+        return "back_to_back" if self.throughput else "latency"
+
+
+def _baseline_mode(value: str) -> str:
+    if value in ("eager", "free"):
+        return value
+    try:
+        return canonical(value)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is neither eager, free nor a recipe: {exc}") from None
+
+
+BaselineMode = Annotated[str, Field(
+    description="How the baseline runs: eager (as written), free (the winner of --tier in recipes.json, measured on "
+    "this GPU by `recipes`), or a recipe's name (e.g. reduce-overhead+bf16-cast)."
+)]
+
+
 class BenchRequest(_Request):
-    """bench: interleaved timing of a baseline and an optimized workload in one child."""
+    """bench: a baseline and an optimized workload, each timed in its own processes, rounds alternating."""
 
     baseline: Path
     optimized: Path
     python: Interpreter
-    warmup: Annotated[int, Field(ge=0)] = 5
-    reps: Annotated[int, Field(ge=1)] = 20
-    rounds: Annotated[int, Field(ge=1)] = 6
-    input_sets: Annotated[int, Field(ge=1)] = 4
-    seed: int = 0
+    timing: TimingOptions = TimingOptions()
+    rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3): rounds alternate the two sides' "
+                                 "processes, flipping their order every round.")] = 3
     baseline_mode: BaselineMode = "eager"
-    tier: Tier = Field(default="exact", description="Precision tier whose free recipes `free` times.")
+    tier: Tier = Field(default="exact", description="The precision tier whose winner `free` runs.")
+    recipes: Path | None = Field(default=None, description="recipes.json for `free` (default: the one beside the "
+                                 "baseline workload).")
     output: Path | None = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
+
+    @field_validator("baseline_mode")
+    @classmethod
+    def _mode(cls, value: str) -> str:
+        return _baseline_mode(value)
+
+
+class RecipesRequest(_Request):
+    """recipes: the free frontier of a workload, each recipe in its own process, validated and sorted into tiers."""
+
+    workload: Path
+    python: Interpreter
+    timing: TimingOptions = TimingOptions()
+    thorough: bool = Field(default=False, description="Also max-autotune modes, and channels_last and cuDNN's "
+                           "autotuner on every recipe instead of each tier's winner (compiles for much longer).")
+    only: tuple[str, ...] = Field(default=(), description="Run only these recipes (beside fp32 eager, the reference).")
+    seeds: Annotated[tuple[int, ...], Field(min_length=1, description="Seeds whose models and inputs each recipe "
+                                            "is validated on.")] = (0, 1, 2)
+    jobs: Annotated[int | None, Field(ge=1, description="Recipe processes at a time (default: by the CPU count on a "
+                                      "GPU, 1 on the CPU).")] = None
+    output: Path | None = None
+    project: Path
+    timeout_s: Seconds = DEFAULT_TIMEOUT_S
+
+    @field_validator("only")
+    @classmethod
+    def _recipes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(canonical(v) for v in value)
 
 
 class ValidateRequest(_Request):
@@ -318,9 +387,9 @@ class ReportRequest(_Request):
     baseline_analysis: Path | None = None
     comparison: Path | None = None
     bench_json: Path | None = None
-    bench_vs_compile: Path | None = Field(default=None, description="bench_vs_compile.json: the optimized workload "
-                                          "against the baseline under torch.compile.")
-    bench_vs_free: Path | None = Field(default=None, description="bench_vs_free.json: against the best free recipe.")
+    recipes: Path | None = Field(default=None, description="recipes.json: the free frontier measured on the same GPU.")
+    bench_vs_free: Path | None = Field(default=None, description="bench_vs_free.json: the optimized workload against "
+                                       "the winner of its tier of the free frontier.")
     validation: Path | None = None
     optimizations: Path | None = None
     plan: bool = False

@@ -24,6 +24,7 @@ from mcp_server.schema.analysis import (
 from mcp_server.schema.profile import AggregatedMetrics, KernelRecord, WindowTotals
 from mcp_server.schema.proof import (
     CheckResult,
+    Metric,
     OperatorDelta,
     ProfileSummary,
     SpeedupEstimate,
@@ -31,6 +32,7 @@ from mcp_server.schema.proof import (
     TotalDelta,
 )
 from mcp_server.schema.ranks import RanksSummary
+from mcp_server.schema.recipes import SkippedRecipes, Winner
 from mcp_server.schema.types import CaptureBackend, CompileMode, LoopTool, Provenance, RunMode, StageName, StageStatus
 
 
@@ -253,27 +255,61 @@ class ReportResult(_Model):
 
 
 class BenchSideSummary(_Model):
-    """One side of a bench: how it ran and its per-call statistics."""
+    """One side of a bench: how it ran and its per-call statistics by each metric."""
 
     workload: str
     how_run: str
+    recipe: str | None = None
     first_call_ns: int
-    timing: TimingSummary
+    latency: TimingSummary
+    back_to_back: TimingSummary
 
 
 class BenchToolResult(_Model):
-    """Interleaved timing of two workloads: the speedup with its confidence interval."""
+    """Two workloads, each timed in its own processes: the speedups with their confidence intervals."""
 
     bench_path: str
     out_dir: str
     files: list[str]
     summary: str
-    speedup: SpeedupEstimate
+    headline: Metric
+    speedup: SpeedupEstimate = Field(description="The headline metric's speedup (baseline / optimized).")
+    latency_speedup: SpeedupEstimate
+    back_to_back_speedup: SpeedupEstimate
     baseline: BenchSideSummary
     optimized: BenchSideSummary
     device_type: str
     device_name: str | None = None
     timer: str
+    interpreter: InterpreterInfo
+    warnings: list[str] = Field(default_factory=list)
+
+
+class RecipeRow(_Model):
+    """One recipe of the frontier, in brief (recipes.json has the distributions and the code)."""
+
+    recipe: str
+    status: str
+    tier: str | None = None
+    latency_ms: float | None = None
+    back_to_back_ms: float | None = None
+    max_rel_error: float | None = None
+    reason: str | None = None
+
+
+class RecipesResult(_Model):
+    """The free frontier of a workload: every recipe's time and error, the winner of each tier with its code."""
+
+    recipes_path: str
+    frontier_chart: str | None = None
+    out_dir: str
+    files: list[str]
+    summary: str
+    device: str
+    headline: Metric
+    winners: list[Winner]
+    recipes: list[RecipeRow]
+    skipped: list[SkippedRecipes]
     interpreter: InterpreterInfo
     warnings: list[str] = Field(default_factory=list)
 

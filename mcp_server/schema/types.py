@@ -20,15 +20,11 @@ RunMode = Literal["inference", "train_step"]
 PassName = Literal["torch", "nsys", "ncu", "ncu_variants", "timing"]
 """A capture pass, and the sub-directory of the run directory holding its artifacts."""
 
-BaselineMode = Literal["eager", "inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16", "free"]
-"""How bench runs the baseline: as written; under `torch.compile` (default mode, or `mode="reduce-overhead"`),
-optionally inside bf16 autocast; or `free`: the fastest of the free recipes of the precision tier."""
-
 Tier = Literal["exact", "reduced"]
 """Precision tier: `exact` keeps fp32 everywhere; `reduced` allows BF16/FP16/TF32 compute within a stated tolerance."""
 
 StageName = Literal[
-    "preflight", "profile", "propose", "implement", "validate", "reprofile", "compare", "bench", "report"
+    "preflight", "profile", "recipes", "propose", "implement", "validate", "reprofile", "compare", "bench", "report"
 ]
 """A stage of the `/optimize` loop, in order; `--from=<stage>` resumes at it."""
 
@@ -40,16 +36,10 @@ Provenance = Literal["loop_state", "mtime"]
 """How a checkpoint's freshness was judged: from its record in loop_state.json (input hashes), or from
 modification times (a file an agent wrote, or one whose record no longer matches it)."""
 
-LoopTool = Literal["analyze", "compare", "bench", "validate", "report"]
+LoopTool = Literal["analyze", "recipes", "compare", "bench", "validate", "report"]
 """The engine tools that record the loop checkpoints they write in loop_state.json."""
 
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 BACKENDS: tuple[str, ...] = get_args(Backend)
-BASELINE_MODES: tuple[str, ...] = get_args(BaselineMode)
 TIERS: tuple[str, ...] = get_args(Tier)
 STAGE_NAMES: tuple[str, ...] = get_args(StageName)
-# What a user gets for free, per tier: the recipes `free` times, the fastest of which is the baseline.
-FREE_RECIPES: dict[str, tuple[str, ...]] = {
-    "exact": ("inductor", "reduce-overhead"),
-    "reduced": ("inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16"),
-}

@@ -1,0 +1,274 @@
+"""Measure child: time one way of running one workload, alone in its process (standard library and torch only).
+
+    python measure.py --workload W.py --out result.json
+        [--recipe NAME | --optimized W_optimized.py]   # neither: the workload as written
+        [--seed 0] [--input-sets 4] [--warmup 20] [--calls 100] [--queued 200] [--blocks 3] [--budget-s 3]
+        [--validate-seeds 0,1,2] [--gpu-lock PATH]
+
+Builds the workload with `get_model_and_input()` under the seed; with `--recipe` applies that free recipe
+(`recipe.py`), with `--optimized` builds the optimized workload, loads the baseline's state_dict into it and runs it
+through its `optimize(model)`. After the first call (compilation included, timed apart) and the warm-up calls, it
+times, under `torch.no_grad()`, rotating among `--input-sets` input sets:
+- latency: each call alone, CUDA events around it and a synchronisation after it (`perf_counter_ns` on the CPU);
+- back-to-back: `--queued` calls queued, one synchronisation, the time per call, `--blocks` times.
+Counts shrink so that the timing fits `--budget-s` (at least 10 calls each). With `--validate-seeds`, each seed's
+model and inputs are built again, run in fp32 eager with TF32 off as the reference, and through the recipe with
+the seed's weights loaded: every output's error is recorded as validate records it. With `--gpu-lock`, the build,
+compilation, warm-up and validation take the GPU shared and the timed window exclusively (`gpu_lock.GpuTurns`).
+The raw times go to `--out` as JSON; statistics are the engine's.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":
+    import _operator_profiler_child  # noqa: F401 - this package importable, this folder off sys.path
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp_server.children.common import (
+    as_call,
+    device_of,
+    flatten,
+    load_same_weights,
+    load_workload,
+    optimized_callable,
+    perturb,
+    run_main,
+    seed_all,
+    synchronize,
+)
+from mcp_server.children.gpu_lock import GpuTurns
+from mcp_server.children.numerics import Checks, compare_leaf
+from mcp_server.children.recipe import NotApplicable, apply, exact_fp32, model_facts
+
+MARKER = "operator_profiler_measure:"
+MIN_CALLS = 10
+RECIPE_RTOL = 1e-2  # the loosest tier's: errors are recorded, the engine sorts recipes into tiers
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Operator Profiler measure child: one way of running a workload")
+    parser.add_argument("--workload", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--recipe")
+    how.add_argument("--optimized", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--input-sets", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--queued", type=int, default=200)
+    parser.add_argument("--blocks", type=int, default=3)
+    parser.add_argument("--budget-s", type=float, default=3.0)
+    parser.add_argument("--validate-seeds", default="")
+    parser.add_argument("--gpu-lock", type=Path)
+    return parser.parse_args(argv)
+
+
+def _say(text: str) -> None:
+    print(f"{MARKER} {text}", flush=True)
+
+
+class _Runner:
+    """The callable under test and its input sets, called in turn."""
+
+    def __init__(self, fn: Any, input_sets: list[Any], graphs: bool) -> None:
+        self.fn = fn
+        self.calls = [as_call(s) for s in input_sets]
+        self.graphs = graphs
+        self.count = 0
+
+    def __call__(self) -> Any:
+        args, kwargs = self.calls[self.count % len(self.calls)]
+        self.count += 1
+        if self.graphs:
+            import torch
+
+            torch.compiler.cudagraph_mark_step_begin()
+        return self.fn(*args, **kwargs)
+
+
+def _host_call_ns(run: _Runner) -> int:
+    t0 = time.perf_counter_ns()
+    run()
+    synchronize()
+    return time.perf_counter_ns() - t0
+
+
+def _latency(run: _Runner, calls: int, cuda: bool) -> list[int]:
+    """Each call alone: events around it on a GPU, then a synchronisation; the host clock on the CPU."""
+    if not cuda:
+        return [_host_call_ns(run) for _ in range(calls)]
+    import torch
+
+    times = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(calls):
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(int(round(start.elapsed_time(end) * 1e6)))
+    return times
+
+
+def _back_to_back(run: _Runner, queued: int, blocks: int, cuda: bool) -> list[float]:
+    """`queued` calls with one synchronisation at the end, per call, `blocks` times."""
+    import torch
+
+    per_call = []
+    for _ in range(blocks):
+        synchronize()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(queued):
+                run()
+            end.record()
+            end.synchronize()
+            per_call.append(start.elapsed_time(end) * 1e6 / queued)
+        else:
+            t0 = time.perf_counter_ns()
+            for _ in range(queued):
+                run()
+            per_call.append((time.perf_counter_ns() - t0) / queued)
+    return per_call
+
+
+def _build(module: Any, seed: int) -> tuple[Any, Any]:
+    seed_all(seed)
+    built = module.get_model_and_input()
+    if not (isinstance(built, (tuple, list)) and len(built) == 2):
+        raise TypeError(f"get_model_and_input() must return (model, inputs); it returned {type(built).__name__}")
+    return built[0], built[1]
+
+
+def _how(args: argparse.Namespace, base_mod: Any, model: Any, device: str, result: dict[str, Any]) -> tuple[Any, Any]:
+    """The callable to time and the input transform, as args ask; fills `how_run`."""
+    if args.recipe:
+        applied = apply(model, args.recipe, device)
+        result["how_run"], result["graphs"] = applied.how, applied.graphs
+        return applied.fn, applied.prepare
+    if args.optimized is not None:
+        opt_mod = load_workload(args.optimized)
+        opt_model, _ = _build(opt_mod, args.seed)
+        why = load_same_weights(model, opt_model)
+        if why:
+            result["warnings"].append(why)
+        fn, how = optimized_callable(opt_mod, opt_model)
+        if fn is opt_model:
+            result["warnings"].append(f"the optimized workload ran as {how}: nothing was compiled")
+        result["how_run"], result["graphs"] = how, True
+        return fn, lambda x: x
+    result["how_run"], result["graphs"] = "as written (eager)", False
+    return model, lambda x: x
+
+
+def _validate(base_mod: Any, model: Any, fn: Any, prepare: Any, seeds: list[int], graphs: bool) -> dict[str, Any]:
+    """Every seed: fp32 eager with TF32 off as the reference, then the recipe with that seed's weights."""
+    import torch
+
+    checks = Checks()
+    opts: dict[str, Any] = {"rtol": RECIPE_RTOL, "atol": None, "tolerances": {}, "tf32": False, "reduced": True}
+    for seed in seeds:
+        ref_model, inputs = _build(base_mod, seed)
+        with torch.no_grad(), exact_fp32():
+            ref_args, ref_kwargs = as_call(inputs)
+            reference = flatten(ref_model(*ref_args, **ref_kwargs))
+            reference = [(p, t.detach().cpu() if isinstance(t, torch.Tensor) else t) for p, t in reference]
+        if isinstance(model, torch.nn.Module):
+            model.load_state_dict(ref_model.state_dict())
+        del ref_model
+        run = _Runner(fn, [prepare(inputs)], graphs)
+        with torch.no_grad():
+            outputs = [(p, t.detach().cpu() if isinstance(t, torch.Tensor) else t) for p, t in flatten(run())]
+        if len(outputs) != len(reference):
+            checks.problem("shapes_dtypes", f"seed {seed}: {len(outputs)} outputs, the reference has {len(reference)}")
+            continue
+        for (path, out), (_, ref) in zip(outputs, reference, strict=True):
+            compare_leaf(path, out, ref, seed, "a", opts, checks)
+        if not isinstance(model, torch.nn.Module):
+            break  # a callable's weights cannot be swapped: the first seed only
+    return {"seeds": seeds, "outputs": checks.outputs.get("numerics", []),
+            "problems": {k: v for k, v in checks.problems.items() if k != "numerics"}}
+
+
+def _counts(per_call_ns: float, args: argparse.Namespace) -> tuple[int, int]:
+    """Latency calls and queued calls per block that fit the budget (a third for latency, the rest queued)."""
+    per_call = max(per_call_ns, 1.0)
+    latency = int(min(args.calls, max(MIN_CALLS, args.budget_s * 1e9 / 3 / per_call)))
+    queued = int(min(args.queued, max(MIN_CALLS, args.budget_s * 1e9 * 2 / 3 / args.blocks / per_call)))
+    return latency, queued
+
+
+def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Build, apply, warm up, time, validate; fill `result`."""
+    import torch
+
+    turns = GpuTurns(args.gpu_lock if torch.cuda.is_available() else None)
+    result["phase"] = "load"
+    base_mod = load_workload(args.workload)
+    turns.shared()
+    try:
+        result["phase"] = "build"
+        model, inputs = _build(base_mod, args.seed)
+        call_args, call_kwargs = as_call(inputs)
+        device = device_of(model, call_args, call_kwargs)
+        result["device_type"] = device
+        result["timer"] = "cuda_event" if device == "cuda" else "perf_counter"
+        result["model"] = model_facts(model, inputs)
+        if callable(getattr(base_mod, "train_step", None)):
+            result["warnings"].append("the workload defines train_step: forward calls were timed (training steps "
+                                      "are out of this measurement's scope)")
+        result["phase"] = "apply"
+        try:
+            fn, prepare = _how(args, base_mod, model, device, result)
+        except NotApplicable as exc:
+            result["not_applicable"] = str(exc)
+            return
+        sets = [inputs] + [perturb(inputs, args.seed * 1000 + k) for k in range(1, max(args.input_sets, 1))]
+        runner = _Runner(fn, [prepare(s) for s in sets], bool(result["graphs"]) and device == "cuda")
+        with torch.no_grad():
+            result["phase"] = "first call"
+            _say("first call (compilation included)")
+            result["first_call_ns"] = _host_call_ns(runner)
+            result["phase"] = "warm-up"
+            warm = [_host_call_ns(runner) for _ in range(max(args.warmup, 1))]
+            result["warmup_time_ns"] = sum(warm)
+            latency_calls, queued = _counts(statistics.median(warm[len(warm) // 2:]), args)
+            result["phase"] = "waiting for the GPU"
+            turns.exclusive()
+            result["phase"] = "timing"
+            _say(f"timing: {latency_calls} calls alone, {args.blocks} x {queued} queued")
+            gc.collect()
+            gc.disable()
+            try:
+                result["latency_ns"] = _latency(runner, latency_calls, device == "cuda")
+                result["back_to_back_ns"] = _back_to_back(runner, queued, args.blocks, device == "cuda")
+            finally:
+                gc.enable()
+            result["queued_calls"] = queued
+            turns.shared()
+        seeds = [int(s) for s in args.validate_seeds.split(",") if s.strip()]
+        if seeds:
+            result["phase"] = "validation"
+            _say(f"validating against fp32 eager over seeds {seeds}")
+            result["validation"] = _validate(base_mod, model, fn, prepare, seeds, runner.graphs)
+    finally:
+        turns.release()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure; write the result JSON whatever happens; return the exit code."""
+    args = _parse_args(argv)
+    return run_main(args.out, lambda result: run(args, result), "the measurement")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Which free recipes to run, in which stage, and the lines of code each one is (pure functions, no processes).
+
+The default frontier: fp32 eager first (the reference every error is measured against, and what says whether the
+model has convolutions); then every compile mode a user gets without minutes of autotuning (eager, torch.compile's
+default, reduce-overhead) crossed with every precision (fp32, TF32, bf16/fp16 autocast, the whole model cast to
+bf16/fp16); then, for a model with convolutions, channels_last and cuDNN's autotuner on each tier's winner of that
+stage. `--thorough` adds the max-autotune modes and tries channels_last and the autotuner on every recipe. On the
+CPU: eager and the default compile, fp32, bf16 autocast and the bf16 cast, and channels_last.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+from mcp_server.children.contract import (
+    RECIPE_COMPILE_MODES,
+    RECIPE_PRECISIONS,
+    recipe_name,
+    recipe_parts,
+)
+from mcp_server.schema.proof import Metric
+from mcp_server.schema.recipes import REFERENCE, ModelFacts, RecipeResult, SkippedRecipes
+
+DEFAULT_MODES = ("eager", "compile", "reduce-overhead")
+CPU_MODES = ("eager", "compile")
+CPU_PRECISIONS = ("fp32", "bf16-autocast", "bf16-cast")
+GPU_ONLY = "needs a CUDA GPU: TF32, fp16, cuDNN's autotuner and CUDA graphs are GPU features"
+THOROUGH_ONLY = "max-autotune compiles for minutes: run with --thorough"
+NO_CONV = "the model has no convolution: channels_last and cuDNN's autotuner change nothing"
+NOT_MODULE = "the model is not an nn.Module: it cannot be cast or converted to channels_last"
+WINNERS_ONLY = "tried on each tier's winner of the precision stage only (--thorough tries every recipe)"
+Planned = list[tuple[str, str]]  # (recipe, stage)
+
+
+def _every(modes: tuple[str, ...], precisions: tuple[str, ...], layouts: bool, gpu: bool) -> list[str]:
+    layout_options = [(False, False)]
+    if layouts:
+        layout_options += [(True, False)] + ([(False, True), (True, True)] if gpu else [])
+    return [recipe_name(m, p, cl, cb) for m, p, (cl, cb) in product(modes, precisions, layout_options)]
+
+
+def every_recipe(gpu: bool, layouts: bool) -> list[str]:
+    """Every recipe the device allows (the thorough frontier), the reference first."""
+    modes = RECIPE_COMPILE_MODES if gpu else CPU_MODES
+    return _every(modes, RECIPE_PRECISIONS if gpu else CPU_PRECISIONS, layouts, gpu)
+
+
+def plan_first(gpu: bool, facts: ModelFacts, thorough: bool, only: tuple[str, ...] = ()) -> Planned:
+    """The recipes to run after the reference, longest compiles first."""
+    if only:
+        return [(r, "precision") for r in only if r != REFERENCE]
+    if thorough:
+        chosen, stage = every_recipe(gpu, facts.has_convolution), "thorough"
+    else:
+        modes = DEFAULT_MODES if gpu else CPU_MODES
+        chosen, stage = _every(modes, RECIPE_PRECISIONS if gpu else CPU_PRECISIONS, False, gpu), "precision"
+    chosen = [r for r in chosen if r != REFERENCE and (facts.is_module or not _needs_module(r))]
+    return [(r, stage) for r in sorted(chosen, key=_compile_cost, reverse=True)]
+
+
+def plan_layout(gpu: bool, facts: ModelFacts, winners: list[str], thorough: bool, already: set[str]) -> Planned:
+    """Channels_last and cuDNN's autotuner on each tier's winner of the precision stage (conv models only)."""
+    if thorough or not (facts.has_convolution and facts.is_module):
+        return []
+    planned: list[str] = []
+    for winner in dict.fromkeys(winners):
+        mode, precision, _, _ = recipe_parts(winner)
+        for cl, cb in ((True, False), (False, True), (True, True)):
+            name = recipe_name(mode, precision, cl, cb)
+            if (gpu or not cb) and name not in already and name not in planned:
+                planned.append(name)
+    return [(r, "layout") for r in planned]
+
+
+def skipped(gpu: bool, facts: ModelFacts | None, thorough: bool, only: tuple[str, ...],
+            ran: set[str]) -> list[SkippedRecipes]:
+    """Every recipe of the thorough GPU frontier that did not run, grouped by why."""
+    groups: dict[str, list[str]] = {}
+    for name in every_recipe(True, True):
+        if name in ran or name == REFERENCE:
+            continue
+        mode, _, channels_last, cudnn_benchmark = recipe_parts(name)
+        layout = channels_last or cudnn_benchmark
+        if only:
+            reason = "not asked for (only: " + ", ".join(only) + ")"
+        elif not gpu and not _cpu_recipe(name):
+            reason = GPU_ONLY
+        elif facts is not None and not facts.is_module and (_needs_module(name)):
+            reason = NOT_MODULE
+        elif mode.startswith("max-autotune") and not thorough:
+            reason = THOROUGH_ONLY
+        elif layout and facts is not None and not facts.has_convolution:
+            reason = NO_CONV
+        elif layout:
+            reason = WINNERS_ONLY
+        else:
+            reason = "not run"
+        groups.setdefault(reason, []).append(name)
+    return [SkippedRecipes(recipes=names, reason=reason) for reason, names in groups.items()]
+
+
+def _needs_module(name: str) -> bool:
+    _, precision, channels_last, _ = recipe_parts(name)
+    return precision.endswith("-cast") or channels_last
+
+
+def _cpu_recipe(name: str) -> bool:
+    mode, precision, _, cudnn = recipe_parts(name)
+    return mode in CPU_MODES and precision in CPU_PRECISIONS and not cudnn
+
+
+def _compile_cost(name: str) -> int:
+    """A rough rank of compile time: autotuning first, CUDA graphs next, eager last."""
+    mode = recipe_parts(name)[0]
+    return {"max-autotune": 4, "max-autotune-no-cudagraphs": 3, "reduce-overhead": 2, "compile": 1}.get(mode, 0)
+
+
+def stage_winners(results: list[RecipeResult], metric: Metric = "latency") -> list[str]:
+    """The fastest recipe of each tier among `results` (a recipe of the exact tier counts for the reduced one)."""
+    found = []
+    for tiers in (("exact",), ("exact", "reduced")):
+        ranked = [r for r in results if r.status == "ok" and r.tier in tiers and r.time_ns(metric) is not None]
+        if ranked:
+            found.append(min(ranked, key=lambda r: r.time_ns(metric) or 0.0).recipe)
+    return found
+
+
+def recipe_code(name: str, device: str) -> list[str]:
+    """The lines a user pastes to apply recipe `name` to `model` and its `inputs` (a tuple), on `device`."""
+    mode, precision, channels_last, cudnn_benchmark = recipe_parts(name)
+    lines = []
+    if device == "cuda":
+        tf32 = "True" if precision == "tf32" else "False"
+        lines += [f"torch.backends.cuda.matmul.allow_tf32 = {tf32}", f"torch.backends.cudnn.allow_tf32 = {tf32}"]
+    if cudnn_benchmark:
+        lines.append("torch.backends.cudnn.benchmark = True")
+    if precision.endswith("-cast"):
+        dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
+        lines += [f"model = model.to({dtype})",
+                  f"inputs = tuple(x.to({dtype}) if x.is_floating_point() else x for x in inputs)"]
+    if channels_last:
+        lines += ["model = model.to(memory_format=torch.channels_last)",
+                  "inputs = tuple(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x "
+                  "for x in inputs)"]
+    if mode == "compile":
+        lines.append("model = torch.compile(model)")
+    elif mode != "eager":
+        lines.append(f'model = torch.compile(model, mode="{mode}")')
+    if precision.endswith("-autocast"):
+        dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
+        lines += [f'with torch.autocast("{device}", dtype={dtype}):', "    out = model(*inputs)"]
+    else:
+        lines.append("out = model(*inputs)")
+    return lines

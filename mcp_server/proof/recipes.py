@@ -1,0 +1,237 @@
+"""Recipes: the free frontier of a workload, measured for the user (recipes.json).
+
+Each recipe runs in its own fresh process (`proof/measure.py`) under the workload's interpreter: several compile
+at a time, and their timed windows take turns on the GPU (`children/gpu_lock.GpuTurns`), as `run`'s passes do.
+fp32 eager runs first, alone: it is the reference, and it says which recipes apply (`proof/recipe_plan.py`). Each
+recipe is validated against fp32 eager with TF32 off over several seeds and sorted into the tightest tier its error
+meets; a recipe that crashes, hangs, does not apply or fails validation is recorded with its reason, never fatal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from mcp_server.children.contract import recipe_parts
+from mcp_server.errors import ChildTimedOut, WorkloadError
+from mcp_server.process import now_iso
+from mcp_server.progress import Progress, quiet
+from mcp_server.proof import check_python, check_workload
+from mcp_server.proof.measure import Measured, Way, measure
+from mcp_server.proof.recipe_plan import plan_first, plan_layout, recipe_code, skipped, stage_winners
+from mcp_server.proof.stats import summarize
+from mcp_server.schema.io import write_model_atomic
+from mcp_server.schema.proof import Metric
+from mcp_server.schema.recipes import (
+    REFERENCE,
+    TIER_RTOL,
+    ModelFacts,
+    RecipeError,
+    RecipeResult,
+    RecipesReport,
+    Winner,
+)
+from mcp_server.schema.requests import TimingOptions
+
+RECIPES_JSON = "recipes.json"
+FAILED_LOGS = "recipe_logs"
+LOCK_NAME = "gpu.lock"
+METRICS: tuple[Metric, ...] = ("latency", "back_to_back")
+
+
+def default_jobs(device: str, cpus: int | None = None) -> int:
+    """Recipe processes at a time: one on the CPU (a compile beside a timed CPU window would disturb it); on a GPU
+    one per four CPUs beyond two, at most four."""
+    if device != "cuda":
+        return 1
+    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    return max(1, min(4, (cpus - 2) // 4))
+
+
+def recipes(
+    workload: Path,
+    python: str = sys.executable,
+    options: TimingOptions | None = None,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    thorough: bool = False,
+    only: tuple[str, ...] = (),
+    jobs: int | None = None,
+    out_dir: Path | None = None,
+    timeout_s: float = 600.0,
+    progress: Progress = quiet,
+    cancel: threading.Event | None = None,
+) -> RecipesReport:
+    """Measure the free frontier of `workload` into `out_dir` (recipes.json; the log of each recipe that failed under
+    recipe_logs/). `timeout_s` bounds each recipe's process."""
+    options = options or TimingOptions()
+    path, python = check_workload(workload, "workload"), check_python(python)
+    out = Path(out_dir) if out_dir is not None else Path.cwd()
+    started, t0 = now_iso(), time.monotonic()
+    runner = _Runner(path, python, options, seeds, out, timeout_s, progress, cancel)
+    try:
+        progress(f"recipes: {REFERENCE}, the reference, alone first")
+        reference, raw = runner.run(REFERENCE, "reference")
+        if reference.status != "ok" or raw is None:
+            raise WorkloadError(f"the workload fails in fp32 eager, the reference: {reference.reason}",
+                                f"fix the workload; its log is in {out / FAILED_LOGS}")
+        facts = ModelFacts.model_validate(raw["model"])
+        device, gpu = raw["device_type"], raw["device_type"] == "cuda"
+        jobs = jobs or default_jobs(device)
+        results = [reference]
+        first = plan_first(gpu, facts, thorough, only)
+        results += runner.pool(first, jobs, len(first))
+        ran = {r.recipe for r in results}
+        layout = plan_layout(gpu, facts, stage_winners(results, options.headline), thorough, ran)
+        if layout:
+            progress(f"recipes: channels_last and cuDNN's autotuner on the winners ({len(layout)} recipes)")
+            results += runner.pool(layout, jobs, len(layout))
+    finally:
+        runner.close()
+    env = raw["environment"]
+    report = RecipesReport(
+        workload=str(path), device_type=device, device_name=env.get("device_name") if gpu else None,
+        torch_version=env["torch_version"], cuda_version=env.get("cuda_version"),
+        python_executable=env["python_executable"], model=facts, seeds=list(seeds), thorough=thorough, jobs=jobs,
+        results=_ranked(results, options.headline), winners=_winners(results, reference),
+        pareto=_pareto(results), skipped=skipped(gpu, facts, thorough, only, {r.recipe for r in results}),
+        started_at=started, finished_at=now_iso(), wall_time_s=round(time.monotonic() - t0, 3),
+        warnings=list(dict.fromkeys(w for r in results for w in r.warnings)),
+    )
+    write_model_atomic(out / RECIPES_JSON, report)
+    return report
+
+
+class _Runner:
+    """Runs recipes, each in its own measurement child, and turns their JSON into results."""
+
+    def __init__(self, path: Path, python: str, options: TimingOptions, seeds: tuple[int, ...], out: Path,
+                 timeout_s: float, progress: Progress, cancel: threading.Event | None) -> None:
+        self.path, self.python, self.options, self.seeds = path, python, options, seeds
+        self.scratch = Path(tempfile.mkdtemp(prefix="operator_profiler_recipes_"))
+        self.failed_logs, self.lock = out / FAILED_LOGS, self.scratch / LOCK_NAME
+        self.timeout_s, self.progress, self.cancel = timeout_s, progress, cancel
+        self.done = 0
+
+    def pool(self, planned: list[tuple[str, str]], jobs: int, total: int) -> list[RecipeResult]:
+        """Run `planned` (recipe, stage) with `jobs` processes at a time, in order."""
+        self.done = 0
+        with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="recipe") as executor:
+            return list(executor.map(lambda item: self._counted(item, total)[0], planned))
+
+    def _counted(self, item: tuple[str, str], total: int) -> tuple[RecipeResult, dict[str, Any] | None]:
+        result, raw = self.run(*item)
+        self.done += 1
+        self.progress(f"recipes: [{self.done}/{total}] {_line(result)}")
+        return result, raw
+
+    def run(self, name: str, stage: str) -> tuple[RecipeResult, dict[str, Any] | None]:
+        """One recipe in its own process: its result, and the child's JSON when it ran."""
+        t0 = time.monotonic()
+        try:
+            measured = measure(self.path, Way(recipe=name), self.python, self.options, self.scratch,
+                               name.replace("+", "_"), self.timeout_s, quiet, self.cancel, self.lock, self.seeds,
+                               keep_failed_log=self.failed_logs)
+        except ChildTimedOut as exc:
+            return _failed(name, stage, "timed_out", exc.message, time.monotonic() - t0), None
+        except WorkloadError as exc:
+            return _failed(name, stage, "failed", exc.message, time.monotonic() - t0), None
+        return _result(name, stage, measured), measured.raw
+
+    def close(self) -> None:
+        """Remove the children's scratch folder (their JSON and logs, the GPU's lock files)."""
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _failed(name: str, stage: str, status: str, reason: str, wall: float) -> RecipeResult:
+    return RecipeResult(recipe=name, stage=stage, status=status, reason=reason,  # type: ignore[arg-type]
+                        wall_time_s=round(wall, 3))
+
+
+def _result(name: str, stage: str, measured: Measured) -> RecipeResult:
+    raw = measured.raw
+    device = raw.get("device_type", "cpu")
+    base = dict(recipe=name, stage=stage, wall_time_s=round(measured.wall_time_s, 3),
+                warnings=list(raw.get("warnings", [])), code=recipe_code(name, device))
+    if raw.get("not_applicable"):
+        return RecipeResult(**base, status="not_applicable", reason=raw["not_applicable"])  # type: ignore[arg-type]
+    error = recipe_error(raw.get("validation") or {})
+    return RecipeResult(
+        **base, status="ok", tier=tier_of(name, error),  # type: ignore[arg-type]
+        latency=summarize(raw["latency_ns"]), back_to_back=summarize(raw["back_to_back_ns"]),
+        first_call_ns=int(raw["first_call_ns"]), error=error,
+    )
+
+
+def recipe_error(validation: dict[str, Any]) -> RecipeError:
+    """A recipe's error over every seed and output, from the child's validation entries."""
+    outputs = validation.get("outputs", [])
+    problems = [p for found in validation.get("problems", {}).values() for p in found]
+    problems += [f"seed {o['seed']}, {o['output']}: {o.get('note') or 'values differ'}" for o in outputs
+                 if o.get("max_rel_error") is None and not o.get("passed", True)]
+    rel = [o["max_rel_error"] for o in outputs if o.get("max_rel_error") is not None]
+    absolute = [o["max_abs_error"] for o in outputs if o.get("max_abs_error") is not None]
+    pct: dict[str, float] = {}
+    for o in outputs:
+        for key, value in (o.get("rel_error_percentiles") or {}).items():
+            pct[key] = max(pct.get(key, 0.0), value)
+    return RecipeError(seeds=list(validation.get("seeds", [])), outputs_compared=len(outputs),
+                       max_abs_error=max(absolute) if absolute else None, max_rel_error=max(rel) if rel else None,
+                       rel_error_percentiles=pct or None, problems=problems)
+
+
+def tier_of(name: str, error: RecipeError) -> str | None:
+    """The tightest tier a recipe's error meets: exact needs fp32 (TF32 off) and float32's tolerance; reduced, 1e-2.
+    None when nothing was compared, or a problem no tolerance excuses (NaN, shapes, differing integers) was met."""
+    if error.problems or error.outputs_compared == 0:
+        return None
+    worst = error.max_rel_error or 0.0
+    if recipe_parts(name)[1] == "fp32" and worst <= TIER_RTOL["exact"]:
+        return "exact"
+    return "reduced" if worst <= TIER_RTOL["reduced"] else None
+
+
+def _ranked(results: list[RecipeResult], metric: Metric) -> list[RecipeResult]:
+    ok = sorted((r for r in results if r.time_ns(metric) is not None), key=lambda r: r.time_ns(metric) or 0.0)
+    return ok + [r for r in results if r.time_ns(metric) is None]
+
+
+def _winners(results: list[RecipeResult], reference: RecipeResult) -> list[Winner]:
+    found = []
+    for metric in METRICS:
+        ref = reference.time_ns(metric)
+        for tier, allowed in (("exact", ("exact",)), ("reduced", ("exact", "reduced"))):
+            valid = [r for r in results if r.status == "ok" and r.tier in allowed and r.time_ns(metric) is not None]
+            if not valid:
+                continue
+            best = min(valid, key=lambda r: r.time_ns(metric) or 0.0)
+            time_ns = best.time_ns(metric) or 0.0
+            found.append(Winner(tier=tier, metric=metric, recipe=best.recipe, time_ns=time_ns,  # type: ignore[arg-type]
+                                speedup_vs_reference=ref / time_ns if ref and time_ns else None,
+                                max_rel_error=best.error.max_rel_error if best.error else None, code=best.code))
+    return found
+
+
+def _pareto(results: Iterable[RecipeResult]) -> list[str]:
+    """Validated recipes no other validated one beats on both latency and error."""
+    points = [(r.recipe, r.time_ns("latency") or 0.0, (r.error.max_rel_error or 0.0) if r.error else 0.0)
+              for r in results if r.status == "ok" and r.tier is not None and r.latency is not None]
+    return [name for name, t, e in sorted(points, key=lambda p: p[1])
+            if not any((t2 < t and e2 <= e) or (t2 <= t and e2 < e) for _, t2, e2 in points)]
+
+
+def _line(result: RecipeResult) -> str:
+    if result.status != "ok":
+        return f"{result.recipe}: {result.status.replace('_', ' ')} ({(result.reason or '')[:160]})"
+    error = result.error.max_rel_error if result.error is not None else None
+    err = f"max rel error {error:.1e}" if error is not None else "no float output"
+    return (f"{result.recipe}: {(result.time_ns('latency') or 0) / 1e6:.3f} ms latency, "
+            f"{(result.time_ns('back_to_back') or 0) / 1e6:.3f} ms back-to-back, {err}, "
+            f"tier {result.tier or 'none (failed validation)'}")

@@ -1,0 +1,91 @@
+"""The free frontier as a person reads it: a table for the terminal and frontier.png (time against error).
+
+Every time is a median per call measured in the recipe's own process; every error is against fp32 eager with TF32
+off, over the seeds recipes.json names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mcp_server.analysis.charts import pyplot, save_png
+from mcp_server.schema.proof import Metric
+from mcp_server.schema.recipes import RecipeResult, RecipesReport
+
+FRONTIER_PNG = "frontier.png"
+TIER_COLORS = {"exact": "#2ca02c", "reduced": "#1f77b4", None: "#d62728"}
+ERROR_FLOOR = 1e-9  # where an error of exactly 0 sits on the log axis
+
+
+def _ms(ns: float | None) -> str:
+    return f"{ns / 1e6:9.3f}" if ns is not None else f"{'-':>9s}"
+
+
+def _error(result: RecipeResult) -> str:
+    error = result.error.max_rel_error if result.error is not None else None
+    return f"{error:9.1e}" if error is not None else f"{'-':>9s}"
+
+
+def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
+    """The frontier as a fixed-width table ranked by `metric`, each tier's winner with its lines, and what was
+    skipped and why."""
+    ref = report.result(report.reference)
+    ref_ns = ref.time_ns(metric) if ref is not None else None
+    device = report.device_name or report.device_type
+    header = (f"{'recipe':48s} {'latency ms':>10s} {'b2b ms':>9s} {'vs eager':>8s} {'max rel err':>11s} "
+              f"{'tier':8s} status")
+    lines = [f"free frontier of {Path(report.workload).name} on {device} (torch {report.torch_version}): "
+             f"medians per call, each recipe in its own process; errors against {report.reference} over seeds "
+             f"{','.join(map(str, report.seeds))}; ranked by {metric.replace('_', '-')}", header, "-" * len(header)]
+    for r in report.results:
+        t = r.time_ns(metric)
+        vs = f"{ref_ns / t:7.2f}x" if ref_ns and t else f"{'-':>8s}"
+        status = r.status if r.status != "ok" else ("ok" if r.tier else "failed validation")
+        reason = f": {r.reason[:70]}" if r.reason else ""
+        lines.append(f"{r.recipe[:48]:48s} {_ms(r.time_ns('latency')):>10s} {_ms(r.time_ns('back_to_back'))} {vs} "
+                     f"{_error(r):>11s} {r.tier or '-':8s} {status}{reason}")
+    for tier in ("exact", "reduced"):
+        winner = report.winner(tier, metric)
+        if winner is None:
+            lines.append(f"{tier} tier: no recipe validated")
+            continue
+        speed = f", {winner.speedup_vs_reference:.2f}x fp32 eager" if winner.speedup_vs_reference else ""
+        lines.append(f"{tier} tier winner by {metric.replace('_', '-')}: {winner.recipe} "
+                     f"({winner.time_ns / 1e6:.3f} ms{speed}):")
+        lines += [f"    {line}" for line in winner.code]
+    for group in report.skipped:
+        lines.append(f"skipped {len(group.recipes)}: {group.reason}")
+    return "\n".join(lines)
+
+
+def frontier_chart(report: RecipesReport, path: Path) -> Path | None:
+    """Latency against max relative error, one point per recipe that ran, coloured by tier, the Pareto front joined;
+    None (nothing written) when no recipe has a time."""
+    points = [(r, r.time_ns("latency"), (r.error.max_rel_error if r.error else None) or 0.0)
+              for r in report.results if r.time_ns("latency") is not None]
+    if not points:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for result, ns, error in points:
+        x = max(error, ERROR_FLOOR)
+        ax.scatter([x], [(ns or 0) / 1e6], color=TIER_COLORS[result.tier], s=30, zorder=3)
+        ax.annotate(result.recipe, (x, (ns or 0) / 1e6), fontsize=6, xytext=(3, 2), textcoords="offset points")
+    front = sorted(((max(e, ERROR_FLOOR), (ns or 0) / 1e6) for r, ns, e in points if r.recipe in report.pareto))
+    if front:
+        ax.plot([x for x, _ in front], [y for _, y in front], "-", color="black", lw=1, zorder=2,
+                label="Pareto front (nothing both faster and more exact)")
+    for tier, color in TIER_COLORS.items():
+        ax.scatter([], [], color=color, label=f"tier {tier}" if tier else "failed validation")
+    ax.axvline(report.tier_rtol["exact"], color=TIER_COLORS["exact"], ls=":", lw=1)
+    ax.axvline(report.tier_rtol["reduced"], color=TIER_COLORS["reduced"], ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"max relative error against {report.reference} (0 drawn at {ERROR_FLOOR:g})")
+    ax.set_ylabel("latency per call (ms, median)")
+    ax.set_title(f"free frontier of {Path(report.workload).name} on {report.device_name or report.device_type}",
+                 fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.2)
+    save_png(fig, path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,146 @@
+"""recipes.json: the free frontier of a workload, each recipe timed in its own process and validated.
+
+A recipe is what a user pastes in a few lines without understanding the model (a torch.compile mode, a precision,
+channels_last, cuDNN's autotuner), named as `children.contract.recipe_parts` reads it. Each result says how fast
+the recipe ran (latency and back-to-back, ns per call), how far its outputs are from fp32 eager with TF32 off over
+several seeds, and which precision tier that error puts it in; the winners are the fastest validated recipe of each
+tier, by each metric.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mcp_server.children.contract import recipe_name, recipe_parts
+from mcp_server.schema.proof import Metric, TimingSummary
+from mcp_server.schema.types import Tier
+
+RECIPES_VERSION = "1.0"
+REFERENCE = "eager+fp32"
+# The error that puts a recipe in a tier, over fp32 eager with TF32 off (validate's rule: |opt - ref| <= rtol *
+# (|ref| + RMS(ref)) per element): float32's class for the exact tier, bfloat16/float16's for the reduced one.
+TIER_RTOL: dict[str, float] = {"exact": 1e-4, "reduced": 1e-2}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def canonical(name: str) -> str:
+    """A recipe name in its canonical spelling; ValueError (with what is wrong) when it is not one."""
+    return recipe_name(*recipe_parts(name))
+
+
+class RecipeError(_Model):
+    """How far a recipe's outputs are from the reference's, over every seed and output."""
+
+    seeds: list[int]
+    outputs_compared: int = Field(description="Output tensors compared (every seed's).")
+    max_abs_error: float | None = None
+    max_rel_error: float | None = Field(
+        default=None, description="max |out - ref| / (|ref| + RMS(ref)) over every element, output and seed.")
+    rel_error_percentiles: dict[str, float] | None = Field(
+        default=None, description="p50, p90, p99, p99.9 of that relative error: the largest over the outputs.")
+    problems: list[str] = Field(default_factory=list,
+                                description="What no tolerance excuses: NaN/Inf, other shapes, integers that differ.")
+
+
+class RecipeResult(_Model):
+    """One recipe, run in its own process."""
+
+    recipe: str
+    stage: Literal["reference", "precision", "layout", "thorough"] = Field(
+        description="reference: fp32 eager, run first; precision: compile modes x precisions; layout: channels_last "
+        "and cuDNN's autotuner on each tier's winner; thorough: every combination (--thorough).")
+    status: Literal["ok", "failed", "timed_out", "not_applicable"]
+    reason: str | None = Field(default=None, description="Why it failed, timed out or does not apply.")
+    tier: Tier | None = Field(default=None, description="The tightest tier its error meets; None: it failed "
+                              "validation for both, or did not run.")
+    latency: TimingSummary | None = None
+    back_to_back: TimingSummary | None = None
+    first_call_ns: int | None = Field(default=None, description="The first call, compilation included.")
+    wall_time_s: float = Field(description="The recipe's process, start-up and compilation included.")
+    error: RecipeError | None = None
+    code: list[str] = Field(default_factory=list, description="The lines a user pastes to apply it.")
+    warnings: list[str] = Field(default_factory=list)
+
+    def time_ns(self, metric: Metric) -> float | None:
+        """The median time per call by `metric`, when it ran."""
+        summary = self.latency if metric == "latency" else self.back_to_back
+        return summary.median_ns if summary is not None else None
+
+
+class Winner(_Model):
+    """The fastest validated recipe of a tier by one metric."""
+
+    tier: Tier
+    metric: Metric
+    recipe: str
+    time_ns: float = Field(description="Its median time per call by `metric`.")
+    speedup_vs_reference: float | None = Field(
+        default=None, description="fp32 eager's median time / this recipe's, by the same metric.")
+    max_rel_error: float | None = None
+    code: list[str]
+
+
+class SkippedRecipes(_Model):
+    """Recipes not run, and why."""
+
+    recipes: list[str]
+    reason: str
+
+
+class ModelFacts(_Model):
+    """What decides which recipes apply."""
+
+    is_module: bool
+    has_convolution: bool
+    parameters: int
+    parameter_dtypes: list[str]
+    floating_inputs: int
+    input_shapes: list[list[int]]
+
+
+class RecipesReport(_Model):
+    """recipes.json: the free frontier of one workload on one device."""
+
+    recipes_version: str = RECIPES_VERSION
+    workload: str
+    reference: str = Field(default=REFERENCE, description="What the errors are measured against.")
+    device_type: str
+    device_name: str | None = None
+    torch_version: str
+    cuda_version: str | None = None
+    python_executable: str
+    model: ModelFacts | None = None
+    seeds: list[int] = Field(description="Seeds whose models and inputs every recipe was validated on.")
+    tier_rtol: dict[str, float] = Field(default_factory=lambda: dict(TIER_RTOL))
+    thorough: bool
+    jobs: int = Field(description="Recipe processes at a time (their timed windows take turns on the GPU).")
+    results: list[RecipeResult] = Field(description="Every recipe run, fastest latency first; failures last.")
+    winners: list[Winner] = Field(default_factory=list)
+    pareto: list[str] = Field(default_factory=list,
+                              description="Recipes no other is both faster (latency) than and more exact than.")
+    skipped: list[SkippedRecipes] = Field(default_factory=list)
+    started_at: str
+    finished_at: str
+    wall_time_s: float
+    warnings: list[str] = Field(default_factory=list)
+
+    @field_validator("results")
+    @classmethod
+    def _known(cls, results: list[RecipeResult]) -> list[RecipeResult]:
+        for result in results:
+            canonical(result.recipe)
+        return results
+
+    def winner(self, tier: str, metric: Metric = "latency") -> Winner | None:
+        """The winner of `tier` by `metric`, if any recipe of that tier validated."""
+        return next((w for w in self.winners if w.tier == tier and w.metric == metric), None)
+
+    def result(self, recipe: str) -> RecipeResult | None:
+        """The result of `recipe` (any spelling of its name)."""
+        name = canonical(recipe)
+        return next((r for r in self.results if r.recipe == name), None)
