@@ -38,6 +38,7 @@ from mcp_server.schema.requests import (
     PreflightRequest,
     ProfileRequest,
     RecipesRequest,
+    RecipeTiming,
     ReportRequest,
     SummaryRequest,
     TimingOptions,
@@ -291,7 +292,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_recipes(args: argparse.Namespace) -> int:
     """The free frontier: every recipe timed in its own process and validated; the winner of each tier."""
     req = options_from(args, RecipesRequest, workload=args.workload, python=_interpreter(args),
-                       timing=options_from(args, TimingOptions), seeds=parse_seeds(args.seeds), project=Path.cwd())
+                       timing=options_from(args, RecipeTiming), seeds=parse_seeds(args.seeds), project=Path.cwd())
     result = api.recipes(req, _STATUS)
     _print(result.summary)
     for warning in result.warnings:
@@ -453,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default=sys.executable, help="interpreter that runs the workload (%(default)s)")
     add_options(p, RecipesRequest, only=("thorough", "only", "jobs", "timeout_s"))
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds each recipe is validated on (default 0,1,2)")
-    add_options(p, TimingOptions)
+    add_options(p, RecipeTiming)
     p.add_argument("--output", "-o", type=Path,
                    help="folder for recipes.json and frontier.png (default ./op_runs/<name>-recipes-<time>)")
     _add_output_options(p)

@@ -38,6 +38,7 @@ from mcp_server.schema.requests import (
     PreflightRequest,
     ProfileRequest,
     RecipesRequest,
+    RecipeTiming,
     ReportRequest,
     SummaryRequest,
     TimingOptions,
@@ -298,7 +299,7 @@ async def bench(
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
-@tool("Recipes: the free frontier of a workload", RUNS_WORKLOAD, options=TimingOptions)
+@tool("Recipes: the free frontier of a workload", RUNS_WORKLOAD, options=RecipeTiming)
 async def recipes(
     workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
     ctx: Context,
@@ -319,7 +320,7 @@ async def recipes(
     optimization must beat (bench with baseline_mode='free'). Writes recipes.json and frontier.png; a recipe that
     crashes, hangs or fails validation is recorded with its reason.
     """
-    options = _request(TimingOptions, **timing)
+    options = _request(RecipeTiming, **timing)
     return await _call(ctx, "recipes", 40 * timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
         RecipesRequest, workload=workload_file(workload), python=choose_python(python), timing=options,
         thorough=thorough, only=only, seeds=seeds, jobs=jobs, output=resolve_optional(output, "output directory"),

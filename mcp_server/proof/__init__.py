@@ -58,8 +58,10 @@ def run_proof_child(
     timeout_s: float,
     progress: Progress = quiet,
     cancel: threading.Event | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run child `script` with `args --out WORK_DIR/<name>_child.json` under `python`; return its JSON result.
+    """Run child `script` with `args --out WORK_DIR/<name>_child.json` under `python` (its environment with
+    `extra_env` on top); return its JSON result.
 
     Setting `cancel` stops the child (CancelledCapture). Raises WorkloadError when the child timed out, wrote
     nothing, or reports that torch is missing or the baseline itself failed; a result with status 'ok' (a
@@ -70,7 +72,8 @@ def run_proof_child(
     log = work_dir / f"{name}_child.log"
     out.unlink(missing_ok=True)
     cmd = child_command(python, script, *args, "--out", str(out))
-    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=interpreter_env(python))
+    env = {**interpreter_env(python), **(extra_env or {})}
+    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=env)
     if timed_out:
         raise ChildTimedOut(
             f"the {name} child ran past its {timeout_s:.0f} s limit and was stopped",

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from mcp_server.children.contract import recipe_parts
 from mcp_server.errors import ProfileFormatError, WorkloadError
 from mcp_server.progress import Progress, quiet
 from mcp_server.proof import run_proof_child
@@ -23,6 +24,11 @@ from mcp_server.schema.proof import Measurement
 from mcp_server.schema.requests import TimingOptions
 
 MARKER = "operator_profiler_measure:"
+# torch's AOTAutograd cache keys record whether autocast is on, not its dtype (pytorch/pytorch#181564, fixed after
+# torch 2.11): a graph compiled under bf16 autocast would be served to a process asking for fp16 autocast. Processes
+# that run a workload under autocast therefore skip that cache (Inductor's own cache, keyed on the traced graph,
+# still serves them). An optimized workload may run under autocast too: it skips that cache as well.
+AUTOCAST_ENV = {"TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
 TIMING_STARTS = f"{MARKER} timing:"
 
 
@@ -89,8 +95,11 @@ def measure(
     if gpu_lock is not None:
         args += ["--gpu-lock", str(gpu_lock)]
     t0 = time.monotonic()
+    autocast = way.optimized is not None or (
+        way.recipe is not None and recipe_parts(way.recipe)[1].endswith("-autocast"))
     try:
-        raw = run_proof_child("measure", args, python, work_dir, name, timeout_s, progress, cancel)
+        raw = run_proof_child("measure", args, python, work_dir, name, timeout_s, progress, cancel,
+                              extra_env=AUTOCAST_ENV if autocast else None)
     except WorkloadError as exc:
         log = work_dir / f"{name}_child.log"
         if keep_failed_log is not None and log.is_file():

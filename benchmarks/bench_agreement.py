@@ -1,0 +1,210 @@
+"""`operator-profiler bench` against an independent timer, each side in its own processes; and the old method.
+
+    python benchmarks/bench_agreement.py --out FILE [--pairs conv_block mlp_activations] [--processes 3]
+
+For each example pair (the baseline as written, its committed optimized workload run through `optimize(model)`):
+1. `operator-profiler bench` (3 rounds, one input set) reads both sides' latency and back-to-back medians;
+2. two independent timers, `--processes` fresh processes per side and per timer, each building the side the same
+   way: `torch.utils.benchmark.Timer.blocked_autorange` (which synchronises the GPU at the end of each block;
+   back-to-back = the statement `fn(*args)`, latency = `fn(*args); torch.cuda.synchronize()`), and a plain loop
+   (CUDA events around one call and a synchronisation, median of 100 calls after 20 warm-up calls; 200 calls queued
+   with one synchronisation, per call). The medians of the processes' medians are compared with bench's: they
+   should agree within 5 %;
+3. the old method, in one process: the baseline under torch.compile(mode="reduce-overhead") and bf16 autocast (the
+   old bench's free recipe) and the optimized workload built side by side and called interleaved (A B A B ...), each
+   call timed with CUDA events and no synchronisation between calls, as the one-process bench did.
+Prints a table last; writes every number to `--out` (JSON). Needs a GPU and the package installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+SIDES = ("baseline", "optimized")
+
+
+def _paths(name: str) -> tuple[Path, Path]:
+    return EXAMPLES / name / f"{name}.py", EXAMPLES / name / f"{name}_optimized.py"
+
+
+def build(name: str, side: str) -> tuple[Any, tuple[Any, ...], bool]:
+    """The side's callable and inputs, as bench builds it: seed 0; the optimized model gets the baseline's weights."""
+    import importlib.util
+
+    import torch
+
+    base_path, opt_path = _paths(name)
+    sys.path.insert(0, str(base_path.parent))
+
+    def load(path: Path) -> Any:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+        return module
+
+    torch.manual_seed(0)
+    model, inputs = load(base_path).get_model_and_input()
+    if side == "baseline":
+        return model, tuple(inputs), False
+    opt = load(opt_path)
+    torch.manual_seed(0)
+    opt_model, _ = opt.get_model_and_input()
+    opt_model.load_state_dict(model.state_dict())
+    return opt.optimize(opt_model), tuple(inputs), True
+
+
+def independent(name: str, side: str, method: str) -> dict[str, float]:
+    """One process: warm up, then time latency and back-to-back (us per call) by `method`: `timer`,
+    torch.utils.benchmark.Timer's blocked_autorange (1 s each); `loop`, CUDA events around one call and a
+    synchronisation, median of 100 calls, and 200 calls queued with one synchronisation, per call."""
+    import torch
+    from torch.utils.benchmark import Timer
+
+    fn, args, graphs = build(name, side)
+    mark = torch.compiler.cudagraph_mark_step_begin if graphs else (lambda: None)
+    scope = {"fn": fn, "args": args, "mark": mark, "torch": torch}
+    with torch.no_grad():
+        for _ in range(20):
+            mark()
+            fn(*args)
+        torch.cuda.synchronize()
+        if method == "timer":
+            latency = Timer(stmt="mark(); fn(*args); torch.cuda.synchronize()", globals=scope).blocked_autorange(
+                min_run_time=1.0)
+            b2b = Timer(stmt="mark(); fn(*args)", globals=scope).blocked_autorange(min_run_time=1.0)
+            return {"latency_us": latency.median * 1e6, "back_to_back_us": b2b.median * 1e6}
+        times = []
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(100):
+            start.record()
+            mark()
+            fn(*args)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3)
+        start.record()
+        for _ in range(200):
+            mark()
+            fn(*args)
+        end.record()
+        end.synchronize()
+    return {"latency_us": statistics.median(times), "back_to_back_us": start.elapsed_time(end) * 1e3 / 200}
+
+
+def interleaved(name: str, rounds: int = 6, reps: int = 20) -> dict[str, float]:
+    """The old one-process method: both sides called interleaved, CUDA events around each call, no sync between."""
+    import torch
+
+    sides = {side: build(name, side) for side in SIDES}
+    model, args, _ = sides["baseline"]
+    compiled = torch.compile(model, mode="reduce-overhead")
+
+    def free_recipe(*call_args: Any) -> Any:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return compiled(*call_args)
+
+    sides["baseline"] = (free_recipe, args, True)
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    with torch.no_grad():
+        for _ in range(5):
+            for fn, args, graphs in sides.values():
+                if graphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                fn(*args)
+        for r in range(rounds):
+            order = list(SIDES) if r % 2 == 0 else list(SIDES[::-1])
+            pending = []
+            for _ in range(reps):
+                for side in order:
+                    fn, args, graphs = sides[side]
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    if graphs:
+                        torch.compiler.cudagraph_mark_step_begin()
+                    start.record()
+                    fn(*args)
+                    end.record()
+                    pending.append((side, start, end))
+            torch.cuda.synchronize()
+            for side, start, end in pending:
+                times[side].append(start.elapsed_time(end) * 1e3)
+    return {f"{side}_us": statistics.median(values) for side, values in times.items()}
+
+
+def _child(args: list[str]) -> Any:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure_pair(name: str, processes: int, rounds: int) -> dict[str, Any]:
+    """bench, the independent timers and the old method on one example pair."""
+    base, opt = _paths(name)
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run(["operator-profiler", "bench", str(base), str(opt), "--rounds", str(rounds), "--input-sets",
+                        "1", "--output", out, "--quiet"], check=True)
+        bench = json.loads((Path(out) / "bench.json").read_text())
+    row: dict[str, Any] = {"pair": name}
+    for side in SIDES:
+        runs = {method: [_child(["--independent", name, side, method]) for _ in range(processes)]
+                for method in ("timer", "loop")}
+        for metric in ("latency", "back_to_back"):
+            key = "latency_ns" if metric == "latency" else "back_to_back_ns"
+            ours = bench[side][metric]["median_ns"] / 1e3
+            cell: dict[str, Any] = {"bench_us": ours, "bench_rounds_us": [
+                statistics.median(r[key]) / 1e3 for r in bench[side]["rounds"]]}
+            for method, found in runs.items():
+                theirs = statistics.median(r[f"{metric}_us"] for r in found)
+                cell[f"{method}_us"], cell[f"{method}_runs_us"] = theirs, [r[f"{metric}_us"] for r in found]
+                cell[f"vs_{method}"] = ours / theirs - 1
+            row[f"{side}_{metric}"] = cell
+    row["old_interleaved"] = _child(["--interleaved", name])
+    return row
+
+
+def main() -> int:
+    """Measure each pair; print the table; write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--pairs", nargs="+", default=["conv_block", "mlp_activations"])
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--independent", nargs=3, metavar=("PAIR", "SIDE", "METHOD"))
+    parser.add_argument("--interleaved", metavar="PAIR")
+    args = parser.parse_args()
+    if args.independent:
+        print(json.dumps(independent(*args.independent)))
+        return 0
+    if args.interleaved:
+        print(json.dumps(interleaved(args.interleaved)))
+        return 0
+    rows = [measure_pair(name, args.processes, args.rounds) for name in args.pairs]
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"{'pair':18s} {'side':9s} {'metric':12s} {'bench us':>9s} {'Timer us':>9s} {'diff':>7s} {'loop us':>9s} "
+          f"{'diff':>7s}  per process: bench | Timer | loop")
+    for row in rows:
+        for side in SIDES:
+            for metric in ("latency", "back_to_back"):
+                c = row[f"{side}_{metric}"]
+                spread = " | ".join(" ".join(f"{v:.0f}" for v in c[k]) for k in
+                                    ("bench_rounds_us", "timer_runs_us", "loop_runs_us"))
+                print(f"{row['pair']:18s} {side:9s} {metric:12s} {c['bench_us']:9.1f} {c['timer_us']:9.1f} "
+                      f"{c['vs_timer'] * 100:6.1f}% {c['loop_us']:9.1f} {c['vs_loop'] * 100:6.1f}%  {spread}")
+        old = row["old_interleaved"]
+        print(f"{row['pair']:26s} old one-process interleaved events: baseline {old['baseline_us']:.1f} us, "
+              f"optimized {old['optimized_us']:.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
