@@ -25,6 +25,7 @@ if __name__ == "__main__":
 
 import argparse
 import gc
+import os
 import statistics
 import sys
 import time
@@ -254,6 +255,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             turns.exclusive()
             _rewarm(runner, statistics.median(warm))
             result["phase"] = "timing"
+            result["cpus"] = [_cpu()]
             _say(f"timing: {latency_calls} calls alone, {args.blocks} x {queued} queued")
             gc.collect()
             gc.disable()
@@ -263,6 +265,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             finally:
                 gc.enable()
             result["queued_calls"] = queued
+            result["cpus"].append(_cpu())
             turns.shared()
         seeds = [int(s) for s in args.validate_seeds.split(",") if s.strip()]
         if seeds:
@@ -273,6 +276,15 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         turns.release()
 
 
+def _cpu() -> int | None:
+    """The CPU this process runs on now (field 39 of /proc/self/stat), where Linux says."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[36])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure; write the result JSON whatever happens; return the exit code."""
     args = _parse_args(argv)
@@ -280,4 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    # Skip interpreter teardown (CUDA and Inductor's compile workers take seconds); the result is on disk.
+    os._exit(code)

@@ -63,6 +63,7 @@ class Measured:
                 warmup_time_ns=int(self.raw["warmup_time_ns"]), latency_ns=[int(v) for v in self.raw["latency_ns"]],
                 back_to_back_ns=[float(v) for v in self.raw["back_to_back_ns"]],
                 queued_calls=int(self.raw["queued_calls"]), wall_time_s=round(self.wall_time_s, 3),
+                cpus=[int(c) for c in self.raw.get("cpus", []) if c is not None],
             )
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
             raise ProfileFormatError(f"the measurement child's result is malformed: {exc}",

@@ -190,6 +190,8 @@ class Measurement(_Model):
                                          "synchronisation at the end; one value per block.")
     queued_calls: int
     wall_time_s: float = Field(description="The process's whole life: start-up, build and compilation included.")
+    cpus: list[int] = Field(default_factory=list, description="The CPU the process ran on as its timed window began "
+                            "and ended (Linux), for host-bound timings that differ from one process to the next.")
 
 
 class BenchSide(_Model):
