@@ -11,6 +11,7 @@ class ProfilerError(Exception):
         self.message = message
         self.remedy = remedy
         self.records: list[object] = []  # capture passes that ran before the failure: the manifest keeps them
+        self.details: list[str] = []  # lines the faces show below the one-line error (an out-of-memory diagnosis)
 
     def one_line(self) -> str:
         """The error and its remedy on one line."""
@@ -19,6 +20,10 @@ class ProfilerError(Exception):
 
 class WorkloadError(ProfilerError):
     """The workload file is missing, malformed, or raised while running."""
+
+
+class WorkloadOutOfMemory(WorkloadError):
+    """The workload raised torch.OutOfMemoryError; `details` say what held the memory once it was diagnosed."""
 
 
 class UsageError(ProfilerError):

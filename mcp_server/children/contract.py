@@ -19,7 +19,7 @@ COMPILE_MODES = ("eager", "inductor", "cudagraphs", "optimized")
 # How bench's child runs a baseline (the engine's `free` picks among them)
 BASELINE_RECIPES = ("eager", "inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16")
 AUTOCAST_HOW = "under bf16 autocast"  # how bench.json's `how_run` names a recipe run inside bf16 autocast
-PROFILERS = ("torch", "nvtx", "kernels", "none")
+PROFILERS = ("torch", "nvtx", "kernels", "none", "memory")
 
 MEASURE_RANGE = "operator_profiler::measure"
 PHASE_MARKER = "operator_profiler_harness: phase "  # what the harness prints as it enters each phase
@@ -31,3 +31,4 @@ SITE_RANGE_PREFIX = "site:"
 EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW, EXIT_NOT_CACHED = 0, 2, 3, 4, 5, 6
 # harness.json's error.kind
 NO_TORCH, CONTRACT_ERROR, NOT_CACHED, WORKLOAD_RAISED = "no_torch", "contract", "not_cached", "workload_raised"
+OUT_OF_MEMORY, NO_CUDA = "out_of_memory", "no_cuda"  # the workload raised torch.OutOfMemoryError; no CUDA device

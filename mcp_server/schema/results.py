@@ -21,6 +21,7 @@ from mcp_server.schema.analysis import (
     StageRow,
     TimelineHealth,
 )
+from mcp_server.schema.memory import MemoryHolder
 from mcp_server.schema.profile import AggregatedMetrics, KernelRecord, WindowTotals
 from mcp_server.schema.proof import (
     CheckResult,
@@ -122,6 +123,7 @@ class ProfileRun(_Model):
         default=None, description="A multi-rank run: ranks.json (its merged view); `profile` is then the first "
         "rank's, and every rank's lies in rank<R>/profile.json.")
     ranks: RanksSummary | None = Field(default=None, description="A multi-rank run: ranks.json's content.")
+    memory_path: str | None = Field(default=None, description="memory.json, when the run has a memory pass.")
 
 
 class TopOperatorsResult(_Model):
@@ -135,6 +137,8 @@ class TopOperatorsResult(_Model):
     modules_by_phase: list[ModulePhaseTime] = Field(
         default_factory=list, description="Kernel time per module and phase, heaviest first (GPU profiles)."
     )
+    memory: str | None = Field(default=None, description="The memory section, when memory.json lies beside the "
+                               "profile: peaks, holders at the peak, findings.")
 
 
 class KernelBrief(_Model):
@@ -366,3 +370,21 @@ class LoopStatusResult(_Model):
     checkpoints: list[LoopCheckpoint]
     reused: list[str] = Field(description="Checkpoint files that are current and stay as they are on resuming.")
     recompute: list[str] = Field(description="Checkpoint files the loop writes (again) from resume_from on.")
+
+
+class MemoryRun(_Model):
+    """What `memory` returns: the window's peak, who holds it, what lowers it (memory.json holds everything)."""
+
+    run_dir: str
+    memory_path: str
+    chart_path: str | None = None
+    snapshot_path: str = Field(description="The allocator's pickled snapshot: opens in https://pytorch.org/memory_viz.")
+    python: str
+    torch_version: str | None = None
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    attributed_pct: float | None = Field(default=None, description="Share of the bytes live at the peak (or at a "
+                                         "failed allocation) attributed to a module.")
+    holders: list[MemoryHolder] = Field(default_factory=list, description="Heaviest first.")
+    findings: list[str] = Field(default_factory=list, description="What lowers the peak, with its upper-bound saving.")
+    summary: str
