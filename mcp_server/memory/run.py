@@ -26,7 +26,7 @@ from mcp_server.rundir import RunDir, dropped_if_empty, output_folder
 from mcp_server.schema.io import read_model, write_model_atomic
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.memory import MemoryProfile
-from mcp_server.schema.requests import MemoryRequest
+from mcp_server.schema.requests import MemoryRequest, cli_flags
 from mcp_server.schema.results import MemoryRun
 
 PROGRAM = "operator-profiler"
@@ -61,7 +61,7 @@ def memory(req: MemoryRequest, progress: Progress = quiet, cancel: Cancel = None
         run_dir = RunDir(folder)
         cap = CaptureRequest.of(Path(req.target), run_dir, req.python.python, req.capture)
         command = req.command_line or [PROGRAM, "memory", str(req.target), "--python", req.python.python,
-                                       "--output", str(run_dir.path)]
+                                       "--output", str(run_dir.path), *cli_flags(req.capture)]
         progress(f"memory: the allocator's history of {req.target} into {run_dir.path} under {req.python.python}")
         with run_dir.locked():
             run_dir.claim(Path(req.target))
@@ -87,7 +87,6 @@ def _result(run_dir: RunDir, profile: MemoryProfile, chart: Path | None, python:
         snapshot_path=str(run_dir.memory_snapshot()), python=python, torch_version=torch_version,
         peak_allocated_bytes=profile.peak_allocated_bytes, peak_reserved_bytes=profile.peak_reserved_bytes,
         attributed_pct=peak.attributed_pct if peak is not None else None,
-        holders=peak.holders[:top] if peak is not None else [],
         findings=[f"{f.title}: up to {size(f.saving_bytes)} ({f.estimate}). {f.change}" for f in profile.findings],
         summary="\n".join(lines),
     )

@@ -118,6 +118,10 @@ class CaptureOptions(_Request):
         return _not_an_option(value)
 
 
+WINDOW_OPTIONS = ("compile_mode", "warmup_iters", "iters", "seed", "train_step", "timeout_s")
+"""The capture options of one process's window: all the memory pass takes (it records one process)."""
+
+
 class NcuOptions(_Request):
     """What Nsight Compute replays of the window, and which counters it collects beyond the default set."""
 

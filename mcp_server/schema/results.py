@@ -21,7 +21,6 @@ from mcp_server.schema.analysis import (
     StageRow,
     TimelineHealth,
 )
-from mcp_server.schema.memory import MemoryHolder
 from mcp_server.schema.profile import AggregatedMetrics, KernelRecord, WindowTotals
 from mcp_server.schema.proof import (
     CheckResult,
@@ -373,18 +372,16 @@ class LoopStatusResult(_Model):
 
 
 class MemoryRun(_Model):
-    """What `memory` returns: the window's peak, who holds it, what lowers it (memory.json holds everything)."""
+    """What `memory` returns; memory.json holds everything (holders by category, module, operator, line)."""
 
     run_dir: str
     memory_path: str
     chart_path: str | None = None
-    snapshot_path: str = Field(description="The allocator's pickled snapshot: opens in https://pytorch.org/memory_viz.")
+    snapshot_path: str = Field(description="Opens in https://pytorch.org/memory_viz.")
     python: str
     torch_version: str | None = None
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
-    attributed_pct: float | None = Field(default=None, description="Share of the bytes live at the peak (or at a "
-                                         "failed allocation) attributed to a module.")
-    holders: list[MemoryHolder] = Field(default_factory=list, description="Heaviest first.")
-    findings: list[str] = Field(default_factory=list, description="What lowers the peak, with its upper-bound saving.")
-    summary: str
+    attributed_pct: float | None = Field(default=None, description="Bytes live at the peak with a module, %.")
+    findings: list[str] = Field(default_factory=list, description="What lowers the peak, upper-bound savings.")
+    summary: str = Field(description="Peaks, holders at the peak (or at an out-of-memory failure), findings.")
