@@ -88,6 +88,7 @@ class ModuleStack:
         import torch
 
         self._torch = torch
+        self.root = root
         self.paths = {id(m): path or root for path, m in model.named_modules()}
         self.stack: list[str] = []
         self._grad_hooks: list[Any] = []
@@ -119,7 +120,14 @@ class ModuleStack:
         if not self._callback_queued:  # the engine empties the stack once the backward pass has ended
             self._callback_queued = True
             self._torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-        self.stack.append(name)
+        position = len(self.stack)  # a module sharing its output with a submodule enters below it
+        while position and self._contains(name, self.stack[position - 1]):
+            position -= 1
+        self.stack.insert(position, name)
+
+    def _contains(self, outer: str, inner: str) -> bool:
+        """Whether module path `outer` encloses `inner` (the model itself encloses every path)."""
+        return outer != inner and (outer == self.root or inner.startswith(outer + "."))
 
     def _backward_done(self) -> None:
         self.stack.clear()
@@ -172,6 +180,8 @@ def op_recorder(strings: Strings, modules: ModuleStack | None, optimizer: Spans,
             self.calls: list[list[Any]] = []
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func.namespace == "profiler":  # record_function's own markers: no work, no memory
+                return func(*args, **(kwargs or {}))
             backward = graph_task() != -1
             phase = BACKWARD if backward else OPTIMIZER if optimizer._open else FORWARD
             node = None
@@ -202,11 +212,8 @@ def optimizers() -> Iterator[Any]:
     import torch
 
     for obj in gc.get_objects():
-        try:
-            if isinstance(obj, torch.optim.Optimizer):
-                yield obj
-        except ReferenceError:  # a dead weak proxy
-            continue
+        if issubclass(type(obj), torch.optim.Optimizer):  # type(): a deprecated module proxy warns on __class__
+            yield obj
 
 
 def identities(model: Any, inputs: Any, root: str, strings: Strings, device_type: str = "cuda") -> list[list[int]]:
