@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcp_server.memory import load_memory
 from mcp_server.proof.bench import load_bench_result
 from mcp_server.proof.validate import load_validation_report
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import load_profile, read_model
+from mcp_server.schema.memory import MemoryProfile
 from mcp_server.schema.optimizations import OptimizationPlan, load_optimizations
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
@@ -44,12 +46,14 @@ class ReportInputs:
     bench_vs_compile_path: Path | None = None
     bench_vs_free: BenchResult | None = None
     bench_vs_free_path: Path | None = None
+    memory: MemoryProfile | None = None  # memory.json beside the baseline profile (a run with a memory pass)
+    memory_path: Path | None = None
 
     def paths(self) -> list[Path]:
         """Every file the documents are rendered from."""
         found = [self.baseline_path, self.optimized_path, self.analysis_path, self.baseline_analysis_path,
                  self.comparison_path, self.bench_path, self.validation_path, self.optimizations_path,
-                 self.bench_vs_compile_path, self.bench_vs_free_path]
+                 self.bench_vs_compile_path, self.bench_vs_free_path, self.memory_path]
         return [p for p in found if p is not None]
 
 
@@ -67,6 +71,8 @@ def load_inputs(
 ) -> ReportInputs:
     """Load and validate every given file; a missing or malformed file raises ProfileFormatError."""
     inputs = ReportInputs(baseline=load_profile(baseline_profile), baseline_path=Path(baseline_profile))
+    inputs.memory = load_memory(Path(baseline_profile).parent)
+    inputs.memory_path = Path(baseline_profile).parent / "memory.json" if inputs.memory is not None else None
     if optimized_profile is not None:
         inputs.optimized, inputs.optimized_path = load_profile(optimized_profile), Path(optimized_profile)
     if analysis is not None:
