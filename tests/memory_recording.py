@@ -137,7 +137,7 @@ def record(strings: Strings | None = None) -> dict[str, Any]:
     """memory_record.json of the window."""
     s = strings or Strings()
     ops = [[s.id(name), _ns(start), _ns(end), 1, s.id(module), s.id(phase), s.id(site), s.id(node),
-            [[WINDOW_BLOCKS[b][0], WINDOW_BLOCKS[b][1], s.id(dtype)] for b, dtype in outputs]]
+            [[WINDOW_BLOCKS[b][0], WINDOW_BLOCKS[b][1], s.id(dtype)] for b, dtype in outputs], []]
            for name, start, end, module, phase, site, node, outputs in OPS]
     identity = {"W": ("parameter", "layers.0", "layers.0.weight"), "m": ("optimizer_state", "layers.0",
                 "layers.0.weight.exp_avg"), "v": ("optimizer_state", "layers.0", "layers.0.weight.exp_avg_sq"),

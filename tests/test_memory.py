@@ -28,7 +28,7 @@ from mcp_server.memory import build_memory, write_memory
 from mcp_server.memory.attribute import attribute
 from mcp_server.memory.findings import Peak, block_of, findings
 from mcp_server.memory.moments import moment, timeline
-from mcp_server.memory.replay import Step, clock_offset_us, replay, rounded, trace_start
+from mcp_server.memory.replay import Block, Step, clock_offset_us, replay, rounded, trace_start
 from mcp_server.memory.snapshot import device_state, device_trace, load_snapshot
 from mcp_server.memory.text import memory_lines, oom_lines
 from mcp_server.schema.io import read_model
@@ -238,7 +238,7 @@ def _oom_recording():
                 stats={"allocated_bytes.all.peak": 50 * MIB}, iterations=[[(T0 + 10) * 1000, (T0 + 320) * 1000]],
                 backward=[], optimizer=[])
     data["ops"].append([names.id("aten::addmm"), (T0 + 300) * 1000, (T0 + 330) * 1000, 1, names.id("layers.3"),
-                        names.id("forward"), names.id(f"{WORKLOAD}:42"), -1, []])
+                        names.id("forward"), names.id(f"{WORKLOAD}:42"), -1, [], []])
     data["strings"] = names.names
     return start, end, data
 
@@ -261,3 +261,25 @@ def test_an_out_of_memory_failure_says_what_was_allocated_where_and_what_held_th
     assert len(holders) == 3 and "activation" in holders[0]
     assert "what to change:" in screen and len(screen) <= 25
     assert any("checkpoint the activations" in line for line in screen)
+
+
+def test_a_call_outside_every_module_takes_the_module_of_what_it_reads():
+    """The loss on the model's output: its log-softmax reads O (made by layers.2's addmm) and is attributed there;
+    the same call reading nothing a module made keeps no module."""
+    names = Strings()
+    data = record(names)
+    loss_address = 0x7F40_0000_0000
+    data["ops"].append([names.id("aten::_log_softmax"), (T0 + 215) * 1000, (T0 + 225) * 1000, 1, -1,
+                        names.id("forward"), names.id(f"{WORKLOAD}:62"), -1,
+                        [[loss_address, 4 * MIB, names.id("float32")]], [WINDOW_BLOCKS["O"][0]]])
+    data["ops"].append([names.id("aten::ones_like"), (T0 + 230) * 1000, (T0 + 232) * 1000, 1, -1,
+                        names.id("forward"), names.id(f"{WORKLOAD}:63"), -1, [[loss_address + 4 * MIB, 512, 0]],
+                        [0x7F50_0000_0000]])
+    data["strings"] = names.names
+    memory_record = MemoryRecord.model_validate(data)
+    made = [Block(loss_address, 4 * MIB, 4 * MIB, 99, T0 + 220, 0, [], 200, T0 + 540),
+            Block(loss_address + 4 * MIB, 512, 4, 100, T0 + 231, 0, [], 201, T0 + 600)]
+    loss, ones = attribute(made, memory_record, (T0 + 1000) * 1000)
+    assert (loss.category, loss.module, loss.operator, loss.inherited) == (
+        "activation", "layers.2", "aten::_log_softmax", True)
+    assert (ones.module, ones.inherited) == (None, False)

@@ -121,3 +121,20 @@ def test_the_phases_are_recorded_through_torch_autograd_and_torch_optim(tmp_path
 def test_out_of_memory_is_torch_s_error_only():
     assert out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert not out_of_memory(RuntimeError("CUDA out of memory"))
+
+
+def test_a_call_outside_every_module_records_what_it_reads():
+    model, x = _model(), torch.randn(4, 8)
+    strings = Strings()
+    modules = ModuleStack(model, "Sequential").install()
+    recorder = op_recorder(strings, modules, Spans(), UserFrames())
+    try:
+        with recorder:
+            out = model(x)
+            nn.functional.cross_entropy(out, torch.tensor([0, 1, 0, 1]))
+    finally:
+        modules.remove()
+    loss = next(c for c in recorder.calls if strings.names[c[0]] == "aten::_log_softmax")
+    assert loss[4] == -1 and loss[9][0] == out.untyped_storage().data_ptr()
+    inside = next(c for c in recorder.calls if strings.names[c[0]] == "aten::addmm")
+    assert inside[9] == []  # a call inside a module needs no inputs: its module is known

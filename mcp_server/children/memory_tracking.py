@@ -21,6 +21,7 @@ from mcp_server.children.sites import UserFrames
 
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 MAX_OUTPUTS = 8  # outputs of one operator call whose storages are recorded
+MAX_INPUTS = 4  # inputs of a call outside every module whose storages are recorded
 
 
 class Strings:
@@ -165,8 +166,9 @@ class ModuleStack:
 
 def op_recorder(strings: Strings, modules: ModuleStack | None, optimizer: Spans, frames: UserFrames) -> Any:
     """A TorchDispatchMode recording every aten call as [op, start_ns, end_ns, thread, module, phase, call site,
-    autograd node, [[storage address, bytes, dtype] of each output]]. The mode sits below autograd, so it sees the
-    backward pass's operators too (the engine's threads inherit it) and the operators that allocate."""
+    autograd node, [[storage address, bytes, dtype] of each output], [storage address of each input] (outside every
+    module only)]. The mode sits below autograd, so it sees the backward pass's operators too (the engine's threads
+    inherit it) and the operators that allocate."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -189,9 +191,12 @@ def op_recorder(strings: Strings, modules: ModuleStack | None, optimizer: Spans,
                 found = current_node()
                 node = found.name() if found is not None else None
             site = None if backward else frames.site(sys._getframe(1))
+            module = modules.current() if modules is not None else None
             record: list[Any] = [strings.id(func._schema.name), time.time_ns(), 0, threading.get_ident(),
-                      strings.id(modules.current() if modules is not None else None), phases[phase],
-                      strings.id(site), strings.id(node), []]
+                                 strings.id(module), phases[phase], strings.id(site), strings.id(node), [], []]
+            if module is None:  # outside every module (a loss): which tensors it reads, to follow them to theirs
+                record[9] = [found[0] for t in tensors((args, kwargs))[:MAX_INPUTS]
+                             if (found := storage_of(t)) is not None]
             self.calls.append(record)
             try:
                 out = func(*args, **(kwargs or {}))

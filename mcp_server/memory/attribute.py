@@ -7,7 +7,8 @@ frame of the user's code in the allocation's Python stack (else the operator cal
 first from identity (the storages of the parameters, buffers, gradients, optimizer state and inputs alive before
 and after the window, the model's outputs), then from its life: made in a forward pass and freed after it, an
 activation saved for backward; made and freed within one library call, or kept by a GEMM, its workspace; made and
-freed within a phase, a temporary; alive on either side of the window and unknown, retained.
+freed within a phase, a temporary; alive on either side of the window and unknown, retained. A call outside every
+module (a loss on the model's output) takes the module of the tensors it reads (the storages' makers, in time).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Op:
     call_site: str | None
     node: str | None
     outputs: dict[int, str | None]  # storage address -> dtype
+    inherited: bool = False  # outside every module: the module is that of the tensors it read
 
     @property
     def label(self) -> str:
@@ -61,6 +63,7 @@ class Attributed:
     phase: Phase | None
     dtype: str | None = None
     name: str | None = None
+    inherited: bool = False  # made outside every module: the module is that of the tensors its call read
 
 
 def _phase(name: str | None) -> Phase | None:
@@ -72,9 +75,21 @@ class Ops:
 
     def __init__(self, record: MemoryRecord) -> None:
         name = record.name
-        calls = sorted(record.ops, key=lambda op: op[1])
-        self.ops = [Op(name(o[0]) or "?", o[1], o[2] or o[1], name(o[4]), _phase(name(o[5])), name(o[6]),
-                       name(o[7]), {out[0]: name(out[2]) for out in o[8]}) for o in calls]
+        # which module made each storage: the model's tensors, then every call's outputs as time goes on
+        made = {address: module for address, _, _, module_id, _ in (*record.identities_start, *record.identities_end)
+                if (module := name(module_id)) is not None}
+        self.ops = []
+        for o in sorted(record.ops, key=lambda op: op[1]):
+            module, phase = name(o[4]), _phase(name(o[5]))
+            inherited = module is None and phase in ("forward", "backward")
+            if inherited:  # a loss: the module whose output it reads
+                module = next((made[a] for a in o[9] if a in made), None)
+            op = Op(name(o[0]) or "?", o[1], o[2] or o[1], module, phase, name(o[6]), name(o[7]),
+                    {out[0]: name(out[2]) for out in o[8]}, inherited and module is not None)
+            for address in op.outputs:
+                if module is not None:
+                    made[address] = module
+            self.ops.append(op)
         self.starts = [op.start_ns for op in self.ops]
         self.longest = max((op.end_ns - op.start_ns for op in self.ops), default=0)
 
@@ -167,7 +182,8 @@ def attribute(blocks: list[Block], record: MemoryRecord, end_ns: int | None) -> 
             module = record.root_module  # a compiled graph, or the optimizer's step: the model as a whole
         entry = Attributed(block, "temporary", module, op.label if op is not None else None,
                            call_site or (op.call_site if op is not None else None), phase,
-                           op.outputs.get(block.address) if op is not None else None)
+                           op.outputs.get(block.address) if op is not None else None,
+                           inherited=op is not None and op.inherited)
         known = after.get(block.address) if alive_at_end else None
         if known is not None:
             entry.category, entry.name = known[0], known[2]  # type: ignore[assignment]

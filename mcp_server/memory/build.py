@@ -74,6 +74,10 @@ def build_memory(run_dir: RunDir) -> MemoryProfile:
         notes=_notes(record, replayed, manifest.compile_mode, manifest.run_mode),
     )
     peak_live = [by_block[id(b)] for b in replayed.live(peak.index)]
+    inherited = sum(a.block.bytes for a in peak_live if a.inherited)
+    if inherited:
+        profile.notes.append(f"{inherited} bytes live at the peak were made by operators outside every module (a "
+                             "loss, say), and are attributed to the module whose output those operators read")
     profile.findings = findings(Peak(peak_live, at_peak.live_bytes, profile.peak_allocated_bytes,
                                      profile.peak_reserved_bytes))
     if failure:

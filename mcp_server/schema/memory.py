@@ -47,9 +47,10 @@ class MemoryRecord(BaseModel):
     compile_mode: CompileMode | None = None
     run_mode: RunMode | None = None
     strings: list[str] = Field(default_factory=list)
-    ops: list[tuple[int, int, int, int, int, int, int, int, list[tuple[int, int, int]]]] = Field(
+    ops: list[tuple[int, int, int, int, int, int, int, int, list[tuple[int, int, int]], list[int]]] = Field(
         default_factory=list, description="[op, start_ns, end_ns, thread, module, phase, call site, autograd node, "
-        "outputs: [storage address, bytes, dtype]] per aten call (eager mode).")
+        "outputs: [storage address, bytes, dtype], inputs: [storage address] (outside every module)] per aten call "
+        "(eager mode).")
     backward: list[tuple[int, int]] = Field(default_factory=list)
     optimizer: list[tuple[int, int]] = Field(default_factory=list)
     iterations: list[tuple[int, int]] = Field(default_factory=list)
