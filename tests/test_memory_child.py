@@ -74,7 +74,7 @@ def test_backward_work_is_inside_the_module_it_differentiates():
     by_node = {(c[4], c[1]) for c in backward}
     assert ("AddmmBackward0", "2") in by_node and ("ReluBackward0", "1.act") in by_node
     assert ("AddmmBackward0", "0.fc") in by_node and ("torch::autograd::AccumulateGrad", "0.fc") in by_node
-    assert ("AddmmBackward0", "Sequential") not in by_node  # the model enters below the layer sharing its output
+    assert ("AddmmBackward0", "Sequential") not in by_node  # a node belongs to the innermost module that made it
 
 
 def test_the_optimizer_step_is_its_own_phase_and_span():

@@ -94,7 +94,7 @@ class MemoryCapture:
         props = torch.cuda.get_device_properties(self.device)
         self.record.update(device=self.device, device_name=props.name, total_memory=props.total_memory,
                            library_roots=list(UserFrames().roots))
-        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
+        torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
                                                  max_entries=HISTORY_ENTRIES)
         self._start_snapshot = torch.cuda.memory._snapshot()
         self.record["start_snapshot_ns"] = time.time_ns()
@@ -183,8 +183,9 @@ class MemoryCapture:
             spans.spans.clear()
         self._marker(torch)
         torch.cuda.reset_peak_memory_stats()
-        hook = self._model.register_forward_hook(self._output) if hasattr(self._model, "register_forward_hook") \
-            else None
+        # the model's outputs (eager: a hook registered on a compiled model would make Dynamo compile it again)
+        eager = self.record.get("compile_mode") == "eager" and hasattr(self._model, "register_forward_hook")
+        hook = self._model.register_forward_hook(self._output) if eager else None
         self._in_window = True
         start = time.time_ns()
         try:
@@ -259,7 +260,7 @@ def _clear_history(torch: Any) -> bool:
     """Start the history afresh (the state before the window is in the start snapshot); False where this torch
     cannot clear it, and the engine starts at the window's time instead."""
     try:
-        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
+        torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
                                                  max_entries=HISTORY_ENTRIES, clear_history=True)
     except TypeError:
         return False

@@ -9,6 +9,7 @@ and phase that were running when it was made. Nothing here holds a tensor: every
 
 from __future__ import annotations
 
+import bisect
 import gc
 import sys
 import threading
@@ -81,68 +82,57 @@ class Spans:
 
 
 class ModuleStack:
-    """Which module is running, forward and backward: global forward hooks name each call by its path in the model
-    (a module outside it by its class); in backward, a module is entered once the gradients of its outputs are all
-    computed and left once those of its inputs are (multi-grad hooks: no wrapping of the module's tensors)."""
+    """Which module is running: global forward hooks name each call by its path in the model (a module outside it by
+    its class). Backward work is the module's whose forward created its autograd node: each forward call spans the
+    sequence numbers autograd gave the nodes created inside it, and a backward node's number falls in its module's
+    innermost span; a parameter's gradient accumulation is its module's. Nothing is attached to the autograd graph,
+    so no tensor lives longer than it would."""
 
     def __init__(self, model: Any, root: str) -> None:
         import torch
 
-        self._torch = torch
         self.root = root
         self.paths = {id(m): path or root for path, m in model.named_modules()}
-        self.stack: list[str] = []
-        self._grad_hooks: list[Any] = []
+        self.owners = {id(p): path or root for path, m in model.named_modules() for p in m.parameters(recurse=False)}
+        self.stack: list[tuple[str, int]] = []  # (module, sequence number at its forward's start)
+        # each finished forward call as (its first sequence number, minus its end, module): sorted, a call's
+        # submodules come after it
+        self.spans: list[tuple[int, int, str]] = []
+        self._sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
         self._handles: list[Any] = []
-        self._callback_queued = False
 
     def name(self, module: Any) -> str:
         return self.paths.get(id(module)) or type(module).__name__
 
     def current(self) -> str | None:
-        return self.stack[-1] if self.stack else None
+        """The innermost module whose forward is running."""
+        return self.stack[-1][0] if self.stack else None
 
-    def _leave(self, name: str) -> None:
-        for position in range(len(self.stack) - 1, -1, -1):
-            if self.stack[position] == name:
-                del self.stack[position]
-                return
-
-    def _grad_tensors(self, value: Any) -> list[Any]:
-        return [t for t in tensors(value) if t.requires_grad]
-
-    def _backward_hook(self, tensors_: list[Any], fn: Callable[[], None]) -> None:
-        from torch.autograd.graph import register_multi_grad_hook
-
-        if tensors_ and self._torch.is_grad_enabled():
-            self._grad_hooks.append(register_multi_grad_hook(tensors_, lambda *_: fn()))
-
-    def _enter_backward(self, name: str) -> None:
-        if not self._callback_queued:  # the engine empties the stack once the backward pass has ended
-            self._callback_queued = True
-            self._torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-        position = len(self.stack)  # a module sharing its output with a submodule enters below it
-        while position and self._contains(name, self.stack[position - 1]):
+    def of_node(self, node: Any) -> str | None:
+        """The module whose forward created autograd node `node` (a parameter's AccumulateGrad: its module)."""
+        variable = getattr(node, "variable", None)
+        if variable is not None:
+            return self.owners.get(id(variable))
+        number = node._sequence_nr()
+        position = bisect.bisect_right(self.spans, (number, float("inf"), "")) - 1
+        while position >= 0:  # spans nest: walking back, the first that holds the number is the innermost
+            first, minus_end, name = self.spans[position]
+            if first <= number < -minus_end:
+                return name
             position -= 1
-        self.stack.insert(position, name)
-
-    def _contains(self, outer: str, inner: str) -> bool:
-        """Whether module path `outer` encloses `inner` (the model itself encloses every path)."""
-        return outer != inner and (outer == self.root or inner.startswith(outer + "."))
-
-    def _backward_done(self) -> None:
-        self.stack.clear()
-        self._callback_queued = False
+        return None
 
     def _pre(self, module: Any, args: Any) -> None:
-        name = self.name(module)
-        self.stack.append(name)
-        self._backward_hook(self._grad_tensors(args), lambda: self._leave(name))
+        self.stack.append((self.name(module), self._sequence_nr() if self._sequence_nr else 0))
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         name = self.name(module)
-        self._leave(name)
-        self._backward_hook(self._grad_tensors(output), lambda: self._enter_backward(name))
+        for position in range(len(self.stack) - 1, -1, -1):
+            if self.stack[position][0] == name:
+                _, first = self.stack.pop(position)
+                if self._sequence_nr is not None:
+                    bisect.insort(self.spans, (first, -self._sequence_nr(), name))
+                return
 
     def install(self) -> ModuleStack:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
@@ -151,11 +141,9 @@ class ModuleStack:
         return self
 
     def reset(self) -> None:
-        """Forget the hooks of earlier iterations' graphs (a new window begins)."""
-        for handle in self._grad_hooks:
-            handle.remove()
-        self._grad_hooks.clear()
+        """Forget earlier iterations' forward calls (a new window begins)."""
         self.stack.clear()
+        self.spans.clear()
 
     def remove(self) -> None:
         self.reset()
@@ -186,12 +174,14 @@ def op_recorder(strings: Strings, modules: ModuleStack | None, optimizer: Spans,
                 return func(*args, **(kwargs or {}))
             backward = graph_task() != -1
             phase = BACKWARD if backward else OPTIMIZER if optimizer._open else FORWARD
-            node = None
+            node = module = None
             if backward and current_node is not None:
                 found = current_node()
                 node = found.name() if found is not None else None
+                module = modules.of_node(found) if modules is not None and found is not None else None
+            elif not backward and modules is not None:
+                module = modules.current()
             site = None if backward else frames.site(sys._getframe(1))
-            module = modules.current() if modules is not None else None
             record: list[Any] = [strings.id(func._schema.name), time.time_ns(), 0, threading.get_ident(),
                                  strings.id(module), phases[phase], strings.id(site), strings.id(node), [], []]
             if module is None:  # outside every module (a loss): which tensors it reads, to follow them to theirs

@@ -24,6 +24,7 @@ from mcp_server.schema.memory import MemoryCategory, MemoryRecord
 from mcp_server.schema.profile import Phase
 
 TOLERANCE_NS = 1_000  # the allocator's times are whole microseconds
+LONG_NS = 1_000_000  # calls longer than this (a host-device sync) are few: every search checks them
 # Operators that own library workspaces (cuBLAS, cuBLASLt, cuDNN, attention kernels, cuFFT).
 LIBRARY_OPS = re.compile(r"mm|matmul|linear|conv|cudnn|miopen|attention|rnn|lstm|gru|_fft")
 IDENTITY_RANK: dict[str, int] = {"parameter": 0, "buffer": 1, "gradient": 2, "optimizer_state": 3, "input_output": 4}
@@ -90,19 +91,20 @@ class Ops:
                 if module is not None:
                     made[address] = module
             self.ops.append(op)
-        self.starts = [op.start_ns for op in self.ops]
-        self.longest = max((op.end_ns - op.start_ns for op in self.ops), default=0)
+        short = [op for op in self.ops if op.end_ns - op.start_ns <= LONG_NS]
+        self.long = [op for op in self.ops if op.end_ns - op.start_ns > LONG_NS]  # few: searched one by one
+        self.short, self.starts = short, [op.start_ns for op in short]
 
     def at(self, at_us: int) -> Op | None:
         """The operator call running during microsecond `at_us`: the one overlapping it most, the latest of equals."""
         low, high = at_us * 1000 - TOLERANCE_NS, at_us * 1000 + 999 + TOLERANCE_NS
-        best: tuple[int, int, Op] | None = None
         position = bisect.bisect_right(self.starts, high)
-        while position > 0:
+        candidates = list(self.long)
+        while position > 0 and self.starts[position - 1] >= low - LONG_NS:
             position -= 1
-            op = self.ops[position]
-            if op.start_ns < low - self.longest:
-                break
+            candidates.append(self.short[position])
+        best: tuple[int, int, Op] | None = None
+        for op in candidates:
             overlap = min(op.end_ns, high) - max(op.start_ns, low)
             if overlap >= 0 and (best is None or (overlap, op.start_ns) > best[:2]):
                 best = (overlap, op.start_ns, op)
