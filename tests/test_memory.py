@@ -283,3 +283,19 @@ def test_a_call_outside_every_module_takes_the_module_of_what_it_reads():
     assert (loss.category, loss.module, loss.operator, loss.inherited) == (
         "activation", "layers.2", "aten::_log_softmax", True)
     assert (ones.module, ones.inherited) == (None, False)
+
+
+def test_a_gradient_freed_before_the_window_ends_is_known_from_the_optimizer_step_that_saw_it():
+    names = Strings()
+    data = record(names)
+    data["identities_end"] = data["identities_end"][:-1]  # C freed by zero_grad(set_to_none=True), say
+    c_address, c_size = WINDOW_BLOCKS["C"]
+    sighting = [c_address, c_size, names.id("layers.1"), names.id("layers.1.weight.grad"), (T0 + 850) * 1000]
+    data["gradients"] = [sighting]
+    data["strings"] = names.names
+    replayed, _, _ = _replayed()
+    found = _by_name(attribute(replayed.blocks, MemoryRecord.model_validate(data), (T0 + 1000) * 1000))
+    assert (found["C"].category, found["C"].module, found["C"].name) == ("gradient", "layers.1", "layers.1.weight.grad")
+    data["gradients"] = [[*sighting[:4], (T0 + 600) * 1000]]  # seen before C was allocated: another block's
+    found = _by_name(attribute(replayed.blocks, MemoryRecord.model_validate(data), (T0 + 1000) * 1000))
+    assert found["C"].category == "retained"

@@ -70,7 +70,7 @@ class MemoryCapture:
         self.folder, self.result = folder, result
         self.strings = Strings()
         self.record: dict[str, Any] = {"version": RECORD_VERSION, "clock": "time.time_ns", "window": None,
-                                       "markers": [], "oom": None, "outputs": []}
+                                       "markers": [], "oom": None, "outputs": [], "gradients": []}
         self.backward, self.optimizer, self.iterations = Spans(), Spans(), Spans()
         self.modules: ModuleStack | None = None
         self.ops: Any = None
@@ -112,9 +112,19 @@ class MemoryCapture:
             original = getattr(torch.autograd, name)
             setattr(torch.autograd, name, self.backward.wrap(original))
             self._restore.append(functools.partial(setattr, torch.autograd, name, original))
-        pre = register_optimizer_step_pre_hook(lambda *_: self.optimizer.begin())
+        pre = register_optimizer_step_pre_hook(self._step_begins)
         post = register_optimizer_step_post_hook(lambda *_: self.optimizer.end())
         self._restore += [pre.remove, post.remove]
+
+    def _step_begins(self, *_: Any) -> None:
+        """An optimizer step begins: every gradient exists now (a step may free them after: set_to_none)."""
+        self.optimizer.begin()
+        if self._model is None:
+            return
+        now = time.time_ns()
+        for row in identities(self._model, (), self._root, self.strings, optimizers=False):
+            if self.strings.names[row[2]] == "gradient":
+                self.record["gradients"].append([row[0], row[1], row[3], row[4], now])
 
     def _on_oom(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
         """The allocator failed a request: its history up to now is what held the memory."""
@@ -181,6 +191,7 @@ class MemoryCapture:
             self.modules.reset()
         for spans in (self.backward, self.optimizer, self.iterations):
             spans.spans.clear()
+        self.record["gradients"].clear()
         self._marker(torch)
         torch.cuda.reset_peak_memory_stats()
         # the model's outputs (eager: a hook registered on a compiled model would make Dynamo compile it again)

@@ -202,7 +202,7 @@ def op_recorder(strings: Strings, modules: ModuleStack | None, optimizer: Spans,
     return OpRecorder()
 
 
-def optimizers() -> Iterator[Any]:
+def alive_optimizers() -> Iterator[Any]:
     """Every torch.optim.Optimizer alive in this process (the workload's train_step holds its own)."""
     import torch
 
@@ -211,9 +211,11 @@ def optimizers() -> Iterator[Any]:
             yield obj
 
 
-def identities(model: Any, inputs: Any, root: str, strings: Strings, device_type: str = "cuda") -> list[list[int]]:
-    """[storage address, bytes, category, module, name] of every parameter, buffer, gradient, optimizer state and
-    input tensor on `device_type`: what the tensors alive now are, by the block that holds each."""
+def identities(model: Any, inputs: Any, root: str, strings: Strings, device_type: str = "cuda",
+               optimizers: bool = True) -> list[list[int]]:
+    """[storage address, bytes, category, module, name] of every parameter, buffer, gradient, optimizer state (all
+    optimizers alive, unless `optimizers` is False) and input tensor on `device_type`: what the tensors alive now
+    are, by the block that holds each."""
     import torch
 
     rows: list[list[int]] = []
@@ -235,7 +237,7 @@ def identities(model: Any, inputs: Any, root: str, strings: Strings, device_type
                 add(p.grad, "gradient", where, qualified + ".grad")
         for name, b in module.named_buffers(recurse=False):
             add(b, "buffer", where, f"{path}.{name}" if path else name)
-    for optimizer in optimizers():
+    for optimizer in alive_optimizers() if optimizers else ():
         for param, state in list(optimizer.state.items()):
             where, name = owners.get(id(param), (None, "?"))
             for key, value in state.items():

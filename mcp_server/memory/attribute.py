@@ -165,6 +165,9 @@ def attribute(blocks: list[Block], record: MemoryRecord, end_ns: int | None) -> 
     roots = record.library_roots
     before, after = identity_map(record.identities_start, record), identity_map(record.identities_end, record)
     outputs = [(address, at) for address, _, at in record.outputs]
+    gradients: dict[int, list[tuple[int, str | None, str | None]]] = {}
+    for address, _, module_id, name_id, at in record.gradients:
+        gradients.setdefault(address, []).append((at, record.name(module_id), record.name(name_id)))
     compiled = record.compile_mode not in (None, "eager")
     training = record.run_mode == "train_step"
     found = []
@@ -187,6 +190,9 @@ def attribute(blocks: list[Block], record: MemoryRecord, end_ns: int | None) -> 
                            op.outputs.get(block.address) if op is not None else None,
                            inherited=op is not None and op.inherited)
         known = after.get(block.address) if alive_at_end else None
+        held = _alive_at(block, gradients.get(block.address, []))
+        if known is None and held is not None:  # a gradient an optimizer step saw, freed before the window ended
+            known = ("gradient", held[1], held[2])
         if known is not None:
             entry.category, entry.name = known[0], known[2]  # type: ignore[assignment]
             entry.module = known[1] or entry.module
@@ -198,6 +204,17 @@ def attribute(blocks: list[Block], record: MemoryRecord, end_ns: int | None) -> 
             entry.category = _by_life(block, op, phases, phase, training, alive_at_end, end_ns is None)
         found.append(entry)
     return found
+
+
+def _alive_at(block: Block, seen: list[tuple[int, str | None, str | None]]) -> tuple[int, str | None,
+                                                                                   str | None] | None:
+    """The first sighting (time_ns, module, name) that falls while `block` was allocated, if any."""
+    for sighting in seen:
+        at = sighting[0]
+        if block.alloc_us is not None and block.alloc_us * 1000 - TOLERANCE_NS <= at and (
+                block.free_us is None or at <= block.free_us * 1000 + 999 + TOLERANCE_NS):
+            return sighting
+    return None
 
 
 def _by_life(block: Block, op: Op | None, phases: Phases, phase: Phase | None, training: bool,

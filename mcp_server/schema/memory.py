@@ -62,6 +62,9 @@ class MemoryRecord(BaseModel):
     identities_start: list[tuple[int, int, int, int, int]] = Field(default_factory=list)
     identities_end: list[tuple[int, int, int, int, int]] = Field(default_factory=list)
     outputs: list[tuple[int, int, int]] = Field(default_factory=list)
+    gradients: list[tuple[int, int, int, int, int]] = Field(
+        default_factory=list, description="[storage address, bytes, module, name, time_ns] of each gradient at the "
+        "start of each optimizer step in the window.")
     stats: dict[str, int] = Field(default_factory=dict)
     library_roots: list[str] = Field(default_factory=list)
     oom: dict[str, int | str | None] | None = None
