@@ -5,7 +5,8 @@ the allocator's history with Python stacks (`torch.cuda.memory._record_memory_hi
 frames, which cost seconds per snapshot). At the window it writes into the pass's folder:
 
 - `snapshot_start.pickle`: `torch.cuda.memory._snapshot()` just before the window, the state the window starts from
-  (parameters, gradients, optimizer state already resident), after which the history is cleared;
+  (parameters, gradients, optimizer state already resident; the history before it left out), after which the
+  history is cleared;
 - `snapshot.pickle`: the snapshot after the window, whose trace is the window's allocations and frees (open it in
   https://pytorch.org/memory_viz as it is);
 - `memory_record.json`: what the harness saw meanwhile (`memory_tracking`): operator calls, modules, phases, which
@@ -163,7 +164,8 @@ class MemoryCapture:
             if not self._in_window:  # the trace runs from the start of the history, not from the window's start
                 self._write(START, self._start_snapshot)
             self._finish(torch, snapshot)
-        torch.cuda.memory._record_memory_history(enabled=None)
+        with contextlib.suppress(RuntimeError):  # a CUDA error in the workload may have left no context to ask
+            torch.cuda.memory._record_memory_history(enabled=None)
 
     # ------------------------------------------------------------------------------------- the window
 
@@ -180,8 +182,10 @@ class MemoryCapture:
         t0 = time.perf_counter()
         if self._model is not None:
             self.record["identities_start"] = identities(self._model, self._inputs, self._root, self.strings)
-        self._start_snapshot = torch.cuda.memory._snapshot()
+        # the state before the window; its trace (the build's and the warm-up's history) is left out
+        snapshot = torch.cuda.memory._snapshot()
         self.record["start_snapshot_ns"] = time.time_ns()
+        self._start_snapshot = {**snapshot, "device_traces": [[] for _ in snapshot.get("device_traces", [])]}
         self._write(START, self._start_snapshot)
         self.record["history_cleared"] = _clear_history(torch)
         self.record["start_snapshot_s"] = round(time.perf_counter() - t0, 3)
@@ -192,6 +196,7 @@ class MemoryCapture:
         for spans in (self.backward, self.optimizer, self.iterations):
             spans.spans.clear()
         self.record["gradients"].clear()
+        self._forget_oom()  # one the workload caught and recovered from
         self._marker(torch)
         torch.cuda.reset_peak_memory_stats()
         # the model's outputs (eager: a hook registered on a compiled model would make Dynamo compile it again)
@@ -207,7 +212,12 @@ class MemoryCapture:
             if hook is not None:
                 hook.remove()
         self._in_window = False
+        self._forget_oom()
         self._finish(torch, None)
+
+    def _forget_oom(self) -> None:
+        self._oom_snapshot = None
+        self.record["oom"] = None
 
     def _output(self, module: Any, args: Any, output: Any) -> None:
         from mcp_server.children.memory_tracking import storage_of, tensors
