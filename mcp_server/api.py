@@ -4,7 +4,7 @@ The CLI (`cli.py`) and the MCP server (`server.py`) are faces over these functio
 MCP parameters into the request, show progress, and print or return the result. Every verb has the signature
 `verb(request, progress=quiet, cancel=None)`; `progress` receives phase lines and children's output, and setting
 `cancel` stops any child the verb started (CancelledCapture). Imports of the heavier stages (analysis's charts,
-Jinja2's templates) happen inside the verbs that need them.
+Jinja2's templates, the memory pass's replay) happen inside the verbs that need them.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from mcp_server.errors import BackendUnavailable, UsageError, WorkloadOutOfMemor
 from mcp_server.loop import Recorder
 from mcp_server.loop import loop_status as judge_loop
 from mcp_server.loop.state import state_path
-from mcp_server.memory import add_memory_pass, diagnose_out_of_memory, load_memory, memory_lines, write_memory
-from mcp_server.memory import memory as run_memory
 from mcp_server.preflight import format_report
 from mcp_server.preflight import preflight as check_machine
 from mcp_server.progress import Progress, quiet
@@ -123,8 +121,12 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
             (capture_ranks if cap.distributed else capture)(
                 cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())
         except WorkloadOutOfMemory as exc:
-            raise diagnose_out_of_memory(cap, exc, progress, cancel) from None
-        failed = add_memory_pass(cap, progress, cancel) if req.memory else []
+            raise _diagnosed(cap, exc, progress, cancel) from None
+        failed = []
+        if req.memory:
+            from mcp_server.memory.run import add_memory_pass
+
+            failed = add_memory_pass(cap, progress, cancel)
         result = (_ranks_run if cap.distributed else _profile_run)(run_dir, req.python, note, req.top, progress)
     result.warnings += failed
     if req.ncu is not None and not counters:
@@ -157,7 +159,7 @@ def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) 
         try:
             map_counters(cap, req.ncu, progress, cancel)
         except WorkloadOutOfMemory as exc:
-            raise diagnose_out_of_memory(cap, exc, progress, cancel) from None
+            raise _diagnosed(cap, exc, progress, cancel) from None
         return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
                             "nsys+ncu: counters replayed by ncu at base clocks, durations from nsys at real clocks",
                             req.top, progress)
@@ -177,6 +179,14 @@ def assemble(req: AssembleRequest, progress: Progress = quiet, cancel: Cancel = 
                               f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
         return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
                             f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
+
+
+def _diagnosed(cap: CaptureRequest, exc: WorkloadOutOfMemory, progress: Progress, cancel: Cancel
+               ) -> WorkloadOutOfMemory:
+    """A pass ran out of memory: the error with what held the memory (the memory pass, run up to the failure)."""
+    from mcp_server.memory.run import diagnose_out_of_memory
+
+    return diagnose_out_of_memory(cap, exc, progress, cancel)
 
 
 def _ranks_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, progress: Progress) -> ProfileRun:
@@ -203,6 +213,8 @@ def _profile_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, prog
     write_events_of(run_dir, profile)
     memory_path = None
     if run_dir.read_manifest().pass_named("memory") is not None and run_dir.memory_record().is_file():
+        from mcp_server.memory.run import write_memory
+
         progress("building memory.json")
         write_memory(run_dir)
         memory_path = str(run_dir.memory_path)
@@ -235,15 +247,21 @@ def summary(req: SummaryRequest, progress: Progress = quiet, cancel: Cancel = No
     """The window and the heaviest operators of a profile; its memory section when memory.json lies beside it."""
     path = profile_file(req.profile)
     result = top_operators_result(path, req.top)
-    found = load_memory(path.parent)
-    if found is not None:
-        result.memory = "\n".join(memory_lines(found, path.parent / "memory.json"))
+    memory_path = RunDir(path.parent).memory_path
+    if memory_path.is_file():
+        from mcp_server.memory.run import load_memory
+        from mcp_server.memory.text import memory_lines
+
+        found = load_memory(path.parent)
+        result.memory = "\n".join(memory_lines(found, memory_path)) if found is not None else None
     return result
 
 
 def memory(req: MemoryRequest, progress: Progress = quiet, cancel: Cancel = None) -> MemoryRun:
     """Where every byte at the window's peak comes from: the memory pass of a workload (memory.json, its chart, the
     allocator's snapshot), or memory.json rebuilt from a run directory's memory pass (no GPU)."""
+    from mcp_server.memory.run import memory as run_memory
+
     return run_memory(req, progress, cancel)
 
 

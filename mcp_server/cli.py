@@ -22,7 +22,6 @@ from pydantic import BaseModel, ValidationError
 
 from mcp_server import __version__, api
 from mcp_server.errors import ProfilerError, from_os_error
-from mcp_server.memory import load_memory, memory_lines
 from mcp_server.process.child import Terminated, stopping_children_on_signals
 from mcp_server.progress import is_phase
 from mcp_server.proof.validate import parse_seeds, parse_tolerances
@@ -202,9 +201,12 @@ def _print_profile(result: ProfileRun) -> int:
         _print(f"ranks: {result.ranks_path}")
         return 0
     _print(f"\nprofile: {result.profile_path}")
-    memory = load_memory(Path(result.run_dir)) if result.memory_path else None
-    if memory is not None:
-        _print("", *memory_lines(memory, Path(result.memory_path or "")))
+    if result.memory_path:
+        from mcp_server.memory.run import load_memory
+        from mcp_server.memory.text import memory_lines
+
+        memory = load_memory(Path(result.run_dir))
+        _print("", *(memory_lines(memory, Path(result.memory_path)) if memory is not None else []))
     return 0
 
 

@@ -24,11 +24,12 @@ from memory_recording import (
 )
 
 from mcp_server.errors import ProfileFormatError
-from mcp_server.memory import build_memory, write_memory
 from mcp_server.memory.attribute import attribute
+from mcp_server.memory.build import build_memory
 from mcp_server.memory.findings import Peak, block_of, findings
 from mcp_server.memory.moments import moment, timeline
 from mcp_server.memory.replay import Block, Step, clock_offset_us, replay, rounded, trace_start
+from mcp_server.memory.run import write_memory
 from mcp_server.memory.snapshot import device_state, device_trace, load_snapshot
 from mcp_server.memory.text import memory_lines, oom_lines
 from mcp_server.schema.io import read_model

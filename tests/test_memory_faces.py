@@ -27,7 +27,7 @@ from mcp_server.cli import main as cli_main
 from mcp_server.errors import BackendUnavailable, UsageError, WorkloadError, WorkloadOutOfMemory
 from mcp_server.memory.run import diagnosed
 from mcp_server.rundir import RunDir
-from mcp_server.schema.requests import AssembleRequest, ReportRequest, SummaryRequest
+from mcp_server.schema.requests import AssembleRequest, Interpreter, ProfileRequest, ReportRequest, SummaryRequest
 from mcp_server.serve.runner import run_engine
 from mcp_server.server import server
 
@@ -159,3 +159,14 @@ def test_the_harness_memory_pass_without_cuda_is_a_no_cuda_error(tmp_path):
     assert result["error"]["kind"] == NO_CUDA and "sees no CUDA device" in result["error"]["message"]
     assert not run_dir.memory_snapshot().exists() and not run_dir.memory_record().exists()
 
+
+
+@no_gpu
+def test_profile_with_memory_on_a_cpu_profiles_and_says_why_there_is_no_memory_pass(tmp_path):
+    req = ProfileRequest(workload=TINY, python=Interpreter(python=sys.executable), backend="torch",
+                         output=tmp_path / "run", project=tmp_path, memory=True)
+    result = api.profile(req)
+    assert result.warnings[-1].startswith("no memory pass: it records the CUDA caching allocator")
+    assert result.memory_path is None and not (tmp_path / "run" / "memory.json").exists()
+    manifest = RunDir(tmp_path / "run").read_manifest()
+    assert "--memory" in manifest.command_line and manifest.pass_named("memory") is None

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from fixtures_util import FIXTURES, extract_fixture
 
-from mcp_server.memory import build_memory, oom_lines
+from mcp_server.memory.build import build_memory
+from mcp_server.memory.text import oom_lines
 from mcp_server.rundir import RunDir
 
 MEASUREMENTS = FIXTURES / "h100_memory_measurements.json"

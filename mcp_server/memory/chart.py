@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mcp_server.memory.findings import GIB, size
+from mcp_server.memory.units import GIB, size
 from mcp_server.schema.io import atomic_path
 from mcp_server.schema.memory import MemoryProfile
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcp_server.memory.attribute import Attributed
+from mcp_server.memory.units import size
 from mcp_server.schema.memory import MemoryFinding, MemoryPattern
 
-GIB = 1024 ** 3
 ELEMENTWISE = re.compile(r"aten::(relu|gelu|silu|sigmoid|tanh|add|mul|sub|div|dropout|native_dropout|clone|"
                          r"masked_fill|hardtanh|leaky_relu|elu|where|exp|neg|pow)\b")
 ACTIVATION_SHARE = 0.2  # activations above this share of the peak: checkpointing and bf16 are worth it
@@ -23,14 +23,6 @@ RETAINED_MIN = 64 * 1024 ** 2
 FRAGMENTATION_SHARE = 0.2
 FRAGMENTATION_MIN = 512 * 1024 ** 2
 STATE_8BIT_SAVING = 0.75  # 8-bit optimizer state instead of fp32: a quarter of the bytes
-
-
-def size(n: float) -> str:
-    """Bytes for people: 1.25 GiB, 512.0 MiB, 3.0 KiB, 12 B."""
-    for unit, scale in (("GiB", GIB), ("MiB", 1024 ** 2), ("KiB", 1024)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def block_of(module: str | None) -> str | None:

@@ -19,8 +19,8 @@ from mcp_server.capture.schedule import has_gpu
 from mcp_server.errors import ProfilerError, WorkloadOutOfMemory
 from mcp_server.memory.build import build_memory
 from mcp_server.memory.chart import timeline_chart
-from mcp_server.memory.findings import size
 from mcp_server.memory.text import memory_lines, oom_lines
+from mcp_server.memory.units import size
 from mcp_server.progress import Progress, quiet
 from mcp_server.rundir import RunDir, dropped_if_empty, output_folder
 from mcp_server.schema.io import read_model, write_model_atomic
@@ -114,6 +114,8 @@ def _record(run_dir: RunDir, records: list[PassRecord]) -> None:
 def add_memory_pass(cap: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> list[str]:
     """`run --memory`: the memory pass after the others, recorded in the manifest; its failure is a warning (the
     profile still assembles), returned."""
+    if not has_gpu():
+        return ["no memory pass: it records the CUDA caching allocator, and there is no NVIDIA GPU here"]
     try:
         record = memory_pass(cap, progress, cancel)
     except ProfilerError as exc:

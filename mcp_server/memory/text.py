@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mcp_server.memory.findings import size
-from mcp_server.schema.memory import MemoryHolder, MemoryMoment, MemoryProfile, OomDiagnosis
+from mcp_server.memory.units import size
+
+if TYPE_CHECKING:
+    from mcp_server.schema.memory import MemoryHolder, MemoryMoment, MemoryProfile, OomDiagnosis
 
 HOLDERS_SHOWN = 8
 OOM_HOLDERS = 3

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mcp_server.memory import load_memory
 from mcp_server.proof.bench import load_bench_result
 from mcp_server.proof.validate import load_validation_report
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import load_profile, read_model
-from mcp_server.schema.memory import MemoryProfile
 from mcp_server.schema.optimizations import OptimizationPlan, load_optimizations
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
+
+if TYPE_CHECKING:
+    from mcp_server.schema.memory import MemoryProfile
 
 
 @dataclass
@@ -71,8 +73,11 @@ def load_inputs(
 ) -> ReportInputs:
     """Load and validate every given file; a missing or malformed file raises ProfileFormatError."""
     inputs = ReportInputs(baseline=load_profile(baseline_profile), baseline_path=Path(baseline_profile))
-    inputs.memory = load_memory(Path(baseline_profile).parent)
-    inputs.memory_path = Path(baseline_profile).parent / "memory.json" if inputs.memory is not None else None
+    memory_path = Path(baseline_profile).parent / "memory.json"  # a run with a memory pass
+    if memory_path.is_file():
+        from mcp_server.memory.run import load_memory
+
+        inputs.memory, inputs.memory_path = load_memory(memory_path.parent), memory_path
     if optimized_profile is not None:
         inputs.optimized, inputs.optimized_path = load_profile(optimized_profile), Path(optimized_profile)
     if analysis is not None:

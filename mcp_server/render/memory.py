@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from mcp_server.memory.findings import size
 from mcp_server.memory.text import oom_lines
+from mcp_server.memory.units import size
 from mcp_server.render.repro import show_path
-from mcp_server.schema.memory import MemoryHolder, MemoryProfile
+
+if TYPE_CHECKING:
+    from mcp_server.schema.memory import MemoryHolder, MemoryProfile
 
 HOLDERS_SHOWN = 10
 
