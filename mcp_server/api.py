@@ -4,7 +4,7 @@ The CLI (`cli.py`) and the MCP server (`server.py`) are faces over these functio
 MCP parameters into the request, show progress, and print or return the result. Every verb has the signature
 `verb(request, progress=quiet, cancel=None)`; `progress` receives phase lines and children's output, and setting
 `cancel` stops any child the verb started (CancelledCapture). Imports of the heavier stages (analysis's charts,
-Jinja2's templates) happen inside the verbs that need them.
+Jinja2's templates, the memory pass's replay) happen inside the verbs that need them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from mcp_server.capture.ranks import capture_ranks
 from mcp_server.capture.request import CaptureRequest, check_workload
 from mcp_server.capture.schedule import capture, choose_backend, has_gpu, map_counters
 from mcp_server.compare import compare_paths
-from mcp_server.errors import BackendUnavailable, UsageError
+from mcp_server.errors import BackendUnavailable, UsageError, WorkloadOutOfMemory
 from mcp_server.loop import Recorder
 from mcp_server.loop import loop_status as judge_loop
 from mcp_server.loop.state import state_path
@@ -54,6 +54,7 @@ from mcp_server.schema.requests import (
     KernelDetailRequest,
     LoopStatusRequest,
     MapRequest,
+    MemoryRequest,
     NcuOptions,
     OperatorDetailRequest,
     PreflightRequest,
@@ -72,6 +73,7 @@ from mcp_server.schema.results import (
     InterpreterInfo,
     KernelDetail,
     LoopStatusResult,
+    MemoryRun,
     OperatorDetail,
     PreflightResult,
     ProfileRun,
@@ -116,11 +118,22 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     )
     progress(f"profile: {label} into {run_dir.path} under {req.python.python}")
     command = req.command_line or _equivalent_command(req, run_dir, counters)
+    if req.memory and cap.distributed:
+        raise UsageError("--memory records one process, not a torchrun launch", "drop --memory or --nproc-per-node")
     with run_dir.locked():
         run_dir.claim(req.workload)
-        (capture_ranks if cap.distributed else capture)(
-            cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())
+        try:
+            (capture_ranks if cap.distributed else capture)(
+                cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())
+        except WorkloadOutOfMemory as exc:
+            raise _diagnosed(cap, exc, progress, cancel) from None
+        failed = []
+        if req.memory:
+            from mcp_server.memory.run import add_memory_pass
+
+            failed = add_memory_pass(cap, progress, cancel)
         result = (_ranks_run if cap.distributed else _profile_run)(run_dir, req.python, note, req.top, progress)
+    result.warnings += failed
     if req.ncu is not None and not counters:
         result.warnings.insert(0, NO_COUNTERS_HERE)
     return result
@@ -148,7 +161,10 @@ def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) 
     )
     progress(f"map: ncu replay of {run_dir.path} under {manifest.python}")
     with run_dir.locked():
-        map_counters(cap, req.ncu, progress, cancel)
+        try:
+            map_counters(cap, req.ncu, progress, cancel)
+        except WorkloadOutOfMemory as exc:
+            raise _diagnosed(cap, exc, progress, cancel) from None
         return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
                             "nsys+ncu: counters replayed by ncu at base clocks, durations from nsys at real clocks",
                             req.top, progress)
@@ -159,12 +175,23 @@ def assemble(req: AssembleRequest, progress: Progress = quiet, cancel: Cancel = 
     run_dir = RunDir.existing(req.run_dir)
     manifest = run_dir.read_manifest()
     progress(f"assemble: {run_dir.path}")
+    if manifest.backend == "memory":
+        raise UsageError(f"{run_dir.path} holds the memory pass alone: it has no profile to assemble",
+                         "rebuild its memory.json with `operator-profiler memory RUN_DIR` (the memory tool)")
     with run_dir.locked():
         if manifest.distributed is not None and run_dir.ranks():
             return _ranks_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
                               f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
         return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
                             f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
+
+
+def _diagnosed(cap: CaptureRequest, exc: WorkloadOutOfMemory, progress: Progress, cancel: Cancel
+               ) -> WorkloadOutOfMemory:
+    """A pass ran out of memory: the error with what held the memory (the memory pass, run up to the failure)."""
+    from mcp_server.memory.run import diagnose_out_of_memory
+
+    return diagnose_out_of_memory(cap, exc, progress, cancel)
 
 
 def _ranks_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, progress: Progress) -> ProfileRun:
@@ -189,6 +216,13 @@ def _profile_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, prog
     profile = assemble_profile(run_dir)
     path = write_profile(run_dir.profile_path, profile)
     write_events_of(run_dir, profile)
+    memory_path = None
+    if run_dir.read_manifest().pass_named("memory") is not None and run_dir.memory_record().is_file():
+        from mcp_server.memory.run import write_memory
+
+        progress("building memory.json")
+        write_memory(run_dir)
+        memory_path = str(run_dir.memory_path)
     meta = profile.capture_metadata
     if not meta.gpu_used:
         note += "; NO GPU USED: CUDA was not available to the workload, so times are CPU operator times"
@@ -199,6 +233,7 @@ def _profile_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, prog
                                     torch_version=meta.torch_version),
         profile=header(profile, path), window=profile.window, top_operators=top_rows(profile, top),
         unattributed_kernel_count=len(profile.unattributed_kernels), warnings=profile.warnings, notes=meta.notes,
+        memory_path=memory_path,
     )
 
 
@@ -206,6 +241,7 @@ def _equivalent_command(req: ProfileRequest, run_dir: RunDir, counters: bool) ->
     """The CLI command that captures what `req` asks for, as the manifest records it."""
     command = [PROGRAM, "run" if counters else "profile", str(req.workload), "--backend", req.backend,
                "--python", req.python.python, "--output", str(run_dir.path), *cli_flags(req.capture)]
+    command += ["--memory"] if req.memory else []
     return command + (cli_flags(req.ncu) if counters and req.ncu is not None else [])
 
 
@@ -213,8 +249,25 @@ def _equivalent_command(req: ProfileRequest, run_dir: RunDir, counters: bool) ->
 
 
 def summary(req: SummaryRequest, progress: Progress = quiet, cancel: Cancel = None) -> TopOperatorsResult:
-    """The window and the heaviest operators of a profile."""
-    return top_operators_result(profile_file(req.profile), req.top)
+    """The window and the heaviest operators of a profile; its memory section when memory.json lies beside it."""
+    path = profile_file(req.profile)
+    result = top_operators_result(path, req.top)
+    memory_path = RunDir(path.parent).memory_path
+    if memory_path.is_file():
+        from mcp_server.memory.run import load_memory
+        from mcp_server.memory.text import memory_lines
+
+        found = load_memory(path.parent)
+        result.memory = "\n".join(memory_lines(found, memory_path)) if found is not None else None
+    return result
+
+
+def memory(req: MemoryRequest, progress: Progress = quiet, cancel: Cancel = None) -> MemoryRun:
+    """Where every byte at the window's peak comes from: the memory pass of a workload (memory.json, its chart, the
+    allocator's snapshot), or memory.json rebuilt from a run directory's memory pass (no GPU)."""
+    from mcp_server.memory.run import memory as run_memory
+
+    return run_memory(req, progress, cancel)
 
 
 def operator_detail(req: OperatorDetailRequest, progress: Progress = quiet, cancel: Cancel = None) -> OperatorDetail:

@@ -26,6 +26,7 @@ from mcp_server.process.child import Terminated, stopping_children_on_signals
 from mcp_server.progress import is_phase
 from mcp_server.proof.validate import parse_seeds, parse_tolerances
 from mcp_server.schema.requests import (
+    WINDOW_OPTIONS,
     AnalyzeRequest,
     AssembleRequest,
     BenchRequest,
@@ -34,6 +35,7 @@ from mcp_server.schema.requests import (
     Interpreter,
     LoopStatusRequest,
     MapRequest,
+    MemoryRequest,
     NcuOptions,
     PreflightRequest,
     ProfileRequest,
@@ -58,6 +60,8 @@ from mcp_server.tables import (
 
 M = TypeVar("M", bound=BaseModel)
 _OPTION_GROUPS = (CaptureOptions, NcuOptions, TimingOptions, BenchRequest, RecipesRequest)
+MEMORY_FLAG = ("also run the memory pass after the others (alone on the GPU): memory.json, where every byte at the "
+               "window's peak comes from")
 LOOP_NOTE = ("; in a workload's own folder, or one holding loop_state.json, the loop checkpoints written are "
              "recorded in loop_state.json (see loop-status)")
 
@@ -65,11 +69,11 @@ LOOP_NOTE = ("; in a workload's own folder, or one holding loop_state.json, the 
 # --------------------------------------------------------------------------------------------- option groups
 
 
-def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], only: tuple[str, ...] = ()) -> None:
-    """One flag per field of `model` (or of the fields named in `only`): its spelling, its description as help;
-    values are checked by the model."""
+def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], only: tuple[str, ...] | None = None) -> None:
+    """One flag per field of `model` (or per field named in `only`): its spelling, its description as help; values
+    are checked by the model."""
     for name, field in model.model_fields.items():
-        if only and name not in only:
+        if only is not None and name not in only:
             continue
         flag = cli_flag(name, field)
         help_text = (field.description or "").replace("%", "%%")
@@ -201,6 +205,12 @@ def _print_profile(result: ProfileRun) -> int:
         _print(f"ranks: {result.ranks_path}")
         return 0
     _print(f"\nprofile: {result.profile_path}")
+    if result.memory_path:
+        from mcp_server.memory.run import load_memory
+        from mcp_server.memory.text import memory_lines
+
+        memory = load_memory(Path(result.run_dir))
+        _print("", *(memory_lines(memory, Path(result.memory_path)) if memory is not None else []))
     return 0
 
 
@@ -224,8 +234,20 @@ def cmd_profile(args: argparse.Namespace, argv: list[str], counters: bool = Fals
     req = build(ProfileRequest, workload=args.workload, python=_interpreter(args),
                 capture=options_from(args, CaptureOptions), backend=args.backend,
                 ncu=options_from(args, NcuOptions) if counters else None, require_counters=False,
-                output=args.output, project=Path.cwd(), command_line=["operator-profiler", *argv])
+                output=args.output, project=Path.cwd(), command_line=["operator-profiler", *argv], memory=args.memory)
     return _print_profile(api.profile(req, _STATUS))
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    """The memory pass of a workload (or memory.json rebuilt from a run directory): the peak and who holds it."""
+    req = build(MemoryRequest, target=args.target, python=_interpreter(args),
+                capture=options_from(args, CaptureOptions), output=args.output, project=Path.cwd(), top=args.top)
+    result = api.memory(req, _STATUS)
+    _print(result.summary)
+    if result.chart_path:
+        _print(f"chart: {result.chart_path}")
+    _print(f"snapshot: {result.snapshot_path} (opens in https://pytorch.org/memory_viz)")
+    return 0
 
 
 def cmd_map(args: argparse.Namespace) -> int:
@@ -247,6 +269,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
     _print(format_top_operators(result.operators, result.profile.gpu_used))
     if result.modules_by_phase:
         _print("", format_modules_by_phase(result.modules_by_phase))
+    if result.memory:
+        _print("", result.memory)
     return 0
 
 
@@ -404,10 +428,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto",
                    help=f"{' | '.join(BACKENDS)}: auto uses nsys when an NVIDIA GPU, nsys and ncu are present, "
                    "else torch.profiler")
+    p.add_argument("--memory", action="store_true", help=MEMORY_FLAG)
     p = sub.add_parser("run", help="profile with nsys, time the window with no profiler, replay with ncu for counters")
     _add_capture_options(p)
+    p.add_argument("--memory", action="store_true", help=MEMORY_FLAG)
     add_options(p, NcuOptions)
     p.add_argument("--backend", default="auto", help=argparse.SUPPRESS)
+    p = sub.add_parser(
+        "memory", help="where every byte at the window's peak comes from: memory.json (CUDA allocator history)",
+        description="Run the workload's window once more with the CUDA caching allocator's history recorded (Python "
+        "stacks), in the same harness, compile mode and run mode, and attribute every block live at the peak to its "
+        "operator, module, phase (forward, backward, optimizer), line and category (parameter, gradient, optimizer "
+        "state, activation, temporary, workspace, input/output, retained). Writes memory.json, memory_timeline.png "
+        "and the allocator's snapshot into the run directory. Given a run directory instead, rebuilds memory.json "
+        "from its files (no GPU). Needs an NVIDIA GPU to capture.")
+    p.add_argument("target", type=Path, metavar="WORKLOAD|RUN_DIR",
+                   help="a workload with get_model_and_input(), or a run directory holding a memory pass")
+    p.add_argument("--output", "-o", type=Path, help="run directory (default: ./op_runs/<workload>-memory-<time>)")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter that runs the workload (default: this one, %(default)s)")
+    add_options(p, CaptureOptions, WINDOW_OPTIONS)
+    p.add_argument("--top", type=_count(1), default=10, help="how many holders to list (default 10)")
+    _add_output_options(p)
     p = sub.add_parser("map", help="replay a captured run's kernels under ncu and rebuild profile.json")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds for the ncu pass (default 600)")
@@ -509,7 +551,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "map": cmd_map, "assemble": cmd_assemble, "analyze": cmd_analyze, "compare": cmd_compare, "bench": cmd_bench,
     "recipes": cmd_recipes,
     "validate": cmd_validate, "report": cmd_report, "preflight": cmd_preflight, "summary": cmd_summary,
-    "loop-status": cmd_loop_status,
+    "loop-status": cmd_loop_status, "memory": cmd_memory,
 }
 
 
@@ -526,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
             return COMMANDS[args.command](args)
     except ProfilerError as exc:
         _STATUS.end()
-        print(f"operator-profiler: error: {exc.one_line()}", file=sys.stderr)
+        print(f"operator-profiler: error: {exc.one_line()}", *exc.details, sep="\n", file=sys.stderr)
         return 1
     except OSError as exc:
         _STATUS.end()

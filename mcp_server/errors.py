@@ -11,6 +11,7 @@ class ProfilerError(Exception):
         self.message = message
         self.remedy = remedy
         self.records: list[object] = []  # capture passes that ran before the failure: the manifest keeps them
+        self.details: list[str] = []  # lines the faces show below the one-line error (an out-of-memory diagnosis)
 
     def one_line(self) -> str:
         """The error and its remedy on one line."""
@@ -23,6 +24,10 @@ class WorkloadError(ProfilerError):
 
 class ChildTimedOut(WorkloadError):
     """A child process ran past its time limit and was stopped."""
+
+
+class WorkloadOutOfMemory(WorkloadError):
+    """The workload raised torch.OutOfMemoryError; `details` say what held the memory once it was diagnosed."""
 
 
 class UsageError(ProfilerError):

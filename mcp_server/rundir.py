@@ -27,9 +27,11 @@ MANIFEST = "manifest.json"
 PROFILE = "profile.json"
 ANALYSIS = "analysis"  # where `analyze` wrote by default, beside the profile, before it took fresh folders
 RANKS = "ranks.json"
+MEMORY, MEMORY_CHART = "memory.json", "memory_timeline.png"
 BYTECODE_LOG = "bytecode.log"
 MAP_BYTECODE_LOG = "bytecode.map.log"  # map's own: the capture's log stays what its manifest note names
-RUN_ENTRIES = frozenset({*get_args(PassName), MANIFEST, PROFILE, ANALYSIS, RANKS, BYTECODE_LOG, MAP_BYTECODE_LOG})
+RUN_ENTRIES = frozenset({*get_args(PassName), MANIFEST, PROFILE, ANALYSIS, RANKS, BYTECODE_LOG, MAP_BYTECODE_LOG,
+                         MEMORY, MEMORY_CHART})
 RANK_FOLDER = re.compile(r"^rank(\d+)$")
 TORCHRUN_LOG = re.compile(r"^[a-z_]+\.torchrun\.log$")
 RUNS_FOLDER = "op_runs"
@@ -123,6 +125,25 @@ class RunDir:
     def attach_log(self, name: PassName) -> Path:
         """What the ncu that attached to a waiting pass printed."""
         return self.pass_dir(name) / "attach.log"
+
+    def memory_snapshot(self, start: bool = False) -> Path:
+        """The memory pass's pickled allocator snapshot after its window (or at its failure); with `start`, the one
+        its trace starts from."""
+        return self.pass_dir("memory") / ("snapshot_start.pickle" if start else "snapshot.pickle")
+
+    def memory_record(self) -> Path:
+        """What the memory pass's harness recorded beside the allocator (operators, modules, phases, tensors)."""
+        return self.pass_dir("memory") / "memory_record.json"
+
+    @property
+    def memory_path(self) -> Path:
+        """memory.json, rebuilt from the memory pass's snapshots and record."""
+        return self.path / MEMORY
+
+    @property
+    def memory_chart(self) -> Path:
+        """The memory timeline chart beside memory.json."""
+        return self.path / MEMORY_CHART
 
     def relative(self, path: Path) -> str:
         """An artifact's path as the manifest lists it: relative to the run directory."""

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 from mcp_server import __version__
 from mcp_server.progress import Progress
 from mcp_server.schema.requests import (
+    WINDOW_OPTIONS,
     AnalyzeRequest,
     AssembleRequest,
     BaselineMode,
@@ -33,6 +34,7 @@ from mcp_server.schema.requests import (
     KernelDetailRequest,
     LoopStatusRequest,
     MapRequest,
+    MemoryRequest,
     NcuOptions,
     OperatorDetailRequest,
     PreflightRequest,
@@ -51,6 +53,7 @@ from mcp_server.schema.results import (
     CompareResult,
     KernelDetail,
     LoopStatusResult,
+    MemoryRun,
     OperatorDetail,
     PreflightResult,
     ProfileRun,
@@ -104,14 +107,16 @@ server = MCPServer(name="operator-profiler", version=__version__, instructions=I
 
 
 def tool(
-    title: str, annotations: ToolAnnotations, name: str | None = None, options: type[BaseModel] | None = None
+    title: str, annotations: ToolAnnotations, name: str | None = None, options: type[BaseModel] | None = None,
+    only: tuple[str, ...] | None = None,
 ) -> Callable[[F], F]:
     """Register a tool whose description is its docstring, dedented. With `options`, the tool's `**options`
-    stands for one parameter per field of that request model (its type, bounds, default and description)."""
+    stands for one parameter per field of that request model (its type, bounds, default and description), or per
+    field named in `only`."""
 
     def register(fn: F) -> F:
         if options is not None:
-            fn.__signature__ = _with_options(fn, options)  # type: ignore[attr-defined]
+            fn.__signature__ = _with_options(fn, options, only)  # type: ignore[attr-defined]
         server.add_tool(fn, name=name, title=title, description=inspect.cleandoc(fn.__doc__ or ""),
                         annotations=annotations)
         return fn
@@ -119,13 +124,14 @@ def tool(
     return register
 
 
-def _with_options(fn: Callable[..., Any], model: type[BaseModel]) -> inspect.Signature:
+def _with_options(fn: Callable[..., Any], model: type[BaseModel], only: tuple[str, ...] | None = None
+                  ) -> inspect.Signature:
     """`fn`'s signature with its `**options` replaced by keyword parameters, one per field of `model`: each takes
     the field's type, and the field itself (default, bounds, description) as its default."""
     signature = inspect.signature(fn, eval_str=True)
     params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field, annotation=field.annotation)
-               for name, field in model.model_fields.items()]
+               for name, field in model.model_fields.items() if only is None or name in only]
     return signature.replace(parameters=params)
 
 
@@ -175,6 +181,7 @@ async def profile(
     python: Python = None,
     output: Output = None,
     top: Positive = 10,
+    memory: Annotated[bool, Field(description="Also run the memory pass after the others (memory.json).")] = False,
     **capture: Any,
 ) -> ProfileRun:
     """Run a workload's measured window under a profiler and attribute every kernel to its operator and module.
@@ -190,9 +197,30 @@ async def profile(
     def make() -> ProfileRequest:
         return _request(ProfileRequest, workload=workload_file(workload), python=choose_python(python),
                         capture=options, backend=backend, ncu=NcuOptions() if counters else None,
-                        output=resolve_optional(output, "output directory"), project=project_dir(), top=top)
+                        output=resolve_optional(output, "output directory"), project=project_dir(), top=top,
+                        memory=memory)
 
-    return await _call(ctx, "profile", 2 * options.timeout_s + ASSEMBLY_MARGIN_S, make)
+    return await _call(ctx, "profile", (3 if memory else 2) * options.timeout_s + ASSEMBLY_MARGIN_S, make)
+
+
+@tool("Memory: where every byte at the peak comes from", RUNS_WORKLOAD, options=CaptureOptions, only=WINDOW_OPTIONS)
+async def memory(
+    target: Annotated[str, Field(description="A workload .py to capture (GPU), or a run directory holding a memory "
+                                 "pass to rebuild memory.json from (no GPU).")],
+    ctx: Context, python: Python = None, output: Output = None, top: Positive = 10, **capture: Any,
+) -> MemoryRun:
+    """Record the CUDA caching allocator's history over the window; attribute every block live at the peak to its
+    operator, module, phase, line and category (parameter, gradient, optimizer_state, activation, temporary,
+    workspace, input_output, retained).
+
+    Use when a model needs too much GPU memory or runs out of it: peaks, top holders, findings with upper-bound
+    savings. Writes memory.json, memory_timeline.png and the snapshot (pytorch.org/memory_viz). An out-of-memory
+    error says what was allocated where and what held the memory. Needs an NVIDIA GPU to capture.
+    """
+    options = _request(CaptureOptions, **capture)
+    return await _call(ctx, "memory", options.timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
+        MemoryRequest, target=resolve(target, "workload or run directory"), python=choose_python(python),
+        capture=options, output=resolve_optional(output, "output directory"), project=project_dir(), top=top))
 
 
 @tool("Map: add ncu counters to a run", REPLACES_COUNTERS, name="map", options=NcuOptions)

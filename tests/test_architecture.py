@@ -30,7 +30,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     3: ("mcp_server.process", "mcp_server.rundir", "mcp_server.loop"),
     4: ("mcp_server.capture", "mcp_server.assemble"),
     5: ("mcp_server.queries", "mcp_server.analysis", "mcp_server.compare", "mcp_server.proof", "mcp_server.preflight",
-        "mcp_server.tables", "mcp_server.ranks"),
+        "mcp_server.tables", "mcp_server.ranks", "mcp_server.memory"),
     6: ("mcp_server.render",),
     7: ("mcp_server.api", "mcp_server.serve"),
     8: ("mcp_server.cli", "mcp_server.server"),

@@ -33,7 +33,7 @@ from plugins.ncu.command import find_ncu
 FIXTURES = REPO / "tests" / "fixtures"
 WORKLOADS = REPO / "tests" / "workloads"
 TOOLS = {"preflight", "profile", "map", "assemble", "analyze", "compare", "bench", "validate", "report",
-         "top_operators", "operator_detail", "kernel_detail", "loop_status"}
+         "top_operators", "operator_detail", "kernel_detail", "loop_status", "memory"}
 READ_ONLY = {"preflight", "top_operators", "operator_detail", "kernel_detail", "loop_status"}
 SLOW_WORKLOAD = """\
 import time

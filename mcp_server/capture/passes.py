@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_server.capture.request import CaptureRequest, harness_command
-from mcp_server.children.contract import CONTRACT_ERROR, NO_TORCH, NOT_CACHED, PHASE_MARKER
-from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, WorkloadError
+from mcp_server.children.contract import CONTRACT_ERROR, NO_CUDA, NO_TORCH, NOT_CACHED, OUT_OF_MEMORY, PHASE_MARKER
+from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, WorkloadError, WorkloadOutOfMemory
 from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, uses_cache
 from mcp_server.process.child import exit_description, log_tail
 from mcp_server.progress import Progress, quiet
@@ -127,6 +127,13 @@ def raise_for_harness(result: dict[str, Any], req: CaptureRequest, name: PassNam
         raise WorkloadError(message, "see README: workload contract")
     if kind == NOT_CACHED:
         raise NotCached(message)
+    if kind == NO_CUDA:
+        raise BackendUnavailable(message, "run it on a machine with an NVIDIA GPU, under an interpreter whose torch "
+                                          "has CUDA (see `operator-profiler preflight`)")
+    if kind == OUT_OF_MEMORY:
+        raise WorkloadOutOfMemory(f"the workload ran out of GPU memory during {result.get('phase', 'run')} in the "
+                                  f"{name} pass: {message.splitlines()[0]}",
+                                  "see what held the memory: `operator-profiler memory WORKLOAD` (the same options)")
     tail = error.get("traceback_tail", "").strip().splitlines()
     where = f" (last lines: {' | '.join(line.strip() for line in tail[-3:])})" if tail else ""
     raise WorkloadError(

@@ -76,7 +76,8 @@ def new_manifest(req: CaptureRequest, backend: str, command_line: list[str]) -> 
         versions = {name: version for name, future in asked.items() if (version := future.result())}
         return RunManifest(
             created_at=now_iso(), workload=str(req.workload.resolve()), python=req.python,
-            backend="nsys+ncu" if backend == "nsys" else "torch", compile_mode=req.compile_mode,
+            backend="nsys+ncu" if backend == "nsys" else "memory" if backend == "memory" else "torch",
+            compile_mode=req.compile_mode,
             run_mode="train_step" if req.train_step else "inference", warmup_iters=req.warmup_iters,
             iters=req.iters, seed=req.seed, command_line=command_line, tool_versions=versions, gpu=gpu.result(),
         )

@@ -50,7 +50,7 @@ def recipe_name(compile_mode: str, precision: str, channels_last: bool = False, 
     return "+".join([compile_mode, precision] + [CHANNELS_LAST] * channels_last + [CUDNN_BENCHMARK] * cudnn_benchmark)
 
 
-PROFILERS = ("torch", "nvtx", "kernels", "none")
+PROFILERS = ("torch", "nvtx", "kernels", "none", "memory")
 
 MEASURE_RANGE = "operator_profiler::measure"
 PHASE_MARKER = "operator_profiler_harness: phase "  # what the harness prints as it enters each phase
@@ -62,3 +62,4 @@ SITE_RANGE_PREFIX = "site:"
 EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW, EXIT_NOT_CACHED = 0, 2, 3, 4, 5, 6
 # harness.json's error.kind
 NO_TORCH, CONTRACT_ERROR, NOT_CACHED, WORKLOAD_RAISED = "no_torch", "contract", "not_cached", "workload_raised"
+OUT_OF_MEMORY, NO_CUDA = "out_of_memory", "no_cuda"  # the workload raised torch.OutOfMemoryError; no CUDA device

@@ -62,6 +62,7 @@ from mcp_server.children.contract import (
     EXIT_WORKLOAD_RAISED,
     NO_TORCH,
     NOT_CACHED,
+    OUT_OF_MEMORY,
     PHASE_MARKER,
     PROFILERS,
     SCRIPT_WINDOW,
@@ -77,6 +78,7 @@ from mcp_server.children.distributed import (
     wrap,
 )
 from mcp_server.children.gpu_lock import GpuPhases
+from mcp_server.children.memory import capture_memory, memory_step, memory_window, out_of_memory, watch
 from mcp_server.children.script import run_script
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
 from mcp_server.children.window import KernelTrace, MeasuredWindow, ModuleRanges, ProfiledCalls, capture_graph
@@ -135,6 +137,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         raise ContractError("--train-step was given but the workload defines no train_step(model, inputs)")
     backend: RecordingBackend | RecordingInductor | None = None
     result["root_module"] = root_module_name(model)
+    watch(model, inputs, result["root_module"], args.compile_mode)
     wrapper = getattr(module, "DISTRIBUTED", None) if ranks else None
     wrapped = wrap(model, wrapper)  # the module ranges keep the model's own paths; DDP runs it
     fn = wrapped
@@ -154,6 +157,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
             with torch.no_grad():
                 fn(*call_args, **call_kwargs)
 
+    step = memory_step(step)
     _enter(result, "waiting for the previous pass")
     lock.warmup(early)
     clocks = ClockSampler().start() if args.profiler == "kernels" and torch.cuda.is_available() else None
@@ -194,6 +198,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
                                     queue_ahead_ns, on_gpu_done=lock.release if last else None,
                                     scoped=scoped is not None)
             with window, ExitStack() as traced:
+                traced.enter_context(memory_window())
                 if frames is not None:  # every thread's operators and call sites, as the window's own thread's
                     traced.enter_context(ThreadCapture(args.profiler, True, frames))
                     traced.enter_context(call_sites(args.profiler, frames))
@@ -390,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
             module = load_workload(args.workload)
             if not callable(getattr(module, "get_model_and_input", None)):
                 raise ContractError(f"{args.workload} defines no callable get_model_and_input()")
-            run_contract(module, args, result)
+            with capture_memory(args.profiler == "memory", args.run_dir, result):
+                run_contract(module, args, result)
         elif SCRIPT_WINDOW.search(source):
             result["workload_kind"] = "script"
             _run_script_workload(args, result)
@@ -398,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ContractError(f"{args.workload} defines no get_model_and_input() and uses no NvtxCapture window")
         result["status"] = "ok"
     except ContractError as exc:
-        result.update(status="error", error={"kind": CONTRACT_ERROR, "message": str(exc)})
+        result.update(status="error", error={"kind": getattr(exc, "kind", CONTRACT_ERROR), "message": str(exc)})
         code = EXIT_CONTRACT
     except BaseException as exc:  # noqa: BLE001 - the workload's own failure is reported, not re-raised
         if (cached := not_cached(exc)) is not None:
@@ -407,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result.update(
                 status="error",
-                error={"kind": WORKLOAD_RAISED, "message": f"{type(exc).__name__}: {exc}",
+                error={"kind": OUT_OF_MEMORY if out_of_memory(exc) else WORKLOAD_RAISED,
+                       "message": f"{type(exc).__name__}: {exc}",
                        "traceback_tail": traceback_tail(exc)},
             )
             code = EXIT_WORKLOAD_RAISED

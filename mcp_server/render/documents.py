@@ -11,6 +11,7 @@ from mcp_server.proof.validate import generated_test_path
 from mcp_server.render.baselines import BaselinesView, baselines_view
 from mcp_server.render.calibration import CalibrationView, calibration_view
 from mcp_server.render.inputs import ReportInputs
+from mcp_server.render.memory import MemoryView, memory_view
 from mcp_server.render.repro import CommandView, optimized_workload_path, plan_commands, report_commands, show_path
 from mcp_server.render.views import (
     IR_LEVEL_HOW,
@@ -70,6 +71,7 @@ class ReportView(BaseModel):
     commands: list[CommandView]
     notes: list[Note]
     files: list[str]
+    memory: MemoryView | None = None
 
 
 class OptimizedWorkloadView(BaseModel):
@@ -157,7 +159,7 @@ def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) ->
     files = [show_path(p, project_dir) for p in (
         inputs.baseline_path, inputs.optimized_path, inputs.analysis_path, inputs.comparison_path,
         inputs.bench_path, inputs.recipes_path, inputs.bench_vs_free_path, inputs.validation_path,
-        inputs.optimizations_path) if p is not None]
+        inputs.optimizations_path, inputs.memory_path) if p is not None]
     return ReportView(
         workload=show_path(inputs.baseline.capture_metadata.workload, project_dir),
         optimized_workload=show_path(optimized, project_dir) if optimized else None,
@@ -178,6 +180,8 @@ def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) ->
         applied_unplanned={k: v for k, v in applied_passes.items() if k not in planned},
         residual=residual_views(inputs, items), commands=report_commands(inputs, out_dir, project_dir),
         notes=consistency_notes(inputs), files=files,
+        memory=memory_view(inputs.memory, inputs.memory_path, project_dir)
+        if inputs.memory is not None and inputs.memory_path is not None else None,
     )
 
 

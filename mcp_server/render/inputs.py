@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mcp_server.proof.bench import load_bench_result, load_recipes
 from mcp_server.proof.validate import load_validation_report
@@ -18,6 +19,9 @@ from mcp_server.schema.optimizations import OptimizationPlan, load_optimizations
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
 from mcp_server.schema.recipes import RecipesReport
+
+if TYPE_CHECKING:
+    from mcp_server.schema.memory import MemoryProfile
 
 
 @dataclass
@@ -45,12 +49,14 @@ class ReportInputs:
     recipes_path: Path | None = None
     bench_vs_free: BenchResult | None = None
     bench_vs_free_path: Path | None = None
+    memory: MemoryProfile | None = None  # memory.json beside the baseline profile (a run with a memory pass)
+    memory_path: Path | None = None
 
     def paths(self) -> list[Path]:
         """Every file the documents are rendered from."""
         found = [self.baseline_path, self.optimized_path, self.analysis_path, self.baseline_analysis_path,
                  self.comparison_path, self.bench_path, self.validation_path, self.optimizations_path,
-                 self.recipes_path, self.bench_vs_free_path]
+                 self.recipes_path, self.bench_vs_free_path, self.memory_path]
         return [p for p in found if p is not None]
 
 
@@ -68,6 +74,11 @@ def load_inputs(
 ) -> ReportInputs:
     """Load and validate every given file; a missing or malformed file raises ProfileFormatError."""
     inputs = ReportInputs(baseline=load_profile(baseline_profile), baseline_path=Path(baseline_profile))
+    memory_path = Path(baseline_profile).parent / "memory.json"  # a run with a memory pass
+    if memory_path.is_file():
+        from mcp_server.memory.run import load_memory
+
+        inputs.memory, inputs.memory_path = load_memory(memory_path.parent), memory_path
     if optimized_profile is not None:
         inputs.optimized, inputs.optimized_path = load_profile(optimized_profile), Path(optimized_profile)
     if analysis is not None:

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.loop import LoopState
 from mcp_server.schema.manifest import RunManifest
+from mcp_server.schema.memory import MemoryProfile
 from mcp_server.schema.optimizations import OptimizationPlan
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, Comparison, ValidationReport
@@ -25,6 +26,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "analysis.schema.json": Analysis,
     "optimizations.schema.json": OptimizationPlan,
     "loop_state.schema.json": LoopState,
+    "memory.schema.json": MemoryProfile,
 }
 
 

@@ -17,7 +17,7 @@ class PassRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: PassName = Field(description="'torch', 'nsys', 'ncu', 'ncu_variants' or 'timing'.")
+    name: PassName = Field(description="'torch', 'nsys', 'ncu', 'ncu_variants', 'timing' or 'memory'.")
     profiler: str = Field(description="What the harness did in its window: torch, nvtx or none.")
     command: list[str]
     attach_command: list[str] | None = Field(
@@ -55,7 +55,7 @@ class RunManifest(BaseModel):
     created_at: str
     workload: str
     python: str
-    backend: CaptureBackend = Field(description="'torch' or 'nsys+ncu'.")
+    backend: CaptureBackend = Field(description="'torch', 'nsys+ncu' or 'memory' (the memory pass alone).")
     compile_mode: CompileMode
     run_mode: RunMode
     warmup_iters: int

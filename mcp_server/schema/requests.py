@@ -120,6 +120,10 @@ class CaptureOptions(_Request):
         return _not_an_option(value)
 
 
+WINDOW_OPTIONS = ("compile_mode", "warmup_iters", "iters", "seed", "train_step", "timeout_s")
+"""The capture options of one process's window: all the memory pass takes (it records one process)."""
+
+
 class NcuOptions(_Request):
     """What Nsight Compute replays of the window, and which counters it collects beyond the default set."""
 
@@ -210,6 +214,20 @@ class ProfileRequest(_Request):
         default=None, description="The command to record in the manifest (default: the equivalent CLI command)."
     )
     top: Top = 10
+    memory: bool = Field(default=False, description="Also run the memory pass, after the others: memory.json.")
+
+
+class MemoryRequest(_Request):
+    """memory: where every byte at the window's peak comes from (a workload, captured), or memory.json rebuilt from
+    a run directory's memory pass (no GPU)."""
+
+    target: Path = Field(description="A workload .py to capture, or a run directory holding a memory pass.")
+    python: Interpreter
+    capture: CaptureOptions = CaptureOptions()
+    output: Path | None = Field(default=None, description="Run directory (default: a fresh one under op_runs/).")
+    project: Path
+    command_line: list[str] | None = None
+    top: Annotated[int, Field(ge=1, description="How many holders to list.")] = 10
 
 
 class MapRequest(_Request):

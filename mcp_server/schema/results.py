@@ -124,6 +124,7 @@ class ProfileRun(_Model):
         default=None, description="A multi-rank run: ranks.json (its merged view); `profile` is then the first "
         "rank's, and every rank's lies in rank<R>/profile.json.")
     ranks: RanksSummary | None = Field(default=None, description="A multi-rank run: ranks.json's content.")
+    memory_path: str | None = Field(default=None, description="memory.json, when the run has a memory pass.")
 
 
 class TopOperatorsResult(_Model):
@@ -137,6 +138,8 @@ class TopOperatorsResult(_Model):
     modules_by_phase: list[ModulePhaseTime] = Field(
         default_factory=list, description="Kernel time per module and phase, heaviest first (GPU profiles)."
     )
+    memory: str | None = Field(default=None, description="The memory section, when memory.json lies beside the "
+                               "profile: peaks, holders at the peak, findings.")
 
 
 class KernelBrief(_Model):
@@ -402,3 +405,19 @@ class LoopStatusResult(_Model):
     checkpoints: list[LoopCheckpoint]
     reused: list[str] = Field(description="Checkpoint files that are current and stay as they are on resuming.")
     recompute: list[str] = Field(description="Checkpoint files the loop writes (again) from resume_from on.")
+
+
+class MemoryRun(_Model):
+    """What `memory` returns; memory.json holds everything (holders by category, module, operator, line)."""
+
+    run_dir: str
+    memory_path: str
+    chart_path: str | None = None
+    snapshot_path: str = Field(description="Opens in https://pytorch.org/memory_viz.")
+    python: str
+    torch_version: str | None = None
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    attributed_pct: float | None = Field(default=None, description="Bytes live at the peak with a module, %.")
+    findings: list[str] = Field(default_factory=list, description="What lowers the peak, upper-bound savings.")
+    summary: str = Field(description="Peaks, holders at the peak (or at an out-of-memory failure), findings.")

@@ -11,13 +11,14 @@ CompileMode = Literal["eager", "inductor", "cudagraphs", "optimized"]
 Backend = Literal["auto", "torch", "nsys"]
 """The profiler a capture asks for: `auto` chooses nsys (+ ncu) when an NVIDIA GPU, nsys and ncu are present."""
 
-CaptureBackend = Literal["torch", "nsys+ncu"]
-"""What a run directory was captured with (`nsys+ncu` holds the nsys pass, and ncu's once counters were added)."""
+CaptureBackend = Literal["torch", "nsys+ncu", "memory"]
+"""What a run directory was captured with (`nsys+ncu` holds the nsys pass, and ncu's once counters were added;
+`memory` holds the memory pass alone)."""
 
 RunMode = Literal["inference", "train_step"]
 """What one window iteration runs: a forward under `no_grad`, or the workload's `train_step(model, inputs)`."""
 
-PassName = Literal["torch", "nsys", "ncu", "ncu_variants", "timing"]
+PassName = Literal["torch", "nsys", "ncu", "ncu_variants", "timing", "memory"]
 """A capture pass, and the sub-directory of the run directory holding its artifacts."""
 
 Tier = Literal["exact", "reduced"]

@@ -113,7 +113,7 @@ async def run_engine(ctx: Context[Any, Any] | None, tool: str, work: Work[T], ti
         if isinstance(value, OSError):
             value = from_os_error(value)
         if isinstance(value, ProfilerError):
-            raise ToolError(value.one_line()) from value
+            raise ToolError("\n".join([value.one_line(), *value.details])) from value
         raise value
     finally:
         if not finished.is_set():
