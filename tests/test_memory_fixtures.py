@@ -22,6 +22,10 @@ from mcp_server.rundir import RunDir
 
 MEASUREMENTS = FIXTURES / "h100_memory_measurements.json"
 PARAMETERS = 111_008_256  # scripts/gpu_workloads/memory_transformer.py at full size
+TENSORS = 12 * 12 + 5  # its parameter tensors: 12 per block, 12 blocks; two embeddings, the last norm's two, the head
+# The caching allocator splits a large block only when more than 1 MiB would remain, so a block may exceed its request
+# by up to 1 MiB: each state tensor's block (and each parameter's) holds its bytes plus at most that.
+SLACK = 1 << 20
 recorded = pytest.mark.skipif(not MEASUREMENTS.is_file(), reason="the H100 memory recordings are not here yet")
 
 
@@ -51,8 +55,8 @@ def test_the_training_step_meets_both_targets(tmp_path_factory):
     peak = profile.at_peak
     assert peak is not None and peak.attributed_pct >= 95.0
     categories = {g.key: g.bytes for g in peak.by_category}
-    assert 4 * PARAMETERS <= categories["parameter"] <= 4 * PARAMETERS + 512 * 200
-    assert 8 * PARAMETERS <= categories["optimizer_state"] <= 8 * PARAMETERS + 2 * 512 * 200
+    assert 4 * PARAMETERS <= categories["parameter"] <= 4 * PARAMETERS + TENSORS * SLACK
+    assert 8 * PARAMETERS <= categories["optimizer_state"] <= 8 * PARAMETERS + 2 * TENSORS * SLACK
     assert categories["activation"] == max(categories.values())
     assert profile.unmatched_frees == 0 and abs(profile.clock_offset_us) < 1000
     assert {s.phase for s in profile.phases} == {"forward", "backward", "optimizer"}
