@@ -1,29 +1,25 @@
-"""bench: pure-Python statistics, then one real interleaved run of the tiny workloads in a child process."""
+"""bench: pure-Python statistics, then real measurements of the tiny workloads, each side in its own processes."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from mcp_server.errors import UsageError, WorkloadError
-from mcp_server.proof.bench import (
-    BENCH_JSON,
-    bench,
-    bench_file,
-    bootstrap_speedup,
-    load_bench_result,
-    percentile,
-    summarize,
-    summary_line,
-)
+from mcp_server.proof.bench import BENCH_JSON, bench, bench_file, load_bench_result, summary_line
+from mcp_server.proof.stats import bootstrap_speedup, percentile, summarize
+from mcp_server.schema.requests import BenchRequest, Interpreter, TimingOptions
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 BASELINE = WORKLOADS / "tiny_mlp.py"
 OPTIMIZED = WORKLOADS / "tiny_mlp_optimized.py"
 SYSTEM_PYTHON = Path("/usr/bin/python3")
+FAST = TimingOptions(warmup=2, calls=12, queued=12, blocks=2, budget_s=0.2, input_sets=2)
 
 
 def test_percentile_interpolates_between_order_statistics():
@@ -40,30 +36,57 @@ def test_summary_of_samples():
 
 
 def test_bootstrap_is_deterministic_and_brackets_the_point_estimate():
-    baseline = [100 + (i * 7) % 11 for i in range(60)]
-    optimized = [50 + (i * 5) % 9 for i in range(60)]
+    baseline = [[100 + (i * 7) % 11 for i in range(20)] for _ in range(3)]
+    optimized = [[50 + (i * 5) % 9 for i in range(20)] for _ in range(3)]
     first = bootstrap_speedup(baseline, optimized, resamples=500, seed=3)
-    again = bootstrap_speedup(baseline, optimized, resamples=500, seed=3)
-    assert first == again
+    assert first == bootstrap_speedup(baseline, optimized, resamples=500, seed=3)
     assert first.ci_low <= first.point <= first.ci_high
     assert first.point == pytest.approx(105 / 54, rel=0.05)
     assert first.significant and first.ci_low > 1.5
 
 
 def test_bootstrap_of_identical_distributions_is_not_significant():
-    samples = [100 + (i * 13) % 17 for i in range(40)]
-    estimate = bootstrap_speedup(samples, list(reversed(samples)), resamples=500)
+    samples = [[100 + (i * 13) % 17 for i in range(20)] for _ in range(3)]
+    estimate = bootstrap_speedup(samples, [list(reversed(r)) for r in samples], resamples=500)
     assert estimate.point == pytest.approx(1.0)
     assert not estimate.significant
 
 
-def test_bad_counts_and_missing_workloads_are_refused(tmp_path):
-    with pytest.raises(UsageError):
-        bench(BASELINE, OPTIMIZED, reps=0)
-    with pytest.raises(UsageError, match="baseline mode"):
-        bench(BASELINE, OPTIMIZED, baseline_mode="cudagraphs")
+def test_rounds_that_disagree_widen_the_interval():
+    """One process of the optimized side ran slow: resampling rounds must show that doubt; pooling the calls hides
+    it (the interval of the pooled calls is much narrower)."""
+    base = [[100.0 + (i % 3) for i in range(30)] for _ in range(3)]
+    opt = [[50.0 + (i % 3) for i in range(30)], [51.0 + (i % 3) for i in range(30)], [95.0 + (i % 3) for i in range(30)]]
+    by_rounds = bootstrap_speedup(base, opt, resamples=500)
+    pooled = bootstrap_speedup([sum(base, [])], [sum(opt, [])], resamples=500)
+    assert by_rounds.ci_high - by_rounds.ci_low > 3 * (pooled.ci_high - pooled.ci_low)
+    assert by_rounds.ci_low < 1.2 < by_rounds.ci_high
+
+
+def test_bad_rounds_and_missing_workloads_are_refused(tmp_path):
+    with pytest.raises(UsageError, match="at least 3"):
+        bench(BASELINE, OPTIMIZED, rounds=2)
     with pytest.raises(WorkloadError, match="not found"):
         bench(tmp_path / "missing.py", OPTIMIZED)
+    with pytest.raises(ValidationError, match="at least 3|greater than or equal to 3"):
+        BenchRequest(baseline=BASELINE, optimized=OPTIMIZED, python=Interpreter(python=sys.executable),
+                     project=tmp_path, rounds=1)
+
+
+def test_the_baseline_mode_is_eager_free_or_a_recipe_by_its_canonical_name(tmp_path):
+    def request(mode: str) -> BenchRequest:
+        return BenchRequest(baseline=BASELINE, optimized=OPTIMIZED, python=Interpreter(python=sys.executable),
+                            project=tmp_path, baseline_mode=mode)
+
+    assert request("free").baseline_mode == "free"
+    assert request("bf16-cast+reduce-overhead").baseline_mode == "reduce-overhead+bf16-cast"
+    with pytest.raises(ValidationError, match="unknown recipe part 'inductor'"):
+        request("inductor")
+
+
+def test_each_baseline_mode_writes_its_own_file():
+    assert [bench_file(m) for m in ("eager", "free", "reduce-overhead+bf16-cast")] == [
+        "bench.json", "bench_vs_free.json", "bench_vs_reduce_overhead_bf16_cast.json"]
 
 
 @pytest.mark.skipif(not SYSTEM_PYTHON.is_file(), reason="needs a second Python interpreter")
@@ -74,55 +97,54 @@ def test_an_interpreter_without_torch_is_a_workload_error_with_a_remedy(tmp_path
         bench(BASELINE, OPTIMIZED, python=str(SYSTEM_PYTHON), out_dir=tmp_path)
     assert "cannot import torch" in info.value.message
     assert "--python" in info.value.remedy
+    assert (tmp_path / "bench_baseline_round1.log").is_file()  # the failed child's log, named in the error
+
+
+def test_free_without_a_frontier_says_how_to_measure_it(tmp_path):
+    with pytest.raises(UsageError) as info:
+        bench(BASELINE, OPTIMIZED, baseline_mode="free", recipes=tmp_path / "recipes.json")
+    assert "needs the free frontier" in info.value.message and "operator-profiler recipes" in info.value.remedy
 
 
 @pytest.mark.slow
-def test_interleaved_bench_of_the_tiny_workloads(tmp_path):
-    result = bench(
-        BASELINE, OPTIMIZED, python=sys.executable, warmup=2, reps=5, rounds=4, input_sets=3, out_dir=tmp_path,
-        resamples=300,
-    )
-    expected_timer = {"cpu": "perf_counter", "cuda": "cuda_event"}
-    assert result.timer == expected_timer[result.device_type]
-    assert result.baseline.how_run == "eager" and result.optimized.how_run == "optimize()"
-    # Interleaved: the side that goes first alternates round by round.
-    assert result.orders == [["baseline", "optimized"], ["optimized", "baseline"]] * 2
+def test_each_side_runs_in_its_own_processes_rounds_alternating(tmp_path):
+    result = bench(BASELINE, OPTIMIZED, python=sys.executable, options=FAST, rounds=3, out_dir=tmp_path,
+                   resamples=300)
+    assert result.timer == {"cpu": "perf_counter", "cuda": "cuda_event"}[result.device_type]
+    assert result.baseline.how_run == "as written (eager)" and result.optimized.how_run == "optimize()"
+    assert result.orders == [["baseline", "optimized"], ["optimized", "baseline"], ["baseline", "optimized"]]
     for side in (result.baseline, result.optimized):
-        assert len(side.samples_ns) == 4 and all(len(r) == 5 for r in side.samples_ns)
-        assert side.summary.samples == 20
-        assert side.summary.median_ns > 0 and side.summary.min_ns > 0
-        assert side.first_call_ns > 0 and side.warmup_time_ns >= side.first_call_ns
-    s = result.speedup
-    assert s.ci_low <= s.point <= s.ci_high
-    assert s.point == pytest.approx(result.baseline.summary.median_ns / result.optimized.summary.median_ns)
-    assert result.clocks.source in ("nvidia-smi", "unavailable")
-    assert result.torch_version and result.python_executable
+        assert [m.round for m in side.rounds] == [0, 1, 2]
+        assert all(len(m.latency_ns) >= 10 and len(m.back_to_back_ns) == 2 for m in side.rounds)
+        assert side.latency.samples == sum(len(m.latency_ns) for m in side.rounds)
+        assert side.latency.median_ns > 0 and side.back_to_back.median_ns > 0 and side.first_call_ns > 0
+    for s in (result.latency_speedup, result.back_to_back_speedup):
+        assert s.ci_low <= s.point <= s.ci_high
+    assert result.headline == "latency" and result.speedup == result.latency_speedup
+    assert result.latency_speedup.point == pytest.approx(
+        result.baseline.latency.median_ns / result.optimized.latency.median_ns)
     assert load_bench_result(tmp_path / BENCH_JSON) == result
-    assert (tmp_path / "bench_child.log").is_file()
-    assert "speedup" in summary_line(result)
-
-
-def test_unknown_tier_is_refused():
-    with pytest.raises(UsageError, match="precision tier"):
-        bench(BASELINE, OPTIMIZED, baseline_mode="free", tier="fp8")
-
-
-def test_each_baseline_mode_writes_its_own_file():
-    assert [bench_file(m) for m in ("eager", "inductor", "free", "reduce-overhead-bf16")] == [
-        "bench.json", "bench_vs_compile.json", "bench_vs_free.json", "bench_vs_reduce_overhead_bf16.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [BENCH_JSON]  # the children's files stay out of it
+    line = summary_line(result)
+    assert line.index("latency:") < line.index("back-to-back:") and "3 processes per side" in line
 
 
 @pytest.mark.slow
-def test_free_baseline_is_the_fastest_recipe_of_the_tier_and_names_it(tmp_path):
-    result = bench(BASELINE, OPTIMIZED, python=sys.executable, warmup=2, reps=3, rounds=2, input_sets=2,
-                   out_dir=tmp_path, resamples=200, baseline_mode="free", tier="reduced")
-    medians = result.free_recipe_medians_ns
-    assert set(medians) == {"inductor", "reduce-overhead", "inductor-bf16", "reduce-overhead-bf16"}
-    assert result.baseline_mode == min(medians, key=medians.get) and result.tier == "reduced"
-    assert medians[result.baseline_mode] == round(result.baseline.summary.median_ns)
-    assert result.baseline.how_run.startswith("torch.compile")
-    assert ("bf16 autocast" in result.baseline.how_run) == result.baseline_mode.endswith("-bf16")
+def test_free_runs_the_tiers_winner_from_recipes_json(tmp_path):
+    """A frontier measured by `recipes` (two recipes beside the reference): `free` runs the winner of the tier."""
+    from mcp_server.proof.recipes import recipes
+
+    report = recipes(BASELINE, python=sys.executable, options=FAST, seeds=(0,), only=("eager+bf16-autocast",),
+                     out_dir=tmp_path)
+    winner = report.winner("reduced")
+    assert winner is not None
+    result = bench(BASELINE, OPTIMIZED, python=sys.executable, options=FAST, baseline_mode="free", tier="reduced",
+                   recipes=tmp_path / "recipes.json", out_dir=tmp_path, resamples=200)
+    assert result.baseline.recipe == winner.recipe and result.baseline.how_run == winner.recipe
+    assert result.tier == "reduced" and result.recipes_path == str(tmp_path / "recipes.json")
     assert load_bench_result(tmp_path / "bench_vs_free.json") == result
-    assert any(w.startswith("baseline: the fastest free recipe of the reduced tier") for w in result.warnings)
-    if result.device_type == "cpu" and result.baseline_mode.startswith("reduce-overhead"):
-        assert any("CUDA graphs only on a GPU" in w for w in result.warnings)
+    moved = json.loads((tmp_path / "recipes.json").read_text())
+    moved["workload"] = "/elsewhere/other.py"
+    (tmp_path / "other.json").write_text(json.dumps(moved))
+    with pytest.raises(UsageError, match="frontier of /elsewhere/other.py"):
+        bench(BASELINE, OPTIMIZED, baseline_mode="free", recipes=tmp_path / "other.json")

@@ -86,10 +86,10 @@ def _verdict(row: BaselineRow | None, recipe: str, code: list[str], tier: str, f
                 f"{row.other_point:.3f}× by {row.other_metric})")
     if row.ci_low > 1.0:
         return f"The optimized workload beats the {tier} tier's winner of the free frontier, {recipe}: {measured}."
-    verdict = (f"The optimized workload is slower than the free recipe {recipe}: {measured}. Use the recipe instead: "
-               f"{lines}." if row.ci_high < 1.0 else
+    verdict = (f"The optimized workload is slower than the free recipe {recipe}: {measured}. Use the recipe "
+               "instead (its lines below)." if row.ci_high < 1.0 else
                f"The optimized workload is level with the free recipe {recipe}: {measured}, not significant. The "
-               f"recipe gives the same in a few lines: {lines}.")
+               "recipe gives the same in a few lines (below).")
     return verdict + (floor_evidence(floor, tier) if floor is not None else "")
 
 

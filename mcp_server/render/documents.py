@@ -8,7 +8,7 @@ from typing import TypeVar
 from pydantic import BaseModel, Field
 
 from mcp_server.proof.validate import generated_test_path
-from mcp_server.render.baselines import BaselinesView, baselines_view
+from mcp_server.render.baselines import BaselinesView, FrontierView, baselines_view
 from mcp_server.render.calibration import CalibrationView, calibration_view
 from mcp_server.render.inputs import ReportInputs
 from mcp_server.render.memory import MemoryView, memory_view
@@ -86,6 +86,7 @@ class OptimizedWorkloadView(BaseModel):
     items: list[ItemView]
     validation: ValidationView | None
     speedup: SpeedupView | None
+    frontier: FrontierView | None = None
     commands: list[CommandView]
     notes: list[Note]
 
@@ -200,8 +201,17 @@ def build_optimized_workload_view(inputs: ReportInputs, out_dir: Path, project_d
         applied_passes=inputs.validation.applied_passes if inputs.validation else {},
         items=item_views(inputs.optimizations, inputs.validation) if inputs.optimizations else [],
         validation=validation_view(inputs.validation) if inputs.validation else None,
-        speedup=speedup_view(inputs.bench) if inputs.bench else None, commands=commands, notes=notes,
+        speedup=speedup_view(inputs.bench) if inputs.bench else None, frontier=_frontier(inputs, project_dir),
+        commands=commands, notes=notes,
     )
+
+
+def _frontier(inputs: ReportInputs, project_dir: Path) -> FrontierView | None:
+    """The verdict against the frontier's winner of the tier, when recipes.json was given."""
+    view = baselines_view(None, _shown(inputs.bench_vs_free, inputs.bench_vs_free_path, project_dir),
+                          _shown(inputs.recipes, inputs.recipes_path, project_dir), tier=_tier(inputs),
+                          floor=inputs.analysis.speed_of_light if inputs.analysis else None)
+    return view.frontier if view is not None else None
 
 
 def build_plan_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> PlanView:

@@ -1,0 +1,171 @@
+"""recipes: names, the plan (pure), tiers from errors, the GPU's turns, and real frontiers of tiny workloads on the
+CPU (each recipe in its own process), through the CLI and the facade."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mcp_server.children.contract import recipe_name, recipe_parts
+from mcp_server.children.gpu_lock import GpuTurns
+from mcp_server.cli import main as cli
+from mcp_server.proof.recipe_plan import (
+    GPU_ONLY,
+    NO_CONV,
+    NOT_MODULE,
+    THOROUGH_ONLY,
+    WINNERS_ONLY,
+    every_recipe,
+    plan_first,
+    plan_layout,
+    recipe_code,
+    skipped,
+)
+from mcp_server.proof.recipes import default_jobs, recipes, tier_of
+from mcp_server.schema.recipes import ModelFacts, RecipeError, RecipesReport
+from mcp_server.schema.requests import RecipeTiming
+
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+FAST = RecipeTiming(warmup=2, calls=12, queued=12, blocks=2, budget_s=0.2, input_sets=2)
+CONV = ModelFacts(is_module=True, has_convolution=True, parameters=10, parameter_dtypes=["float32"],
+                  floating_inputs=1, input_shapes=[[1, 3, 8, 8]])
+MLP = CONV.model_copy(update={"has_convolution": False})
+FUNCTION = MLP.model_copy(update={"is_module": False})
+
+
+def test_a_recipe_name_reads_back_in_canonical_order():
+    assert recipe_parts("channels-last+bf16-cast+reduce-overhead") == ("reduce-overhead", "bf16-cast", True, False)
+    assert recipe_name(*recipe_parts("compile")) == "compile+fp32"
+    for wrong, why in (("inductor", "unknown recipe part"), ("eager+compile", "2 compile modes"),
+                       ("eager+tf32+bf16-cast", "2 precisions")):
+        with pytest.raises(ValueError, match=why):
+            recipe_parts(wrong)
+
+
+def test_the_default_gpu_frontier_of_a_conv_model_is_every_mode_and_precision_then_layouts_on_the_winners():
+    first = plan_first(True, CONV, thorough=False)
+    assert len(first) == 3 * 6 - 1 and all(stage == "precision" for _, stage in first)
+    assert [r for r, _ in first][0].startswith("reduce-overhead")  # longest compiles first
+    layout = plan_layout(True, CONV, ["eager+fp32", "reduce-overhead+fp16-cast"], thorough=False, already=set())
+    assert [r for r, _ in layout] == [
+        "eager+fp32+channels-last", "eager+fp32+cudnn-benchmark", "eager+fp32+channels-last+cudnn-benchmark",
+        "reduce-overhead+fp16-cast+channels-last", "reduce-overhead+fp16-cast+cudnn-benchmark",
+        "reduce-overhead+fp16-cast+channels-last+cudnn-benchmark"]
+    assert plan_layout(True, MLP, ["eager+fp32"], thorough=False, already=set()) == []
+
+
+def test_the_plan_leaves_out_what_does_not_apply_and_says_why():
+    assert not any(recipe_parts(r)[1].endswith("-cast") for r, _ in plan_first(True, FUNCTION, thorough=False))
+    cpu = [r for r, _ in plan_first(False, MLP, thorough=False)]
+    assert sorted(cpu) == sorted(["eager+bf16-autocast", "eager+bf16-cast", "compile+fp32", "compile+bf16-autocast",
+                                  "compile+bf16-cast"])
+    ran = {"eager+fp32", *cpu}
+    groups = {g.reason: g.recipes for g in skipped(False, MLP, False, (), ran)}
+    assert set(groups) == {GPU_ONLY, NO_CONV}
+    assert sum(map(len, groups.values())) + len(ran) == len(every_recipe(True, True))
+    gpu_groups = {g.reason for g in skipped(True, CONV, False, (), {"eager+fp32"})}
+    assert {THOROUGH_ONLY, WINNERS_ONLY} <= gpu_groups
+    assert NOT_MODULE in {g.reason for g in skipped(True, FUNCTION, False, (), {"eager+fp32"})}
+    assert len(plan_first(True, CONV, thorough=True)) == len(every_recipe(True, True)) - 1
+
+
+def test_the_lines_of_a_recipe_are_what_it_runs():
+    lines = recipe_code("reduce-overhead+fp16-cast+channels-last+cudnn-benchmark", "cuda")
+    assert "torch.backends.cudnn.benchmark = True" in lines and "model = model.to(torch.float16)" in lines
+    assert 'model = torch.compile(model, mode="reduce-overhead")' in lines and lines[-1] == "out = model(*inputs)"
+    autocast = recipe_code("compile+bf16-autocast", "cpu")
+    assert autocast[-2:] == ['with torch.autocast("cpu", dtype=torch.bfloat16):', "    out = model(*inputs)"]
+    assert not any("tf32" in line for line in autocast)  # no TF32 flag on the CPU
+
+
+def test_a_tier_is_the_tightest_tolerance_the_error_meets():
+    def error(worst: float, problems: tuple[str, ...] = ()) -> RecipeError:
+        return RecipeError(seeds=[0], outputs_compared=1, max_rel_error=worst, problems=list(problems))
+
+    assert tier_of("compile+fp32", error(5e-6)) == "exact"
+    assert tier_of("compile+fp32", error(5e-4)) == "reduced"  # fp32 that drifted past float32's tolerance
+    assert tier_of("compile+tf32", error(1e-5)) == "reduced"  # TF32 is never exact, however close
+    assert tier_of("eager+bf16-cast", error(2e-2)) is None
+    assert tier_of("eager+fp32", error(0.0, ("seed 0, out: NaN",))) is None
+    assert tier_of("eager+fp32", RecipeError(seeds=[0], outputs_compared=0)) is None
+
+
+def test_jobs_by_device_and_cpus():
+    assert default_jobs("cpu", 64) == 1 and default_jobs("cuda", 16) == 3 and default_jobs("cuda", 4) == 1
+    assert default_jobs("cuda", 128) == 4
+
+
+def test_a_waiting_window_goes_before_a_warm_up_that_starts_after_it(tmp_path):
+    """GpuTurns: a process warming up holds the GPU shared; a window waiting for it is served before another process
+    that asks to warm up later (no stream of compiles starves a window)."""
+    lock = tmp_path / "gpu.lock"
+    events: list[str] = []
+    first, window, late = GpuTurns(lock), GpuTurns(lock), GpuTurns(lock)
+    first.shared()
+
+    def measure() -> None:
+        window.exclusive()
+        events.append("window")
+        time.sleep(0.2)
+        window.release()
+
+    def warm_up() -> None:
+        late.shared()
+        events.append("late warm-up")
+        late.release()
+
+    threads = [threading.Thread(target=measure)]
+    threads[0].start()
+    time.sleep(0.2)  # the window now waits for `first`
+    threads.append(threading.Thread(target=warm_up))
+    threads[1].start()
+    time.sleep(0.2)
+    assert events == []  # neither may go while `first` warms up
+    first.release()
+    for thread in threads:
+        thread.join(5)
+    assert events == ["window", "late warm-up"]
+
+
+@pytest.mark.slow
+def test_a_frontier_records_crashes_hangs_and_failed_validation_and_is_not_fatal(tmp_path):
+    report = recipes(WORKLOADS / "recipe_hostile.py", python=sys.executable, options=FAST, seeds=(0, 1),
+                     only=("eager+bf16-autocast", "eager+bf16-cast", "compile+fp32"), out_dir=tmp_path, timeout_s=20)
+    by = {r.recipe: r for r in report.results}
+    assert by["eager+fp32"].tier == "exact" and by["eager+fp32"].stage == "reference"
+    assert by["eager+bf16-autocast"].status == "failed" and "refuses autocast" in (by["eager+bf16-autocast"].reason or "")
+    assert by["eager+bf16-cast"].status == "timed_out"
+    assert by["compile+fp32"].status == "ok" and by["compile+fp32"].tier == "exact"
+    assert (tmp_path / "recipe_logs" / "eager_bf16-autocast.log").is_file()  # the failed recipe's log is kept
+    assert report.winner("exact") is not None and report.winner("reduced") is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe_logs", "recipes.json"]
+    assert RecipesReport.model_validate_json((tmp_path / "recipes.json").read_text()) == report
+
+
+@pytest.mark.slow
+def test_the_cli_measures_a_cpu_frontier_and_prints_each_tiers_winner_with_its_lines(tmp_path, capsys):
+    code = cli(["recipes", str(WORKLOADS / "recipe_hostile.py"), "--only", "eager+bf16-autocast", "--seeds", "0",
+                "--budget-s", "0.2", "--warmup", "2", "--output", str(tmp_path), "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "exact tier winner by latency: eager+fp32" in out and "    out = model(*inputs)" in out
+    assert "eager+bf16-autocast" in out and "failed: " in out
+    assert (tmp_path / "frontier.png").read_bytes()[:4] == b"\x89PNG"
+    report = json.loads((tmp_path / "recipes.json").read_text())
+    assert report["device_type"] == "cpu" and report["seeds"] == [0]
+
+
+@pytest.mark.slow
+def test_bf16_that_loses_the_output_fails_validation_for_every_tier(tmp_path):
+    report = recipes(WORKLOADS / "cancellation.py", python=sys.executable, options=FAST, seeds=(0, 1),
+                     only=("eager+bf16-cast",), out_dir=tmp_path)
+    lost = report.result("eager+bf16-cast")
+    assert lost is not None and lost.status == "ok" and lost.error is not None
+    assert lost.tier is None and (lost.error.max_rel_error or 0) > 1e-2 and lost.error.outputs_compared == 2
+    assert report.winner("reduced") is not None and report.winner("reduced").recipe == "eager+fp32"
+    assert report.pareto == ["eager+fp32"]  # a recipe that failed validation is on no front
