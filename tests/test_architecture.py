@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from mcp_server.children.contract import BASELINE_RECIPES
 from mcp_server.children.contract import COMPILE_MODES as CHILD_COMPILE_MODES
-from mcp_server.schema.types import BASELINE_MODES, COMPILE_MODES
+from mcp_server.schema.types import COMPILE_MODES
 
 ENGINE_ROOTS = ("mcp_server", "plugins")
 CHILDREN = "mcp_server.children"
@@ -177,4 +176,3 @@ def test_pyproject_ships_every_package_and_the_data_folders():
 
 def test_the_engine_and_the_harness_know_the_same_compile_modes():
     assert COMPILE_MODES == CHILD_COMPILE_MODES
-    assert (*BASELINE_RECIPES, "free") == BASELINE_MODES

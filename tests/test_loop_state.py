@@ -30,6 +30,7 @@ from mcp_server.loop import STAGES, Recorder, loop_status, read_state
 from mcp_server.loop import stages as table
 from mcp_server.loop.state import sha256_of
 from mcp_server.proof.bench import bench_file
+from mcp_server.proof.recipes import RECIPES_JSON
 from mcp_server.proof.validate import VALIDATION_JSON, generated_test_path
 from mcp_server.render.render import IMPLEMENTATION_MD, OPTIMIZED_WORKLOAD_MD, PROPOSAL_MD, REPORT_MD
 from mcp_server.rundir import PROFILE
@@ -40,7 +41,10 @@ from mcp_server.schema.requests import (
     CompareRequest,
     Interpreter,
     ProfileRequest,
+    RecipesRequest,
+    RecipeTiming,
     ReportRequest,
+    TimingOptions,
     ValidateRequest,
 )
 from mcp_server.schema.results import LoopStatusResult
@@ -62,8 +66,9 @@ def _checkpoint(status: LoopStatusResult, name: str):
 
 @pytest.fixture(scope="module")
 def analysed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A loop folder after the profile stage: tiny_mlp.py profiled on the CPU, its profile.json copied beside it
-    (the capture agent's copy), and `analyze` run with the folder as output."""
+    """A loop folder after the profile and recipes stages: tiny_mlp.py profiled on the CPU, its profile.json copied
+    beside it (the capture agent's copy), `analyze` run with the folder as output, and its free frontier (the
+    reference and one recipe) measured into it."""
     folder = tmp_path_factory.mktemp("loop")
     shutil.copy(WORKLOADS / "tiny_mlp.py", folder)
     shutil.copy(WORKLOADS / "tiny_passes.py", folder)
@@ -71,6 +76,8 @@ def analysed(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                      output=tmp_path_factory.mktemp("run") / "run", project=folder))
     shutil.copy(run.profile_path, folder / "profile.json")
     api.analyze(AnalyzeRequest(profile=folder / "profile.json", output=folder, project=folder, measure=False))
+    api.recipes(RecipesRequest(workload=folder / "tiny_mlp.py", python=PYTHON, only=("eager+bf16-autocast",),
+                               seeds=(0,), timing=RecipeTiming(warmup=1, budget_s=0.1), output=folder, project=folder))
     return folder
 
 
@@ -115,8 +122,8 @@ def test_the_stage_table_is_the_one_loop_state_md_prints():
 def test_the_table_names_the_files_the_tools_write():
     assert table.PROFILE == PROFILE and table.ANALYSIS == ANALYSIS_JSON and table.VALIDATION == VALIDATION_JSON
     assert (table.COMPARISON_JSON, table.COMPARISON_MD) == (COMPARISON_JSON, COMPARISON_MD)
-    benches = [bench_file(m) for m in ("eager", "inductor", "free")]
-    assert benches == [table.BENCH, table.BENCH_VS_COMPILE, table.BENCH_VS_FREE]
+    assert [bench_file(m) for m in ("eager", "free")] == [table.BENCH, table.BENCH_VS_FREE]
+    assert table.RECIPES == RECIPES_JSON
     assert (table.PROPOSAL, table.IMPLEMENTATION, table.REPORT, table.OPTIMIZED_WORKLOAD) == (
         PROPOSAL_MD, IMPLEMENTATION_MD, REPORT_MD, OPTIMIZED_WORKLOAD_MD)
     assert table.OPTIMIZATIONS == OPTIMIZATIONS_JSON
@@ -141,7 +148,9 @@ def test_an_empty_folder_starts_at_profile(tmp_path: Path):
 
 def test_analyze_into_the_loop_folder_records_the_profile_it_read(loop: Path):
     state = read_state(loop)
-    assert state is not None and list(state.checkpoints) == ["analysis.json"]
+    assert state is not None and list(state.checkpoints) == ["analysis.json", "recipes.json"]
+    recipes = state.checkpoints["recipes.json"]
+    assert recipes.tool == "recipes" and [i.path for i in recipes.inputs] == ["tiny_mlp.py"]
     record = state.checkpoints["analysis.json"]
     assert record.tool == "analyze" and record.sha256 == sha256_of(loop / "analysis.json")
     assert [(i.path, i.sha256) for i in record.inputs] == [("profile.json", sha256_of(loop / "profile.json"))]
@@ -151,7 +160,7 @@ def test_analyze_into_the_loop_folder_records_the_profile_it_read(loop: Path):
     analysis, profile = _checkpoint(status, "analysis.json"), _checkpoint(status, "profile.json")
     assert (analysis.provenance, analysis.tool, analysis.written_at) == ("loop_state", "analyze", record.written_at)
     assert (profile.provenance, profile.tool) == ("mtime", None)
-    assert status.reused == ["profile.json", "analysis.json"]
+    assert status.reused == ["profile.json", "analysis.json", "recipes.json"]
 
 
 def test_an_ordinary_output_folder_gets_no_loop_state(loop: Path, tmp_path: Path):
@@ -214,29 +223,33 @@ def test_bench_is_done_once_validate_has_read_bench_json_and_the_report_closes_t
     shutil.copy(loop / "profile.json", loop / "profile_optimized.json")  # the capture agent's re-profile
     api.compare(CompareRequest(baseline=loop / "profile.json", optimized=loop / "profile_optimized.json",
                                output=loop, project=loop))
-    api.bench(BenchRequest(baseline=loop / "tiny_mlp.py", optimized=loop / "tiny_mlp_optimized.py", python=PYTHON,
-                           warmup=1, reps=2, rounds=2, input_sets=1, output=loop, project=loop))
-    for name in ("bench_vs_compile.json", "bench_vs_free.json"):  # torch.compile on a CPU takes too long here
-        (loop / name).write_text("{}\n")
+    fast = TimingOptions(warmup=1, calls=10, queued=10, blocks=1, budget_s=0.1, input_sets=1)
+    for mode in ("eager", "free"):
+        api.bench(BenchRequest(baseline=loop / "tiny_mlp.py", optimized=loop / "tiny_mlp_optimized.py",
+                               python=PYTHON, timing=fast, baseline_mode=mode, tier="reduced", output=loop,
+                               project=loop))
     status = loop_status(loop / "tiny_mlp.py")
     assert (status.next_stage, status.resume_from) == ("bench", "bench")
     assert status.reason == "validation_report.json was not written from bench.json: run validate again with it"
     assert [c.file for c in status.checkpoints if c.provenance == "loop_state"] == [
-        "analysis.json", "validation_report.json", "comparison.json", "comparison.md", "bench.json"]
+        "analysis.json", "recipes.json", "validation_report.json", "comparison.json", "comparison.md", "bench.json",
+        "bench_vs_free.json"]
 
     _validate(loop, bench_json=loop / "bench.json", analysis=loop / "analysis.json", max_plausible_speedup=1e6)
     status = loop_status(loop / "tiny_mlp.py")
     assert (status.next_stage, status.resume_from) == ("report", "report")
     api.report(ReportRequest(baseline_profile=loop / "profile.json", optimized_profile=loop / "profile_optimized.json",
                              baseline_analysis=loop / "analysis.json", comparison=loop / "comparison.json",
-                             bench_json=loop / "bench.json", validation=loop / "validation_report.json",
+                             bench_json=loop / "bench.json", recipes=loop / "recipes.json",
+                             bench_vs_free=loop / "bench_vs_free.json", validation=loop / "validation_report.json",
                              output=loop, project=loop))
     status = loop_status(loop / "tiny_mlp.py")
     assert (status.next_stage, status.resume_from) == (None, None)
     assert {s.status for s in status.stages} == {"done"}
     report = read_state(loop).checkpoints["report.md"]
     assert {i.path for i in report.inputs} == {"profile.json", "profile_optimized.json", "analysis.json",
-                                               "comparison.json", "bench.json", "validation_report.json"}
+                                               "comparison.json", "bench.json", "recipes.json", "bench_vs_free.json",
+                                               "validation_report.json"}
 
     with open(loop / "tiny_mlp_optimized.py", "a", encoding="utf-8") as handle:
         handle.write("# edited\n")
