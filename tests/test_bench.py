@@ -56,7 +56,7 @@ def test_rounds_that_disagree_widen_the_interval():
     """One process of the optimized side ran slow: resampling rounds must show that doubt; pooling the calls hides
     it (the interval of the pooled calls is much narrower)."""
     base = [[100.0 + (i % 3) for i in range(30)] for _ in range(3)]
-    opt = [[50.0 + (i % 3) for i in range(30)], [51.0 + (i % 3) for i in range(30)], [95.0 + (i % 3) for i in range(30)]]
+    opt = [[start + (i % 3) for i in range(30)] for start in (50.0, 51.0, 95.0)]
     by_rounds = bootstrap_speedup(base, opt, resamples=500)
     pooled = bootstrap_speedup([sum(base, [])], [sum(opt, [])], resamples=500)
     assert by_rounds.ci_high - by_rounds.ci_low > 3 * (pooled.ci_high - pooled.ci_low)

@@ -26,7 +26,7 @@ from mcp_server.schema.profile import AggregatedMetrics
 PLUGIN = "operator-profiler"
 MCP_PREFIX = "mcp__plugin_operator-profiler_operator-profiler__"
 TOOLS = {"preflight", "profile", "map", "assemble", "analyze", "compare", "bench", "validate", "report",
-         "top_operators", "operator_detail", "kernel_detail", "loop_status", "memory"}
+         "top_operators", "operator_detail", "kernel_detail", "loop_status", "memory", "recipes"}
 BUILTIN_TOOLS = {"Read", "Write", "Edit", "Bash", "Glob", "Grep", "Agent"}
 SKILLS = {"optimize", "preflight", "profile", "propose", "implement", "validate", "report"}
 AGENTS = {"capture", "strategist", "backend-engineer", "validator"}
@@ -143,8 +143,8 @@ def test_optimize_skill_resumes_from_every_stage() -> None:
     _, body = _frontmatter(REPO / "skills" / "optimize" / "SKILL.md")
     assert "--from=<stage>" in body
     stages = re.findall(r"^\| `(\w+)` \|", body, re.MULTILINE)
-    assert stages == ["preflight", "profile", "propose", "implement", "validate", "reprofile", "compare", "bench",
-                      "report"]
+    assert stages == ["preflight", "profile", "recipes", "propose", "implement", "validate", "reprofile", "compare",
+                      "bench", "report"]
     for stage in stages:
         assert f"**{stage}**" in body, f"the loop describes stage {stage}"
 

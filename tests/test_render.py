@@ -41,6 +41,7 @@ from mcp_server.schema.proof import BenchResult, ValidationReport
 from mcp_server.schema.recipes import RecipesReport
 
 WORKLOADS = REPO / "tests" / "workloads"
+FAST_BENCH = ("--warmup", "1", "--calls", "10", "--queued", "10", "--blocks", "2", "--budget-s", "0.2", "--rounds", "3")
 
 
 def assembled_profile(run: str, dest: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -98,8 +99,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name, profile in (("analysis_baseline", base), ("analysis_optimized", opt)):
         analyze_profile(load_profile(profile), root / name, profile_path=profile, measure=False)
     baseline, optimized = WORKLOADS / "tiny_mlp.py", WORKLOADS / "tiny_mlp_optimized.py"
-    _cli("bench", str(baseline), str(optimized), "--warmup", "1", "--calls", "10", "--queued", "10", "--blocks", "2", "--budget-s", "0.2", "--rounds", "3",
-         "--input-sets", "1", "--output", str(root))
+    _cli("bench", str(baseline), str(optimized), *FAST_BENCH, "--input-sets", "1", "--output", str(root))
     _cli("validate", str(baseline), str(optimized), "--seeds", "0", "--bench", str(root / "bench.json"),
          "--output", str(root))
     (root / "optimizations.json").write_text(sample_plan("examples/conv_block/conv_block.py").model_dump_json())
@@ -366,7 +366,7 @@ def test_report_leads_with_the_frontiers_winner(loop: dict[str, Path], tmp_path:
     baseline, optimized = WORKLOADS / "tiny_mlp.py", WORKLOADS / "tiny_mlp_optimized.py"
     _cli("recipes", str(baseline), "--only", "eager+bf16-autocast", "--seeds", "0", "--budget-s", "0.2",
          "--output", str(tmp_path))
-    _cli("bench", str(baseline), str(optimized), "--warmup", "1", "--calls", "10", "--queued", "10", "--blocks", "2", "--budget-s", "0.2", "--rounds", "3", "--input-sets", "1",
+    _cli("bench", str(baseline), str(optimized), *FAST_BENCH, "--input-sets", "1",
          "--baseline-mode", "free", "--tier", "reduced", "--recipes", str(tmp_path / "recipes.json"),
          "--output", str(tmp_path))
     free_path = tmp_path / "bench_vs_free.json"
