@@ -380,14 +380,16 @@ def test_bench_then_validate_the_tiny_workloads(project: Path):
     said: list[str] = []
     bench = ok(call("bench", {"baseline": str(WORKLOADS / "tiny_mlp.py"),
                               "optimized": str(WORKLOADS / "tiny_mlp_optimized.py"),
-                              "warmup": 1, "reps": 3, "rounds": 2, "input_sets": 1}, said))
+                              "warmup": 1, "calls": 10, "queued": 10, "blocks": 1, "budget_s": 0.1, "rounds": 3,
+                              "input_sets": 1}, said))
     out = Path(bench["out_dir"])
     assert out.parent == project / "op_runs" and out.name.startswith("tiny_mlp_optimized-bench-")
     assert Path(bench["bench_path"]).is_file() and bench["bench_path"] in bench["files"]
-    assert bench["baseline"]["timing"]["samples"] == bench["optimized"]["timing"]["samples"] == 6
+    assert bench["baseline"]["latency"]["samples"] == bench["optimized"]["latency"]["samples"] == 30
+    assert bench["headline"] == "latency" and bench["speedup"] == bench["latency_speedup"]
     assert bench["speedup"]["point"] > 0 and bench["interpreter"]["source"] == PYTHON_ENV
     assert bench["interpreter"]["torch_version"][0].isdigit()
-    assert "operator_profiler_bench: round 2/2" in said
+    assert "bench: round 3/3, optimized in a fresh process" in said
 
     said.clear()
     report = ok(call("validate", {"baseline": str(WORKLOADS / "tiny_mlp.py"),
@@ -407,8 +409,8 @@ def test_bench_then_validate_the_tiny_workloads(project: Path):
 def test_bench_refuses_bad_counts_without_leaving_a_directory(project: Path):
     before = set((project / "op_runs").iterdir()) if (project / "op_runs").is_dir() else set()
     text = error_text(call("bench", {"baseline": str(WORKLOADS / "tiny_mlp.py"),
-                                     "optimized": str(WORKLOADS / "tiny_mlp_optimized.py"), "reps": 0}))
-    assert "reps" in text.lower()
+                                     "optimized": str(WORKLOADS / "tiny_mlp_optimized.py"), "calls": 0}))
+    assert "calls" in text.lower()
     after = set((project / "op_runs").iterdir()) if (project / "op_runs").is_dir() else set()
     assert after == before
 
