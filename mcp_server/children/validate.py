@@ -120,15 +120,26 @@ def _applied_passes(module: Any) -> dict[str, int] | None:
     return counts
 
 
+def recipe_of(opt_mod: Any) -> str | None:
+    """The free recipe an optimized workload applies instead of a backend of its own (its RECIPE), if any."""
+    recipe = getattr(opt_mod, "RECIPE", None)
+    return recipe if isinstance(recipe, str) and recipe and not getattr(opt_mod, "BACKEND_NAME", None) else None
+
+
 def _contract(opt_mod: Any, checks: Checks) -> str | None:
-    """Check the optimized module's interface; return its BACKEND_NAME (None when the contract is broken)."""
+    """Check the optimized module's interface; return its BACKEND_NAME (None when the contract is broken, or when
+    the workload applies a free recipe, RECIPE, through its optimize(model) instead of a backend of its own)."""
     problems = []
     if not callable(getattr(opt_mod, "get_model_and_input", None)):
         problems.append("no callable get_model_and_input()")
     backend = getattr(opt_mod, "BACKEND_NAME", None)
-    if not isinstance(backend, str) or not backend:
-        problems.append("no module-level BACKEND_NAME string naming its torch.compile backend")
     optimize = getattr(opt_mod, "optimize", None)
+    if recipe_of(opt_mod) is not None:
+        if not callable(optimize):
+            problems.append("a RECIPE but no optimize(model) applying it")
+    elif not isinstance(backend, str) or not backend:
+        problems.append("no module-level BACKEND_NAME string naming its torch.compile backend (or RECIPE naming the "
+                        "free recipe its optimize(model) applies)")
     if optimize is not None and not callable(optimize):
         problems.append("optimize is not callable")
     if problems:
@@ -282,12 +293,43 @@ def _settle(
         checks.skip_rest("the contract check failed")
         result["checks"] = checks.as_list()
         return
-    checks.set("contract", "pass", "get_model_and_input, BACKEND_NAME" + (
+    recipe = recipe_of(opt_mod)
+    checks.set("contract", "pass", ("get_model_and_input, BACKEND_NAME" if recipe is None else
+                                    f"get_model_and_input, RECIPE {recipe!r}") + (
         ", optimize" if callable(getattr(opt_mod, "optimize", None)) else " (no optimize(): torch.compile used)")
         + "; the baseline's state_dict loaded")
+    if recipe is not None:
+        why = f"the workload applies the free recipe {recipe!r} in optimize(model): no backend of its own"
+        for name in ("backend_registered", "backend_invoked", "fx_passes"):
+            checks.set(name, "skip", why)
     passes = _applied_passes(opt_mod)
     result["applied_passes"] = passes or {}
     result["backend_calls"] = counter.calls if counter.installed else None
+    if recipe is None:
+        _backend_checks(checks, counter, opt_mod, passes, passes_before, optimize_returned_model)
+    if "runs" in checks.entries:
+        checks.skip_rest("the optimized workload raised")
+        result["checks"] = checks.as_list()
+        return
+    checks.set("runs", "pass", f"ran as {result.get('how_run')} on every seed and input set")
+    downcast = lowered_outputs(checks)
+    checks.settle("shapes_dtypes", "every output has the baseline's structure, shape, dtype and device" if not downcast
+                  else "every output has the baseline's structure, shape and device; reduced tier, returned in a "
+                       "lower precision than the baseline's: " + "; ".join(downcast[:5]))
+    checks.settle("finite", "no NaN/Inf in any output")
+    checks.settle("numerics", f"all outputs within tolerance (max abs error {result['max_abs_error'] or 0:.3g}, "
+                              f"max rel error {result['max_rel_error'] or 0:.3g})")
+    checks.settle("input_mutation", "no input was changed in place")
+    checks.settle("output_aliasing", "no output shares memory with an input")
+    checks.settle("output_caching", "each call returned fresh memory, and different inputs gave different outputs")
+    result["checks"] = checks.as_list()
+
+
+def _backend_checks(
+    checks: Checks, counter: _Counter, opt_mod: Any, passes: dict[str, int] | None,
+    passes_before: dict[str, int] | None, optimize_returned_model: bool,
+) -> None:
+    """backend_invoked and fx_passes, for a workload with a backend of its own."""
     filled = bool(passes) and passes != passes_before
     declared_calls = getattr(opt_mod, "BACKEND_CALLS", None)
     if counter.calls > 0:
@@ -309,22 +351,6 @@ def _settle(
         checks.set("fx_passes", "pass", "applied: " + ", ".join(f"{k} ×{v}" for k, v in passes.items()))
     else:
         checks.set("fx_passes", "fail", "APPLIED_PASSES is empty after compilation: no FX pass changed the graph")
-    if "runs" in checks.entries:
-        checks.skip_rest("the optimized workload raised")
-        result["checks"] = checks.as_list()
-        return
-    checks.set("runs", "pass", f"ran as {result.get('how_run')} on every seed and input set")
-    downcast = lowered_outputs(checks)
-    checks.settle("shapes_dtypes", "every output has the baseline's structure, shape, dtype and device" if not downcast
-                  else "every output has the baseline's structure, shape and device; reduced tier, returned in a "
-                       "lower precision than the baseline's: " + "; ".join(downcast[:5]))
-    checks.settle("finite", "no NaN/Inf in any output")
-    checks.settle("numerics", f"all outputs within tolerance (max abs error {result['max_abs_error'] or 0:.3g}, "
-                              f"max rel error {result['max_rel_error'] or 0:.3g})")
-    checks.settle("input_mutation", "no input was changed in place")
-    checks.settle("output_aliasing", "no output shares memory with an input")
-    checks.settle("output_caching", "each call returned fresh memory, and different inputs gave different outputs")
-    result["checks"] = checks.as_list()
 
 
 def main(argv: list[str] | None = None) -> int:
