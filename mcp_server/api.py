@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mcp_server.assemble import assemble as assemble_profile
 from mcp_server.assemble import write_profile
+from mcp_server.capture.leftovers import owner, stopped_beside, taken_over
 from mcp_server.capture.ranks import capture_ranks
 from mcp_server.capture.request import CaptureRequest, check_workload
 from mcp_server.capture.schedule import capture, choose_backend, has_gpu, map_counters
@@ -104,6 +105,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
         progress(f"profile: {NO_COUNTERS_HERE}")
     check_workload(req.workload, req.python.python)  # before any directory is made
     run_dir = RunDir(output_folder(req.output, req.project, req.workload))
+    run_dir.claimable(req.workload)  # a folder that is not ours is refused before anything is written into it
     cap = CaptureRequest.of(req.workload, run_dir, req.python.python, req.capture)
     label = BACKEND_NAMES[chosen] + (" + ncu counters" if counters else "")
     note = f"{req.backend} -> {label}" + (
@@ -111,13 +113,17 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     )
     progress(f"profile: {label} into {run_dir.path} under {req.python.python}")
     command = req.command_line or _equivalent_command(req, run_dir, counters)
-    with run_dir.locked():
+    verb = "run" if counters else "profile"
+    with run_dir.locked(owner(verb)):
+        stale = taken_over(run_dir, verb, progress)
+        stale += stopped_beside(req.project, verb, progress) if req.output is None else []
         run_dir.claim(req.workload)
         (capture_ranks if cap.distributed else capture)(
             cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())
         result = (_ranks_run if cap.distributed else _profile_run)(run_dir, req.python, note, req.top, progress)
     if req.ncu is not None and not counters:
         result.warnings.insert(0, NO_COUNTERS_HERE)
+    result.warnings[:0] = stale
     return result
 
 
@@ -142,11 +148,14 @@ def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) 
         seed=manifest.seed, train_step=manifest.run_mode == "train_step", timeout_s=req.timeout_s,
     )
     progress(f"map: ncu replay of {run_dir.path} under {manifest.python}")
-    with run_dir.locked():
+    with run_dir.locked(owner("map")):
+        stale = taken_over(run_dir, "map", progress)
         map_counters(cap, req.ncu, progress, cancel)
-        return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
-                            "nsys+ncu: counters replayed by ncu at base clocks, durations from nsys at real clocks",
-                            req.top, progress)
+        result = _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
+                              "nsys+ncu: counters replayed by ncu at base clocks, durations from nsys at real clocks",
+                              req.top, progress)
+    result.warnings[:0] = stale
+    return result
 
 
 def assemble(req: AssembleRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
@@ -154,12 +163,13 @@ def assemble(req: AssembleRequest, progress: Progress = quiet, cancel: Cancel = 
     run_dir = RunDir.existing(req.run_dir)
     manifest = run_dir.read_manifest()
     progress(f"assemble: {run_dir.path}")
-    with run_dir.locked():
-        if manifest.distributed is not None and run_dir.ranks():
-            return _ranks_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
-                              f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
-        return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
-                            f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
+    with run_dir.locked(owner("assemble")):
+        stale = taken_over(run_dir, "assemble", progress)
+        rebuild = _ranks_run if manifest.distributed is not None and run_dir.ranks() else _profile_run
+        result = rebuild(run_dir, Interpreter(python=manifest.python, source="manifest"),
+                         f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
+    result.warnings[:0] = stale
+    return result
 
 
 def _ranks_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, progress: Progress) -> ProfileRun:

@@ -67,6 +67,9 @@ class CaptureRequest:
 def check_workload(workload: Path, python: str) -> None:
     """The workload is a .py file following the contract (or marking its own window), and the interpreter
     exists; else a one-line error with its remedy."""
+    if workload.is_dir():
+        raise WorkloadError(f"workload is a directory, not a .py file: {workload}",
+                            "pass the .py file in it that defines get_model_and_input()")
     if not workload.is_file():
         raise WorkloadError(f"workload not found: {workload}", "pass the path of an existing .py file")
     if workload.suffix != ".py":

@@ -30,6 +30,7 @@ from mcp_server.children.common import (
     device_of,
     load_same_weights,
     load_workload,
+    model_and_inputs,
     optimized_callable,
     perturb,
     run_main,
@@ -171,10 +172,10 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     with torch.no_grad():
         result["phase"] = "build baseline"
         seed_all(args.seed)
-        base_model, base_inputs = base_mod.get_model_and_input()
+        base_model, base_inputs = model_and_inputs(base_mod.get_model_and_input(), False)
         result["phase"] = "build optimized"
         seed_all(args.seed)
-        opt_model, opt_inputs = opt_mod.get_model_and_input()
+        opt_model, opt_inputs = model_and_inputs(opt_mod.get_model_and_input(), False)
         why = load_same_weights(base_model, opt_model)
         if why:
             result["warnings"].append(why)

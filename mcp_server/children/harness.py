@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,10 @@ from mcp_server.children.clocks import ClockSampler
 from mcp_server.children.common import (
     ContractError,
     as_call,
+    cannot_write,
     environment,
     load_workload,
+    model_and_inputs,
     now,
     seed_all,
     traceback_tail,
@@ -52,9 +55,12 @@ from mcp_server.children.compiling import (
     root_module_name,
 )
 from mcp_server.children.contract import (
+    CANNOT_WRITE,
+    CANNOT_WRITE_LINE,
     COMPILE_MODES,
     CONTRACT,
     CONTRACT_ERROR,
+    EXIT_CANNOT_WRITE,
     EXIT_CONTRACT,
     EXIT_NO_TORCH,
     EXIT_NOT_CACHED,
@@ -116,7 +122,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.warm_up_after)
     lock.build()
     _enter(result, "build")
-    model, inputs = module.get_model_and_input()
+    model, inputs = model_and_inputs(module.get_model_and_input())
     call_args, call_kwargs = as_call(inputs)
     result["placement"] = _describe_placement(model, call_args)
     if torch.cuda.is_available() and "cpu" in result["placement"]["parameter_devices"] + result["placement"][
@@ -398,13 +404,21 @@ def main(argv: list[str] | None = None) -> int:
             raise ContractError(f"{args.workload} defines no get_model_and_input() and uses no NvtxCapture window")
         result["status"] = "ok"
     except ContractError as exc:
+        print(f"operator_profiler_harness: the workload does not follow the contract: {exc}", file=sys.stderr)
         result.update(status="error", error={"kind": CONTRACT_ERROR, "message": str(exc)})
         code = EXIT_CONTRACT
     except BaseException as exc:  # noqa: BLE001 - the workload's own failure is reported, not re-raised
         if (cached := not_cached(exc)) is not None:
             result.update(status="error", error={"kind": NOT_CACHED, "message": str(cached)})
             code = EXIT_NOT_CACHED
-        else:
+        elif (unwritten := cannot_write(exc)) is not None:
+            message = f"{unwritten.filename} ({unwritten.strerror})"
+            print(f"{CANNOT_WRITE_LINE}{unwritten.filename}: {unwritten.strerror}", file=sys.stderr)
+            result.update(status="error", error={"kind": CANNOT_WRITE, "message": message})
+            code = EXIT_CANNOT_WRITE
+        else:  # the whole traceback in the pass's log (harness.json keeps its tail)
+            print(f"operator_profiler_harness: the workload raised during {result['phase']}:", file=sys.stderr)
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
             result.update(
                 status="error",
                 error={"kind": WORKLOAD_RAISED, "message": f"{type(exc).__name__}: {exc}",
@@ -419,7 +433,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_code = main()
+    try:
+        exit_code = main()
+    except OSError as failed:  # its result could not be written (a full disk): the log says which file
+        print(f"{CANNOT_WRITE_LINE}{failed.filename}: {failed.strerror}", file=sys.stderr)
+        exit_code = EXIT_CANNOT_WRITE
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown (CUDA/Inductor shutdown takes seconds); every result is already on disk.

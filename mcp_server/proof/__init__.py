@@ -37,6 +37,9 @@ def check_workload(path: Path, role: str) -> Path:
     path = Path(path)
     if str(path).startswith("-"):
         raise UsageError(f"{role} workload {str(path)!r} looks like an option", "pass the path of a .py file")
+    if path.is_dir():
+        raise WorkloadError(f"{role} workload is a directory, not a .py file: {path}",
+                            "pass the .py file in it that defines get_model_and_input()")
     if not path.is_file():
         raise WorkloadError(f"{role} workload not found: {path}", "pass the path of an existing .py file")
     if path.suffix != ".py":

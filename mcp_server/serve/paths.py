@@ -39,6 +39,9 @@ def resolve_optional(value: str | None, what: str) -> Path | None:
 def workload_file(value: str, role: str = "workload") -> Path:
     """An existing workload file, or a WorkloadError that says where relative paths were looked up."""
     path = resolve(value, f"{role} file")
+    if path.is_dir():
+        raise WorkloadError(f"{role} is a directory, not a .py file: {path}",
+                            "pass the .py file in it that defines get_model_and_input()")
     if not path.is_file():
         raise WorkloadError(
             f"{role} not found: {path}",
