@@ -496,3 +496,27 @@ def _mcp(work: Path, calls: list[tuple[str, dict[str, Any]]], **env: str) -> lis
         return results
 
     return anyio.run(session)
+
+
+def test_22_a_cpu_window_mostly_outside_operators_says_so_and_shows_its_spread(work: Path):
+    proc = cli(work, "profile", "pool_in_forward.py", "-o", "run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("warning: the window lasted")]
+    assert len(said) == 1 and "most of the window runs outside operators" in said[0], proc.stdout
+    assert "shares are shares of operator time, not of the window" in said[0]
+    assert "op share: of the operators' CPU total time, not of the window" in proc.stdout
+    window = load_profile(work / "run" / "profile.json").window
+    assert window.unprofiled_windows and window.unprofiled_windows >= 2 and window.unprofiled_wall_time_range_ns
+    low, high = window.unprofiled_wall_time_range_ns
+    assert low <= (window.unprofiled_wall_time_ns or 0) <= high
+    assert f"median over {window.unprofiled_windows} windows" in proc.stdout
+
+    analyzed = cli(work, "analyze", "run", "-o", "an")
+    assert analyzed.returncode == 0, analyzed.stderr[-2000:]
+    assert "outside torch operators (Python code, other processes, waiting): start there" in analyzed.stdout
+    diagnosis = json.loads((work / "an" / "analysis.json").read_text())["diagnosis"]
+    assert any(t.startswith("operator_time_pct=") for t in diagnosis["triggers"])
+
+    tiny = cli(work, "profile", "tiny_mlp.py", "-o", "tiny", "-q")  # a window spent in its operators: no warning
+    assert tiny.returncode == 0 and "warning: the window lasted" not in tiny.stdout
+    assert load_profile(work / "tiny" / "profile.json").window.unprofiled_windows == 5

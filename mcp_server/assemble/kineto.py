@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+import statistics
+
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, attribute_stream, work_of
 from mcp_server.assemble.metadata import capture_metadata, harness_result
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import RunManifest
-from mcp_server.schema.profile import AggregatedMetrics, OperatorAttributedProfile, OperatorRecord
+from mcp_server.schema.profile import AggregatedMetrics, OperatorAttributedProfile, OperatorRecord, WindowTotals
 from mcp_server.schema.records import CpuOp
 from plugins.torch_profiler.reader import read_kineto_trace
 
 GENERATED_CPU_KERNEL = "cpp_fused_"
+MIN_OPERATOR_TIME_PCT = 25.0  # a CPU window whose operators take less of it runs mostly outside them
+
+
+def operator_time_pct(window: WindowTotals) -> float | None:
+    """How much of a CPU-only window its outermost torch operators take, 0-100 (None when unknown)."""
+    if not window.wall_time_ns or window.cpu_operator_time_ns is None:
+        return None
+    return min(100.0, 100.0 * window.cpu_operator_time_ns / window.wall_time_ns)
+
+
+def outside_operators(window: WindowTotals) -> list[str]:
+    """The warning for a CPU-only window that runs mostly outside torch operators (Python code, other processes,
+    waiting): its operators' shares are shares of operator time, not of the window."""
+    pct = operator_time_pct(window)
+    if pct is None or pct >= MIN_OPERATOR_TIME_PCT:
+        return []
+    return [f"the window lasted {window.wall_time_ns / 1e6:.1f} ms but its torch operators took "
+            f"{(window.cpu_operator_time_ns or 0) / 1e6:.1f} ms of it ({pct:.1f} %): most of the window runs outside "
+            "operators (Python code, other processes, waiting), which no operator table shows; the operators' "
+            "shares are shares of operator time, not of the window"]
 
 
 def _cpu_operators(
@@ -97,6 +119,12 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
             )
         window = window_totals(operators, [], wall)
         window.cpu_operator_time_ns = sum(op.duration_ns for op in capture.cpu_ops)
+        spread = [w["wall_time_ns"] for w in harness.get("unprofiled_windows", []) if w.get("wall_time_ns")]
+        if spread:  # the same window timed without the profiler, on the host clock
+            window.unprofiled_wall_time_ns = int(statistics.median(spread))
+            window.unprofiled_windows = len(spread)
+            window.unprofiled_wall_time_range_ns = [min(spread), max(spread)]
+        warnings += outside_operators(window)
         return OperatorAttributedProfile(capture_metadata=meta, window=window, operators=operators, warnings=warnings)
     start = capture.window_start_ns or min((k.start_ns for k in capture.kernels), default=0)
     operators, unattributed = attribute_stream(capture.kernels, origins, start, context=context)

@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from mcp_server.capture.request import CaptureRequest, harness_command
@@ -37,6 +38,7 @@ from plugins.nsys.command import export_command, find_nsys
 
 Cancel = threading.Event | None
 COUNT_EVERY_S = 1.0
+CPU_UNPROFILED_WINDOWS = 5  # a CPU-only torch pass times the window this many times without the profiler first
 
 
 class ReplayCount:
@@ -213,7 +215,8 @@ def run_pass(
 def torch_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:
     """Run the window under torch.profiler (Kineto): the torch pass's Kineto trace."""
     progress("torch.profiler pass: running the workload")
-    return run_pass(req, "torch", "torch", progress=progress, cancel=cancel)[0]
+    spread = replace(req, unprofiled_windows=CPU_UNPROFILED_WINDOWS)  # only where CUDA is missing (the harness)
+    return run_pass(spread, "torch", "torch", progress=progress, cancel=cancel)[0]
 
 
 def timing_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:

@@ -173,6 +173,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
             torch.cuda.synchronize()
         last_step_ns = time.perf_counter_ns() - t_step
     result["warmup_time_ns"] = time.perf_counter_ns() - t0
+    if args.unprofiled_windows and not torch.cuda.is_available():  # a GPU's run has its timing pass for this
+        _enter(result, "unprofiled windows")
+        result["unprofiled_windows"] = _unprofiled_windows(step, args.iters, args.unprofiled_windows)
     trace = KernelTrace(args.kineto_trace) if args.profiler == "kernels" else None
     if trace is not None:
         trace.prepare()  # its imports now, while the previous pass may still measure, not in this window's turn
@@ -255,6 +258,23 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
 
 
 TRACED_WINDOWS = 2  # windows of the timing pass run again under the kernel trace, for busy time and gaps
+UNPROFILED_BUDGET_NS = 2_000_000_000  # a CPU window's unprofiled repeats stop once they took this long
+
+
+def _unprofiled_windows(step: Any, iters: int, count: int) -> list[dict[str, int]]:
+    """Up to `count` windows of `iters` steps without the profiler, each timed on the host clock (a CPU-only run's
+    spread from one iteration to the next); fewer when they take more than UNPROFILED_BUDGET_NS together."""
+    timed, spent = [], 0
+    for _ in range(count):
+        t0 = time.perf_counter_ns()
+        for _ in range(iters):
+            step()
+        wall = time.perf_counter_ns() - t0
+        timed.append({"wall_time_ns": wall})
+        spent += wall
+        if spent > UNPROFILED_BUDGET_NS:
+            break
+    return timed
 
 
 def _run_script_workload(args: argparse.Namespace, result: dict[str, Any]) -> None:
@@ -308,6 +328,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=1)
     parser.add_argument("--windows", type=int, default=1,
                         help="measure the window this many times, each on its own (synchronised before and after)")
+    parser.add_argument("--unprofiled-windows", type=int, default=0,
+                        help="(without CUDA) before the profiled window, time this many windows without the "
+                             "profiler on the host clock (fewer when they take over 2 s together)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-step", action="store_true")
     parser.add_argument("--gpu-lock", type=Path,
