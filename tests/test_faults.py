@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 from conftest import REPO
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
 from mcp_server.children.contract import RUN_TAG_ENV
@@ -483,19 +483,78 @@ def test_21_a_full_disk_names_the_file_and_leaves_no_temporary_file(work: Path, 
     assert "run/profile.json" not in left
 
 
-def _mcp(work: Path, calls: list[tuple[str, dict[str, Any]]], **env: str) -> list[Any]:
-    """Call tools on the real server over stdio, started in `work`; the results in order."""
+def _mcp(work: Path, calls: list[tuple[str, dict[str, Any]]], roots: list[Path] | None = None,
+         **env: str) -> list[Any]:
+    """Call tools on the real server over stdio, started in `work` (its project); the results in order. With
+    `roots`, the client declares them (roots/list)."""
+    async def listed(_context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri=f"file://{p}") for p in roots or []])
+
     async def session() -> list[Any]:
         tag = uuid.uuid4().hex
         params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server"], cwd=str(work),
                                        env=_env(tag, CLAUDE_PROJECT_DIR=str(work), **env))
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        async with stdio_client(params) as (read, write), \
+                ClientSession(read, write, list_roots_callback=listed if roots else None) as session:
             await session.initialize()
             results = [await session.call_tool(name, args) for name, args in calls]
         _none_left(tag)
         return results
 
     return anyio.run(session)
+
+
+def _text(result: Any) -> str:
+    assert result.is_error, result.structured_content
+    return str(result.content[0].text)
+
+
+def _python_without_torch(folder: Path) -> Path:
+    """An interpreter that has no torch: this one, without its site-packages."""
+    bare = folder / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    bare.chmod(0o755)
+    return bare
+
+
+def test_23_mcp_errors_speak_in_parameters_and_refuse_what_the_tool_does_not_take(work: Path, profiled: Path):
+    bare = _python_without_torch(work)
+    no_torch, quick, unknown, mistyped, passwd = _mcp(work, [
+        ("profile", {"workload": "tiny_mlp.py", "python": str(bare), "output": "nt"}),
+        ("preflight", {"python": str(bare), "quick": True}),
+        ("top_operators", {"profile": "run", "limit": 3, "bogus": 1, "also": "x"}),
+        ("top_operators", {"profile": "run", "limit": "many"}),
+        ("analyze", {"profile": "/etc/passwd"}),
+    ])
+    text = _text(no_torch)
+    assert "cannot import torch" in text and "pass python=PATH to an interpreter that has torch" in text
+    assert "--python" not in text
+
+    assert not quick.is_error and quick.structured_content["ok"] is False
+    [torch_check] = [c for c in quick.structured_content["checks"] if c["name"] == "torch"]
+    assert torch_check["ok"] is False and "finds no torch" in torch_check["detail"]
+    assert "python=PATH" in torch_check["remedy"] and "--python" not in quick.structured_content["summary"]
+
+    assert _text(unknown) == ("Error executing tool top_operators: unknown parameters also, bogus — top_operators "
+                              "takes profile, limit")
+    text = _text(mistyped)
+    assert "limit: input should be a valid integer" in text and "(got 'many')" in text
+    assert "\n" not in text and "pydantic" not in text and "http" not in text
+
+    text = _text(passwd)
+    assert "/etc/passwd is outside the folders this server may read and write" in text
+    assert f"({work})" in text and "OPERATOR_PROFILER_ALLOWED_DIRS" in text and "valid JSON" not in text
+
+
+def test_24_the_folders_widen_with_the_setting_and_the_clients_roots(work: Path, profiled: Path, tmp_path: Path):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(work / "run", elsewhere / "run")
+    [passwd] = _mcp(work, [("analyze", {"profile": "/etc/passwd"})], OPERATOR_PROFILER_ALLOWED_DIRS="/etc")
+    assert "/etc/passwd is not valid JSON" in _text(passwd)  # allowed, then read: it is no profile
+    outside, = _mcp(work, [("top_operators", {"profile": str(elsewhere / "run")})])
+    assert "is outside the folders" in _text(outside)
+    inside, = _mcp(work, [("top_operators", {"profile": str(elsewhere / "run")})], roots=[elsewhere])
+    assert not inside.is_error and inside.structured_content["operators"]
 
 
 def test_22_a_cpu_window_mostly_outside_operators_says_so_and_shows_its_spread(work: Path):

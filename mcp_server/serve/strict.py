@@ -1,0 +1,63 @@
+"""The MCP server class: the SDK's `MCPServer`, with every tool listed slim and every call's arguments read strictly.
+
+- `tools/list`: each tool's input schema through `strict_input` and its output schema through `slim_output`, for
+  every registered tool (computed once: tools do not change once the server runs).
+- `tools/call`: a parameter the tool does not declare is refused, naming the ones it does; a value of the wrong
+  type is one line naming the parameter and the type wanted, not pydantic's report with its links.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, InputRequiredResult
+from mcp.types import Tool as MCPTool
+from pydantic import ValidationError
+
+from mcp_server.serve.schemas import parameters, slim_output, strict_input
+
+
+def argument_error(exc: ValidationError) -> str:
+    """A tool's arguments that failed validation, in one line: the first problem, with the parameter's name."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "arguments"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    more = exc.error_count() - 1
+    shown = repr(first["input"])
+    shown = shown if len(shown) <= 60 else shown[:59] + "…"
+    return (f"{where}: {message[:1].lower()}{message[1:]} (got {shown})" + (f"; and {more} more" if more else "")
+            + " — pass a value of the type the tool's input schema gives")
+
+
+class StrictServer(MCPServer):
+    """`MCPServer` whose tool list is slim and whose calls refuse unknown or ill-typed arguments in one line."""
+
+    _listed: list[MCPTool] | None = None
+
+    async def list_tools(self) -> list[MCPTool]:
+        """Every tool, its input schema strict and its output schema slim."""
+        if self._listed is None:
+            self._listed = [tool.model_copy(update={"input_schema": strict_input(tool.input_schema),
+                                                    "output_schema": slim_output(tool.output_schema)})
+                            for tool in await super().list_tools()]
+        return self._listed
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """Call a tool: unknown parameters and ill-typed values are refused before it runs."""
+        tool = next((t for t in await self.list_tools() if t.name == name), None)
+        if tool is not None:
+            known = parameters(tool.input_schema)
+            unknown = sorted(set(arguments) - set(known))
+            if unknown:
+                raise ToolError(f"Error executing tool {name}: unknown parameter{'s' if len(unknown) > 1 else ''} "
+                                f"{', '.join(unknown)} — {name} takes {', '.join(known)}")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(f"Error executing tool {name}: {argument_error(exc.__cause__)}") from exc.__cause__
+            raise
