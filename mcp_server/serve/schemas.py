@@ -13,6 +13,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pydantic import BaseModel
+
 Schema = dict[str, Any]
 _REF = "#/$defs/"
 
@@ -34,6 +36,12 @@ def slim_output(schema: Schema | None) -> Schema | None:
         return schema
     root = _target(schema, schema.get("$defs", {}))
     return {"type": "object", "properties": {name: {} for name in root.get("properties", {})}}
+
+
+def slim_output_of(model: type[BaseModel]) -> Schema:
+    """`slim_output` of a pydantic model's JSON schema, straight from its fields (as serialised: by alias)."""
+    names = [field.alias or name for name, field in model.model_fields.items()]
+    return {"type": "object", "properties": {name: {} for name in names}}
 
 
 def strict_input(schema: Schema) -> Schema:

@@ -1,5 +1,8 @@
 """The MCP server class: the SDK's `MCPServer`, with every tool listed slim and every call's arguments read strictly.
 
+- registration: a tool that returns a pydantic model gets its slim output schema from the model's fields
+  (`slim_output_of`), and the SDK's full JSON schema of the model, which would be cut down anyway, is never
+  generated (a third of the server's start-up); its results are still validated against the whole model.
 - `tools/list`: each tool's input schema through `strict_input` and its output schema through `slim_output`, for
   every registered tool (computed once: tools do not change once the server runs).
 - `tools/call`: a parameter the tool does not declare is refused, naming the ones it does; a value of the wrong
@@ -8,15 +11,17 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, InputRequiredResult
+from mcp.types import CallToolResult, Icon, InputRequiredResult, ToolAnnotations
 from mcp.types import Tool as MCPTool
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from mcp_server.serve.schemas import parameters, slim_output, strict_input
+from mcp_server.serve.schemas import parameters, slim_output, slim_output_of, strict_input
 
 
 def argument_error(exc: ValidationError) -> str:
@@ -35,6 +40,21 @@ class StrictServer(MCPServer):
     """`MCPServer` whose tool list is slim and whose calls refuse unknown or ill-typed arguments in one line."""
 
     _listed: list[MCPTool] | None = None
+
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None, title: str | None = None,
+                 description: str | None = None, annotations: ToolAnnotations | None = None,
+                 icons: list[Icon] | None = None, meta: dict[str, Any] | None = None,
+                 structured_output: bool | None = None) -> None:
+        """Register a tool; one returning a pydantic model gets `slim_output_of` it as its output schema."""
+        returned = inspect.signature(fn, eval_str=True).return_annotation
+        modelled = isinstance(returned, type) and issubclass(returned, BaseModel)
+        super().add_tool(fn, name, title, description, annotations, icons, meta,
+                         structured_output=False if modelled and structured_output is None else structured_output)
+        tool = self._tool_manager.get_tool(name or fn.__name__)
+        if modelled and structured_output is None and tool is not None:
+            # The SDK reads these live: results are validated against the whole model, and structured.
+            tool.fn_metadata.output_model = returned
+            tool.fn_metadata.output_schema = slim_output_of(returned)
 
     async def list_tools(self) -> list[MCPTool]:
         """Every tool, its input schema strict and its output schema slim."""
