@@ -519,12 +519,13 @@ def _python_without_torch(folder: Path) -> Path:
 
 def test_23_mcp_errors_speak_in_parameters_and_refuse_what_the_tool_does_not_take(work: Path, profiled: Path):
     bare = _python_without_torch(work)
-    no_torch, quick, unknown, mistyped, passwd = _mcp(work, [
+    no_torch, quick, unknown, mistyped, passwd, option = _mcp(work, [
         ("profile", {"workload": "tiny_mlp.py", "python": str(bare), "output": "nt"}),
         ("preflight", {"python": str(bare), "quick": True}),
         ("top_operators", {"profile": "run", "limit": 3, "bogus": 1, "also": "x"}),
         ("top_operators", {"profile": "run", "limit": "many"}),
         ("analyze", {"profile": "/etc/passwd"}),
+        ("profile", {"workload": "tiny_mlp.py", "nnodes": "-x"}),
     ])
     text = _text(no_torch)
     assert "cannot import torch" in text and "pass python=PATH to an interpreter that has torch" in text
@@ -544,6 +545,9 @@ def test_23_mcp_errors_speak_in_parameters_and_refuse_what_the_tool_does_not_tak
     text = _text(passwd)
     assert "/etc/passwd is outside the folders this server may read and write" in text
     assert f"({work})" in text and "OPERATOR_PROFILER_ALLOWED_DIRS" in text and "valid JSON" not in text
+
+    assert _text(option) == ("Error executing tool profile: nnodes: '-x' looks like a command-line option, not a "
+                             "plain value — pass a valid value (see the tool's parameters)")
 
 
 def test_24_the_folders_widen_with_the_setting_and_the_clients_roots(work: Path, profiled: Path, tmp_path: Path):

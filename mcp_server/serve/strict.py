@@ -6,7 +6,8 @@
 - `tools/list`: each tool's input schema through `strict_input` and its output schema through `slim_output`, for
   every registered tool (computed once: tools do not change once the server runs).
 - `tools/call`: a parameter the tool does not declare is refused, naming the ones it does; a value of the wrong
-  type is one line naming the parameter and the type wanted, not pydantic's report with its links.
+  type is one line naming the parameter and the type wanted, not pydantic's report with its links; an engine error
+  raised in a tool's body before its work started is its one line with its remedy, not a crash.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from mcp.types import CallToolResult, Icon, InputRequiredResult, ToolAnnotations
 from mcp.types import Tool as MCPTool
 from pydantic import BaseModel, ValidationError
 
+from mcp_server.errors import ProfilerError
 from mcp_server.serve.schemas import parameters, slim_output, slim_output_of, strict_input
+from mcp_server.serve.wording import mcp_words
 
 
 def argument_error(exc: ValidationError) -> str:
@@ -77,7 +80,10 @@ class StrictServer(MCPServer):
                                 f"{', '.join(unknown)} — {name} takes {', '.join(known)}")
         try:
             return await super().call_tool(name, arguments, context)
-        except ToolError as exc:
-            if isinstance(exc.__cause__, ValidationError):
-                raise ToolError(f"Error executing tool {name}: {argument_error(exc.__cause__)}") from exc.__cause__
+        except ToolError as exc:  # (an UnexpectedToolError too: the SDK's wrapper of what the tool's body raised)
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(f"Error executing tool {name}: {argument_error(cause)}") from cause
+            if isinstance(cause, ProfilerError):  # raised before the tool handed its work to the engine
+                raise ToolError(f"Error executing tool {name}: {mcp_words(cause.one_line())}") from cause
             raise
