@@ -66,14 +66,16 @@ def run_proof_child(
 
     Setting `cancel` stops the child (CancelledCapture). Raises WorkloadError when the child timed out, wrote
     nothing, or reports that torch is missing or the baseline itself failed; a result with status 'ok' (a
-    validation verdict included) is returned as is.
+    validation verdict included) is returned as is, with a warning for each process its workload left running
+    outside its process group (stopped).
     """
     work_dir.mkdir(parents=True, exist_ok=True)
     out = work_dir / f"{name}_child.json"
     log = work_dir / f"{name}_child.log"
     out.unlink(missing_ok=True)
     cmd = child_command(python, script, *args, "--out", str(out))
-    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=interpreter_env(python))
+    strays: list[str] = []
+    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=interpreter_env(python), stopped=strays)
     if timed_out:
         raise WorkloadError(
             f"the {name} child ran past its {timeout_s:.0f} s limit and was stopped",
@@ -101,4 +103,7 @@ def run_proof_child(
             f"{message}{where}",
             error.get("remedy") or f"fix the workload; the child's full output is in {log}",
         )
+    result.setdefault("warnings", []).extend(
+        f"the {name} child's workload left process {stray} running outside its process group (a session of its "
+        "own): it was stopped" for stray in strays)
     return result
