@@ -113,10 +113,9 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     )
     progress(f"profile: {label} into {run_dir.path} under {req.python.python}")
     command = req.command_line or _equivalent_command(req, run_dir, counters)
-    verb = "run" if counters else "profile"
-    with run_dir.locked(owner(verb)):
-        stale = taken_over(run_dir, verb, progress)
-        stale += stopped_beside(req.project, verb, progress) if req.output is None else []
+    with run_dir.locked(owner("run" if counters else "profile")):
+        stale = taken_over(run_dir, "profile", progress)
+        stale += stopped_beside(req.project, "profile", progress) if req.output is None else []
         run_dir.claim(req.workload)
         (capture_ranks if cap.distributed else capture)(
             cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())

@@ -10,6 +10,7 @@ scratch files (GPU-turn markers, temporary files of interrupted writes).
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 from mcp_server.errors import UsageError
@@ -21,7 +22,7 @@ from mcp_server.schema.manifest import RunOwner
 
 def owner(verb: str) -> RunOwner:
     """The record this engine leaves in a run directory's lock while `verb` writes it."""
-    return RunOwner(pid=int(ENGINE_TOKEN.split("-", 1)[0]), tag=ENGINE_TOKEN, verb=verb, started_at=now_iso())
+    return RunOwner(pid=os.getpid(), tag=ENGINE_TOKEN, verb=verb, started_at=now_iso())
 
 
 def clean(run_dir: RunDir, stopped_run: RunOwner) -> str:
