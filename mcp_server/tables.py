@@ -85,7 +85,7 @@ def format_window(meta: ProfileHeader, win: WindowTotals) -> str:
     else:
         lines.append("NO GPU USED: CUDA was not available to the workload; times below are CPU operator times.")
         if win.cpu_operator_time_ns is not None and win.wall_time_ns:
-            lines.append(f"torch operators: {win.cpu_operator_time_ns / 1e6:.3f} ms of the window "
+            lines.append(f"torch operators: {win.cpu_operator_time_ns / 1e6:.3f} ms of the profiled window "
                          f"({100.0 * win.cpu_operator_time_ns / win.wall_time_ns:.1f} %)")
         if win.unprofiled_wall_time_ns and win.unprofiled_wall_time_range_ns:
             low, high = win.unprofiled_wall_time_range_ns

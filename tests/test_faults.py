@@ -211,9 +211,19 @@ def test_5_a_failed_rerun_leaves_no_stale_profile(work: Path):
 # --------------------------------------------------------------------------------------------- bad values and files
 
 
+@pytest.fixture(scope="module")
+def profiled_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tiny_mlp profiled by the CLI once for the module (each profile costs seconds): its run directory."""
+    folder = tmp_path_factory.mktemp("profiled")
+    shutil.copy(TINY, folder / "tiny_mlp.py")
+    assert cli(folder, "profile", "tiny_mlp.py", "-o", "run", "-q").returncode == 0
+    return folder / "run"
+
+
 @pytest.fixture()
-def profiled(work: Path) -> Path:
-    assert cli(work, "profile", "tiny_mlp.py", "-o", "run", "-q").returncode == 0
+def profiled(work: Path, profiled_once: Path) -> Path:
+    """That run directory, copied into the working folder as `run`: its profile.json."""
+    shutil.copytree(profiled_once, work / "run")
     return work / "run" / "profile.json"
 
 

@@ -16,23 +16,32 @@ from plugins.torch_profiler.reader import read_kineto_trace
 
 GENERATED_CPU_KERNEL = "cpp_fused_"
 MIN_OPERATOR_TIME_PCT = 25.0  # a CPU window whose operators take less of it runs mostly outside them
+MIN_OUTSIDE_NS = 5_000_000  # ... and only when that leaves this much outside (a tiny window is mostly overhead)
 
 
-def operator_time_pct(window: WindowTotals) -> float | None:
-    """How much of a CPU-only window its outermost torch operators take, 0-100 (None when unknown)."""
-    if not window.wall_time_ns or window.cpu_operator_time_ns is None:
+def window_outside_operators(window: WindowTotals) -> tuple[int, float] | None:
+    """A CPU-only window that runs mostly outside its outermost torch operators: (the window's length, the share
+    its operators take, 0-100), else None. The window is the one timed without the profiler when the run has it
+    (the profiler's own overhead is then not counted against the operators), else the profiled one."""
+    whole = window.unprofiled_wall_time_ns or window.wall_time_ns
+    if not whole or window.cpu_operator_time_ns is None:
         return None
-    return min(100.0, 100.0 * window.cpu_operator_time_ns / window.wall_time_ns)
+    inside = min(100.0, 100.0 * window.cpu_operator_time_ns / whole)
+    if inside >= MIN_OPERATOR_TIME_PCT or whole - window.cpu_operator_time_ns < MIN_OUTSIDE_NS:
+        return None
+    return whole, inside
 
 
 def outside_operators(window: WindowTotals) -> list[str]:
     """The warning for a CPU-only window that runs mostly outside torch operators (Python code, other processes,
     waiting): its operators' shares are shares of operator time, not of the window."""
-    pct = operator_time_pct(window)
-    if pct is None or pct >= MIN_OPERATOR_TIME_PCT:
+    found = window_outside_operators(window)
+    if found is None:
         return []
-    return [f"the window lasted {window.wall_time_ns / 1e6:.1f} ms but its torch operators took "
-            f"{(window.cpu_operator_time_ns or 0) / 1e6:.1f} ms of it ({pct:.1f} %): most of the window runs outside "
+    whole, inside = found
+    which = " (median without the profiler)" if window.unprofiled_wall_time_ns else ""
+    return [f"the window lasted {whole / 1e6:.1f} ms{which} but its torch operators took "
+            f"{(window.cpu_operator_time_ns or 0) / 1e6:.1f} ms ({inside:.1f} %): most of the window runs outside "
             "operators (Python code, other processes, waiting), which no operator table shows; the operators' "
             "shares are shares of operator time, not of the window"]
 
