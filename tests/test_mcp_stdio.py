@@ -95,7 +95,7 @@ def alive(pid: int) -> bool:
     """True while the process exists and is not a zombie waiting for its parent to reap it."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, its stat was read
         return False
     return state != "Z"
 
