@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,16 @@ def engine_python() -> str | None:
     if all(importlib.util.find_spec(m) is not None for m in ("pydantic", "yaml", "jinja2")):
         return sys.executable
     return None
+
+
+def project_python(project: str | None = None) -> str:
+    """The interpreter that runs the user's workloads, chosen in the MCP server's order
+    (`mcp_server/serve/interpreter.py`): $OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python, else python3."""
+    chosen = os.environ.get("OPERATOR_PROFILER_PYTHON")
+    if chosen:
+        return chosen
+    venv = Path(os.environ.get("CLAUDE_PROJECT_DIR") or project or os.getcwd()) / ".venv" / "bin" / "python"
+    return str(venv) if venv.is_file() else shutil.which("python3") or "python3"
 
 
 def run_engine(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str] | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mcp_server.assemble import assemble as assemble_profile
 from mcp_server.assemble import write_profile
+from mcp_server.capture.leftovers import owner, stopped_beside, taken_over
 from mcp_server.capture.ranks import capture_ranks
 from mcp_server.capture.request import CaptureRequest, check_workload
 from mcp_server.capture.schedule import capture, choose_backend, has_gpu, map_counters
@@ -111,6 +112,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
         progress(f"profile: {NO_COUNTERS_HERE}")
     check_workload(req.workload, req.python.python)  # before any directory is made
     run_dir = RunDir(output_folder(req.output, req.project, req.workload))
+    run_dir.claimable(req.workload)  # a folder that is not ours is refused before anything is written into it
     cap = CaptureRequest.of(req.workload, run_dir, req.python.python, req.capture)
     label = BACKEND_NAMES[chosen] + (" + ncu counters" if counters else "")
     note = f"{req.backend} -> {label}" + (
@@ -120,7 +122,9 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     command = req.command_line or _equivalent_command(req, run_dir, counters)
     if req.memory and cap.distributed:
         raise UsageError("--memory records one process, not a torchrun launch", "drop --memory or --nproc-per-node")
-    with run_dir.locked():
+    with run_dir.locked(owner("run" if counters else "profile")):
+        stale = taken_over(run_dir, "profile", progress)
+        stale += stopped_beside(req.project, "profile", progress) if req.output is None else []
         run_dir.claim(req.workload)
         try:
             (capture_ranks if cap.distributed else capture)(
@@ -136,6 +140,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     result.warnings += failed
     if req.ncu is not None and not counters:
         result.warnings.insert(0, NO_COUNTERS_HERE)
+    result.warnings[:0] = stale
     return result
 
 
@@ -160,14 +165,17 @@ def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) 
         seed=manifest.seed, train_step=manifest.run_mode == "train_step", timeout_s=req.timeout_s,
     )
     progress(f"map: ncu replay of {run_dir.path} under {manifest.python}")
-    with run_dir.locked():
+    with run_dir.locked(owner("map")):
+        stale = taken_over(run_dir, "map", progress)
         try:
             map_counters(cap, req.ncu, progress, cancel)
         except WorkloadOutOfMemory as exc:
             raise _diagnosed(cap, exc, progress, cancel) from None
-        return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
-                            "nsys+ncu: counters replayed by ncu at base clocks, durations from nsys at real clocks",
-                            req.top, progress)
+        result = _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
+                              "nsys+ncu: counters replayed by ncu at base clocks, durations from nsys at real clocks",
+                              req.top, progress)
+    result.warnings[:0] = stale
+    return result
 
 
 def assemble(req: AssembleRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
@@ -178,12 +186,13 @@ def assemble(req: AssembleRequest, progress: Progress = quiet, cancel: Cancel = 
     if manifest.backend == "memory":
         raise UsageError(f"{run_dir.path} holds the memory pass alone: it has no profile to assemble",
                          "rebuild its memory.json with `operator-profiler memory RUN_DIR` (the memory tool)")
-    with run_dir.locked():
-        if manifest.distributed is not None and run_dir.ranks():
-            return _ranks_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
-                              f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
-        return _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
-                            f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
+    with run_dir.locked(owner("assemble")):
+        stale = taken_over(run_dir, "assemble", progress)
+        rebuild = _ranks_run if manifest.distributed is not None and run_dir.ranks() else _profile_run
+        result = rebuild(run_dir, Interpreter(python=manifest.python, source="manifest"),
+                         f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
+    result.warnings[:0] = stale
+    return result
 
 
 def _diagnosed(cap: CaptureRequest, exc: WorkloadOutOfMemory, progress: Progress, cancel: Cancel

@@ -530,7 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_arguments(p)
     p = sub.add_parser("preflight", help="check GPU, driver, torch/CUDA, nsys, ncu and counter permission")
     p.add_argument("--python", default=sys.executable, help="interpreter that will run workloads (%(default)s)")
-    p.add_argument("--quick", action="store_true", help="skip starting that interpreter and the tools (seconds)")
+    p.add_argument("--quick", action="store_true",
+                   help="only find torch under that interpreter, without importing it, and skip the tools' versions")
     p = sub.add_parser(
         "loop-status", help="which stage of the /optimize loop on a workload is next, and why",
         description="Judge every stage of the optimization loop on WORKLOAD from the checkpoint files in its folder: "

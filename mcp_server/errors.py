@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class ProfilerError(Exception):
     """Base error: `message` says what went wrong, `remedy` what to do about it."""
@@ -55,5 +57,7 @@ def from_os_error(exc: OSError, limit: int = 200) -> ProfilerError:
     one-line error with a remedy: the faces' last word on what escaped the typed errors."""
     name = str(exc.filename) if exc.filename is not None else ""
     shown = name if len(name) <= limit else f"{name[:limit]}… ({len(name)} characters)"
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
     return UsageError(f"{exc.strerror or exc}" + (f": {shown}" if shown else ""),
+                      "free space on that disk, or write elsewhere (--output)" if full else
                       "check the path, its permissions and the free space")

@@ -36,6 +36,8 @@ _TORCH_PROBE = (
     "print(json.dumps({'torch': torch.__version__, 'cuda_build': torch.version.cuda, 'cuda_available': c, "
     "'device': torch.cuda.get_device_name(0) if c else None}))"
 )
+# Where torch is, without importing it (seconds): what a quick preflight asks the interpreter.
+_FIND_TORCH = "import importlib.util as u; s = u.find_spec('torch'); print(s.origin if s and s.origin else '')"
 PROFILING_PARAMS = Path("/proc/driver/nvidia/params")
 
 
@@ -69,6 +71,24 @@ def _torch_check(python: str, timeout_s: float) -> tuple[PreflightCheck, bool]:
         f"CUDA available on {info['device']}" if cuda else "CUDA not available: CPU operator times only"
     )
     return PreflightCheck(name="torch", ok=True, detail=detail), cuda
+
+
+def _torch_found(python: str, timeout_s: float) -> PreflightCheck:
+    """The quick check: whether `python` finds torch, without importing it (a fraction of a second)."""
+    try:
+        proc = subprocess.run([python, "-c", _FIND_TORCH], capture_output=True, text=True, timeout=timeout_s,
+                              check=False, env=interpreter_env(python))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return PreflightCheck(name="torch", ok=False, detail=f"{python} did not run: {exc}",
+                              remedy="pass --python PATH to the interpreter of your project")
+    origin = proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 and proc.stdout.strip() else ""
+    if not origin:
+        said = (proc.stderr.strip() or "no output")[-200:]
+        why = "finds no torch" if proc.returncode == 0 else f"did not run ({said})"
+        return PreflightCheck(name="torch", ok=False, detail=f"{python} {why} (quick check: torch not imported)",
+                              remedy="install torch in that environment, or pass --python PATH")
+    return PreflightCheck(name="torch", ok=True, detail=f"found at {Path(origin).parent} (quick check: not imported, "
+                          "so its version and CUDA are not known)")
 
 
 def _bytecode_check(python: str) -> PreflightCheck | None:
@@ -106,7 +126,8 @@ def _counter_permission() -> PreflightCheck:
 
 
 def preflight(python: str, quick: bool = False, timeout_s: float = 60.0) -> PreflightReport:
-    """Run every check; `quick` skips starting the workload's interpreter and the tools' version queries."""
+    """Run every check; `quick` only asks the workload's interpreter where torch is (without importing it) and
+    skips the tools' version queries."""
     checks: list[PreflightCheck] = []
     gpu = query_gpu()
     checks.append(
@@ -117,7 +138,9 @@ def preflight(python: str, quick: bool = False, timeout_s: float = 60.0) -> Pref
                        remedy="run on a machine with an NVIDIA GPU and its driver")
     )
     cuda = False
-    if not quick:
+    if quick:
+        checks.append(_torch_found(python, timeout_s))
+    else:
         torch_check, cuda = _torch_check(python, timeout_s)
         checks.append(torch_check)
         if gpu and torch_check.ok and not cuda:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from mcp_server.errors import ProfileFormatError, UsageError
 from mcp_server.schema.io import write_model_atomic
-from mcp_server.schema.manifest import RunManifest
+from mcp_server.schema.manifest import RunManifest, RunOwner
 from mcp_server.schema.types import PassName
 
 MANIFEST = "manifest.json"
@@ -43,9 +43,11 @@ class RunDir:
 
     LOCK = ".run.lock"
     GPU_LOCK = ".gpu.lock"
+    MARKERS = (GPU_LOCK, ".gpu.*-done", ".bytecode-done", ".window.json", ".write-test")  # a run's scratch files
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.interrupted: RunOwner | None = None  # the run before this one, when it was stopped before it finished
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -232,27 +234,42 @@ class RunDir:
             ) from exc
         return self
 
-    def claim(self, workload: Path) -> RunDir:
-        """Make the directory this capture's own: an empty or new one as it is; a previous run of the same
-        workload cleared (its passes, manifest, profile and analysis), so nothing stale stays beside the new
-        manifest. A directory holding another workload's run, or files that belong to no run, is refused."""
+    def claimable(self, workload: Path) -> list[Path]:
+        """The entries a capture of `workload` would clear here: none for an empty or new directory; a previous
+        run of the same workload (its passes, manifest, profile and analysis), or the partial files of a run
+        stopped before it wrote its manifest. A directory holding another workload's run, or files that belong
+        to no run, is refused (a UsageError), before anything is written into it."""
+        if self.in_use():
+            raise UsageError(f"{self.path} is in use by another run", "wait for it to finish, or pass another --output")
+        return self._clearable(workload)
+
+    def _clearable(self, workload: Path) -> list[Path]:
         entries = [p for p in self.path.iterdir() if not p.name.startswith(".")] if self.path.is_dir() else []
         if not entries:
-            return self.prepare()
-        if not self.manifest_path.is_file():
+            return []
+        strangers = sorted(p.name for p in entries if not is_run_entry(p.name))
+        if not self.manifest_path.is_file() and (strangers or self.owner() is None):
             raise UsageError(f"output directory {self.path} is not empty and holds no run",
                              "pass a new or empty directory as the output")
-        try:
-            previous = self.read_manifest().workload
-        except ProfileFormatError:
-            previous = "an unreadable manifest"
-        if previous != str(Path(workload).resolve()):
-            raise UsageError(f"output directory {self.path} holds a run of {previous}",
-                             "pass another output directory, or remove that one first")
-        strangers = sorted(p.name for p in entries if not is_run_entry(p.name))
+        if self.manifest_path.is_file():
+            try:
+                previous = self.read_manifest().workload
+            except ProfileFormatError:
+                previous = "an unreadable manifest"
+            if previous != str(Path(workload).resolve()):
+                raise UsageError(f"output directory {self.path} holds a run of {previous}",
+                                 "pass another output directory, or remove that one first")
         if strangers:
             raise UsageError(f"output directory {self.path} holds files of no run: {', '.join(strangers[:5])}",
                              "pass another output directory, or move those files away")
+        return entries
+
+    def claim(self, workload: Path) -> RunDir:
+        """Make the directory this capture's own (`claimable` says what that clears), so nothing stale stays
+        beside the new manifest. Called with the directory's lock held."""
+        entries = self._clearable(workload)
+        if not entries:
+            return self.prepare()
         for entry in entries:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
@@ -261,19 +278,63 @@ class RunDir:
         return self.prepare()
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[RunDir]:
-        """Hold the run directory for one run writing it; a second run into it at the same time is refused."""
+    def locked(self, owner: RunOwner | None = None) -> Iterator[RunDir]:
+        """Hold the run directory for one run writing it; a second run into it at the same time is refused.
+
+        While held, the lock file records `owner`, and the record is cleared when the body ends: a record found
+        on taking the lock is a run that was stopped before it finished (`interrupted`)."""
         handle: IO[str] = open(self.path / self.LOCK, "a+")  # noqa: SIM115 - held for the body, closed below
         try:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
-                raise UsageError(
-                    f"{self.path} is in use by another run", "wait for it to finish, or pass another --output"
-                ) from exc
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            handle.close()
+            raise UsageError(
+                f"{self.path} is in use by another run", "wait for it to finish, or pass another --output"
+            ) from exc
+        try:
+            self.interrupted = self.owner()
+            if owner is not None:
+                handle.seek(0)
+                handle.truncate()
+                handle.write(owner.model_dump_json() + "\n")
+                handle.flush()
             yield self
         finally:
+            with contextlib.suppress(OSError):
+                handle.truncate(0)
             handle.close()
+
+    def in_use(self) -> bool:
+        """Whether a run holds the directory's lock now (without creating the lock file)."""
+        try:
+            handle = open(self.path / self.LOCK)  # noqa: SIM115 - closed below
+        except OSError:
+            return False
+        with handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            return False
+
+    def owner(self) -> RunOwner | None:
+        """The run recorded in the lock file: the one writing the directory now, or one stopped before it finished
+        (None when the record is empty; a record that cannot be read stands for an unknown run)."""
+        try:
+            text = (self.path / self.LOCK).read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        if not text:
+            return None
+        try:
+            return RunOwner.model_validate_json(text)
+        except ValidationError:
+            return RunOwner(pid=0, tag="", verb="unknown", started_at="unknown")
+
+    def scratch_files(self) -> list[Path]:
+        """A run's scratch files here: its GPU turns' markers and the temporary files of interrupted writes."""
+        found = [p for pattern in self.MARKERS for p in self.path.glob(pattern)]
+        return found + [p for p in self.path.rglob("*.tmp") if p.is_file()]
 
     @classmethod
     def existing(cls, path: Path) -> RunDir:

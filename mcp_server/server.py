@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Annotated, Any, TypeVar
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
@@ -64,8 +64,10 @@ from mcp_server.schema.results import (
 )
 from mcp_server.schema.types import Backend, Tier
 from mcp_server.serve.interpreter import choose_python
-from mcp_server.serve.paths import project_dir, resolve, resolve_optional, workload_file
-from mcp_server.serve.runner import run_engine, stop_all
+from mcp_server.serve.paths import CLIENT_ROOTS, project_dir, resolve, resolve_optional, workload_file
+from mcp_server.serve.runner import client_roots, run_engine, stop_all
+from mcp_server.serve.strict import StrictServer
+from mcp_server.serve.wording import mcp_words
 
 INSTRUCTIONS = """\
 Operator Profiler attributes every CUDA kernel of a PyTorch workload to the operator (aten::linear, an
@@ -77,12 +79,15 @@ validate (is it still right?) -> bench (how much faster than eager and than the 
 confidence intervals) -> profile the optimized workload -> compare (which operators moved) -> report.
 loop_status says which stage of that loop is next for a workload whose folder holds the loop's files.
 Relative paths resolve against the project directory (CLAUDE_PROJECT_DIR, else the server's working
-directory); every run writes into its own folder under <project>/op_runs/. Workloads run under the
-project's interpreter: the python argument, else $OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python,
-else python3 on PATH; every result says which interpreter and which torch ran.
+directory); tools read and write only inside it, the client's roots and $OPERATOR_PROFILER_ALLOWED_DIRS.
+Parameters shared by the tools: python = the interpreter that runs the workload (default:
+$OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python, else python3 on PATH; every result says which
+interpreter and torch ran); output = the folder to write into (default: a fresh one under <project>/op_runs/);
+timeout_s = seconds each child process may run; profile, baseline, optimized (compare) = a profile.json or the
+run directory holding it; top, limit = how many rows. Leave out an optional parameter for its default.
 """
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 RUNS_WORKLOAD = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                 open_world_hint=False)
 REBUILDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -91,19 +96,19 @@ REPLACES_COUNTERS = ToolAnnotations(read_only_hint=False, destructive_hint=True,
 QUERY_LIMIT_S = 120.0
 ASSEMBLY_MARGIN_S = 300.0
 
-Python = Annotated[str | None, Field(description="Interpreter that runs the workload (default: see instructions).")]
-Output = Annotated[str | None, Field(description="Folder to write into (default: a fresh one under op_runs/).")]
-TimeoutS = Annotated[float, Field(gt=0, allow_inf_nan=False,
-                                  description="Seconds each child process may run before it is stopped.")]
+# Parameters shared by the tools are described once, in INSTRUCTIONS, not in every tool's schema.
+Python = Annotated[str | None, Field()]
+Output = Annotated[str | None, Field()]
+TimeoutS = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
-ProfileRef = Annotated[str, Field(description="A profile.json, or the run directory holding it.")]
+ProfileRef = Annotated[str, Field()]
 Tolerances = Annotated[dict[str, float] | None, Field(description="rtol per dtype class, e.g. {'bfloat16': 2e-2}.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R", bound=BaseModel)
 
-server = MCPServer(name="operator-profiler", version=__version__, instructions=INSTRUCTIONS)
+server = StrictServer(name="operator-profiler", version=__version__, instructions=INSTRUCTIONS)
 
 
 def tool(
@@ -157,6 +162,7 @@ async def _call(ctx: Context | None, verb: str, limit_s: float, make: Callable[[
     def work(progress: Progress, cancel: Any) -> Any:
         return getattr(_api(), verb)(make(), progress, cancel)
 
+    CLIENT_ROOTS.set(await client_roots(ctx))  # the worker thread runs in a copy of this context
     return await run_engine(ctx, label or verb, work, limit_s)
 
 
@@ -164,12 +170,14 @@ async def _call(ctx: Context | None, verb: str, limit_s: float, make: Callable[[
 async def preflight(ctx: Context, python: Python = None, quick: bool = False) -> PreflightResult:
     """Check the GPU, driver, torch/CUDA under the workload's interpreter, nsys, ncu and counter permission.
 
-    Use first on a new machine or when profile fails with a backend error: each failed check has a remedy,
-    and `backend` says what profile with backend='auto' will use ('nsys' = nsys + ncu, 'torch' =
-    torch.profiler, CPU operator times when no GPU is visible). quick=true skips starting the interpreter.
+    Use first on a new machine, or when profile fails with a backend error: each failed check has a remedy;
+    `backend` is what profile's backend='auto' will use. quick=true finds torch without importing it.
     """
-    return await _call(ctx, "preflight", QUERY_LIMIT_S,
-                       lambda: _request(PreflightRequest, python=choose_python(python), quick=quick))
+    found: PreflightResult = await _call(ctx, "preflight", QUERY_LIMIT_S,
+                                         lambda: _request(PreflightRequest, python=choose_python(python), quick=quick))
+    for check in found.checks:
+        check.remedy = mcp_words(check.remedy) if check.remedy else check.remedy
+    return found.model_copy(update={"summary": mcp_words(found.summary)})
 
 
 @tool("Profile a workload", RUNS_WORKLOAD, options=CaptureOptions)
@@ -184,13 +192,11 @@ async def profile(
     memory: Annotated[bool, Field(description="Also run the memory pass after the others (memory.json).")] = False,
     **capture: Any,
 ) -> ProfileRun:
-    """Run a workload's measured window under a profiler and attribute every kernel to its operator and module.
+    """Run a workload's measured window under a profiler; attribute every kernel to its operator and module.
 
-    Use this to find out where a PyTorch model spends its time. Writes a run directory (raw artifacts,
-    manifest.json, profile.json) and returns the window totals and the top operators with their operator_ids;
-    drill in with operator_detail / kernel_detail. backend 'auto' uses nsys when an NVIDIA GPU with nsys and
-    ncu is present, else torch.profiler (on a CPU-only machine: CPU operator times, said plainly).
-    counters=true adds ncu hardware counters in the same call; `map` adds them to an existing nsys run.
+    Use to find where a PyTorch model spends its time. Writes a run directory (profile.json) and returns the
+    window totals and top operators with their operator_ids (drill in with operator_detail). backend 'auto':
+    nsys with an NVIDIA GPU, nsys and ncu, else torch.profiler (CPU operator times without a GPU).
     """
     options = _request(CaptureOptions, **capture)
 
@@ -231,11 +237,10 @@ async def map_counters(
     top: Positive = 10,
     **ncu: Any,
 ) -> ProfileRun:
-    """Replay the window's kernels of an nsys run under Nsight Compute and rebuild its profile.json with counters.
+    """Replay an nsys run's window kernels under Nsight Compute; rebuild its profile.json with counters.
 
-    Use after profile(backend='nsys') when you need hardware evidence (DRAM bytes, occupancy, tensor-core
-    use, stalls) for the operators that matter; kernel_regex/launch_count/max_kernels keep the replay short. Replaces
-    the run's previous ncu counters. Needs a GPU, ncu and counter permission (see preflight).
+    Use after profile(backend='nsys') for hardware evidence (DRAM bytes, occupancy, tensor cores, stalls);
+    kernel_regex/launch_count/max_kernels keep it short. Replaces earlier counters. Needs a GPU and ncu.
     """
     return await _call(ctx, "map_run", timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
         MapRequest, run_dir=resolve(run_dir, "run directory"), ncu=_request(NcuOptions, **ncu), timeout_s=timeout_s,
@@ -250,8 +255,7 @@ async def assemble(
 ) -> ProfileRun:
     """Rebuild a run directory's profile.json from its raw artifacts alone: no GPU and no workload needed.
 
-    Use on a run captured elsewhere (e.g. a GPU machine's run copied here), or after upgrading the profiler,
-    then query it with top_operators / operator_detail / kernel_detail.
+    Use on a run captured elsewhere (a GPU machine's run copied here), or after upgrading the profiler.
     """
     return await _call(ctx, "assemble", ASSEMBLY_MARGIN_S,
                        lambda: _request(AssembleRequest, run_dir=resolve(run_dir, "run directory"), top=top))
@@ -264,12 +268,10 @@ async def analyze(
     output: Output = None,
     measure: Annotated[bool, Field(description="Microbenchmark a GPU missing from the device table.")] = True,
 ) -> AnalyzeResult:
-    """Diagnose a profile: the window's bottleneck with its root cause, a per-stage table (share, tensor-core
-    use, DRAM, occupancy, bottleneck class), detected patterns and ranked optimization opportunities with
-    Amdahl-bounded estimates and pointers into knowledge/.
+    """Diagnose a profile: the bottleneck and its root cause, a per-stage table, patterns and ranked
+    optimization opportunities with Amdahl-bounded estimates and pointers into knowledge/.
 
-    Use right after profile (or map) to decide what to change first. Writes analysis.json, trace.json
-    (open in Perfetto) and roofline/time charts. CPU-only profiles get CPU hotspots instead.
+    Use right after profile to decide what to change first. Writes analysis.json, trace.json and charts.
     """
     return await _call(ctx, "analyze", 2 * ASSEMBLY_MARGIN_S + 600.0, lambda: _request(
         AnalyzeRequest, profile=resolve(profile, "profile"), output=resolve_optional(output, "output directory"),
@@ -287,9 +289,8 @@ async def compare(
 ) -> CompareResult:
     """Per-operator, per-module and per-kernel deltas of an optimized profile against its baseline.
 
-    Use after profiling both workloads to see which operators got faster, which were fused away and which
-    appeared (new casts, replacements). Writes comparison.json and comparison.md. These are kernel-time
-    sums; the speedup to report comes from bench.
+    Use after profiling both workloads: which operators got faster, were fused away or appeared. Writes
+    comparison.json and .md. Kernel-time sums: the speedup to report comes from bench.
     """
     return await _call(ctx, "compare", ASSEMBLY_MARGIN_S, lambda: _request(
         CompareRequest, baseline=resolve(baseline, "profile"), optimized=resolve(optimized, "profile"),
@@ -311,13 +312,12 @@ async def bench(
     timeout_s: TimeoutS = 600.0,
     **timing: Any,
 ) -> BenchToolResult:
-    """Time two workloads, each side in its own fresh processes (rounds alternate them, order flipped every round);
-    latency and back-to-back speedups with 95% bootstrap confidence intervals over rounds and calls.
+    """Time two workloads, each in its own fresh processes (rounds alternating); latency and back-to-back
+    speedups with 95% bootstrap intervals.
 
-    Use to measure an optimization's real effect, not kernel-time sums; `speedup` is the headline metric's
-    (latency unless throughput=true) and `significant` is false when its interval contains 1.0. baseline_mode:
-    eager (as written, bench.json), a recipe name, or free = the tier's winner in recipes.json (run the recipes
-    tool first, on the same GPU; bench_vs_free.json). validate accepts the written file as bench_json.
+    Use to measure an optimization's real effect. baseline_mode: eager (bench.json), a recipe name, or free = the
+    tier's winner in recipes.json (run recipes first, on this GPU; bench_vs_free.json). validate takes the file as
+    bench_json.
     """
     options = _request(TimingOptions, **timing)
     return await _call(ctx, "bench", 2 * rounds * timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
@@ -370,20 +370,18 @@ async def validate(
     bench_json: Annotated[str | None, Field(description="A bench.json whose speedup to check instead.")] = None,
     max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None,
     analysis: Annotated[str | None, Field(description="The baseline's analysis.json: its speed of light bounds the "
-                                          "speedup when max_plausible_speedup is not given.")] = None,
-    tier: Annotated[Tier, Field(description="Precision tier: exact keeps fp32 tolerances and dtypes; reduced holds "
-                                "float32 outputs to 1e-2 unless tolerances names the class, and accepts them "
-                                "returned in float16/bfloat16 (compared after upcasting).")] = "exact",
+                                          "speedup.")] = None,
+    tier: Annotated[Tier, Field(description="exact: fp32 tolerances and dtypes; reduced: float32 outputs held to "
+                                "1e-2, float16/bfloat16 outputs accepted (upcast).")] = "exact",
     optimizations: Annotated[str | None, Field(
-        description="optimizations.json: each implemented item must fire its own pass (check planned_passes).")] = None,
+        description="optimizations.json: each implemented item must fire its own pass.")] = None,
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
 ) -> ValidateToolResult:
     """Check that an optimized workload computes what the baseline does, and that its speedup is plausible.
 
-    Use before claiming any optimization: both models on the baseline's weights, several seeds, dtype-aware
-    tolerances, NaN/Inf, input mutation, cached outputs, the registered backend actually invoked, the generated
-    tests. A failed check is a verdict (passed=false, failed_checks), not an error. Writes validation_report.json.
+    Use before claiming any optimization: same weights, several seeds, dtype-aware tolerances, NaN/Inf,
+    mutation, the backend invoked, the generated tests. A failed check is a verdict (passed=false), not an error.
     """
     return await _call(ctx, "validate", 2 * timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
         ValidateRequest, baseline=workload_file(baseline, "baseline workload"),
@@ -401,32 +399,26 @@ async def report(
     ctx: Context,
     optimized_profile: Annotated[str | None, Field(description="The optimized workload's profile.")] = None,
     analysis: Annotated[str | None, Field(
-        description="analysis.json (from analyze): the optimized profile's for a report, the baseline's for a plan."
+        description="analysis.json: the optimized profile's (report) or the baseline's (plan)."
     )] = None,
     baseline_analysis: Annotated[str | None, Field(
-        description="The baseline profile's analysis.json: its estimates and speed of light are set beside the "
-        "measured speedup (default: the analysis optimizations.json names, when it exists)."
+        description="The baseline's analysis.json: its estimates beside the measured speedup."
     )] = None,
     comparison: Annotated[str | None, Field(description="comparison.json (from compare).")] = None,
     bench_json: Annotated[str | None, Field(description="bench.json (from bench): the only speedup stated.")] = None,
-    recipes: Annotated[str | None, Field(description="recipes.json (from recipes): the free frontier.")] = None,
-    bench_vs_free: Annotated[str | None, Field(
-        description="bench_vs_free.json (bench, baseline_mode 'free'): against the tier's frontier winner.")] = None,
+    recipes: Annotated[str | None, Field(description="recipes.json (from recipes).")] = None,
+    bench_vs_free: Annotated[str | None, Field(description="bench_vs_free.json (baseline_mode 'free').")] = None,
     validation: Annotated[str | None, Field(description="validation_report.json (from validate).")] = None,
     optimizations: Annotated[str | None, Field(description="optimizations.json of the changes made.")] = None,
     plan: Annotated[bool, Field(
-        description="Plan mode: validate optimizations.json against its schema and write proposal.md and "
-        "implementation.md from the baseline profile (and its analysis) instead of the report."
+        description="Validate optimizations.json; write proposal.md and implementation.md instead."
     )] = False,
     output: Output = None,
 ) -> ReportResult:
-    """Write report.md (device and clocks, per-operator before/after, the evidence) and, when validation, bench
-    or optimizations are given, OPTIMIZED_WORKLOAD.md.
+    """Write report.md and, given validation, bench or optimizations, OPTIMIZED_WORKLOAD.md.
 
-    Use at the end of an optimization loop, passing every file the other tools returned. A speedup is stated
-    only from bench.json, and correctness only from validation_report.json; the report says so when missing.
-    With plan=true (after the strategist wrote optimizations.json), it validates that file and writes
-    proposal.md and implementation.md instead.
+    Use at the end of a loop with every file the other tools returned: a speedup is stated only from bench.json,
+    correctness only from validation_report.json. plan=true writes proposal.md and implementation.md instead.
     """
     return await _call(ctx, "report", ASSEMBLY_MARGIN_S, lambda: _request(
         ReportRequest, baseline_profile=resolve(baseline_profile, "profile"),
@@ -446,8 +438,7 @@ async def report(
 async def top_operators(profile: ProfileRef, ctx: Context, limit: Positive = 10) -> TopOperatorsResult:
     """The operators that take the most time in a profile, grouped by name, with their share and operator_ids.
 
-    Use instead of reading profile.json (it can be megabytes): ranks by GPU kernel time, or by CPU time in a
-    CPU-only profile. Pass an operator_id to operator_detail to see its kernels and counters.
+    Use instead of reading profile.json (megabytes). Pass an operator_id to operator_detail.
     """
     return await _call(ctx, "summary", QUERY_LIMIT_S,
                        lambda: _request(SummaryRequest, profile=resolve(profile, "profile"), top=limit), "query")
@@ -458,10 +449,9 @@ async def operator_detail(
     profile: ProfileRef, operator_id: str, ctx: Context, max_kernels: Count = 50
 ) -> OperatorDetail:
     """One operator call (operator_id such as 'aten::linear#3'): module path, shapes, dtypes, fused ops, its
-    kernels grouped by name and listed in launch order, and the counters ncu measured on them.
+    kernels in launch order and their counters.
 
-    Use after top_operators to understand why an operator is slow; pass a kernel_id to kernel_detail for all
-    of one kernel's counters.
+    Use after top_operators to see why an operator is slow; kernel_detail has one kernel's every counter.
     """
     return await _call(ctx, "operator_detail", QUERY_LIMIT_S, lambda: _request(
         OperatorDetailRequest, profile=resolve(profile, "profile"), operator_id=operator_id, max_kernels=max_kernels),
@@ -470,10 +460,10 @@ async def operator_detail(
 
 @tool("One kernel launch in detail", READ_ONLY)
 async def kernel_detail(profile: ProfileRef, kernel_id: int, ctx: Context) -> KernelDetail:
-    """One kernel launch (kernel_id = launch order in the window) with every metric and its unit, launch
-    geometry, how it was attributed and to which operator, and which identical launches share its counters.
+    """One kernel launch (kernel_id = launch order in the window): every metric with its unit, launch
+    geometry, its operator and how it was attributed.
 
-    Use for the hardware evidence behind a bottleneck (DRAM bytes, occupancy, tensor-core activity, stalls).
+    Use for the hardware evidence behind a bottleneck (DRAM bytes, occupancy, tensor cores, stalls).
     """
     return await _call(ctx, "kernel_detail", QUERY_LIMIT_S, lambda: _request(
         KernelDetailRequest, profile=resolve(profile, "profile"), kernel_id=kernel_id), "query")
@@ -481,17 +471,13 @@ async def kernel_detail(profile: ProfileRef, kernel_id: int, ctx: Context) -> Ke
 
 @tool("Loop status: which optimization stage is next", READ_ONLY)
 async def loop_status(
-    workload: Annotated[str, Field(description="The baseline workload NAME.py; its folder holds the loop's "
-                                   "checkpoint files.")],
+    workload: Annotated[str, Field(description="The baseline NAME.py; its folder holds the loop's files.")],
     ctx: Context,
 ) -> LoopStatusResult:
-    """Where the /optimize loop on a workload stands: each stage (preflight, profile, propose, implement, validate,
-    reprofile, compare, bench, report) done, missing, stale or failed, from the checkpoint files in its folder.
+    """Where the /optimize loop on a workload stands: each stage done, missing, stale or failed, from the
+    checkpoint files in its folder (input hashes in loop_state.json, else modification times).
 
-    Use before resuming a loop (--from=<stage>): resume_from is the stage to start at, reason says why in one line,
-    reused and recompute list the files kept and written again. A file a tool wrote there is judged by the input
-    hashes it recorded in loop_state.json (provenance 'loop_state'); the agents' files by modification times
-    ('mtime'). A failed validation sends the loop back to implement.
+    Use before resuming a loop: resume_from is the stage to start at (--from=), reason says why.
     """
     return await _call(ctx, "loop_status", QUERY_LIMIT_S,
                        lambda: _request(LoopStatusRequest, workload=workload_file(workload)), "query")

@@ -32,16 +32,16 @@ def format_top_operators(rows: Sequence[OperatorSummary], gpu: bool) -> str:
     else:
         header = (
             f"{'operator':44s} {'module':28s} {'calls':>5s} {'CPU self (us)':>13s} {'CPU total (us)':>14s} "
-            f"{'share':>6s}"
+            f"{'op share':>8s}"
         )
-        lines = ["outermost operator calls, ranked by CPU total time (`analyze` ranks every operator by self time)",
-                 header, "-" * len(header)]
+        lines = ["outermost operator calls, ranked by CPU total time; op share: of the operators' CPU total time, "
+                 "not of the window (`analyze` ranks every operator by self time)", header, "-" * len(header)]
         for r in rows:
             module = ", ".join(r.module_paths) or "-"
             lines.append(
                 f"{_short(r.operator_name, 44):44s} {_short(module, 28):28s} {r.calls:5d} "
                 f"{(r.cpu_self_time_ns or 0) / 1000:13.1f} {(r.cpu_total_time_ns or 0) / 1000:14.1f} "
-                f"{r.share_pct:5.1f}%"
+                f"{r.share_pct:7.1f}%"
             )
     return "\n".join(lines)
 
@@ -84,6 +84,13 @@ def format_window(meta: ProfileHeader, win: WindowTotals) -> str:
                 f"{phase} {ns / 1e3:.1f} us" for phase, ns in sorted(win.kernel_time_by_phase_ns.items())))
     else:
         lines.append("NO GPU USED: CUDA was not available to the workload; times below are CPU operator times.")
+        if win.cpu_operator_time_ns is not None and win.wall_time_ns:
+            lines.append(f"torch operators: {win.cpu_operator_time_ns / 1e6:.3f} ms of the profiled window "
+                         f"({100.0 * win.cpu_operator_time_ns / win.wall_time_ns:.1f} %)")
+        if win.unprofiled_wall_time_ns and win.unprofiled_wall_time_range_ns:
+            low, high = win.unprofiled_wall_time_range_ns
+            lines.append(f"without the profiler: {win.unprofiled_wall_time_ns / 1e6:.3f} ms median over "
+                         f"{win.unprofiled_windows} windows ({low / 1e6:.3f} to {high / 1e6:.3f} ms)")
     return "\n".join(lines)
 
 

@@ -103,22 +103,13 @@ def plan(test: bool, venv: Path = VENV) -> list[list[str]]:
 
 
 def run(steps: list[list[str]], venv: Path = VENV) -> int:
-    """Run the steps; a CPU index that cannot be reached falls back to a local CPU wheel."""
+    """Run the steps; a CPU index that cannot be reached falls back to a local CPU wheel. That attempt is quiet
+    when a local wheel is there to fall back on (pip's errors are shown only if the fallback fails too), and
+    retries once instead of pip's five times."""
     for step in steps:
         print("setup:", " ".join(step), flush=True)
         t0 = time.monotonic()
-        # From the CPU index alone: another index configured for pip would offer the CUDA build beside it.
-        env = {**os.environ, "PIP_CONFIG_FILE": os.devnull} if CPU_INDEX in step else None
-        code = subprocess.run(step, check=False, env=env).returncode
-        if code != 0 and CPU_INDEX in step:
-            wheels = local_cpu_wheels()
-            if not wheels:
-                print(f"setup: error: could not install a CPU build of torch from {CPU_INDEX} — reach that index, "
-                      "or put a torch-*+cpu wheel in a pip find-links folder", file=sys.stderr)
-                return code
-            fallback = [*step[: step.index("torch")], wheels[-1]]
-            print("setup: the CPU index is out of reach; using", wheels[-1], flush=True)
-            code = subprocess.run(fallback, check=False).returncode
+        code = _cpu_torch(step) if CPU_INDEX in step else subprocess.run(step, check=False).returncode
         if code != 0:
             print(f"setup: error: `{' '.join(step)}` failed (exit {code})", file=sys.stderr)
             return code
@@ -126,6 +117,32 @@ def run(steps: list[list[str]], venv: Path = VENV) -> int:
     cuda = torch_cuda(venv / "bin" / "python")
     print(f"setup: .venv ready; torch's CUDA: {cuda if cuda != 'None' else 'none (CPU build)'}", flush=True)
     return 0
+
+
+def _cpu_torch(step: list[str]) -> int:
+    """Install the CPU build of torch from the CPU index alone (another index configured for pip would offer the
+    CUDA build beside it), else from a local CPU wheel."""
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
+    wheels = local_cpu_wheels()
+    if not wheels:
+        return _said(subprocess.run(step, check=False, env=env).returncode)
+    proc = subprocess.run([*step, "--retries", "1"], check=False, env=env, capture_output=True, text=True)
+    if proc.returncode == 0:
+        return 0
+    said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("ERROR:")]
+    print(f"setup: the CPU index is out of reach ({said[-1] if said else f'pip exited {proc.returncode}'}); "
+          f"using {wheels[-1]}", flush=True)
+    code = subprocess.run([*step[: step.index("torch")], wheels[-1]], check=False).returncode
+    if code != 0:  # neither worked: what the index attempt said matters now
+        sys.stderr.write(proc.stdout + proc.stderr)
+    return _said(code)
+
+
+def _said(code: int) -> int:
+    if code != 0:
+        print(f"setup: error: could not install a CPU build of torch from {CPU_INDEX} — reach that index, or put "
+              "a torch-*+cpu wheel in a pip find-links folder", file=sys.stderr)
+    return code
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from mcp_server.cli import build_parser, options_from
 from mcp_server.errors import UsageError
 from mcp_server.schema.requests import CaptureOptions, NcuOptions, cli_flag, cli_flags
+from mcp_server.serve.paths import PROJECT_ENV
 from mcp_server.server import server
 
 
@@ -72,7 +73,9 @@ def test_a_bad_flag_value_is_a_usage_error_naming_the_flag(argv: list[str], need
     assert needle in error.value.one_line() and error.value.remedy
 
 
-def test_a_bad_parameter_value_is_a_tool_error_naming_it(tmp_path: Path):
+def test_a_bad_parameter_value_is_a_tool_error_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(PROJECT_ENV, str(tmp_path))
+
     async def called() -> Any:
         async with Client(server) as client:
             return await client.call_tool("map", {"run_dir": str(tmp_path), "kernel_regex": "-gemm"})

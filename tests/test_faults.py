@@ -16,14 +16,17 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from conftest import REPO
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
+from mcp_server.children.contract import RUN_TAG_ENV
 from mcp_server.schema.io import load_profile
+from mcp_server.schema.manifest import RunOwner
 
 HOSTILE = REPO / "tests" / "hostile"
 TINY = REPO / "tests" / "workloads" / "tiny_mlp.py"
@@ -195,6 +198,7 @@ def test_5_a_run_directory_in_use_or_holding_another_run_is_refused(work: Path):
     (work / "mine" / "notes.txt").write_text("mine")
     one_line_error(cli(work, "profile", "tiny_mlp.py", "-o", "mine"), "is not empty and holds no run")
     assert (work / "mine" / "notes.txt").read_text() == "mine"
+    assert [p.name for p in (work / "mine").iterdir()] == ["notes.txt"], "a refused folder got a file of ours"
 
 
 def test_5_a_failed_rerun_leaves_no_stale_profile(work: Path):
@@ -207,9 +211,19 @@ def test_5_a_failed_rerun_leaves_no_stale_profile(work: Path):
 # --------------------------------------------------------------------------------------------- bad values and files
 
 
+@pytest.fixture(scope="module")
+def profiled_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tiny_mlp profiled by the CLI once for the module (each profile costs seconds): its run directory."""
+    folder = tmp_path_factory.mktemp("profiled")
+    shutil.copy(TINY, folder / "tiny_mlp.py")
+    assert cli(folder, "profile", "tiny_mlp.py", "-o", "run", "-q").returncode == 0
+    return folder / "run"
+
+
 @pytest.fixture()
-def profiled(work: Path) -> Path:
-    assert cli(work, "profile", "tiny_mlp.py", "-o", "run", "-q").returncode == 0
+def profiled(work: Path, profiled_once: Path) -> Path:
+    """That run directory, copied into the working folder as `run`: its profile.json."""
+    shutil.copytree(profiled_once, work / "run")
     return work / "run" / "profile.json"
 
 
@@ -335,11 +349,251 @@ def test_already_handled_inputs_stay_one_line_errors(work: Path):
     (work / "sys_exit.py").write_text("import sys\n\n\ndef get_model_and_input():\n    sys.exit(3)\n")
     (work / "folder.py").mkdir()
     one_line_error(cli(work, "profile", "missing.py", "-o", "r1"), "workload not found")
-    one_line_error(cli(work, "profile", "folder.py", "-o", "r2"), "workload not found")
+    one_line_error(cli(work, "profile", "folder.py", "-o", "r2"), "workload is a directory, not a .py file")
     one_line_error(cli(work, "profile", "broken.py", "-o", "r3"), "SyntaxError")
-    one_line_error(cli(work, "profile", "wrong_return.py", "-o", "r4"), "during build")
+    one_line_error(cli(work, "profile", "wrong_return.py", "-o", "r4"), "must return (model, inputs)",
+                   "it returned an int (42)")
     one_line_error(cli(work, "profile", "huge_alloc.py", "-o", "r5"), "during build")
     one_line_error(cli(work, "profile", "hang_forever.py", "--timeout", "5", "-o", "r6"), "ran past its 5 s limit")
     one_line_error(cli(work, "profile", "sys_exit.py", "-o", "r7"), "SystemExit: 3")
     for run in ("r1", "r2", "r3", "r4", "r5", "r6", "r7"):
         assert not (work / run / "profile.json").exists()
+
+
+# --------------------------------------------------------------------------------------------- no survivor, the truth
+
+
+def test_17_sigkill_of_the_cli_leaves_no_process_and_the_next_run_cleans_up(work: Path):
+    tag = uuid.uuid4().hex
+    proc = subprocess.Popen([*CLI, "profile", "hang_with_workers.py", "--timeout", "30"], cwd=work, env=_env(tag),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(_tagged(tag)) < 4 and time.monotonic() < deadline:  # the CLI, the harness, its worker, its daemon
+        time.sleep(0.2)
+    assert len(_tagged(tag)) >= 4, "the workload never started its worker and its daemon"
+    proc.kill()  # SIGKILL: no handler runs, as when the OOM killer takes it
+    proc.wait(timeout=30)
+    _none_left(tag, grace_s=10.0)
+    [stopped] = list((work / "op_runs").iterdir())
+    assert json.loads((stopped / ".run.lock").read_text())["pid"] == proc.pid  # the record of a run that never ended
+    assert "phase build" in (stopped / "torch" / "output.log").read_text()  # the log was on disk as it came
+
+    after = cli(work, "profile", "tiny_mlp.py", "-q")  # its run directory beside the stopped one: reported, cleaned
+    assert after.returncode == 0, after.stderr[-2000:]
+    said = [ln for ln in after.stdout.splitlines() if ln.startswith("warning: ") and str(stopped) in ln]
+    assert len(said) == 1 and f"(pid {proc.pid}, profile started" in said[0], after.stdout
+    assert "was stopped before it finished" in said[0] and "partial output is kept" in said[0]
+    assert (stopped / ".run.lock").read_text() == "" and not list(stopped.glob(".gpu*"))  # said once: cleared
+
+
+def test_17_a_run_into_the_directory_of_a_killed_run_takes_it_over(work: Path):
+    tag = uuid.uuid4().hex
+    proc = subprocess.Popen([*CLI, "profile", "hang_forever.py", "-o", "run"], cwd=work, env=_env(tag),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(_tagged(tag)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    proc.kill()
+    proc.wait(timeout=30)
+    _none_left(tag)
+    again = cli(work, "profile", "hang_forever.py", "-o", "run", "--timeout", "3")
+    one_line_error(again, "ran past its 3 s limit")
+    assert f"a run in {work / 'run'} (pid {proc.pid}, profile started" in again.stderr
+    assert "was stopped before it finished" in again.stderr
+
+
+def test_17_what_a_stopped_run_left_running_is_stopped_by_the_next_run(work: Path):
+    """The second line: a process of a dead engine's run still running (its bootstrap could not stop it) is found
+    by the tag the run's lock recorded."""
+    stopped = work / "op_runs" / "tiny_mlp-20260101-000000"
+    stopped.mkdir(parents=True)
+    token = "999999-0123abcd"
+    (stopped / ".run.lock").write_text(RunOwner(pid=999999, tag=token, verb="profile",
+                                                started_at="2026-01-01T00:00:00+00:00").model_dump_json())
+    (stopped / ".gpu.lock").write_text("")
+    survivor = subprocess.Popen(["sleep", "780"], env={**os.environ, RUN_TAG_ENV: f"{token}.3"},
+                                start_new_session=True)
+    try:
+        after = cli(work, "profile", "tiny_mlp.py", "-q")
+        assert survivor.wait(timeout=10) is not None
+    finally:
+        survivor.kill()
+    said = [ln for ln in after.stdout.splitlines() if str(stopped) in ln]
+    assert len(said) == 1 and f"stopped 1 of its processes still running ({survivor.pid} (sleep 780))" in said[0]
+    assert "removed 1 scratch file(s)" in said[0] and not (stopped / ".gpu.lock").exists()
+
+
+def test_18_a_daemon_the_workload_started_is_stopped_and_named(work: Path):
+    proc = cli(work, "profile", "daemon.py", "-o", "run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("warning: ") and "(sleep 777)" in ln]
+    assert len(said) == 1 and "running outside its process group" in said[0] and "it was stopped" in said[0]
+    assert "torch pass: stopped process" in proc.stderr and "(sleep 777)" in proc.stderr
+    log = (work / "run" / "torch" / "output.log").read_text()
+    assert "[operator-profiler] stopped process" in log and "(sleep 777)" in log
+    manifest = json.loads((work / "run" / "manifest.json").read_text())
+    assert [p["stopped_processes"] for p in manifest["passes"]][0][0].endswith("(sleep 777)")
+
+    bench = cli(work, "bench", "tiny_mlp.py", "daemon.py", "-o", "bench", "--reps", "2", "--rounds", "1",
+                "--warmup", "1", "--input-sets", "1")
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    warnings = json.loads((work / "bench" / "bench.json").read_text())["warnings"]
+    assert any("(sleep 777) running outside its process group" in w and "it was stopped" in w for w in warnings)
+
+
+def test_19_the_log_holds_the_workloads_whole_traceback(work: Path):
+    line = one_line_error(cli(work, "profile", "raises_in_forward.py", "-o", "run"),
+                          "ValueError: scale must be positive, got -1", "during warmup")
+    log_path = work / "run" / "torch" / "output.log"
+    assert str(log_path) in line
+    log = log_path.read_text()
+    assert "Traceback (most recent call last)" in log
+    for frame in ("in run_contract", "in forward", "in _check_scale"):  # the harness's frames down to the raise
+        assert frame in log, frame
+    assert "ValueError: scale must be positive, got -1" in log
+
+
+@pytest.mark.parametrize("command, needles", [
+    (["profile", "returns_string.py"], ("it returned a str ('model.pt')",)),
+    (["profile", "returns_none.py"], ("it returned None",)),
+    (["profile", "lambda_model.py"], ("its model is a function (a lambda), not a torch.nn.Module",
+                                      "wrap it in an nn.Module")),
+    (["bench", "tiny_mlp.py", "returns_none.py"], ("during build optimized", "it returned None")),
+])
+def test_20_a_malformed_return_is_named(work: Path, command: list[str], needles: tuple[str, ...]):
+    one_line_error(cli(work, *command, "-o", "out"), "must return (model, inputs): a torch.nn.Module", *needles)
+
+
+def _private_mounts() -> list[str] | None:
+    """The unshare command that gives a child its own mount namespace here (as root, or mapped to root)."""
+    unshare = shutil.which("unshare")
+    for extra in ([] if os.geteuid() == 0 else None, ["--map-root-user"]):
+        if unshare is None or extra is None:
+            continue
+        probe = subprocess.run([unshare, "--mount", *extra, "true"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return [unshare, "--mount", *extra]
+    return None
+
+
+@pytest.mark.parametrize("size", ["20k", "28k"])  # the trace does not fit; the trace fits, the result does not
+def test_21_a_full_disk_names_the_file_and_leaves_no_temporary_file(work: Path, size: str):
+    unshare = _private_mounts()
+    if unshare is None:
+        pytest.skip("no private mount namespace here (unshare --mount): cannot give the run a small disk")
+    disk, listing = work / "disk", work / "listing.txt"
+    tag = uuid.uuid4().hex
+    proc = subprocess.run(
+        [*unshare, sys.executable, str(REPO / "tests" / "scripts" / "on_a_small_disk.py"), str(disk), size,
+         str(listing), "--", *CLI, "profile", "tiny_mlp.py", "-o", str(disk / "run")],
+        cwd=work, capture_output=True, text=True, timeout=180, env=_env(tag), check=False)
+    _none_left(tag)
+    line = one_line_error(proc, "could not write its results", "No space left on device",
+                          f"free space on the disk holding {disk / 'run'}")
+    assert str(disk / "run" / "torch") in line
+    left = listing.read_text().split()
+    assert not [name for name in left if name.endswith(".tmp")], left
+    assert "run/profile.json" not in left
+
+
+def _mcp(work: Path, calls: list[tuple[str, dict[str, Any]]], roots: list[Path] | None = None,
+         **env: str) -> list[Any]:
+    """Call tools on the real server over stdio, started in `work` (its project); the results in order. With
+    `roots`, the client declares them (roots/list)."""
+    async def listed(_context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri=f"file://{p}") for p in roots or []])
+
+    async def session() -> list[Any]:
+        tag = uuid.uuid4().hex
+        params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server"], cwd=str(work),
+                                       env=_env(tag, CLAUDE_PROJECT_DIR=str(work), **env))
+        async with stdio_client(params) as (read, write), \
+                ClientSession(read, write, list_roots_callback=listed if roots else None) as session:
+            await session.initialize()
+            results = [await session.call_tool(name, args) for name, args in calls]
+        _none_left(tag)
+        return results
+
+    return anyio.run(session)
+
+
+def _text(result: Any) -> str:
+    assert result.is_error, result.structured_content
+    return str(result.content[0].text)
+
+
+def _python_without_torch(folder: Path) -> Path:
+    """An interpreter that has no torch: this one, without its site-packages."""
+    bare = folder / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    bare.chmod(0o755)
+    return bare
+
+
+def test_23_mcp_errors_speak_in_parameters_and_refuse_what_the_tool_does_not_take(work: Path, profiled: Path):
+    bare = _python_without_torch(work)
+    no_torch, quick, unknown, mistyped, passwd, option = _mcp(work, [
+        ("profile", {"workload": "tiny_mlp.py", "python": str(bare), "output": "nt"}),
+        ("preflight", {"python": str(bare), "quick": True}),
+        ("top_operators", {"profile": "run", "limit": 3, "bogus": 1, "also": "x"}),
+        ("top_operators", {"profile": "run", "limit": "many"}),
+        ("analyze", {"profile": "/etc/passwd"}),
+        ("profile", {"workload": "tiny_mlp.py", "nnodes": "-x"}),
+    ])
+    text = _text(no_torch)
+    assert "cannot import torch" in text and "pass python=PATH to an interpreter that has torch" in text
+    assert "--python" not in text
+
+    assert not quick.is_error and quick.structured_content["ok"] is False
+    [torch_check] = [c for c in quick.structured_content["checks"] if c["name"] == "torch"]
+    assert torch_check["ok"] is False and "finds no torch" in torch_check["detail"]
+    assert "python=PATH" in torch_check["remedy"] and "--python" not in quick.structured_content["summary"]
+
+    assert _text(unknown) == ("Error executing tool top_operators: unknown parameters also, bogus — top_operators "
+                              "takes profile, limit")
+    text = _text(mistyped)
+    assert "limit: input should be a valid integer" in text and "(got 'many')" in text
+    assert "\n" not in text and "pydantic" not in text and "http" not in text
+
+    text = _text(passwd)
+    assert "/etc/passwd is outside the folders this server may read and write" in text
+    assert f"({work})" in text and "OPERATOR_PROFILER_ALLOWED_DIRS" in text and "valid JSON" not in text
+
+    assert _text(option) == ("Error executing tool profile: nnodes: '-x' looks like a command-line option, not a "
+                             "plain value — pass a valid value (see the tool's parameters)")
+
+
+def test_24_the_folders_widen_with_the_setting_and_the_clients_roots(work: Path, profiled: Path, tmp_path: Path):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(work / "run", elsewhere / "run")
+    [passwd] = _mcp(work, [("analyze", {"profile": "/etc/passwd"})], OPERATOR_PROFILER_ALLOWED_DIRS="/etc")
+    assert "/etc/passwd is not valid JSON" in _text(passwd)  # allowed, then read: it is no profile
+    outside, = _mcp(work, [("top_operators", {"profile": str(elsewhere / "run")})])
+    assert "is outside the folders" in _text(outside)
+    inside, = _mcp(work, [("top_operators", {"profile": str(elsewhere / "run")})], roots=[elsewhere])
+    assert not inside.is_error and inside.structured_content["operators"]
+
+
+def test_22_a_cpu_window_mostly_outside_operators_says_so_and_shows_its_spread(work: Path):
+    proc = cli(work, "profile", "pool_in_forward.py", "-o", "run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("warning: the window lasted")]
+    assert len(said) == 1 and "most of the window runs outside operators" in said[0], proc.stdout
+    assert "shares are shares of operator time, not of the window" in said[0]
+    assert "op share: of the operators' CPU total time, not of the window" in proc.stdout
+    window = load_profile(work / "run" / "profile.json").window
+    assert window.unprofiled_windows and window.unprofiled_windows >= 2 and window.unprofiled_wall_time_range_ns
+    low, high = window.unprofiled_wall_time_range_ns
+    assert low <= (window.unprofiled_wall_time_ns or 0) <= high
+    assert f"median over {window.unprofiled_windows} windows" in proc.stdout
+
+    analyzed = cli(work, "analyze", "run", "-o", "an")
+    assert analyzed.returncode == 0, analyzed.stderr[-2000:]
+    assert "outside torch operators (Python code, other processes, waiting): start there" in analyzed.stdout
+    diagnosis = json.loads((work / "an" / "analysis.json").read_text())["diagnosis"]
+    assert any(t.startswith("operator_time_pct=") for t in diagnosis["triggers"])
+
+    tiny = cli(work, "profile", "tiny_mlp.py", "-o", "tiny", "-q")  # a window spent in its operators: no warning
+    assert tiny.returncode == 0 and "warning: the window lasted" not in tiny.stdout
+    assert load_profile(work / "tiny" / "profile.json").window.unprofiled_windows == 5

@@ -21,9 +21,12 @@ HOOKS = REPO / "hooks"
 MCP = "mcp__plugin_operator-profiler_operator-profiler__"
 
 
-def run_hook(script: str, payload: object, tmp_path: Path, no_site: bool = False) -> tuple[int, dict | None, str]:
+def run_hook(script: str, payload: object, tmp_path: Path, no_site: bool = False,
+             path: str | None = None) -> tuple[int, dict | None, str]:
     """Run a hook script with `payload` on stdin; (exit code, parsed JSON answer or None, stderr)."""
     env = {**os.environ, "CLAUDE_PLUGIN_ROOT": str(REPO), "CLAUDE_PLUGIN_DATA": str(tmp_path / "plugin-data")}
+    if path is not None:
+        env["PATH"] = path
     stdin = payload if isinstance(payload, str) else json.dumps(payload)
     cmd = [sys.executable, *(["-S"] if no_site else []), str(HOOKS / script)]
     proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
@@ -52,14 +55,26 @@ def profile_file(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return target
 
 
-def test_session_start_reports_the_quick_preflight(tmp_path: Path) -> None:
+def test_session_start_reports_the_quick_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPERATOR_PROFILER_PYTHON", sys.executable)  # the workloads' interpreter: it has torch
     code, answer, _ = run_hook("session_start.py", {"hook_event_name": "SessionStart", "source": "startup"},
                                tmp_path)
     assert code == 0
     context = _context(answer)
-    assert context.startswith("Operator Profiler quick preflight:")
+    assert context.startswith("Operator Profiler quick preflight: all checks passed.")
+    assert f"torch              found at {Path(__import__('torch').__file__).parent}" in context
     assert "backend auto -> " in context and "nsys" in context and "ncu" in context
     assert answer["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+
+
+def test_session_start_names_uv_when_it_is_missing(tmp_path: Path) -> None:
+    bare = tmp_path / "bin"  # a PATH without uv
+    bare.mkdir()
+    code, answer, stderr = run_hook("session_start.py", {"source": "startup"}, tmp_path, path=str(bare))
+    assert code == 0 and stderr == ""
+    context = _context(answer)
+    assert context.startswith("Operator Profiler quick preflight:")  # what it could check, then what is missing
+    assert "`uv` is not on PATH" in context and "https://astral.sh/uv/install.sh" in context
 
 
 def test_session_start_fails_open_without_the_engine(tmp_path: Path) -> None:

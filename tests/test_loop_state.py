@@ -49,6 +49,7 @@ from mcp_server.schema.requests import (
 )
 from mcp_server.schema.results import LoopStatusResult
 from mcp_server.schema.types import STAGE_NAMES
+from mcp_server.serve.paths import PROJECT_ENV
 from mcp_server.server import server
 
 WORKLOADS = REPO / "tests" / "workloads"
@@ -319,7 +320,9 @@ def test_the_cli_prints_the_next_stage_and_exits_0(loop: Path, tmp_path: Path):
     assert "--json" in help_text and "Exit status 0" in help_text
 
 
-def test_the_mcp_tool_through_a_client(loop: Path):
+def test_the_mcp_tool_through_a_client(loop: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(PROJECT_ENV, str(loop))  # the loop's folder is the client's project
+
     async def ask() -> dict:
         async with Client(server) as client:
             result = await client.call_tool("loop_status", {"workload": str(loop / "tiny_mlp.py")})

@@ -18,6 +18,7 @@ from conftest import EXAMPLES, REPO
 from mcp import Client
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult
+from pydantic import BaseModel, Field
 
 from mcp_server.errors import UsageError
 from mcp_server.schema.analysis import Analysis
@@ -25,8 +26,9 @@ from mcp_server.schema.io import load_profile
 from mcp_server.schema.requests import Interpreter
 from mcp_server.schema.results import ProfileRun
 from mcp_server.serve.interpreter import PYTHON_ENV, choose_python
-from mcp_server.serve.paths import PROJECT_ENV
+from mcp_server.serve.paths import ALLOWED_ENV, PROJECT_ENV
 from mcp_server.serve.runner import run_engine
+from mcp_server.serve.strict import StrictServer
 from mcp_server.server import server
 from plugins.ncu.command import find_ncu
 
@@ -96,10 +98,12 @@ def gone(pid: int) -> bool:
 
 @pytest.fixture(scope="module", autouse=True)
 def project(tmp_path_factory: pytest.TempPathFactory):
-    """The client's project directory (CLAUDE_PROJECT_DIR); workloads run under this test's interpreter."""
+    """The client's project directory (CLAUDE_PROJECT_DIR), with this repository's test workloads allowed beside it;
+    workloads run under this test's interpreter."""
     root = tmp_path_factory.mktemp("project")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(PROJECT_ENV, str(root))
+        mp.setenv(ALLOWED_ENV, str(REPO / "tests"))
         mp.setenv(PYTHON_ENV, sys.executable)
         yield root
 
@@ -450,3 +454,36 @@ def test_interpreter_choice_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(UsageError) as missing:
         choose_python("envs/none/bin/python")
     assert str(tmp_path / "envs/none/bin/python") in missing.value.message and PYTHON_ENV in missing.value.remedy
+
+
+class _Item(BaseModel):
+    x: int = Field(description="nested, described at length " * 10)
+
+
+class _Made(BaseModel):
+    name: str
+    items: list[_Item]
+
+
+def test_any_tool_registered_is_listed_slim_and_called_strictly():
+    """The slimming is the server's, not each tool's: a tool added to it any way gets it."""
+    other = StrictServer(name="other")
+
+    @other.tool()
+    def made(count: int, label: str | None = None) -> _Made:
+        """A tool registered without the operator-profiler decorator."""
+        return _Made(name=label or "x", items=[_Item(x=count)])
+
+    async def session() -> tuple[Any, CallToolResult, CallToolResult]:
+        async with Client(other) as client:
+            listed = (await client.list_tools()).tools[0]
+            return listed, await client.call_tool("made", {"count": 2}), await client.call_tool(
+                "made", {"count": 2, "colour": "red"})
+
+    listed, called, refused = anyio.run(session)
+    assert listed.output_schema == {"type": "object", "properties": {"name": {}, "items": {}}}
+    assert listed.input_schema == {"type": "object", "properties": {"count": {"type": "integer"},
+                                                                     "label": {"type": "string"}},
+                                   "required": ["count"], "additionalProperties": False}
+    assert ok(called) == {"name": "x", "items": [{"x": 2}]}  # the structured content itself is whole
+    assert error_text(refused).endswith("unknown parameter colour — made takes count, label")

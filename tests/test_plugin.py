@@ -102,6 +102,14 @@ def test_manifests_and_mcp_launch() -> None:
     assert server["env"] == {"UV_PROJECT_ENVIRONMENT": "${CLAUDE_PLUGIN_DATA}/venv"}
 
 
+def test_the_readme_names_uv_and_how_to_install_it() -> None:
+    """The plugin's server starts with `uv run`: a user without uv must learn it from the README (and the hook)."""
+    server = json.loads((REPO / ".mcp.json").read_text())["mcpServers"][PLUGIN]
+    plugin_section = (REPO / "README.md").read_text().split("## Claude Code plugin", 1)[1].split("\n## ", 1)[0]
+    assert server["command"] == "uv" and "[uv](https://docs.astral.sh/uv/) on PATH" in plugin_section
+    assert "curl -LsSf https://astral.sh/uv/install.sh | sh" in plugin_section and "pip install uv" in plugin_section
+
+
 def test_nothing_references_the_parent_directory() -> None:
     offenders = [str(p.relative_to(REPO)) for p in PLUGIN_FILES if "../" in p.read_text(encoding="utf-8")]
     assert not offenders

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from mcp_server.analysis.classify import kernel_issue
 from mcp_server.analysis.ranks import KNOWLEDGE as DISTRIBUTED_KNOWLEDGE
 from mcp_server.analysis.rules import rule
+from mcp_server.assemble.kineto import window_outside_operators
 from mcp_server.schema.analysis import (
     Analysis,
     Bottleneck,
@@ -188,9 +189,18 @@ def cpu_only_analysis(profile: OperatorAttributedProfile, config: Configuration)
     top = hotspots[0] if hotspots else None
     cause = NO_GPU + (f" The CPU hotspot is {top.operator_name} ({top.share_of_self_time_pct:.0f} % of CPU self time)."
                       if top else "")
+    triggers = ["gpu_used=false"]
+    outside = window_outside_operators(profile.window)
+    if outside is not None:  # the operators are not where the window goes
+        whole, inside = outside
+        cause = (f"{NO_GPU} The window spends {100 - inside:.0f} % of its {whole / 1e6:.1f} ms outside torch "
+                 "operators (Python code, other processes, waiting): start there, since no operator table shows it. "
+                 f"The hotspots below rank the {(profile.window.cpu_operator_time_ns or 0) / 1e6:.1f} ms inside "
+                 "operators" + (f" (the heaviest: {top.operator_name})." if top else "."))
+        triggers.append(f"operator_time_pct={inside:.1f}")
     return Analysis(
         configuration=config, gpu_data=False, counters=False, diagnosis=Diagnosis(
-            bottleneck=Bottleneck.UNKNOWN, root_cause=cause, triggers=["gpu_used=false"]),
+            bottleneck=Bottleneck.UNKNOWN, root_cause=cause, triggers=triggers),
         cpu_hotspots=hotspots[:15], notes=[NO_GPU, "roofline, bottleneck classes, stalls and GPU timeline need a "
                                            "CUDA run: profile on a machine with an NVIDIA GPU"],
     )

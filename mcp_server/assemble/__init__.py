@@ -41,6 +41,9 @@ def assemble(run_dir: RunDir) -> OperatorAttributedProfile:
         if manifest.pass_named("timing") is not None:
             kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
             apply_unprofiled(profile, read_unprofiled(run_dir, kernels))
+    profile.warnings += [f"the {p.name} pass's workload left process {stray} running outside its process group "
+                         "(a session of its own): it was stopped" for p in manifest.passes
+                         for stray in p.stopped_processes]
     return profile
 
 

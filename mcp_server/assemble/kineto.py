@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
+import statistics
+
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, attribute_stream, work_of
 from mcp_server.assemble.metadata import capture_metadata, harness_result
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import RunManifest
-from mcp_server.schema.profile import AggregatedMetrics, OperatorAttributedProfile, OperatorRecord
+from mcp_server.schema.profile import AggregatedMetrics, OperatorAttributedProfile, OperatorRecord, WindowTotals
 from mcp_server.schema.records import CpuOp
 from plugins.torch_profiler.reader import read_kineto_trace
 
 GENERATED_CPU_KERNEL = "cpp_fused_"
+MIN_OPERATOR_TIME_PCT = 25.0  # a CPU window whose operators take less of it runs mostly outside them
+MIN_OUTSIDE_NS = 5_000_000  # ... and only when that leaves this much outside (a tiny window is mostly overhead)
+
+
+def window_outside_operators(window: WindowTotals) -> tuple[int, float] | None:
+    """A CPU-only window that runs mostly outside its outermost torch operators: (the window's length, the share
+    its operators take, 0-100), else None. The window is the one timed without the profiler when the run has it
+    (the profiler's own overhead is then not counted against the operators), else the profiled one."""
+    whole = window.unprofiled_wall_time_ns or window.wall_time_ns
+    if not whole or window.cpu_operator_time_ns is None:
+        return None
+    inside = min(100.0, 100.0 * window.cpu_operator_time_ns / whole)
+    if inside >= MIN_OPERATOR_TIME_PCT or whole - window.cpu_operator_time_ns < MIN_OUTSIDE_NS:
+        return None
+    return whole, inside
+
+
+def outside_operators(window: WindowTotals) -> list[str]:
+    """The warning for a CPU-only window that runs mostly outside torch operators (Python code, other processes,
+    waiting): its operators' shares are shares of operator time, not of the window."""
+    found = window_outside_operators(window)
+    if found is None:
+        return []
+    whole, inside = found
+    which = " (median without the profiler)" if window.unprofiled_wall_time_ns else ""
+    return [f"the window lasted {whole / 1e6:.1f} ms{which} but its torch operators took "
+            f"{(window.cpu_operator_time_ns or 0) / 1e6:.1f} ms ({inside:.1f} %): most of the window runs outside "
+            "operators (Python code, other processes, waiting), which no operator table shows; the operators' "
+            "shares are shares of operator time, not of the window"]
 
 
 def _cpu_operators(
@@ -97,6 +128,12 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
             )
         window = window_totals(operators, [], wall)
         window.cpu_operator_time_ns = sum(op.duration_ns for op in capture.cpu_ops)
+        spread = [w["wall_time_ns"] for w in harness.get("unprofiled_windows", []) if w.get("wall_time_ns")]
+        if spread:  # the same window timed without the profiler, on the host clock
+            window.unprofiled_wall_time_ns = int(statistics.median(spread))
+            window.unprofiled_windows = len(spread)
+            window.unprofiled_wall_time_range_ns = [min(spread), max(spread)]
+        warnings += outside_operators(window)
         return OperatorAttributedProfile(capture_metadata=meta, window=window, operators=operators, warnings=warnings)
     start = capture.window_start_ns or min((k.start_ns for k in capture.kernels), default=0)
     operators, unattributed = attribute_stream(capture.kernels, origins, start, context=context)

@@ -9,10 +9,21 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from mcp_server.capture.request import CaptureRequest, harness_command
-from mcp_server.children.contract import CONTRACT_ERROR, NO_CUDA, NO_TORCH, NOT_CACHED, OUT_OF_MEMORY, PHASE_MARKER
+from mcp_server.children.contract import (
+    CANNOT_WRITE,
+    CANNOT_WRITE_LINE,
+    CONTRACT_ERROR,
+    EXIT_CANNOT_WRITE,
+    NO_CUDA,
+    NO_TORCH,
+    NOT_CACHED,
+    OUT_OF_MEMORY,
+    PHASE_MARKER,
+)
 from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, WorkloadError, WorkloadOutOfMemory
 from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, uses_cache
 from mcp_server.process.child import exit_description, log_tail
@@ -29,6 +40,7 @@ from plugins.nsys.command import export_command, find_nsys
 
 Cancel = threading.Event | None
 COUNT_EVERY_S = 1.0
+CPU_UNPROFILED_WINDOWS = 5  # a CPU-only torch pass times the window this many times without the profiler first
 
 
 class ReplayCount:
@@ -104,6 +116,10 @@ def read_harness_result(req: CaptureRequest, name: PassName, code: int) -> dict[
     """The harness's result of pass `name` (whose process ended with `code`), or a CaptureFailed that says how the
     process ended, with the last lines it printed."""
     path, log = req.run_dir.harness_result(name), req.run_dir.output_log(name)
+    if not path.is_file() and code == EXIT_CANNOT_WRITE:
+        said = [ln for ln in log_tail(log, 20).split(" | ") if ln.startswith(CANNOT_WRITE_LINE)]
+        what = said[0].removeprefix(CANNOT_WRITE_LINE) if said else f"in {req.run_dir.path}"
+        raise CaptureFailed(f"the {name} pass could not write its results: {what}", no_space_remedy(req.run_dir))
     if not path.is_file():
         tail = log_tail(log)
         remedy = f"read {log}" if tail else f"nothing was printed: check that {req.python} is a Python interpreter"
@@ -113,6 +129,11 @@ def read_harness_result(req: CaptureRequest, name: PassName, code: int) -> dict[
         )
     result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return result
+
+
+def no_space_remedy(run_dir: RunDir) -> str:
+    """What to do when the run directory's disk is full."""
+    return f"free space on the disk holding {run_dir.path}, or pass --output on another disk"
 
 
 def raise_for_harness(result: dict[str, Any], req: CaptureRequest, name: PassName) -> None:
@@ -134,6 +155,8 @@ def raise_for_harness(result: dict[str, Any], req: CaptureRequest, name: PassNam
         raise WorkloadOutOfMemory(f"the workload ran out of GPU memory during {result.get('phase', 'run')} in the "
                                   f"{name} pass: {message.splitlines()[0]}",
                                   "see what held the memory: `operator-profiler memory WORKLOAD` (the same options)")
+    if kind == CANNOT_WRITE:
+        raise CaptureFailed(f"the {name} pass could not write {message}", no_space_remedy(req.run_dir))
     tail = error.get("traceback_tail", "").strip().splitlines()
     where = f" (last lines: {' | '.join(line.strip() for line in tail[-3:])})" if tail else ""
     raise WorkloadError(
@@ -165,8 +188,12 @@ def run_pass(
     env = interpreter_env(req.python)
     started, t0 = now_iso(), time.monotonic()
     sink = PassProgress(name, progress, replays)
-    code, timed_out = run_child(cmd, run_dir.output_log(name), req.timeout_s, sink, cancel, early, env=env)
+    strays: list[str] = []
+    code, timed_out = run_child(cmd, run_dir.output_log(name), req.timeout_s, sink, cancel, early, env=env,
+                                stopped=strays)
     wall = time.monotonic() - t0
+    for stray in strays:
+        progress(f"{name} pass: stopped process {stray}, which the workload left running in a session of its own")
     if timed_out and early is None:
         raise CaptureFailed(
             f"the {name} pass ran past its {req.timeout_s:.0f} s limit and was stopped",
@@ -174,7 +201,7 @@ def run_pass(
         )
     record = PassRecord(
         name=name, profiler=profiler, command=cmd, directory=name, started_at=started,
-        wall_time_s=round(wall, 3), exit_code=code,
+        wall_time_s=round(wall, 3), exit_code=code, stopped_processes=strays,
     )
     if uses_cache(req.python):
         record.notes.append(f"bytecode cached in {env['PYTHONPYCACHEPREFIX']} (the environment forbids writing it)")
@@ -197,7 +224,8 @@ def run_pass(
 def torch_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:
     """Run the window under torch.profiler (Kineto): the torch pass's Kineto trace."""
     progress("torch.profiler pass: running the workload")
-    return run_pass(req, "torch", "torch", progress=progress, cancel=cancel)[0]
+    spread = replace(req, unprofiled_windows=CPU_UNPROFILED_WINDOWS)  # only where CUDA is missing (the harness)
+    return run_pass(spread, "torch", "torch", progress=progress, cancel=cancel)[0]
 
 
 def timing_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:

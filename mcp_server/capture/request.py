@@ -26,6 +26,7 @@ class CaptureRequest:
     warmup_iters: int = 3
     iters: int = 1
     windows: int = 1
+    unprofiled_windows: int = 0  # a CPU-only window timed this many times without the profiler first (torch pass)
     seed: int = 0
     train_step: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -67,6 +68,9 @@ class CaptureRequest:
 def check_workload(workload: Path, python: str) -> None:
     """The workload is a .py file following the contract (or marking its own window), and the interpreter
     exists; else a one-line error with its remedy."""
+    if workload.is_dir():
+        raise WorkloadError(f"workload is a directory, not a .py file: {workload}",
+                            "pass the .py file in it that defines get_model_and_input()")
     if not workload.is_file():
         raise WorkloadError(f"workload not found: {workload}", "pass the path of an existing .py file")
     if workload.suffix != ".py":
@@ -95,6 +99,8 @@ def harness_command(req: CaptureRequest, profiler: str, name: PassName) -> list[
         args += ["--kineto-trace", str(run_dir.kineto_trace(name).resolve())]
     if req.windows > 1:
         args += ["--windows", str(req.windows)]
+    if req.unprofiled_windows:
+        args += ["--unprofiled-windows", str(req.unprofiled_windows)]
     if req.compile_mode != "eager":
         args += ["--provenance", str(run_dir.provenance(name).resolve())]
     if req.train_step:

@@ -7,6 +7,7 @@ pass later.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 from collections.abc import Callable
@@ -112,8 +113,9 @@ def capture(
                 records = _in_turn(req, backend, ncu if backend == "nsys" else None, timing, progress, cancel,
                                    compiled)
             except ProfilerError as exc:  # the manifest says which passes ran and how they ended
-                _record(req, described.result(), [r for r in exc.records if isinstance(r, PassRecord)],
-                        precompile)
+                with contextlib.suppress(OSError):  # a full disk: the pass's own error says so
+                    _record(req, described.result(), [r for r in exc.records if isinstance(r, PassRecord)],
+                            precompile)
                 raise
     finally:
         run_dir.bytecode_done.unlink(missing_ok=True)

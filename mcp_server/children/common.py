@@ -33,6 +33,9 @@ def write_json(path: Path, data: Any) -> None:
     try:
         tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk: say which file could not be written
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -92,8 +95,67 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def cannot_write(exc: BaseException) -> OSError | None:
+    """The error, when it is a file of the run that could not be written for lack of space (ENOSPC, a quota)."""
+    import errno
+
+    return exc if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT) else None
+
+
+def export_trace(profiler: Any, path: Path) -> None:
+    """Export a torch.profiler trace to `path`, or raise an OSError naming it: Kineto reports a failed write
+    nowhere and leaves `<path>.tmp` behind (removed here)."""
+    import errno
+
+    partial = path.with_name(path.name + ".tmp")
+    path.unlink(missing_ok=True)
+    profiler.export_chrome_trace(str(path))
+    if path.is_file() and not partial.exists():
+        return
+    partial.unlink(missing_ok=True)
+    full = os.statvfs(path.parent).f_bavail == 0
+    raise OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full else
+                  "torch.profiler wrote no trace", str(path))
+
+
 class ContractError(Exception):
     """The workload does not follow the contract (README: the workload contract)."""
+
+
+CONTRACT_RETURN = ("get_model_and_input() must return (model, inputs): a torch.nn.Module and its inputs (a tuple of "
+                   "positional arguments, a dict of keyword arguments, or one tensor)")
+
+
+def model_and_inputs(returned: Any, module_required: bool = True) -> tuple[Any, Any]:
+    """get_model_and_input()'s return as (model, inputs), or a ContractError saying what the contract wants and
+    what came back. `module_required`: the model must be a torch.nn.Module (the harness walks its modules), else
+    any callable (bench and validate call it)."""
+    import torch
+
+    if not isinstance(returned, (tuple, list)) or len(returned) != 2:
+        raise ContractError(f"{CONTRACT_RETURN}; it returned {describe(returned)}")
+    model, inputs = returned
+    if isinstance(model, torch.nn.Module) or (callable(model) and not module_required):
+        return model, inputs
+    remedy = ": wrap it in an nn.Module whose forward calls it" if callable(model) else ""
+    raise ContractError(f"{CONTRACT_RETURN}; its model is {describe(model)}, not a torch.nn.Module{remedy}")
+
+
+def describe(value: Any, limit: int = 60) -> str:
+    """A returned value in a few words: `None`, `a str ('abc')`, `a tuple of 3 items`, `a function (a lambda)`."""
+    import inspect
+
+    if value is None:
+        return "None"
+    if isinstance(value, (tuple, list, dict)):
+        return f"a {type(value).__name__} of {len(value)} item{'s' if len(value) != 1 else ''}"
+    if inspect.isfunction(value) or inspect.isbuiltin(value) or inspect.ismethod(value):
+        name = getattr(value, "__name__", "?")
+        return f"a function ({'a lambda' if name == '<lambda>' else name})"
+    text = repr(value)
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    article = "an" if type(value).__name__[:1].lower() in "aeiou" else "a"
+    return f"{article} {type(value).__name__} ({text})"
 
 
 def load_workload(path: Path) -> Any:
@@ -298,6 +360,8 @@ def run_main(out: Path, run: Callable[[dict[str, Any]], None], failed: str, reme
         run(result)
         result["status"] = "ok"
     except BaseException as exc:  # noqa: BLE001 - the workload's failure is reported, not re-raised
+        print(f"{failed} failed during {result['phase']}:", file=sys.stderr)  # the whole traceback in the log
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
         message = f"{failed} failed during {result['phase']}: {type(exc).__name__}: {exc}"
         result.update(status="error", error=error("workload_raised", message, exc, remedy))
         code = EXIT_ERROR

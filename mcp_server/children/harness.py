@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,10 @@ from mcp_server.children.clocks import ClockSampler
 from mcp_server.children.common import (
     ContractError,
     as_call,
+    cannot_write,
     environment,
     load_workload,
+    model_and_inputs,
     now,
     seed_all,
     traceback_tail,
@@ -52,9 +55,12 @@ from mcp_server.children.compiling import (
     root_module_name,
 )
 from mcp_server.children.contract import (
+    CANNOT_WRITE,
+    CANNOT_WRITE_LINE,
     COMPILE_MODES,
     CONTRACT,
     CONTRACT_ERROR,
+    EXIT_CANNOT_WRITE,
     EXIT_CONTRACT,
     EXIT_NO_TORCH,
     EXIT_NOT_CACHED,
@@ -118,7 +124,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.warm_up_after)
     lock.build()
     _enter(result, "build")
-    model, inputs = module.get_model_and_input()
+    model, inputs = model_and_inputs(module.get_model_and_input())
     call_args, call_kwargs = as_call(inputs)
     result["placement"] = _describe_placement(model, call_args)
     if torch.cuda.is_available() and "cpu" in result["placement"]["parameter_devices"] + result["placement"][
@@ -171,6 +177,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
             torch.cuda.synchronize()
         last_step_ns = time.perf_counter_ns() - t_step
     result["warmup_time_ns"] = time.perf_counter_ns() - t0
+    if args.unprofiled_windows and not torch.cuda.is_available():  # a GPU's run has its timing pass for this
+        _enter(result, "unprofiled windows")
+        result["unprofiled_windows"] = _unprofiled_windows(step, args.iters, args.unprofiled_windows)
     trace = KernelTrace(args.kineto_trace) if args.profiler == "kernels" else None
     if trace is not None:
         trace.prepare()  # its imports now, while the previous pass may still measure, not in this window's turn
@@ -254,6 +263,23 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
 
 
 TRACED_WINDOWS = 2  # windows of the timing pass run again under the kernel trace, for busy time and gaps
+UNPROFILED_BUDGET_NS = 2_000_000_000  # a CPU window's unprofiled repeats stop once they took this long
+
+
+def _unprofiled_windows(step: Any, iters: int, count: int) -> list[dict[str, int]]:
+    """Up to `count` windows of `iters` steps without the profiler, each timed on the host clock (a CPU-only run's
+    spread from one iteration to the next); fewer when they take more than UNPROFILED_BUDGET_NS together."""
+    timed, spent = [], 0
+    for _ in range(count):
+        t0 = time.perf_counter_ns()
+        for _ in range(iters):
+            step()
+        wall = time.perf_counter_ns() - t0
+        timed.append({"wall_time_ns": wall})
+        spent += wall
+        if spent > UNPROFILED_BUDGET_NS:
+            break
+    return timed
 
 
 def _run_script_workload(args: argparse.Namespace, result: dict[str, Any]) -> None:
@@ -307,6 +333,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=1)
     parser.add_argument("--windows", type=int, default=1,
                         help="measure the window this many times, each on its own (synchronised before and after)")
+    parser.add_argument("--unprofiled-windows", type=int, default=0,
+                        help="(without CUDA) before the profiled window, time this many windows without the "
+                             "profiler on the host clock (fewer when they take over 2 s together)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-step", action="store_true")
     parser.add_argument("--gpu-lock", type=Path,
@@ -404,13 +433,21 @@ def main(argv: list[str] | None = None) -> int:
             raise ContractError(f"{args.workload} defines no get_model_and_input() and uses no NvtxCapture window")
         result["status"] = "ok"
     except ContractError as exc:
+        print(f"operator_profiler_harness: the workload does not follow the contract: {exc}", file=sys.stderr)
         result.update(status="error", error={"kind": getattr(exc, "kind", CONTRACT_ERROR), "message": str(exc)})
         code = EXIT_CONTRACT
     except BaseException as exc:  # noqa: BLE001 - the workload's own failure is reported, not re-raised
         if (cached := not_cached(exc)) is not None:
             result.update(status="error", error={"kind": NOT_CACHED, "message": str(cached)})
             code = EXIT_NOT_CACHED
-        else:
+        elif (unwritten := cannot_write(exc)) is not None:
+            message = f"{unwritten.filename} ({unwritten.strerror})"
+            print(f"{CANNOT_WRITE_LINE}{unwritten.filename}: {unwritten.strerror}", file=sys.stderr)
+            result.update(status="error", error={"kind": CANNOT_WRITE, "message": message})
+            code = EXIT_CANNOT_WRITE
+        else:  # the whole traceback in the pass's log (harness.json keeps its tail)
+            print(f"operator_profiler_harness: the workload raised during {result['phase']}:", file=sys.stderr)
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
             result.update(
                 status="error",
                 error={"kind": OUT_OF_MEMORY if out_of_memory(exc) else WORKLOAD_RAISED,
@@ -426,7 +463,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_code = main()
+    try:
+        exit_code = main()
+    except OSError as failed:  # its result could not be written (a full disk): the log says which file
+        print(f"{CANNOT_WRITE_LINE}{failed.filename}: {failed.strerror}", file=sys.stderr)
+        exit_code = EXIT_CANNOT_WRITE
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown (CUDA/Inductor shutdown takes seconds); every result is already on disk.

@@ -38,6 +38,7 @@ from mcp_server.children.common import (
     flatten,
     load_same_weights,
     load_workload,
+    model_and_inputs,
     optimized_callable,
     perturb,
     run_main,
@@ -144,11 +145,9 @@ def _back_to_back(run: _Runner, queued: int, blocks: int, cuda: bool) -> list[fl
 
 
 def _build(module: Any, seed: int) -> tuple[Any, Any]:
+    """The workload's (model, inputs) under `seed`, checked against the contract (any callable model)."""
     seed_all(seed)
-    built = module.get_model_and_input()
-    if not (isinstance(built, (tuple, list)) and len(built) == 2):
-        raise TypeError(f"get_model_and_input() must return (model, inputs); it returned {type(built).__name__}")
-    return built[0], built[1]
+    return model_and_inputs(module.get_model_and_input(), False)
 
 
 def _how(args: argparse.Namespace, base_mod: Any, model: Any, device: str, result: dict[str, Any]) -> tuple[Any, Any]:

@@ -12,6 +12,9 @@ microbenchmark" by the engine: below theoretical peaks. Exit codes: 0 ok, 3 no C
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    import _operator_profiler_child  # noqa: F401 - stops with the engine; this folder off sys.path
+
 import argparse
 import json
 import os

@@ -30,6 +30,7 @@ from mcp_server.children.common import (
     flatten,
     load_same_weights,
     load_workload,
+    model_and_inputs,
     optimized_callable,
     perturb,
     run_main,
@@ -157,7 +158,7 @@ def _one_seed(
     restore_flags(flags, warnings)
     result["phase"] = f"baseline, seed {seed}"
     seed_all(seed)
-    base_model, inputs_a = base_mod.get_model_and_input()
+    base_model, inputs_a = model_and_inputs(base_mod.get_model_and_input(), False)
     call_args, call_kwargs = as_call(inputs_a)
     opts["tf32"] = tf32_regime(flags, base_model) and device_of(base_model, call_args, call_kwargs) == "cuda"
     result["tf32"] = opts["tf32"]
@@ -174,7 +175,7 @@ def _one_seed(
     result["phase"] = f"optimized, seed {seed}"
     try:
         seed_all(seed)
-        opt_model, _ = opt_mod.get_model_and_input()
+        opt_model, _ = model_and_inputs(opt_mod.get_model_and_input(), False)
         why = load_same_weights(base_model, opt_model)
         if why and "nn.Module" in why:
             warnings.append(why)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mcp_server.children.common import export_trace
 from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX
 
 SLEEP_CALIBRATION_CYCLES = 10_000_000
@@ -88,7 +89,7 @@ class MeasuredWindow:
         if self.profiler == "torch":
             self._prof.stop()
             if self.kineto_trace is not None:
-                self._prof.export_chrome_trace(str(self.kineto_trace))
+                export_trace(self._prof, self.kineto_trace)
         elif self.profiler == "nvtx" and self.cuda:
             torch.cuda.nvtx.range_pop()
             if not self.scoped:
@@ -126,7 +127,7 @@ class KernelTrace:
     def __exit__(self, *exc: object) -> None:
         if self.traced:
             self._prof.stop()
-            self._prof.export_chrome_trace(str(self.path))
+            export_trace(self._prof, self.path)
 
 
 def sleep_cycles(ns: int) -> int:

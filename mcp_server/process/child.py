@@ -4,6 +4,11 @@ limit and cancellation checked on every turn, and a graceful stop that lets a pr
 Argument lists only, never a shell string. The child and everything it started are gone when `run_child`
 returns; children still running when the process ends (a signal, an exception in another thread) are killed
 by `stop_children`, which the faces call on SIGTERM/SIGHUP and at exit.
+
+Every child carries a tag in its environment (`RUN_TAG_ENV`, inherited by all it starts) and the engine's pid:
+what the workload left running outside the child's process group (a daemon in a session of its own) is found by
+that tag once the child has ended, stopped and named; and when the engine itself dies, even by SIGKILL, the
+child's bootstrap stops every process of the tag (`children/_operator_profiler_child.py`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from __future__ import annotations
 import atexit
 import codecs
 import contextlib
+import itertools
 import os
+import secrets
 import selectors
 import signal
 import subprocess
@@ -23,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
 
+from mcp_server.children.contract import ENGINE_PID_ENV, RUN_TAG_ENV, process_command, process_group, tagged_processes
 from mcp_server.errors import CancelledCapture
 from mcp_server.progress import Progress, quiet
 
@@ -37,8 +45,37 @@ DEFAULT_LOG_LIMIT_MB = 64
 LOG_TAIL_LINES = 5
 TAIL_BYTES = 1 << 14
 
+STRAY_GRACE_S = 1.0  # how long a process left behind has to exit after SIGTERM
+
 _LIVE: set[subprocess.Popen[bytes]] = set()
 _LIVE_LOCK = threading.Lock()
+ENGINE_TOKEN = f"{os.getpid()}-{secrets.token_hex(4)}"  # the start of every tag this process gives its children
+_TAGS = itertools.count(1)
+
+
+def new_tag() -> str:
+    """A tag for one child and everything it starts: `<engine token>.<n>`."""
+    return f"{ENGINE_TOKEN}.{next(_TAGS)}"
+
+
+def stop_tagged(tag: str, prefix: bool = False, spare_group: int | None = None) -> list[str]:
+    """Stop every process carrying `tag` (with `prefix`, any tag starting with it): SIGTERM, then SIGKILL after
+    STRAY_GRACE_S. Returns what was stopped, `pid (command line)`, leaving out members of process group
+    `spare_group` (the child's own group, being stopped already: not strays)."""
+    found = {pid: (process_command(pid), process_group(pid)) for pid in tagged_processes(tag, prefix)}
+    if not found:
+        return []
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STRAY_GRACE_S
+    while (left := tagged_processes(tag, prefix)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return [f"{pid} ({command or 'exited'})" for pid, (command, group) in found.items()
+            if spare_group is None or group != spare_group]
 
 
 def now_iso() -> str:
@@ -167,22 +204,33 @@ class _Log:
     def __init__(self, path: Path, limit: int) -> None:
         self.handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.limit, self.written, self.dropped = limit, 0, 0
+        self.failed = False  # a write failed (a full disk): the rest of the output is dropped, the child runs on
 
     def write(self, text: str) -> None:
-        room = self.limit - self.written
+        room = 0 if self.failed else self.limit - self.written
         if room <= 0:
             self.dropped += len(text)
             return
         kept = text[:room]
-        self.handle.write(kept)
+        try:
+            self.handle.write(kept)
+            self.handle.flush()  # on disk as it comes: an engine killed outright leaves the log whole
+        except OSError:
+            self.failed = True
         self.written += len(kept)
         self.dropped += len(text) - len(kept)
 
+    def note(self, text: str) -> None:
+        """A line of the engine's own, kept whatever the limit."""
+        with contextlib.suppress(OSError):
+            self.handle.write(f"\n[operator-profiler] {text}\n")
+
     def close(self) -> None:
-        if self.dropped:
-            self.handle.write(f"\n[operator-profiler] this log keeps the first {self.limit} characters of the "
-                              f"output: {self.dropped} more were dropped (${LOG_LIMIT_ENV} raises the limit)\n")
-        self.handle.close()
+        if self.dropped and not self.failed:
+            self.note(f"this log keeps the first {self.limit} characters of the output: {self.dropped} more were "
+                      f"dropped (${LOG_LIMIT_ENV} raises the limit)")
+        with contextlib.suppress(OSError):
+            self.handle.close()
 
 
 def run_child(
@@ -193,6 +241,7 @@ def run_child(
     cancel: threading.Event | None = None,
     early: EarlyStop | None = None,
     env: Mapping[str, str] | None = None,
+    stopped: list[str] | None = None,
 ) -> tuple[int, bool]:
     """Run `cmd` in its own process group, its output (stdout and stderr together) to `log_path` and `progress`.
 
@@ -200,8 +249,9 @@ def run_child(
     limit and `cancel` (CancelledCapture) are checked on every turn, whatever the child writes. With `early`, the
     time limit and `early.when` stop it gracefully, so that it can keep what it gathered (`early.reason` is then
     "timeout" or "condition"). Once the child has exited, what it wrote is read and the rest of its process
-    group is stopped: a worker it left holding the output open does not hold this up. `env` replaces the
-    inherited environment (output is unbuffered either way).
+    group is stopped: a worker it left holding the output open does not hold this up. Processes it left running
+    outside its group (found by its tag) are stopped too, each named in its log and appended to `stopped`. `env`
+    replaces the inherited environment (output is unbuffered either way).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
@@ -210,9 +260,11 @@ def run_child(
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending = ""
     log = _Log(log_path, log_limit_bytes())
+    tag = new_tag()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
+        env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1", RUN_TAG_ENV: tag,
+             ENGINE_PID_ENV: str(os.getpid())},
     )
     with _LIVE_LOCK:
         _LIVE.add(proc)
@@ -272,6 +324,11 @@ def run_child(
         selector.close()
         kill_group(proc)
         proc.stdout.close()
+        for stray in stop_tagged(tag, spare_group=proc.pid):
+            log.note(f"stopped process {stray}: left running outside the child's process group (a daemon in a "
+                     "session of its own)")
+            if stopped is not None:
+                stopped.append(stray)
         log.close()
         with _LIVE_LOCK:
             _LIVE.discard(proc)

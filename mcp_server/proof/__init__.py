@@ -37,6 +37,9 @@ def check_workload(path: Path, role: str) -> Path:
     path = Path(path)
     if str(path).startswith("-"):
         raise UsageError(f"{role} workload {str(path)!r} looks like an option", "pass the path of a .py file")
+    if path.is_dir():
+        raise WorkloadError(f"{role} workload is a directory, not a .py file: {path}",
+                            "pass the .py file in it that defines get_model_and_input()")
     if not path.is_file():
         raise WorkloadError(f"{role} workload not found: {path}", "pass the path of an existing .py file")
     if path.suffix != ".py":
@@ -65,15 +68,17 @@ def run_proof_child(
 
     Setting `cancel` stops the child (CancelledCapture). Raises WorkloadError when the child timed out, wrote
     nothing, or reports that torch is missing or the baseline itself failed; a result with status 'ok' (a
-    validation verdict included) is returned as is.
+    validation verdict included) is returned as is, with a warning for each process its workload left running
+    outside its process group (stopped).
     """
     work_dir.mkdir(parents=True, exist_ok=True)
     out = work_dir / f"{name}_child.json"
     log = work_dir / f"{name}_child.log"
     out.unlink(missing_ok=True)
     cmd = child_command(python, script, *args, "--out", str(out))
+    strays: list[str] = []
     env = {**interpreter_env(python), **(extra_env or {})}
-    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=env)
+    code, timed_out = run_child(cmd, log, timeout_s, progress, cancel, env=env, stopped=strays)
     if timed_out:
         raise ChildTimedOut(
             f"the {name} child ran past its {timeout_s:.0f} s limit and was stopped",
@@ -101,4 +106,7 @@ def run_proof_child(
             f"{message}{where}",
             error.get("remedy") or f"fix the workload; the child's full output is in {log}",
         )
+    result.setdefault("warnings", []).extend(
+        f"the {name} child's workload left process {stray} running outside its process group (a session of its "
+        "own): it was stopped" for stray in strays)
     return result

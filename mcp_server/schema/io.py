@@ -76,6 +76,11 @@ def _current_umask() -> int:
 UMASK = _current_umask()  # read once, at import: os.umask can only be read by setting it
 
 
+def _named(exc: OSError, path: Path) -> OSError:
+    """An error of a write to `path` that names the file (a write or rename error carries no file name)."""
+    return exc if exc.filename is not None else OSError(exc.errno, exc.strerror, str(path))
+
+
 def _temporary(path: Path) -> tuple[int, str]:
     """A temporary file beside `path`, with the permissions a plain open() would give it (not mkstemp's 0600)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -94,6 +99,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
     try:
         yield Path(tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(exc, path) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -108,6 +116,9 @@ def write_text_atomic(path: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(exc, path) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -166,6 +177,9 @@ def write_model_streaming(path: Path, model: BaseModel, fields: Sequence[str], c
                 write(b"\n ")
             write(skeleton[done:].encode("utf-8"))
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(exc, path) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import CaptureBackend, CompileMode, PassName, RunMode
 
-MANIFEST_VERSION = "1.2"
+MANIFEST_VERSION = "1.3"
 
 
 class PassRecord(BaseModel):
@@ -39,6 +39,10 @@ class PassRecord(BaseModel):
     exit_code: int
     artifacts: list[str] = Field(default_factory=list, description="Paths relative to the run directory.")
     notes: list[str] = Field(default_factory=list)
+    stopped_processes: list[str] = Field(
+        default_factory=list, description="Processes the pass's child left running outside its process group (a "
+        "daemon in a session of its own), found by the run's tag and stopped: `pid (command line)`.",
+    )
     stopped_early: Literal["timeout", "condition"] | None = Field(
         default=None,
         description="Set when the pass was stopped before its window finished and kept what it gathered: "
@@ -79,8 +83,8 @@ class RunManifest(BaseModel):
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
         """A 1.0 manifest (before ncu options were recorded) gets its ncu passes' options from their commands; a
-        1.1 manifest (before `notes`) needs nothing more."""
-        if isinstance(data, dict) and data.get("manifest_version") == "1.1":
+        1.1 manifest (before `notes`) or a 1.2 one (before passes' `stopped_processes`) needs nothing more."""
+        if isinstance(data, dict) and data.get("manifest_version") in ("1.1", "1.2"):
             data = {**data, "manifest_version": MANIFEST_VERSION}
         if isinstance(data, dict) and data.get("manifest_version") == "1.0":
             data = {**data, "manifest_version": MANIFEST_VERSION, "passes": [
@@ -107,3 +111,16 @@ def _options_of_v1_command(command: list[str]) -> dict[str, Any]:
         "ncu_sudo": command[:2] == ["sudo", "-n"],
     }
     return options
+
+
+class RunOwner(BaseModel):
+    """What a run directory's lock file (`.run.lock`) holds while a run writes the directory: the engine process
+    and the tag its children carry. Cleared when the run ends; a record still there when the next run takes the
+    lock is a run that was stopped before it finished (its engine killed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pid: int = Field(description="The engine process that held the run directory.")
+    tag: str = Field(description="The start of every run tag its children carried (RUN_TAG_ENV).")
+    verb: str = Field(description="What it was doing: profile, map or assemble.")
+    started_at: str

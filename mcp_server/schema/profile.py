@@ -287,15 +287,17 @@ class WindowTotals(_Model):
     kernels_with_counters: int | None = Field(default=None, description="Window kernels that carry ncu counters.")
     unprofiled_wall_time_ns: int | None = Field(
         default=None, description="The same window measured with no profiler (CUDA events; median over the timing "
-        "pass's windows), ns: comparable with gpu_elapsed_ns.",
+        "pass's windows), ns: comparable with gpu_elapsed_ns. In a CPU-only profile: the host clock, median over "
+        "the windows the torch pass timed before its profiled one.",
     )
     unprofiled_gpu_busy_time_ns: int | None = Field(
         default=None, description="Union of kernel intervals in that window (CUPTI activity only), ns.",
     )
-    unprofiled_windows: int | None = Field(default=None, description="How many windows the timing pass measured.")
+    unprofiled_windows: int | None = Field(default=None, description="How many windows the timing pass (a CPU-only "
+                                           "profile: the torch pass) measured without the profiler.")
     unprofiled_wall_time_range_ns: list[int] | None = Field(
-        default=None, description="The shortest and the longest of those windows (CUDA events), ns: how much the "
-        "window moves from one iteration to the next (schema 1.4).",
+        default=None, description="The shortest and the longest of those windows (CUDA events; the host clock in a "
+        "CPU-only profile), ns: how much the window moves from one iteration to the next (schema 1.4).",
     )
     unprofiled_traced_wall_time_ns: int | None = Field(
         default=None, description="The window under the kernel trace that gives busy time and gaps (CUDA events, "

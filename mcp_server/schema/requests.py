@@ -85,8 +85,8 @@ class CaptureOptions(_Request):
     """How the harness runs the workload's measured window (every pass of a capture shares them)."""
 
     compile_mode: Annotated[CompileMode, Field(
-        description="eager | inductor | cudagraphs (torch.compile mode='reduce-overhead') | optimized (the "
-        "workload's own optimize(model), see docs/optimized-workload-contract.md)."
+        description="cudagraphs = torch.compile(mode='reduce-overhead'); optimized = the workload's own "
+        "optimize(model) (docs/optimized-workload-contract.md)."
     )] = "eager"
     warmup_iters: Annotated[int, Field(ge=0, description="Iterations before the window.")] = 3
     iters: Annotated[int, Field(ge=1, description="Iterations inside the measured window.")] = 1
@@ -96,12 +96,11 @@ class CaptureOptions(_Request):
     )] = False
     timeout_s: Annotated[float, Field(
         gt=0, allow_inf_nan=False,
-        description="Seconds each capture pass may run; an ncu pass stopped at this limit keeps the kernels "
-        "it replayed so far."
+        description="Seconds each capture pass may run (an ncu pass stopped then keeps what it replayed)."
     ), Flag("--timeout")] = DEFAULT_TIMEOUT_S
     nproc_per_node: Annotated[int | None, Field(
-        ge=1, description="Launch the workload through torchrun with this many ranks on this node (one GPU each on "
-        "CUDA): one profile per rank in rank<R>/ and the merged view in ranks.json."
+        ge=1, description="Launch through torchrun with this many ranks on this node (a GPU each): a profile per "
+        "rank in rank<R>/, merged in ranks.json."
     )] = None
     nnodes: Annotated[str | None, Field(description="torchrun's --nnodes (e.g. 2, or 1:4).")] = None
     node_rank: Annotated[int | None, Field(ge=0, description="torchrun's --node-rank.")] = None
@@ -129,25 +128,24 @@ class NcuOptions(_Request):
 
     dedupe: Annotated[bool, Field(
         description="Replay each launch configuration (mangled name, grid, block, shared memory) once and copy its "
-        "counters to identical launches; turned off (dedupe=false, --no-dedupe), ncu replays every launch."
+        "counters to identical launches; off, ncu replays every launch."
     )] = True
     kernel_regex: Annotated[str | None, Field(
-        description="Replay only kernels whose mangled name matches (a Triton kernel's mangled name is its name; a "
-        "C++ kernel's contains its identifiers)."
+        description="Replay only kernels whose mangled name matches (a Triton kernel's is its name)."
     )] = None
     launch_skip: Annotated[int | None, Field(ge=0, description="Skip this many matching launches first.")] = None
     launch_count: Annotated[int | None, Field(ge=0, description="Replay at most this many launches.")] = None
     max_kernels: Annotated[int | None, Field(
-        ge=1, description="Stop ncu once it replayed this many kernels (the first distinct ones in launch order); "
-        "later launches of their configurations still get their counters."
+        ge=1, description="Stop ncu after this many distinct kernels (in launch order); their identical launches "
+        "still get counters."
     )] = None
     metric_set: Annotated[str | None, Field(
-        description="Also collect an ncu section set (e.g. full) for deep dives; its report holds the SM, memory, L1 "
-        "and L2 throughput metrics themselves, which the profile then reads exactly."
+        description="Also collect an ncu section set (e.g. full): the SM, memory, L1 and L2 throughputs are then read "
+        "exactly."
     ), Flag("--set")] = None
     sections: Annotated[tuple[str, ...], Field(
-        description="Also collect these ncu sections (SpeedOfLight gives the SM, memory, L1 and L2 throughputs "
-        "exactly, where the default set on a GH100 GPU reads each as the busiest of a few inputs of its breakdown)."
+        description="Also collect these ncu sections (SpeedOfLight: the SM, memory, L1 and L2 throughputs exactly, "
+        "not as the busiest of their inputs)."
     ), Flag("--section", repeat=True)] = ()
     ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False
 

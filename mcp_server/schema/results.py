@@ -50,7 +50,8 @@ class OperatorSummary(BaseModel):
     gpu_time_ns: int
     cpu_total_time_ns: int | None = None
     cpu_self_time_ns: int | None = None
-    share_pct: float
+    share_pct: float = Field(description="Share of the window's kernel time; in a CPU-only profile, of the "
+                             "operators' CPU total time (not of the window: see the profile's warnings).")
     is_fused: bool
     phases: list[str] = Field(default_factory=list, description="Phases its calls ran in (forward, backward, "
                               "optimizer).")
@@ -183,7 +184,8 @@ class OperatorDetail(_Model):
     call_site: str | None = Field(default=None, description="`path:line` of the user's code that made the call.")
     autograd_node: str | None = None
     forward_op: str | None = Field(default=None, description="The forward op a backward call differentiates.")
-    share_pct: float = Field(description="Share of the window's kernel time (CPU time in CPU-only profiles).")
+    share_pct: float = Field(description="Share of the window's kernel time (of the operators' CPU total time in "
+                             "CPU-only profiles).")
     aggregated: AggregatedMetrics
     kernel_count: int
     kernel_names: list[KernelNameTotal] = Field(description="Its kernels grouped by name, heaviest first.")

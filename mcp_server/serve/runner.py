@@ -14,16 +14,21 @@ import logging
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlparse
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ClientCapabilities, RootsCapability
 
 from mcp_server.errors import ProfilerError, from_os_error
 from mcp_server.progress import Progress, is_phase
+from mcp_server.serve.wording import mcp_words
 
 T = TypeVar("T")
 Work = Callable[[Progress, threading.Event], T]
@@ -113,7 +118,7 @@ async def run_engine(ctx: Context[Any, Any] | None, tool: str, work: Work[T], ti
         if isinstance(value, OSError):
             value = from_os_error(value)
         if isinstance(value, ProfilerError):
-            raise ToolError("\n".join([value.one_line(), *value.details])) from value
+            raise ToolError(mcp_words("\n".join([value.one_line(), *value.details]))) from value
         raise value
     finally:
         if not finished.is_set():
@@ -123,6 +128,24 @@ async def run_engine(ctx: Context[Any, Any] | None, tool: str, work: Work[T], ti
                 await anyio.to_thread.run_sync(finished.wait, STOP_GRACE_S)
         with _IN_FLIGHT_LOCK:
             _IN_FLIGHT.discard((cancel, finished))
+
+
+async def client_roots(ctx: Context[Any, Any] | None) -> tuple[Path, ...]:
+    """The folders the client declared as its roots (`roots/list`), when it declares the capability; none else."""
+    if ctx is None:
+        return ()
+    try:
+        session = ctx.session
+        if not session.check_client_capability(ClientCapabilities(roots=RootsCapability())):
+            return ()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # roots are deprecated from protocol 2026-07-28; older clients send them
+            listed = await session.list_roots()
+    except Exception as exc:  # noqa: BLE001 - a client that cannot answer has no roots to add
+        logger.debug("roots/list failed: %r", exc)
+        return ()
+    return tuple(Path(unquote(urlparse(str(root.uri)).path)) for root in listed.roots
+                 if str(root.uri).startswith("file://"))
 
 
 def stop_all(grace_s: float = STOP_GRACE_S) -> int:

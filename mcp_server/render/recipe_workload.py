@@ -1,0 +1,113 @@
+"""The tier's winner of the free frontier as an optimized workload: `<name>_optimized.py`, plain code in optimize().
+
+The file follows the optimized-workload contract with `RECIPE` in place of a backend of its own (validate skips the
+backend checks and says why): it imports the baseline's `get_model_and_input` from the baseline's folder, and its
+`optimize(model)` applies the recipe exactly as `recipes` measured it, plus, where CUDA graphs replay the calls,
+a copy of each output (a replay overwrites the previous call's outputs, which validate's output_caching check and
+any caller keeping them would see).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mcp_server.children.contract import recipe_parts
+from mcp_server.schema.io import write_text_atomic
+from mcp_server.schema.recipes import RecipesReport, Winner
+
+GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def _dtype(precision: str) -> str:
+    return "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
+
+
+def optimize_body(recipe: str, device: str) -> list[str]:
+    """The lines of `optimize(model)` that apply `recipe` (indented four spaces), ending with `return run`."""
+    mode, precision, channels_last, cudnn_benchmark = recipe_parts(recipe)
+    lines = []
+    if device == "cuda":
+        tf32 = "True" if precision == "tf32" else "False"
+        lines += [f"torch.backends.cuda.matmul.allow_tf32 = {tf32}", f"torch.backends.cudnn.allow_tf32 = {tf32}"]
+    if cudnn_benchmark:
+        lines.append("torch.backends.cudnn.benchmark = True")
+    casts = []
+    if precision.endswith("-cast"):
+        lines.append(f"model = model.to({_dtype(precision)})")
+        casts.append(f"x.to({_dtype(precision)}) if x.is_floating_point() else x")
+    if channels_last:
+        lines.append("model = model.to(memory_format=torch.channels_last)")
+        casts.append("x.contiguous(memory_format=torch.channels_last) if x.is_floating_point() and x.dim() == 4 "
+                     "else x")
+    if mode == "eager":
+        lines.append("compiled = model")
+    elif mode == "compile":
+        lines.append("compiled = torch.compile(model)")
+    else:
+        lines.append(f'compiled = torch.compile(model, mode="{mode}")')
+    lines += ["", "def run(*inputs: Any) -> Any:"]
+    for cast in casts:
+        lines.append(f"    inputs = tuple(({cast}) if isinstance(x, torch.Tensor) else x for x in inputs)")
+    call = "compiled(*inputs)"
+    if mode in GRAPH_MODES:
+        lines.append("    torch.compiler.cudagraph_mark_step_begin()")
+    if precision.endswith("-autocast"):
+        lines += [f'    with torch.autocast("{device}", dtype={_dtype(precision)}):', f"        out = {call}"]
+    else:
+        lines.append(f"    out = {call}")
+    if mode in GRAPH_MODES:
+        lines.append("    return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, out)  # replays "
+                     "overwrite outputs")
+    else:
+        lines.append("    return out")
+    lines += ["", "return run"]
+    return ["    " + line if line else "" for line in lines]
+
+
+def recipe_workload(workload: Path, winner: Winner, report: RecipesReport, recipes_path: Path) -> str:
+    """The source of `<name>_optimized.py` applying `winner` to `workload`'s model."""
+    name = workload.stem
+    mode = recipe_parts(winner.recipe)[0]
+    device = report.device_name or report.device_type
+    seeds = ", ".join(map(str, report.seeds))
+    error = f"{winner.max_rel_error:.2g}" if winner.max_rel_error is not None else "none measured"
+    speed = f", {winner.speedup_vs_reference:.2f}x fp32 eager" if winner.speedup_vs_reference else ""
+    graphs = mode in GRAPH_MODES
+    head = [
+        f'"""{name}, optimized: {winner.recipe}, the {winner.tier} tier\'s winner of the free frontier by '
+        f"{winner.metric.replace('_', '-')}.",
+        "",
+        f"Measured by `operator-profiler recipes` on {device} (torch {report.torch_version}, {recipes_path}): "
+        f"{winner.time_ns / 1e6:.3f} ms per call{speed}; largest relative error against fp32 eager {error} over "
+        f"seeds {seeds}. optimize(model) applies it as a user would paste it"
+        + ("; each output is copied, since CUDA graph replays overwrite them." if graphs else ".") + '\n"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "import sys",
+        "from typing import Any",
+        "",
+        "import torch",
+    ]
+    if graphs:
+        head.append("from torch.utils._pytree import tree_map")
+    head += [
+        "",
+        f"sys.path.insert(0, {str(workload.resolve().parent)!r})  # the baseline's folder: its workload and imports",
+        f"from {name} import get_model_and_input  # noqa: E402,F401 - the baseline's model and inputs",
+        "",
+        f'RECIPE = "{winner.recipe}"',
+        "",
+        "",
+        "def optimize(model: torch.nn.Module) -> Any:",
+        f'    """{winner.recipe} applied to `model`: a callable taking the baseline\'s inputs."""',
+    ]
+    return "\n".join(head + optimize_body(winner.recipe, report.device_type)) + "\n"
+
+
+def write_recipe_workload(workload: Path, winner: Winner, report: RecipesReport, recipes_path: Path,
+                          out_dir: Path) -> Path:
+    """Write `out_dir/<name>_optimized.py` (atomically); its path."""
+    path = Path(out_dir) / f"{Path(workload).stem}_optimized.py"
+    write_text_atomic(path, recipe_workload(Path(workload), winner, report, recipes_path))
+    return path
