@@ -9,20 +9,14 @@ models' fields. Start-up imports no engine module and no torch: `api` is importe
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import sys
-from collections.abc import Callable
-from types import ModuleType
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field
 
-from mcp_server import __version__
-from mcp_server.progress import Progress
 from mcp_server.schema.requests import (
     WINDOW_OPTIONS,
     AnalyzeRequest,
@@ -45,7 +39,6 @@ from mcp_server.schema.requests import (
     SummaryRequest,
     TimingOptions,
     ValidateRequest,
-    usage_error,
 )
 from mcp_server.schema.results import (
     AnalyzeResult,
@@ -64,106 +57,28 @@ from mcp_server.schema.results import (
 )
 from mcp_server.schema.types import Backend, Tier
 from mcp_server.serve.interpreter import choose_python
-from mcp_server.serve.paths import CLIENT_ROOTS, project_dir, resolve, resolve_optional, workload_file
-from mcp_server.serve.runner import client_roots, run_engine, stop_all
-from mcp_server.serve.strict import StrictServer
+from mcp_server.serve.paths import project_dir, resolve, resolve_optional, workload_file
+from mcp_server.serve.runner import stop_all
+from mcp_server.serve.tools import (
+    ASSEMBLY_MARGIN_S,
+    QUERY_LIMIT_S,
+    READ_ONLY,
+    REBUILDS,
+    REPLACES_COUNTERS,
+    RUNS_WORKLOAD,
+    Count,
+    Output,
+    Positive,
+    ProfileRef,
+    Python,
+    TimeoutS,
+    Tolerances,
+    call,
+    request,
+    server,
+    tool,
+)
 from mcp_server.serve.wording import mcp_words
-
-INSTRUCTIONS = """\
-Operator Profiler attributes every CUDA kernel of a PyTorch workload to the operator (aten::linear, an
-Inductor-fused group) and nn.Module path that launched it, and proves optimizations with evidence.
-A workload is a .py file defining get_model_and_input() -> (model, inputs).
-Flow: preflight -> profile -> analyze -> top_operators / operator_detail / kernel_detail -> recipes (what a
-user gets for free: the winner of each precision tier, the baseline to beat) -> write an optimized copy ->
-validate (is it still right?) -> bench (how much faster than eager and than the frontier's winner, with
-confidence intervals) -> profile the optimized workload -> compare (which operators moved) -> report.
-loop_status says which stage of that loop is next for a workload whose folder holds the loop's files.
-Relative paths resolve against the project directory (CLAUDE_PROJECT_DIR, else the server's working
-directory); tools read and write only inside it, the client's roots and $OPERATOR_PROFILER_ALLOWED_DIRS.
-Parameters shared by the tools: python = the interpreter that runs the workload (default:
-$OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python, else python3 on PATH; every result says which
-interpreter and torch ran); output = the folder to write into (default: a fresh one under <project>/op_runs/);
-timeout_s = seconds each child process may run; profile, baseline, optimized (compare) = a profile.json or the
-run directory holding it; top, limit = how many rows. Leave out an optional parameter for its default.
-"""
-
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-RUNS_WORKLOAD = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                open_world_hint=False)
-REBUILDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
-REPLACES_COUNTERS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                                    open_world_hint=False)
-QUERY_LIMIT_S = 120.0
-ASSEMBLY_MARGIN_S = 300.0
-
-# Parameters shared by the tools are described once, in INSTRUCTIONS, not in every tool's schema.
-Python = Annotated[str | None, Field()]
-Output = Annotated[str | None, Field()]
-TimeoutS = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=0)]
-Positive = Annotated[int, Field(ge=1)]
-ProfileRef = Annotated[str, Field()]
-Tolerances = Annotated[dict[str, float] | None, Field(description="rtol per dtype class, e.g. {'bfloat16': 2e-2}.")]
-
-F = TypeVar("F", bound=Callable[..., Any])
-R = TypeVar("R", bound=BaseModel)
-
-server = StrictServer(name="operator-profiler", version=__version__, instructions=INSTRUCTIONS)
-
-
-def tool(
-    title: str, annotations: ToolAnnotations, name: str | None = None, options: type[BaseModel] | None = None,
-    only: tuple[str, ...] | None = None,
-) -> Callable[[F], F]:
-    """Register a tool whose description is its docstring, dedented. With `options`, the tool's `**options`
-    stands for one parameter per field of that request model (its type, bounds, default and description), or per
-    field named in `only`."""
-
-    def register(fn: F) -> F:
-        if options is not None:
-            fn.__signature__ = _with_options(fn, options, only)  # type: ignore[attr-defined]
-        server.add_tool(fn, name=name, title=title, description=inspect.cleandoc(fn.__doc__ or ""),
-                        annotations=annotations)
-        return fn
-
-    return register
-
-
-def _with_options(fn: Callable[..., Any], model: type[BaseModel], only: tuple[str, ...] | None = None
-                  ) -> inspect.Signature:
-    """`fn`'s signature with its `**options` replaced by keyword parameters, one per field of `model`: each takes
-    the field's type, and the field itself (default, bounds, description) as its default."""
-    signature = inspect.signature(fn, eval_str=True)
-    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field, annotation=field.annotation)
-               for name, field in model.model_fields.items() if only is None or name in only]
-    return signature.replace(parameters=params)
-
-
-def _api() -> ModuleType:
-    """The engine's facade, imported on first use so that start-up stays light."""
-    from mcp_server import api
-
-    return api
-
-
-def _request(model: type[R], **values: Any) -> R:
-    """A verb's request, or the UsageError (a ToolError with its remedy) naming the parameter that is wrong."""
-    try:
-        return model(**values)
-    except ValidationError as exc:
-        raise usage_error(exc) from exc
-
-
-async def _call(ctx: Context | None, verb: str, limit_s: float, make: Callable[[], BaseModel], label: str = "") -> Any:
-    """Run facade verb `verb` on the request `make` builds (in the worker thread, so that a bad path or value is
-    a ToolError with its remedy), within `limit_s` (run_engine)."""
-
-    def work(progress: Progress, cancel: Any) -> Any:
-        return getattr(_api(), verb)(make(), progress, cancel)
-
-    CLIENT_ROOTS.set(await client_roots(ctx))  # the worker thread runs in a copy of this context
-    return await run_engine(ctx, label or verb, work, limit_s)
 
 
 @tool("Preflight: can this machine profile?", READ_ONLY)
@@ -173,8 +88,8 @@ async def preflight(ctx: Context, python: Python = None, quick: bool = False) ->
     Use first on a new machine, or when profile fails with a backend error: each failed check has a remedy;
     `backend` is what profile's backend='auto' will use. quick=true finds torch without importing it.
     """
-    found: PreflightResult = await _call(ctx, "preflight", QUERY_LIMIT_S,
-                                         lambda: _request(PreflightRequest, python=choose_python(python), quick=quick))
+    found: PreflightResult = await call(ctx, "preflight", QUERY_LIMIT_S,
+                                         lambda: request(PreflightRequest, python=choose_python(python), quick=quick))
     for check in found.checks:
         check.remedy = mcp_words(check.remedy) if check.remedy else check.remedy
     return found.model_copy(update={"summary": mcp_words(found.summary)})
@@ -198,15 +113,15 @@ async def profile(
     window totals and top operators with their operator_ids (drill in with operator_detail). backend 'auto':
     nsys with an NVIDIA GPU, nsys and ncu, else torch.profiler (CPU operator times without a GPU).
     """
-    options = _request(CaptureOptions, **capture)
+    options = request(CaptureOptions, **capture)
 
     def make() -> ProfileRequest:
-        return _request(ProfileRequest, workload=workload_file(workload), python=choose_python(python),
+        return request(ProfileRequest, workload=workload_file(workload), python=choose_python(python),
                         capture=options, backend=backend, ncu=NcuOptions() if counters else None,
                         output=resolve_optional(output, "output directory"), project=project_dir(), top=top,
                         memory=memory)
 
-    return await _call(ctx, "profile", (3 if memory else 2) * options.timeout_s + ASSEMBLY_MARGIN_S, make)
+    return await call(ctx, "profile", (3 if memory else 2) * options.timeout_s + ASSEMBLY_MARGIN_S, make)
 
 
 @tool("Memory: where every byte at the peak comes from", RUNS_WORKLOAD, options=CaptureOptions, only=WINDOW_OPTIONS)
@@ -223,8 +138,8 @@ async def memory(
     savings. Writes memory.json, memory_timeline.png and the snapshot (pytorch.org/memory_viz). An out-of-memory
     error says what was allocated where and what held the memory. Needs an NVIDIA GPU to capture.
     """
-    options = _request(CaptureOptions, **capture)
-    return await _call(ctx, "memory", options.timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
+    options = request(CaptureOptions, **capture)
+    return await call(ctx, "memory", options.timeout_s + ASSEMBLY_MARGIN_S, lambda: request(
         MemoryRequest, target=resolve(target, "workload or run directory"), python=choose_python(python),
         capture=options, output=resolve_optional(output, "output directory"), project=project_dir(), top=top))
 
@@ -242,8 +157,8 @@ async def map_counters(
     Use after profile(backend='nsys') for hardware evidence (DRAM bytes, occupancy, tensor cores, stalls);
     kernel_regex/launch_count/max_kernels keep it short. Replaces earlier counters. Needs a GPU and ncu.
     """
-    return await _call(ctx, "map_run", timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
-        MapRequest, run_dir=resolve(run_dir, "run directory"), ncu=_request(NcuOptions, **ncu), timeout_s=timeout_s,
+    return await call(ctx, "map_run", timeout_s + ASSEMBLY_MARGIN_S, lambda: request(
+        MapRequest, run_dir=resolve(run_dir, "run directory"), ncu=request(NcuOptions, **ncu), timeout_s=timeout_s,
         top=top), "map")
 
 
@@ -257,8 +172,8 @@ async def assemble(
 
     Use on a run captured elsewhere (a GPU machine's run copied here), or after upgrading the profiler.
     """
-    return await _call(ctx, "assemble", ASSEMBLY_MARGIN_S,
-                       lambda: _request(AssembleRequest, run_dir=resolve(run_dir, "run directory"), top=top))
+    return await call(ctx, "assemble", ASSEMBLY_MARGIN_S,
+                       lambda: request(AssembleRequest, run_dir=resolve(run_dir, "run directory"), top=top))
 
 
 @tool("Analyze a profile: bottleneck and opportunities", REBUILDS)
@@ -273,7 +188,7 @@ async def analyze(
 
     Use right after profile to decide what to change first. Writes analysis.json, trace.json and charts.
     """
-    return await _call(ctx, "analyze", 2 * ASSEMBLY_MARGIN_S + 600.0, lambda: _request(
+    return await call(ctx, "analyze", 2 * ASSEMBLY_MARGIN_S + 600.0, lambda: request(
         AnalyzeRequest, profile=resolve(profile, "profile"), output=resolve_optional(output, "output directory"),
         project=project_dir(), measure=measure))
 
@@ -292,7 +207,7 @@ async def compare(
     Use after profiling both workloads: which operators got faster, were fused away or appeared. Writes
     comparison.json and .md. Kernel-time sums: the speedup to report comes from bench.
     """
-    return await _call(ctx, "compare", ASSEMBLY_MARGIN_S, lambda: _request(
+    return await call(ctx, "compare", ASSEMBLY_MARGIN_S, lambda: request(
         CompareRequest, baseline=resolve(baseline, "profile"), optimized=resolve(optimized, "profile"),
         allow_mismatch=allow_mismatch, output=resolve_optional(output, "output directory"), project=project_dir(),
         top=top))
@@ -319,8 +234,8 @@ async def bench(
     tier's winner in recipes.json (run recipes first, on this GPU; bench_vs_free.json). validate takes the file as
     bench_json.
     """
-    options = _request(TimingOptions, **timing)
-    return await _call(ctx, "bench", 2 * rounds * timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
+    options = request(TimingOptions, **timing)
+    return await call(ctx, "bench", 2 * rounds * timeout_s + ASSEMBLY_MARGIN_S, lambda: request(
         BenchRequest, baseline=workload_file(baseline, "baseline workload"),
         optimized=workload_file(optimized, "optimized workload"), python=choose_python(python), timing=options,
         rounds=rounds, baseline_mode=baseline_mode, tier=tier, recipes=resolve_optional(recipes, "recipes.json"),
@@ -348,8 +263,8 @@ async def recipes(
     optimization must beat (bench with baseline_mode='free'). Writes recipes.json and frontier.png; a recipe that
     crashes, hangs or fails validation is recorded with its reason.
     """
-    options = _request(RecipeTiming, **timing)
-    return await _call(ctx, "recipes", 40 * timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
+    options = request(RecipeTiming, **timing)
+    return await call(ctx, "recipes", 40 * timeout_s + ASSEMBLY_MARGIN_S, lambda: request(
         RecipesRequest, workload=workload_file(workload), python=choose_python(python), timing=options,
         thorough=thorough, only=only, seeds=seeds, jobs=jobs, output=resolve_optional(output, "output directory"),
         project=project_dir(), timeout_s=timeout_s))
@@ -383,7 +298,7 @@ async def validate(
     Use before claiming any optimization: same weights, several seeds, dtype-aware tolerances, NaN/Inf,
     mutation, the backend invoked, the generated tests. A failed check is a verdict (passed=false), not an error.
     """
-    return await _call(ctx, "validate", 2 * timeout_s + ASSEMBLY_MARGIN_S, lambda: _request(
+    return await call(ctx, "validate", 2 * timeout_s + ASSEMBLY_MARGIN_S, lambda: request(
         ValidateRequest, baseline=workload_file(baseline, "baseline workload"),
         optimized=workload_file(optimized, "optimized workload"), python=choose_python(python), seeds=seeds,
         rtol=rtol, atol=atol, tolerances=tolerances, run_tests=run_tests, speedup=speedup,
@@ -420,7 +335,7 @@ async def report(
     Use at the end of a loop with every file the other tools returned: a speedup is stated only from bench.json,
     correctness only from validation_report.json. plan=true writes proposal.md and implementation.md instead.
     """
-    return await _call(ctx, "report", ASSEMBLY_MARGIN_S, lambda: _request(
+    return await call(ctx, "report", ASSEMBLY_MARGIN_S, lambda: request(
         ReportRequest, baseline_profile=resolve(baseline_profile, "profile"),
         optimized_profile=resolve_optional(optimized_profile, "profile"),
         analysis=resolve_optional(analysis, "analysis.json"),
@@ -440,8 +355,8 @@ async def top_operators(profile: ProfileRef, ctx: Context, limit: Positive = 10)
 
     Use instead of reading profile.json (megabytes). Pass an operator_id to operator_detail.
     """
-    return await _call(ctx, "summary", QUERY_LIMIT_S,
-                       lambda: _request(SummaryRequest, profile=resolve(profile, "profile"), top=limit), "query")
+    return await call(ctx, "summary", QUERY_LIMIT_S,
+                       lambda: request(SummaryRequest, profile=resolve(profile, "profile"), top=limit), "query")
 
 
 @tool("One operator call in detail", READ_ONLY)
@@ -453,7 +368,7 @@ async def operator_detail(
 
     Use after top_operators to see why an operator is slow; kernel_detail has one kernel's every counter.
     """
-    return await _call(ctx, "operator_detail", QUERY_LIMIT_S, lambda: _request(
+    return await call(ctx, "operator_detail", QUERY_LIMIT_S, lambda: request(
         OperatorDetailRequest, profile=resolve(profile, "profile"), operator_id=operator_id, max_kernels=max_kernels),
         "query")
 
@@ -465,7 +380,7 @@ async def kernel_detail(profile: ProfileRef, kernel_id: int, ctx: Context) -> Ke
 
     Use for the hardware evidence behind a bottleneck (DRAM bytes, occupancy, tensor cores, stalls).
     """
-    return await _call(ctx, "kernel_detail", QUERY_LIMIT_S, lambda: _request(
+    return await call(ctx, "kernel_detail", QUERY_LIMIT_S, lambda: request(
         KernelDetailRequest, profile=resolve(profile, "profile"), kernel_id=kernel_id), "query")
 
 
@@ -479,8 +394,8 @@ async def loop_status(
 
     Use before resuming a loop: resume_from is the stage to start at (--from=), reason says why.
     """
-    return await _call(ctx, "loop_status", QUERY_LIMIT_S,
-                       lambda: _request(LoopStatusRequest, workload=workload_file(workload)), "query")
+    return await call(ctx, "loop_status", QUERY_LIMIT_S,
+                       lambda: request(LoopStatusRequest, workload=workload_file(workload)), "query")
 
 
 def _terminate(signum: int, _frame: object) -> None:

@@ -31,9 +31,10 @@ LAYERS: dict[int, tuple[str, ...]] = {
     5: ("mcp_server.queries", "mcp_server.analysis", "mcp_server.compare", "mcp_server.proof", "mcp_server.preflight",
         "mcp_server.tables", "mcp_server.ranks", "mcp_server.memory"),
     6: ("mcp_server.render",),
-    7: ("mcp_server.api", "mcp_server.serve"),
-    8: ("mcp_server.cli", "mcp_server.server"),
-    9: ("mcp_server.__main__",),
+    7: ("mcp_server.api",),
+    8: ("mcp_server.serve",),  # the MCP face's own helpers: its registry calls the facade
+    9: ("mcp_server.cli", "mcp_server.server"),
+    10: ("mcp_server.__main__",),
 }
 ROOT_PACKAGE = "mcp_server"  # its __init__ holds the version only: any module may import it
 MAX_LINES = 500

@@ -1,0 +1,184 @@
+"""Capture verbs: profile and run, map, assemble and the memory pass: a workload into a run directory, profile.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mcp_server.api.common import PROGRAM, Cancel
+from mcp_server.assemble import assemble as assemble_profile
+from mcp_server.assemble import write_profile
+from mcp_server.capture.leftovers import owner, stopped_beside, taken_over
+from mcp_server.capture.ranks import capture_ranks
+from mcp_server.capture.request import CaptureRequest, check_workload
+from mcp_server.capture.schedule import capture, choose_backend, has_gpu, map_counters
+from mcp_server.errors import BackendUnavailable, UsageError, WorkloadOutOfMemory
+from mcp_server.progress import Progress, quiet
+from mcp_server.queries import header, top_rows
+from mcp_server.ranks.build import merge_run, write_events_of
+from mcp_server.rundir import RunDir, output_folder
+from mcp_server.schema.requests import (
+    AssembleRequest,
+    Interpreter,
+    MapRequest,
+    MemoryRequest,
+    NcuOptions,
+    ProfileRequest,
+    cli_flags,
+)
+from mcp_server.schema.results import (
+    InterpreterInfo,
+    MemoryRun,
+    ProfileRun,
+)
+
+BACKEND_NAMES = {"torch": "torch.profiler (Kineto)", "nsys": "nsys timeline"}
+NO_COUNTERS_HERE = (
+    "no hardware counters: nsys and ncu need an NVIDIA GPU with Nsight Systems and Compute here (see "
+    "`operator-profiler preflight`); profiling with torch.profiler instead"
+)
+def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
+    """Capture the workload's window into a run directory and assemble profile.json; with `req.ncu`, replay
+    its kernels under ncu too (the `run` verb)."""
+    chosen = choose_backend(req.backend)
+    counters = req.ncu is not None and chosen == "nsys"
+    if req.ncu is not None and not counters:
+        if req.require_counters:
+            raise BackendUnavailable(
+                "counters need the nsys backend (an NVIDIA GPU with nsys and ncu), not available here",
+                "drop counters, or run on a GPU machine where `preflight` passes",
+            )
+        progress(f"profile: {NO_COUNTERS_HERE}")
+    check_workload(req.workload, req.python.python)  # before any directory is made
+    run_dir = RunDir(output_folder(req.output, req.project, req.workload))
+    run_dir.claimable(req.workload)  # a folder that is not ours is refused before anything is written into it
+    cap = CaptureRequest.of(req.workload, run_dir, req.python.python, req.capture)
+    label = BACKEND_NAMES[chosen] + (" + ncu counters" if counters else "")
+    note = f"{req.backend} -> {label}" + (
+        " (no NVIDIA GPU with nsys and ncu here)" if req.backend == "auto" and chosen == "torch" else ""
+    )
+    progress(f"profile: {label} into {run_dir.path} under {req.python.python}")
+    command = req.command_line or _equivalent_command(req, run_dir, counters)
+    if req.memory and cap.distributed:
+        raise UsageError("--memory records one process, not a torchrun launch", "drop --memory or --nproc-per-node")
+    with run_dir.locked(owner("run" if counters else "profile")):
+        stale = taken_over(run_dir, "profile", progress)
+        stale += stopped_beside(req.project, "profile", progress) if req.output is None else []
+        run_dir.claim(req.workload)
+        try:
+            (capture_ranks if cap.distributed else capture)(
+                cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())
+        except WorkloadOutOfMemory as exc:
+            raise _diagnosed(cap, exc, progress, cancel) from None
+        failed = []
+        if req.memory:
+            from mcp_server.memory.run import add_memory_pass
+
+            failed = add_memory_pass(cap, progress, cancel)
+        result = (_ranks_run if cap.distributed else _profile_run)(run_dir, req.python, note, req.top, progress)
+    result.warnings += failed
+    if req.ncu is not None and not counters:
+        result.warnings.insert(0, NO_COUNTERS_HERE)
+    result.warnings[:0] = stale
+    return result
+def run(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
+    """profile with ncu counters: the nsys timeline and the ncu replay (default options unless `req.ncu`)."""
+    return profile(req if req.ncu is not None else req.model_copy(update={"ncu": NcuOptions()}), progress, cancel)
+def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
+    """Replay a captured nsys run's kernels under ncu and rebuild its profile.json."""
+    run_dir = RunDir.existing(req.run_dir)
+    manifest = run_dir.read_manifest()
+    if manifest.backend != "nsys+ncu":
+        raise UsageError(
+            f"{run_dir.path} was captured with backend {manifest.backend}",
+            "map needs a run captured with the nsys backend: profile with backend='nsys' (--backend nsys) on a GPU "
+            "machine",
+        )
+    cap = CaptureRequest(
+        workload=Path(manifest.workload), run_dir=run_dir, python=manifest.python,
+        compile_mode=manifest.compile_mode, warmup_iters=manifest.warmup_iters, iters=manifest.iters,
+        seed=manifest.seed, train_step=manifest.run_mode == "train_step", timeout_s=req.timeout_s,
+    )
+    progress(f"map: ncu replay of {run_dir.path} under {manifest.python}")
+    with run_dir.locked(owner("map")):
+        stale = taken_over(run_dir, "map", progress)
+        try:
+            map_counters(cap, req.ncu, progress, cancel)
+        except WorkloadOutOfMemory as exc:
+            raise _diagnosed(cap, exc, progress, cancel) from None
+        result = _profile_run(run_dir, Interpreter(python=manifest.python, source="manifest"),
+                              "nsys+ncu: counters replayed by ncu at base clocks, durations from nsys at real clocks",
+                              req.top, progress)
+    result.warnings[:0] = stale
+    return result
+def assemble(req: AssembleRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
+    """Rebuild profile.json from a run directory's raw artifacts (no GPU, no workload)."""
+    run_dir = RunDir.existing(req.run_dir)
+    manifest = run_dir.read_manifest()
+    progress(f"assemble: {run_dir.path}")
+    if manifest.backend == "memory":
+        raise UsageError(f"{run_dir.path} holds the memory pass alone: it has no profile to assemble",
+                         "rebuild its memory.json with `operator-profiler memory RUN_DIR` (the memory tool)")
+    with run_dir.locked(owner("assemble")):
+        stale = taken_over(run_dir, "assemble", progress)
+        rebuild = _ranks_run if manifest.distributed is not None and run_dir.ranks() else _profile_run
+        result = rebuild(run_dir, Interpreter(python=manifest.python, source="manifest"),
+                         f"{manifest.backend}: rebuilt from the recorded artifacts", req.top, progress)
+    result.warnings[:0] = stale
+    return result
+def _diagnosed(cap: CaptureRequest, exc: WorkloadOutOfMemory, progress: Progress, cancel: Cancel
+               ) -> WorkloadOutOfMemory:
+    """A pass ran out of memory: the error with what held the memory (the memory pass, run up to the failure)."""
+    from mcp_server.memory.run import diagnose_out_of_memory
+
+    return diagnose_out_of_memory(cap, exc, progress, cancel)
+def _ranks_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, progress: Progress) -> ProfileRun:
+    """Assemble every rank's profile.json and events, merge them into ranks.json; the first rank's digest with
+    the merged view, naming every file of the run."""
+    results = []
+    for rank in run_dir.ranks():
+        progress(f"rank {rank}: assembling profile.json")
+        results.append(_profile_run(run_dir.rank_dir(rank), interp, note, top, progress))
+    progress(f"merging {len(results)} ranks' events into ranks.json (DuckDB)")
+    merged = merge_run(run_dir)
+    first = results[0]
+    return first.model_copy(update={
+        "run_dir": str(run_dir.path), "manifest_path": str(run_dir.manifest_path), "files": run_dir.files(),
+        "ranks_path": str(run_dir.ranks_path), "ranks": merged,
+    })
+def _profile_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, progress: Progress) -> ProfileRun:
+    """Assemble and write the run's profile.json; the result naming every file of the run."""
+    progress("assembling profile.json")
+    profile = assemble_profile(run_dir)
+    path = write_profile(run_dir.profile_path, profile)
+    write_events_of(run_dir, profile)
+    memory_path = None
+    if run_dir.read_manifest().pass_named("memory") is not None and run_dir.memory_record().is_file():
+        from mcp_server.memory.run import write_memory
+
+        progress("building memory.json")
+        write_memory(run_dir)
+        memory_path = str(run_dir.memory_path)
+    meta = profile.capture_metadata
+    if not meta.gpu_used:
+        note += "; NO GPU USED: CUDA was not available to the workload, so times are CPU operator times"
+    return ProfileRun(
+        run_dir=str(run_dir.path), profile_path=str(path), manifest_path=str(run_dir.manifest_path),
+        files=run_dir.files(), backend=run_dir.read_manifest().backend, backend_note=note,
+        interpreter=InterpreterInfo(python=interp.python, source=interp.source, executable=meta.python_executable,
+                                    torch_version=meta.torch_version),
+        profile=header(profile, path), window=profile.window, top_operators=top_rows(profile, top),
+        unattributed_kernel_count=len(profile.unattributed_kernels), warnings=profile.warnings, notes=meta.notes,
+        memory_path=memory_path,
+    )
+def _equivalent_command(req: ProfileRequest, run_dir: RunDir, counters: bool) -> list[str]:
+    """The CLI command that captures what `req` asks for, as the manifest records it."""
+    command = [PROGRAM, "run" if counters else "profile", str(req.workload), "--backend", req.backend,
+               "--python", req.python.python, "--output", str(run_dir.path), *cli_flags(req.capture)]
+    command += ["--memory"] if req.memory else []
+    return command + (cli_flags(req.ncu) if counters and req.ncu is not None else [])
+def memory(req: MemoryRequest, progress: Progress = quiet, cancel: Cancel = None) -> MemoryRun:
+    """Where every byte at the window's peak comes from: the memory pass of a workload (memory.json, its chart, the
+    allocator's snapshot), or memory.json rebuilt from a run directory's memory pass (no GPU)."""
+    from mcp_server.memory.run import memory as run_memory
+
+    return run_memory(req, progress, cancel)

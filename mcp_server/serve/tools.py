@@ -1,0 +1,117 @@
+"""The MCP face's tool registry: the server object and its instructions, the decorator that registers a tool (its
+description the docstring, its option-group parameters made from a request model), and the call that hands a tool's
+request to the engine's facade in a worker thread. Imports no engine module: `api` is imported on the first call."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from types import ModuleType
+from typing import Annotated, Any, TypeVar
+
+from mcp.server.mcpserver import Context
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+
+from mcp_server import __version__
+from mcp_server.progress import Progress
+from mcp_server.schema.requests import usage_error
+from mcp_server.serve.paths import CLIENT_ROOTS
+from mcp_server.serve.runner import client_roots, run_engine
+from mcp_server.serve.strict import StrictServer
+
+INSTRUCTIONS = """\
+Operator Profiler attributes every CUDA kernel of a PyTorch workload to the operator (aten::linear, an
+Inductor-fused group) and nn.Module path that launched it, and proves optimizations with evidence.
+A workload is a .py file defining get_model_and_input() -> (model, inputs).
+Flow: preflight -> profile -> analyze -> top_operators / operator_detail / kernel_detail -> recipes (what a
+user gets for free: the winner of each precision tier, the baseline to beat) -> write an optimized copy ->
+validate (is it still right?) -> bench (how much faster than eager and than the frontier's winner, with
+confidence intervals) -> profile the optimized workload -> compare (which operators moved) -> report.
+loop_status says which stage of that loop is next for a workload whose folder holds the loop's files.
+Relative paths resolve against the project directory (CLAUDE_PROJECT_DIR, else the server's working
+directory); tools read and write only inside it, the client's roots and $OPERATOR_PROFILER_ALLOWED_DIRS.
+Parameters shared by the tools: python = the interpreter that runs the workload (default:
+$OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python, else python3 on PATH; every result says which
+interpreter and torch ran); output = the folder to write into (default: a fresh one under <project>/op_runs/);
+timeout_s = seconds each child process may run; profile, baseline, optimized (compare) = a profile.json or the
+run directory holding it; top, limit = how many rows. Leave out an optional parameter for its default.
+"""
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+RUNS_WORKLOAD = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                open_world_hint=False)
+REBUILDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+REPLACES_COUNTERS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                                    open_world_hint=False)
+QUERY_LIMIT_S = 120.0
+ASSEMBLY_MARGIN_S = 300.0
+
+# Parameters shared by the tools are described once, in INSTRUCTIONS, not in every tool's schema.
+Python = Annotated[str | None, Field()]
+Output = Annotated[str | None, Field()]
+TimeoutS = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
+ProfileRef = Annotated[str, Field()]
+Tolerances = Annotated[dict[str, float] | None, Field(description="rtol per dtype class, e.g. {'bfloat16': 2e-2}.")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R", bound=BaseModel)
+
+server = StrictServer(name="operator-profiler", version=__version__, instructions=INSTRUCTIONS)
+
+
+def tool(
+    title: str, annotations: ToolAnnotations, name: str | None = None, options: type[BaseModel] | None = None,
+    only: tuple[str, ...] | None = None,
+) -> Callable[[F], F]:
+    """Register a tool whose description is its docstring, dedented. With `options`, the tool's `**options`
+    stands for one parameter per field of that request model (its type, bounds, default and description), or per
+    field named in `only`."""
+
+    def register(fn: F) -> F:
+        if options is not None:
+            fn.__signature__ = with_options(fn, options, only)  # type: ignore[attr-defined]
+        server.add_tool(fn, name=name, title=title, description=inspect.cleandoc(fn.__doc__ or ""),
+                        annotations=annotations)
+        return fn
+
+    return register
+
+
+def with_options(fn: Callable[..., Any], model: type[BaseModel], only: tuple[str, ...] | None = None
+                  ) -> inspect.Signature:
+    """`fn`'s signature with its `**options` replaced by keyword parameters, one per field of `model`: each takes
+    the field's type, and the field itself (default, bounds, description) as its default."""
+    signature = inspect.signature(fn, eval_str=True)
+    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field, annotation=field.annotation)
+               for name, field in model.model_fields.items() if only is None or name in only]
+    return signature.replace(parameters=params)
+
+
+def facade() -> ModuleType:
+    """The engine's facade, imported on first use so that start-up stays light."""
+    from mcp_server import api
+
+    return api
+
+
+def request(model: type[R], **values: Any) -> R:
+    """A verb's request, or the UsageError (a ToolError with its remedy) naming the parameter that is wrong."""
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        raise usage_error(exc) from exc
+
+
+async def call(ctx: Context | None, verb: str, limit_s: float, make: Callable[[], BaseModel], label: str = "") -> Any:
+    """Run facade verb `verb` on the request `make` builds (in the worker thread, so that a bad path or value is
+    a ToolError with its remedy), within `limit_s` (run_engine)."""
+
+    def work(progress: Progress, cancel: Any) -> Any:
+        return getattr(facade(), verb)(make(), progress, cancel)
+
+    CLIENT_ROOTS.set(await client_roots(ctx))  # the worker thread runs in a copy of this context
+    return await run_engine(ctx, label or verb, work, limit_s)
