@@ -37,6 +37,7 @@ from mcp_server.schema.requests import (
     MapRequest,
     MemoryRequest,
     NcuOptions,
+    OptimizeRequest,
     PreflightRequest,
     ProfileRequest,
     RecipesRequest,
@@ -59,7 +60,7 @@ from mcp_server.tables import (
 )
 
 M = TypeVar("M", bound=BaseModel)
-_OPTION_GROUPS = (CaptureOptions, NcuOptions, TimingOptions, BenchRequest, RecipesRequest)
+_OPTION_GROUPS = (CaptureOptions, NcuOptions, TimingOptions, BenchRequest, RecipesRequest, OptimizeRequest)
 MEMORY_FLAG = ("also run the memory pass after the others (alone on the GPU): memory.json, where every byte at the "
                "window's peak comes from")
 LOOP_NOTE = ("; in a workload's own folder, or one holding loop_state.json, the loop checkpoints written are "
@@ -325,6 +326,18 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_optimize(args: argparse.Namespace) -> int:
+    """The floor in one command: the tier's frontier winner as an optimized workload, validated, benched, reported."""
+    req = options_from(args, OptimizeRequest, workload=args.workload, python=_interpreter(args),
+                       timing=options_from(args, TimingOptions), project=Path.cwd())
+    result = api.optimize(req, _STATUS)
+    _print(result.summary)
+    for warning in result.warnings:
+        _print(f"warning: {warning}")
+    _print(f"wrote {len(result.files)} files into {result.out_dir}")
+    return 0 if result.validation_passed else 1
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Numerical and behavioural checks of an optimized workload; exit 1 when a check fails."""
     req = build(ValidateRequest, baseline=args.baseline, optimized=args.optimized, python=_interpreter(args),
@@ -500,6 +513,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", type=Path,
                    help="folder for recipes.json and frontier.png (default ./op_runs/<name>-recipes-<time>)")
     _add_output_options(p)
+    p = sub.add_parser(
+        "optimize", help="the floor in one command: the tier's free-frontier winner as an optimized workload, proven",
+        description="Profile WORKLOAD, measure its free frontier, write the tier's winner as <name>_optimized.py "
+        "(plain code in optimize(model)), bench it against eager and against the winner (each side in its own "
+        "processes), validate it, profile the optimized workload, compare and render report.md and "
+        "OPTIMIZED_WORKLOAD.md: every file in the output folder, none beside the workload. Exit 1 when validation "
+        "fails.")
+    p.add_argument("workload", type=Path, help="Python file with get_model_and_input()")
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs the workload (%(default)s)")
+    add_options(p, OptimizeRequest, only=("tier", "recipes", "thorough", "timeout_s"))
+    add_options(p, TimingOptions)
+    p.add_argument("--output", "-o", type=Path,
+                   help="folder for every file (default ./op_runs/<name>-optimize-<time>)")
+    _add_output_options(p)
     p = sub.add_parser("validate", help="check an optimized workload against its baseline (validation_report.json)")
     p.add_argument("baseline", type=Path)
     p.add_argument("optimized", type=Path)
@@ -550,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "map": cmd_map, "assemble": cmd_assemble, "analyze": cmd_analyze, "compare": cmd_compare, "bench": cmd_bench,
-    "recipes": cmd_recipes,
+    "recipes": cmd_recipes, "optimize": cmd_optimize,
     "validate": cmd_validate, "report": cmd_report, "preflight": cmd_preflight, "summary": cmd_summary,
     "loop-status": cmd_loop_status, "memory": cmd_memory,
 }

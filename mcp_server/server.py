@@ -31,6 +31,7 @@ from mcp_server.schema.requests import (
     MemoryRequest,
     NcuOptions,
     OperatorDetailRequest,
+    OptimizeRequest,
     PreflightRequest,
     ProfileRequest,
     RecipesRequest,
@@ -48,6 +49,7 @@ from mcp_server.schema.results import (
     LoopStatusResult,
     MemoryRun,
     OperatorDetail,
+    OptimizeResult,
     PreflightResult,
     ProfileRun,
     RecipesResult,
@@ -268,6 +270,30 @@ async def recipes(
         RecipesRequest, workload=workload_file(workload), python=choose_python(python), timing=options,
         thorough=thorough, only=only, seeds=seeds, jobs=jobs, output=resolve_optional(output, "output directory"),
         project=project_dir(), timeout_s=timeout_s))
+
+
+@tool("Optimize: the frontier's winner as an optimized workload, proven", RUNS_WORKLOAD, options=TimingOptions)
+async def optimize(
+    workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
+    ctx: Context,
+    python: Python = None,
+    tier: Tier = "exact",
+    recipes: Annotated[str | None, Field(description="A recipes.json to reuse.")] = None,
+    thorough: bool = False,
+    output: Output = None,
+    timeout_s: TimeoutS = 600.0,
+    **timing: Any,
+) -> OptimizeResult:
+    """The floor in one call: profile, the free frontier, the tier's winner written as <name>_optimized.py, bench
+    against eager and the winner, validate, profile it, compare, report.md; every file in one folder.
+
+    Use first: what a change must beat. Slow (minutes): every stage runs the workload.
+    """
+    options = request(TimingOptions, **timing)
+    return await call(ctx, "optimize", 60 * timeout_s + ASSEMBLY_MARGIN_S, lambda: request(
+        OptimizeRequest, workload=workload_file(workload), python=choose_python(python), tier=tier, timing=options,
+        recipes=resolve_optional(recipes, "recipes.json"), thorough=thorough,
+        output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
 @tool("Validate an optimized workload", RUNS_WORKLOAD)

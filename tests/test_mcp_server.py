@@ -35,7 +35,7 @@ from plugins.ncu.command import find_ncu
 FIXTURES = REPO / "tests" / "fixtures"
 WORKLOADS = REPO / "tests" / "workloads"
 TOOLS = {"preflight", "profile", "map", "assemble", "analyze", "compare", "bench", "validate", "report",
-         "top_operators", "operator_detail", "kernel_detail", "loop_status", "memory", "recipes"}
+         "top_operators", "operator_detail", "kernel_detail", "loop_status", "memory", "recipes", "optimize"}
 READ_ONLY = {"preflight", "top_operators", "operator_detail", "kernel_detail", "loop_status"}
 SLOW_WORKLOAD = """\
 import time

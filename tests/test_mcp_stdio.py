@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 
 FIXTURE = REPO / "tests" / "fixtures" / "h200_conv_block_eager.tar.xz"
 TOOLS = {"preflight", "profile", "map", "assemble", "analyze", "compare", "bench", "validate", "report",
-         "top_operators", "operator_detail", "kernel_detail", "loop_status", "memory", "recipes"}
+         "top_operators", "operator_detail", "kernel_detail", "loop_status", "memory", "recipes", "optimize"}
 ENGINE_MODULES = ("torch", "mcp_server.api", "mcp_server.capture", "mcp_server.assemble", "mcp_server.process",
                   "mcp_server.proof", "mcp_server.compare", "mcp_server.preflight", "mcp_server.render", "plugins",
                   "mcp_server.analysis", "matplotlib")

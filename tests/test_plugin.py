@@ -26,7 +26,7 @@ from mcp_server.schema.profile import AggregatedMetrics
 PLUGIN = "operator-profiler"
 MCP_PREFIX = "mcp__plugin_operator-profiler_operator-profiler__"
 TOOLS = {"preflight", "profile", "map", "assemble", "analyze", "compare", "bench", "validate", "report",
-         "top_operators", "operator_detail", "kernel_detail", "loop_status", "memory", "recipes"}
+         "top_operators", "operator_detail", "kernel_detail", "loop_status", "memory", "recipes", "optimize"}
 BUILTIN_TOOLS = {"Read", "Write", "Edit", "Bash", "Glob", "Grep", "Agent"}
 SKILLS = {"optimize", "preflight", "profile", "propose", "implement", "validate", "report"}
 AGENTS = {"capture", "strategist", "backend-engineer", "validator"}

@@ -11,10 +11,11 @@ from mcp_server.api.capture import assemble, map_run, memory, profile, run
 from mcp_server.api.documents import report
 from mcp_server.api.loop import loop_status
 from mcp_server.api.machine import preflight
+from mcp_server.api.optimize import optimize
 from mcp_server.api.proof import bench, recipes, validate
 from mcp_server.api.reading import analyze, compare, kernel_detail, operator_detail, summary
 
 __all__ = [
     "analyze", "assemble", "bench", "compare", "kernel_detail", "loop_status", "map_run", "memory",
-    "operator_detail", "preflight", "profile", "recipes", "report", "run", "summary", "validate",
+    "operator_detail", "optimize", "preflight", "profile", "recipes", "report", "run", "summary", "validate",
 ]

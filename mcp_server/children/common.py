@@ -173,6 +173,7 @@ def load_workload(path: Path) -> Any:
                             f"which it would hide: rename the file, e.g. to {name}_model.py")
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
+    _WORKLOAD_DIRS.add(path.parent)
     if existing is not None:
         name = f"_operator_profiler_workload_{abs(hash(str(path)))}"
     spec = importlib.util.spec_from_file_location(name, path)
@@ -186,6 +187,7 @@ def load_workload(path: Path) -> Any:
 
 
 _WORKLOADS: set[str] = set()  # module names of workload files loaded here (two of one stem get an alias)
+_WORKLOAD_DIRS: set[Path] = set()  # their folders: a file found there is another workload, not a module it hides
 
 
 def _module_named(name: str, path: Path) -> str | None:
@@ -201,7 +203,7 @@ def _module_named(name: str, path: Path) -> str | None:
         except (ImportError, ValueError):
             spec = None
         origin = spec.origin if spec is not None else None
-    if origin is None or Path(origin).resolve() == path:
+    if origin is None or Path(origin).resolve() == path or Path(origin).resolve().parent in _WORKLOAD_DIRS:
         return None
     return str(origin)
 
@@ -322,6 +324,13 @@ def load_same_weights(source: Any, target: Any) -> str | None:
     except (RuntimeError, KeyError, TypeError, ValueError) as exc:
         return f"the optimized model does not accept the baseline's state_dict: {str(exc).splitlines()[0]}"
     return None
+
+
+def recipe_of(module: Any) -> str | None:
+    """The free recipe an optimized workload applies through its optimize(model) instead of a backend of its own
+    (its module-level RECIPE), if any."""
+    recipe = getattr(module, "RECIPE", None)
+    return recipe if isinstance(recipe, str) and recipe and not getattr(module, "BACKEND_NAME", None) else None
 
 
 def optimized_callable(module: Any, model: Any) -> tuple[Any, str]:

@@ -496,3 +496,4 @@ def inductor_provenance(backend: GraphRecorder, folder: Path) -> dict[str, Any]:
         graphs.append(entry)
     return {"node_modules": backend.node_modules, "generated_code": copied, "graphs": graphs,
             "graph_breaks": backend.graph_breaks, "root_module": backend.root}
+

@@ -42,6 +42,7 @@ from mcp_server.children.common import (
     load_workload,
     model_and_inputs,
     now,
+    recipe_of,
     seed_all,
     traceback_tail,
     write_json,
@@ -73,6 +74,7 @@ from mcp_server.children.contract import (
     PROFILERS,
     SCRIPT_WINDOW,
     WORKLOAD_RAISED,
+    recipe_parts,
 )
 from mcp_server.children.distributed import (
     barrier,
@@ -85,6 +87,7 @@ from mcp_server.children.distributed import (
 )
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.memory import capture_memory, memory_step, memory_window, out_of_memory, watch
+from mcp_server.children.recipe import RecordingRecipe
 from mcp_server.children.script import run_script
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
 from mcp_server.children.window import KernelTrace, MeasuredWindow, ModuleRanges, ProfiledCalls, capture_graph
@@ -143,11 +146,17 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         raise ContractError("--train-step was given but the workload defines no train_step(model, inputs)")
     backend: RecordingBackend | RecordingInductor | None = None
     result["root_module"] = root_module_name(model)
-    watch(model, inputs, result["root_module"], args.compile_mode)
+    # an optimized workload applying an eager recipe runs its model eagerly: module and site ranges as in eager mode
+    recipe = recipe_of(module) if args.compile_mode == "optimized" else None
+    eager = args.compile_mode == "eager" or (recipe is not None and recipe_parts(recipe)[0] == "eager")
+    watch(model, inputs, result["root_module"], "eager" if eager else args.compile_mode)
     wrapper = getattr(module, "DISTRIBUTED", None) if ranks else None
     wrapped = wrap(model, wrapper)  # the module ranges keep the model's own paths; DDP runs it
     fn = wrapped
-    if args.compile_mode == "optimized":
+    if recipe is not None:
+        backend = RecordingRecipe(module, result["root_module"])
+        fn = backend.optimize(fn)
+    elif args.compile_mode == "optimized":
         backend = RecordingBackend(module, result["root_module"])
         fn = backend.optimize(fn)
     elif args.compile_mode != "eager":
@@ -188,7 +197,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     if ranks:
         _enter(result, "barrier")
         barrier()
-    ranged = args.compile_mode == "eager" and args.profiler in ("torch", "nvtx")
+    ranged = eager and args.profiler in ("torch", "nvtx")
     hooks = ModuleRanges(model, args.profiler, result["root_module"]) if ranged else None
     frames = UserFrames() if ranged else None
     scoped = _profiled_calls(args, model, result["root_module"]) if ranged and args.profiler == "nvtx" else None

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from mcp_server.children.common import map_tensors
+from mcp_server.children.compiling import RecordingInductor
 from mcp_server.children.contract import recipe_parts
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -125,3 +126,35 @@ def model_facts(model: Any, inputs: Any) -> dict[str, Any]:
         "floating_inputs": sum(1 for t in found if t.is_floating_point()),
         "input_shapes": [list(t.shape) for t in found][:8],
     }
+
+
+class RecordingRecipe(RecordingInductor):
+    """A workload that applies a free recipe (its RECIPE) through its optimize(model): the torch.compile it calls there
+    compiles through this recorder (`compile` as Inductor, `reduce-overhead` as Inductor with CUDA graphs), so its
+    graphs' module maps are recorded as under --compile-mode inductor. An eager recipe compiles nothing; a max-autotune
+    one compiles as it asks, unrecorded (its kernels keep Inductor's provenance)."""
+
+    MODES = {"compile": "inductor", "reduce-overhead": "cudagraphs"}
+
+    def __init__(self, module: Any, root: str, **options: Any) -> None:
+        mode = recipe_parts(module.RECIPE)[0]
+        super().__init__(self.MODES.get(mode, "inductor"), root, **options)
+        self.recorded = mode in self.MODES
+        self._apply = module.optimize
+
+    def optimize(self, model: Any) -> Any:
+        """The workload's optimize(model), its torch.compile calls compiled through this recorder."""
+        import torch
+
+        if not self.recorded:
+            return self._apply(model)
+        real = torch.compile
+
+        def compile_recorded(target: Any, *args: Any, **kwargs: Any) -> Any:
+            return real(target, backend=self)
+
+        torch.compile = compile_recorded
+        try:
+            return self._apply(model)
+        finally:
+            torch.compile = real

@@ -33,6 +33,7 @@ from mcp_server.children.common import (
     model_and_inputs,
     optimized_callable,
     perturb,
+    recipe_of,
     run_main,
     seed_all,
     traceback_tail,
@@ -119,12 +120,6 @@ def _applied_passes(module: Any) -> dict[str, int] | None:
         for name in list(raw):
             counts[str(name)] = counts.get(str(name), 0) + 1
     return counts
-
-
-def recipe_of(opt_mod: Any) -> str | None:
-    """The free recipe an optimized workload applies instead of a backend of its own (its RECIPE), if any."""
-    recipe = getattr(opt_mod, "RECIPE", None)
-    return recipe if isinstance(recipe, str) and recipe and not getattr(opt_mod, "BACKEND_NAME", None) else None
 
 
 def _contract(opt_mod: Any, checks: Checks) -> str | None:
@@ -251,6 +246,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         return
     backend = _contract(opt_mod, checks)
     result["backend_name"] = getattr(opt_mod, "BACKEND_NAME", None)
+    result["recipe"] = recipe_of(opt_mod)
     counter = _Counter()
     if backend is not None:
         registered = backend in torch._dynamo.list_backends(exclude_tags=())

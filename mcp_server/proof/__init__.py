@@ -62,15 +62,34 @@ def run_proof_child(
     progress: Progress = quiet,
     cancel: threading.Event | None = None,
     extra_env: dict[str, str] | None = None,
+    keep_failed_log: Path | None = None,
 ) -> dict[str, Any]:
     """Run child `script` with `args --out WORK_DIR/<name>_child.json` under `python` (its environment with
-    `extra_env` on top); return its JSON result.
+    `extra_env` on top); return its JSON result. With `keep_failed_log`, a failed child's log is copied there (as
+    `<name>.log`) and the error names the copy: WORK_DIR may then be a scratch folder.
 
     Setting `cancel` stops the child (CancelledCapture). Raises WorkloadError when the child timed out, wrote
     nothing, or reports that torch is missing or the baseline itself failed; a result with status 'ok' (a
     validation verdict included) is returned as is, with a warning for each process its workload left running
     outside its process group (stopped).
     """
+    try:
+        return _run_proof_child(script, args, python, work_dir, name, timeout_s, progress, cancel, extra_env)
+    except WorkloadError as exc:
+        log = work_dir / f"{name}_child.log"
+        if keep_failed_log is not None and log.is_file():
+            kept = keep_failed_log / f"{name}.log"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, kept)
+            exc.message, exc.remedy = (text.replace(str(log), str(kept)) for text in (exc.message, exc.remedy))
+            exc.args = (exc.message,)
+        raise
+
+
+def _run_proof_child(
+    script: str, args: list[str], python: str, work_dir: Path, name: str, timeout_s: float, progress: Progress,
+    cancel: threading.Event | None, extra_env: dict[str, str] | None,
+) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
     out = work_dir / f"{name}_child.json"
     log = work_dir / f"{name}_child.log"

@@ -7,7 +7,6 @@ measurements: each is its own interpreter (only Inductor's on-disk cache of comp
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mcp_server.children.contract import recipe_parts
-from mcp_server.errors import ProfileFormatError, WorkloadError
+from mcp_server.errors import ProfileFormatError
 from mcp_server.progress import Progress, quiet
 from mcp_server.proof import run_proof_child
 from mcp_server.schema.proof import Measurement
@@ -98,16 +97,6 @@ def measure(
     t0 = time.monotonic()
     autocast = way.optimized is not None or (
         way.recipe is not None and recipe_parts(way.recipe)[1].endswith("-autocast"))
-    try:
-        raw = run_proof_child("measure", args, python, work_dir, name, timeout_s, progress, cancel,
-                              extra_env=AUTOCAST_ENV if autocast else None)
-    except WorkloadError as exc:
-        log = work_dir / f"{name}_child.log"
-        if keep_failed_log is not None and log.is_file():
-            kept = keep_failed_log / f"{name}.log"
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(log, kept)
-            exc.message, exc.remedy = (text.replace(str(log), str(kept)) for text in (exc.message, exc.remedy))
-            exc.args = (exc.message,)
-        raise
+    raw = run_proof_child("measure", args, python, work_dir, name, timeout_s, progress, cancel,
+                          extra_env=AUTOCAST_ENV if autocast else None, keep_failed_log=keep_failed_log)
     return Measured(raw, time.monotonic() - t0)

@@ -183,7 +183,7 @@ def _report(
             torch_version=env.get("torch_version"),
             device_type="cuda" if env.get("cuda_available") else "cpu",
             device_name=env.get("device_name"),
-            seeds=raw.get("seeds", []), backend_name=raw.get("backend_name"),
+            seeds=raw.get("seeds", []), backend_name=raw.get("backend_name"), recipe=raw.get("recipe"),
             backend_calls=raw.get("backend_calls"), applied_passes=raw.get("applied_passes", {}),
             tolerances=raw.get("tolerances", {}), atol_override=atol, precision_note=precision,
             max_abs_error=raw.get("max_abs_error"), max_rel_error=raw.get("max_rel_error"),
@@ -239,10 +239,9 @@ def validate(
     python = check_python(python)
     args = _child_args(base_path, opt_path, seeds, rtol, atol, tolerances, tier)
     with tempfile.TemporaryDirectory(prefix="operator_profiler_validate_") as scratch:
-        work_dir = Path(out_dir) if out_dir is not None else Path(scratch)
-        raw = run_proof_child(
-            "validate", args, python, work_dir, "validate", timeout_s, progress, cancel
-        )
+        work_dir = Path(scratch)  # the children's files: kept in out_dir only when one fails
+        raw = run_proof_child("validate", args, python, work_dir, "validate", timeout_s, progress, cancel,
+                              keep_failed_log=out_dir)
         extra = []
         if run_tests:
             progress(f"validate: running {generated_test_path(opt_path).name}")

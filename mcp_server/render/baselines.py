@@ -77,8 +77,16 @@ def _row(label: str, bench: BenchResult, file: str) -> BaselineRow:
     )
 
 
-def _verdict(row: BaselineRow | None, recipe: str, code: list[str], tier: str, floor: SpeedOfLight | None) -> str:
+def _verdict(row: BaselineRow | None, recipe: str, code: list[str], tier: str, floor: SpeedOfLight | None,
+             applies: str | None = None) -> str:
     lines = "; ".join(f"`{line}`" for line in code)
+    if applies == recipe:
+        measured = (f": benched against the recipe itself, each in its own processes, {row.point:.3f}× by {row.metric} "
+                    f"(95 % CI {row.ci_low:.3f}×–{row.ci_high:.3f}×), the cost of its wrapper and the spread between "
+                    "processes" if row is not None else "")
+        text = (f"The optimized workload is the {tier} tier's winner of the free frontier, {recipe}, applied as plain "
+                f"code{measured}. Nothing here is faster than what the user gets for free.")
+        return text + (floor_evidence(floor, tier) if floor is not None else "")
     if row is None:
         return (f"The optimized workload was not benched against the {tier} tier's winner, {recipe}: no "
                 f"bench_vs_free.json. Until it is, the recipe's lines are the answer to beat: {lines}.")
@@ -96,10 +104,11 @@ def _verdict(row: BaselineRow | None, recipe: str, code: list[str], tier: str, f
 def baselines_view(
     bench: tuple[BenchResult, str] | None, bench_vs_free: tuple[BenchResult, str] | None,
     recipes: tuple[RecipesReport, str] | None, tier: str = "exact", floor: SpeedOfLight | None = None,
+    applies: str | None = None,
 ) -> BaselinesView | None:
     """Rows for the benches given (against eager, against the frontier's winner), and the verdict against the
     winner of `tier` in recipes.json: plainly slower, level or faster, with the recipe's lines when it wins and what
-    the speed-of-light `floor` says."""
+    the speed-of-light `floor` says. `applies`: the recipe the optimized workload itself applies (its RECIPE)."""
     rows = []
     if bench is not None:
         rows.append(_row("eager (as written)", *bench))
@@ -113,7 +122,8 @@ def baselines_view(
         metric = bench_vs_free[0].headline if bench_vs_free is not None else "latency"
         winner = report.winner(tier, metric)
         recipe = winner.recipe if winner is not None else None
-        verdict = (_verdict(free_row, recipe, winner.code, tier, floor) if winner is not None and recipe is not None
+        verdict = (_verdict(free_row, recipe, winner.code, tier, floor, applies)
+                   if winner is not None and recipe is not None
                    else f"No recipe of {file} validated in the {tier} tier.")
         frontier = FrontierView(
             tier=tier, recipe=recipe, recipe_time_ns=winner.time_ns if winner else None,

@@ -170,7 +170,8 @@ def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) ->
             _shown(inputs.bench, inputs.bench_path, project_dir),
             _shown(inputs.bench_vs_free, inputs.bench_vs_free_path, project_dir),
             _shown(inputs.recipes, inputs.recipes_path, project_dir), tier=_tier(inputs),
-            floor=inputs.analysis.speed_of_light if inputs.analysis else None),
+            floor=inputs.analysis.speed_of_light if inputs.analysis else None,
+            applies=inputs.validation.recipe if inputs.validation else None),
         validation=validation_view(inputs.validation) if inputs.validation else None,
         calibration=calibration_view(inputs.optimizations, inputs.validation, inputs.bench,
                                      inputs.baseline_analysis)
@@ -210,7 +211,8 @@ def _frontier(inputs: ReportInputs, project_dir: Path) -> FrontierView | None:
     """The verdict against the frontier's winner of the tier, when recipes.json was given."""
     view = baselines_view(None, _shown(inputs.bench_vs_free, inputs.bench_vs_free_path, project_dir),
                           _shown(inputs.recipes, inputs.recipes_path, project_dir), tier=_tier(inputs),
-                          floor=inputs.analysis.speed_of_light if inputs.analysis else None)
+                          floor=inputs.analysis.speed_of_light if inputs.analysis else None,
+                          applies=inputs.validation.recipe if inputs.validation else None)
     return view.frontier if view is not None else None
 
 

@@ -320,6 +320,8 @@ class ValidationReport(_Model):
     device_name: str | None = None
     seeds: list[int]
     backend_name: str | None = None
+    recipe: str | None = Field(default=None, description="The free recipe the optimized workload applies (its RECIPE) "
+                               "instead of a backend of its own.")
     backend_calls: int | None = Field(default=None, description="Times the registered backend compiled a graph.")
     applied_passes: dict[str, int] = Field(default_factory=dict, description="FX pass -> times applied.")
     tolerances: dict[str, float] = Field(default_factory=dict, description="rtol per tolerance class used.")

@@ -378,6 +378,24 @@ class RecipesRequest(_Request):
         return tuple(canonical(v) for v in value)
 
 
+class OptimizeRequest(_Request):
+    """optimize: the floor in one command, the tier's winner of the free frontier as an optimized workload, proven."""
+
+    workload: Path
+    python: Interpreter
+    tier: Tier = Field(default="exact", description="The precision tier whose frontier winner becomes the optimized "
+                       "workload: exact keeps fp32 (TF32 off); reduced allows TF32/bf16/fp16 within 1e-2.")
+    timing: TimingOptions = TimingOptions()
+    recipes: Path | None = Field(default=None, description="A recipes.json measured earlier on this GPU for this "
+                                 "workload, to reuse instead of measuring the frontier again.")
+    thorough: bool = Field(default=False, description="Measure the frontier with --thorough (max-autotune modes, "
+                           "every layout combination).")
+    output: Path | None = Field(default=None, description="The folder every file goes into (default: a fresh one "
+                                "under op_runs/).")
+    project: Path
+    timeout_s: Seconds = DEFAULT_TIMEOUT_S
+
+
 class ValidateRequest(_Request):
     """validate: numerical and behavioural checks of an optimized workload against its baseline."""
 

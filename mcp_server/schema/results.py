@@ -390,6 +390,23 @@ class LoopStage(_Model):
                         "failed.")
 
 
+class OptimizeResult(_Model):
+    """The floor: the tier's frontier winner as an optimized workload, its verdicts and where every file is."""
+
+    out_dir: str
+    files: list[str]
+    summary: str
+    tier: str
+    recipe: str = Field(description="The tier's winner of the free frontier, applied by the optimized workload.")
+    optimized_workload: str
+    report_path: str
+    validation_passed: bool
+    speedup_vs_eager: SpeedupEstimate
+    speedup_vs_winner: SpeedupEstimate
+    stages: list[str] = Field(description="The stages run, in order.")
+    warnings: list[str] = Field(default_factory=list)
+
+
 class LoopStatusResult(_Model):
     """Where the optimization loop on a workload stands: which stage is next and why, and what a resume reuses."""
 

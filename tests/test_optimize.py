@@ -1,0 +1,104 @@
+"""optimize, the floor in one command: the frontier's winner written as plain code, validated, benched, profiled and
+reported, every file in the output folder; real runs of tiny workloads on the CPU."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_server import api
+from mcp_server.cli import main as cli
+from mcp_server.proof.validate import validate
+from mcp_server.render.recipe_workload import recipe_workload, write_recipe_workload
+from mcp_server.schema.recipes import RecipesReport, Winner
+from mcp_server.schema.requests import Interpreter, OptimizeRequest, RecipesRequest, RecipeTiming
+
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+FAST = RecipeTiming(warmup=2, calls=12, queued=12, blocks=1, budget_s=0.2, input_sets=1)
+PYTHON = Interpreter(python=sys.executable)
+
+
+@pytest.fixture(scope="module")
+def frontier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real frontier of tiny_mlp on this CPU: fp32 eager and bf16 autocast, eagerly."""
+    out = tmp_path_factory.mktemp("frontier")
+    api.recipes(RecipesRequest(workload=WORKLOADS / "tiny_mlp.py", python=PYTHON, only=("eager+bf16-autocast",),
+                               seeds=(0,), timing=FAST, output=out, project=out))
+    return out / "recipes.json"
+
+
+def _report(frontier: Path) -> RecipesReport:
+    return RecipesReport.model_validate_json(frontier.read_text())
+
+
+def test_a_cuda_graph_recipe_is_written_with_its_step_marks_and_copied_outputs(frontier: Path) -> None:
+    report = _report(frontier).model_copy(update={"device_type": "cuda", "device_name": "NVIDIA H100 80GB HBM3"})
+    winner = Winner(tier="reduced", metric="latency", recipe="reduce-overhead+fp16-cast+channels-last",
+                    time_ns=1.754e6, speedup_vs_reference=8.16, max_rel_error=5.2e-4, code=[])
+    source = recipe_workload(WORKLOADS / "tiny_mlp.py", winner, report, frontier)
+    ast.parse(source)
+    assert 'RECIPE = "reduce-overhead+fp16-cast+channels-last"' in source
+    assert "model = model.to(torch.float16)" in source and "model = model.to(memory_format=torch.channels_last)" in source
+    assert 'compiled = torch.compile(model, mode="reduce-overhead")' in source
+    assert "torch.compiler.cudagraph_mark_step_begin()" in source and "t.clone()" in source
+    assert "torch.backends.cudnn.allow_tf32 = False" in source
+    assert f"sys.path.insert(0, {str(WORKLOADS)!r})" in source
+
+
+def test_an_autocast_recipe_written_as_code_passes_validate_in_the_reduced_tier(frontier: Path, tmp_path: Path):
+    report = _report(frontier)
+    result = report.result("eager+bf16-autocast")
+    assert result is not None and result.tier == "reduced"
+    winner = Winner(tier="reduced", metric="latency", recipe=result.recipe, time_ns=result.time_ns("latency") or 1.0,
+                    max_rel_error=result.error.max_rel_error if result.error else None, code=result.code)
+    optimized = write_recipe_workload(WORKLOADS / "tiny_mlp.py", winner, report, frontier, tmp_path)
+    assert optimized == tmp_path / "tiny_mlp_optimized.py"  # beside nothing of the user's
+    verdict = validate(WORKLOADS / "tiny_mlp.py", optimized, python=sys.executable, seeds=(0,), run_tests=False,
+                       tier="reduced", out_dir=tmp_path)
+    checks = {c.name: c.status for c in verdict.checks}
+    assert verdict.passed and verdict.recipe == "eager+bf16-autocast"
+    assert checks["backend_registered"] == checks["backend_invoked"] == checks["fx_passes"] == "skip"
+    assert checks["numerics"] == "pass" and checks["output_caching"] == "pass"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny_mlp_optimized.py", "validation_report.json"]
+
+
+@pytest.mark.slow
+def test_optimize_writes_the_floor_into_its_folder_and_reports_the_winner(frontier: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    workloads_before = sorted(p.name for p in WORKLOADS.iterdir())
+    out = tmp_path / "floor"
+    code = cli(["optimize", str(WORKLOADS / "tiny_mlp.py"), "--recipes", str(frontier), "--tier", "reduced",
+                "--budget-s", "0.2", "--warmup", "2", "--calls", "12", "--queued", "12", "--output", str(out),
+                "--quiet"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert sorted(p.name for p in WORKLOADS.iterdir()) == workloads_before  # nothing beside the user's workload
+    names = {p.name for p in out.iterdir()}
+    assert {"profile.json", "profile_optimized.json", "tiny_mlp_optimized.py", "bench.json", "bench_vs_free.json",
+            "validation_report.json", "report.md", "OPTIMIZED_WORKLOAD.md", "analysis_baseline",
+            "analysis_optimized", "runs"} <= names
+    winner = _report(frontier).winner("reduced")
+    assert winner is not None
+    validation = json.loads((out / "validation_report.json").read_text())
+    assert validation["passed"] and validation["recipe"] == winner.recipe
+    free = json.loads((out / "bench_vs_free.json").read_text())
+    assert free["baseline"]["recipe"] == winner.recipe and free["optimized"]["how_run"] == "optimize()"
+    report = (out / "report.md").read_text()
+    lead = report.split("## Against the free frontier")[1].split("## Result")[0]
+    assert f"The optimized workload is the reduced tier's winner of the free frontier, {winner.recipe}" in lead
+    assert f"applies {winner.recipe}, the reduced tier's winner" in printed and "validation PASS" in printed
+
+
+def test_optimize_names_the_stage_it_stopped_at(frontier: Path, tmp_path: Path) -> None:
+    broken = json.loads(frontier.read_text())
+    broken["winners"] = []
+    empty = tmp_path / "recipes.json"
+    empty.write_text(json.dumps(broken))
+    with pytest.raises(Exception, match="optimize stopped at recipes: no recipe of .* validated in the exact tier"):
+        api.optimize(OptimizeRequest(workload=WORKLOADS / "tiny_mlp.py", python=PYTHON, recipes=empty,
+                                     output=tmp_path / "out", project=tmp_path))
+    assert (tmp_path / "out" / "profile.json").is_file()  # the stage before it kept its files
