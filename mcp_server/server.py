@@ -221,20 +221,17 @@ async def bench(
     optimized: Annotated[str, Field(description="The optimized workload .py file.")],
     ctx: Context,
     python: Python = None,
-    rounds: Annotated[int, Field(ge=3, description="Processes per side, alternating.")] = 3,
+    rounds: Annotated[int, Field(ge=3)] = 3,
     baseline_mode: BaselineMode = "eager",
-    tier: Annotated[Tier, Field(description="The tier whose frontier winner baseline_mode 'free' runs.")] = "exact",
-    recipes: Annotated[str | None, Field(description="recipes.json for 'free' (default: beside the baseline).")] = None,
+    tier: Tier = "exact",
+    recipes: Annotated[str | None, Field(description="recipes.json for 'free'.")] = None,
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
     **timing: Any,
 ) -> BenchToolResult:
-    """Time two workloads, each in its own fresh processes (rounds alternating); latency and back-to-back
-    speedups with 95% bootstrap intervals.
+    """Time two workloads, each in its own processes (rounds alternating): latency and back-to-back speedups, 95% CI.
 
-    Use to measure an optimization's real effect. baseline_mode: eager (bench.json), a recipe name, or free = the
-    tier's winner in recipes.json (run recipes first, on this GPU; bench_vs_free.json). validate takes the file as
-    bench_json.
+    baseline_mode: eager (bench.json), a recipe name, or free = the tier's winner in recipes.json (bench_vs_free.json).
     """
     options = request(TimingOptions, **timing)
     return await call(ctx, "bench", 2 * rounds * timeout_s + ASSEMBLY_MARGIN_S, lambda: request(
@@ -249,21 +246,18 @@ async def recipes(
     workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
     ctx: Context,
     python: Python = None,
-    thorough: Annotated[bool, Field(description="Also max-autotune, and every layout combination.")] = False,
-    only: Annotated[tuple[str, ...], Field(description="Run only these recipes (and fp32 eager).")] = (),
-    seeds: Annotated[tuple[int, ...], Field(min_length=1, description="Validation seeds.")] = (0, 1, 2),
-    jobs: Annotated[int | None, Field(ge=1, description="Recipe processes at a time.")] = None,
+    thorough: Annotated[bool, Field(description="Also max-autotune and every layout.")] = False,
+    only: Annotated[tuple[str, ...], Field(description="Only these recipes.")] = (),
+    seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2),
+    jobs: Annotated[int | None, Field(ge=1, description="Processes at a time.")] = None,
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
     **timing: Any,
 ) -> RecipesResult:
-    """Measure what a user gets for free: every recipe pasteable in a few lines (torch.compile modes, TF32,
-    bf16/fp16 autocast, the whole model cast to bf16/fp16, channels_last, cuDNN autotuning), each in its own
-    process, validated against fp32 eager over several seeds and sorted into the exact or reduced tier.
+    """The free frontier: every few-line recipe (compile modes, TF32, bf16/fp16 autocast or cast, channels_last,
+    cuDNN autotuning), each in its own process, validated against fp32 eager into the exact or reduced tier.
 
-    Use before optimizing by hand: the winner of the tier (`winners`, with its lines of code) is the baseline an
-    optimization must beat (bench with baseline_mode='free'). Writes recipes.json and frontier.png; a recipe that
-    crashes, hangs or fails validation is recorded with its reason.
+    Use before optimizing: each tier's winner (with its code) is what a change must beat. Writes recipes.json.
     """
     options = request(RecipeTiming, **timing)
     return await call(ctx, "recipes", 40 * timeout_s + ASSEMBLY_MARGIN_S, lambda: request(

@@ -42,7 +42,8 @@ def test_a_cuda_graph_recipe_is_written_with_its_step_marks_and_copied_outputs(f
     source = recipe_workload(WORKLOADS / "tiny_mlp.py", winner, report, frontier)
     ast.parse(source)
     assert 'RECIPE = "reduce-overhead+fp16-cast+channels-last"' in source
-    assert "model = model.to(torch.float16)" in source and "model = model.to(memory_format=torch.channels_last)" in source
+    assert "model = model.to(torch.float16)" in source
+    assert "model = model.to(memory_format=torch.channels_last)" in source
     assert 'compiled = torch.compile(model, mode="reduce-overhead")' in source
     assert "torch.compiler.cudagraph_mark_step_begin()" in source and "t.clone()" in source
     assert "torch.backends.cudnn.allow_tf32 = False" in source

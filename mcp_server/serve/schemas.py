@@ -15,8 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from mcp_server.schema.requests import TimingOptions
+
 Schema = dict[str, Any]
 _REF = "#/$defs/"
+# Parameters several tools share and the server's instructions describe once (serve/tools.py): the timing options.
+SHARED = frozenset(TimingOptions.model_fields)
 
 
 def _target(node: Schema, defs: Schema) -> Schema:
@@ -44,10 +48,14 @@ def slim_output_of(model: type[BaseModel]) -> Schema:
     return {"type": "object", "properties": {name: {} for name in names}}
 
 
-def strict_input(schema: Schema) -> Schema:
+def strict_input(schema: Schema, shared: frozenset[str] = SHARED) -> Schema:
     """An input schema without pydantic's titles and `"default": null`, an optional `X | None` declared as X (left
-    out, it takes its default; null is still accepted), and unknown parameters refused."""
+    out, it takes its default; null is still accepted), no description of the `shared` parameters (the instructions
+    describe them once), and unknown parameters refused."""
     slim = _slimmed(copy.deepcopy(schema))
+    for name, prop in slim.get("properties", {}).items():
+        if name in shared and isinstance(prop, dict):
+            prop.pop("description", None)
     slim["additionalProperties"] = False
     return slim
 

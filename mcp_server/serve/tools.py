@@ -35,7 +35,12 @@ Parameters shared by the tools: python = the interpreter that runs the workload 
 $OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python, else python3 on PATH; every result says which
 interpreter and torch ran); output = the folder to write into (default: a fresh one under <project>/op_runs/);
 timeout_s = seconds each child process may run; profile, baseline, optimized (compare) = a profile.json or the
-run directory holding it; top, limit = how many rows. Leave out an optional parameter for its default.
+run directory holding it; top, limit = how many rows. Timing (bench, recipes, optimize; each process of a side or a
+recipe): warmup = calls after the compiling one; calls = at most this many latency calls, each alone and
+synchronised; queued = at most this many calls per back-to-back block, one synchronisation each; blocks =
+back-to-back blocks; budget_s = seconds of timed calls aimed at (fewer calls when slow); input_sets = input sets
+rotated; seed = the seed of weights and inputs; throughput = state and rank by back-to-back, not latency. Leave out
+an optional parameter for its default.
 """
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
