@@ -9,6 +9,7 @@ from typing import Any
 
 from hooklib import run_engine
 
+IMPLEMENTED = {"implemented", "deferred"}  # the implement stage's statuses: its brief is not rendered again
 PROFILE_NAMES = re.compile(r"^profile(_[A-Za-z0-9]+)?\.json$")
 CONTRACT_NAMES = {
     "get_model_and_input": r"\bget_model_and_input\b",
@@ -38,25 +39,26 @@ def on_profile(path: Path) -> tuple[str, str]:
     lines = [f"{path.name} written: {meta.get('device_name')} ({meta.get('tool')}, {meta.get('compile_mode')}), "
              f"{kernels} kernels, {attributed if attributed is not None else '?'} % of kernel time attributed."]
     if not meta.get("gpu_used", False):
-        lines.append("CPU-only profile: no GPU was used; do not optimize GPU behaviour from it.")
+        lines.append("CPU-only profile (CPU operator times): the loop optimizes for the CPU; says nothing of a GPU.")
     if attributed is not None and attributed < 99:
         lines.append("Attribution below 99 %: inspect unattributed_kernels before trusting per-operator numbers.")
     counted = win.get("kernels_with_counters")
     if meta.get("tool", "").startswith("nsys") and counted is not None and counted < kernels:
         lines.append(f"Only {counted}/{kernels} kernels carry ncu counters: run the map tool on the run directory.")
-    lines.append("Next: analyze it (analyze tool), then propose (/operator-profiler:propose).")
+    lines.append("Next: analyze it (analyze tool), the free frontier (recipes tool), then propose.")
     return " ".join(lines), ""
 
 
 def on_optimizations(path: Path) -> tuple[str, str]:
     """Validate optimizations.json against its schema with the engine; invalid files must be fixed."""
-    proc = run_engine(["mcp_server.schema.optimizations", str(path)], 20.0)
+    proc, plan = run_engine(["mcp_server.schema.optimizations", str(path)], 20.0), json.loads(path.read_text("utf-8"))
     if proc is None:
-        json.loads(path.read_text(encoding="utf-8"))
         return (f"{path.name} is valid JSON; the schema check needs the engine (render the plan with the report "
                 "tool, which validates it).", "")
     if proc.returncode != 0:
         return "", f"{path} does not match schemas/optimizations.schema.json: {proc.stdout.strip()[:1500]}"
+    if {i.get("status") for i in plan.get("items", [])} & IMPLEMENTED:
+        return f"{proc.stdout.strip()}. Next: validate (/operator-profiler:validate).", ""  # the brief stays as is
     return (f"{proc.stdout.strip()}. Next: render proposal.md and implementation.md with the report tool in plan "
             "mode, then implement (/operator-profiler:implement).", "")
 

@@ -102,7 +102,8 @@ async def profile(
     workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
     ctx: Context,
     backend: Backend = "auto",
-    counters: Annotated[bool, Field(description="With nsys, also replay kernels under ncu (slower).")] = False,
+    counters: Annotated[bool, Field(description="Also replay kernels under ncu (slower); without nsys and ncu "
+                                    "(backend auto), profiles with torch.profiler and says so.")] = False,
     python: Python = None,
     output: Output = None,
     top: Positive = 10,
@@ -120,7 +121,8 @@ async def profile(
     def make() -> ProfileRequest:
         return request(ProfileRequest, workload=workload_file(workload), python=choose_python(python),
                         capture=options, backend=backend, ncu=NcuOptions() if counters else None,
-                        output=resolve_optional(output, "output directory"), project=project_dir(), top=top,
+                        require_counters=backend == "nsys", output=resolve_optional(output, "output directory"),
+                        project=project_dir(), top=top,
                         memory=memory)
 
     return await call(ctx, "profile", (3 if memory else 2) * options.timeout_s + ASSEMBLY_MARGIN_S, make)

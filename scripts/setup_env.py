@@ -10,7 +10,8 @@
 - A machine without one: the CPU build, from PyTorch's CPU index (a plain `pip install torch` on Linux brings
   several GB of CUDA libraries); when that index cannot be reached, a CPU wheel (`torch-*+cpu-*.whl`) from
   pip's configured find-links folders.
-- Then `pip install -e .` (with `[test]` for --test). Standard library only; argument lists, never a shell.
+- Then `pip install -e .[loop]` (pytest, which the loop's generated tests need; `[test]` for --test).
+  Standard library only; argument lists, never a shell.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def plan(test: bool, venv: Path = VENV) -> list[list[str]]:
             steps.append([*pip, "torch"])
         else:
             steps.append([*pip, "torch", "--index-url", CPU_INDEX])
-    steps.append([*pip, *offline, "-e", f"{REPO}[test]" if test else str(REPO)])
+    steps.append([*pip, *offline, "-e", f"{REPO}[test]" if test else f"{REPO}[loop]"])
     return steps
 
 

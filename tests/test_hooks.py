@@ -151,11 +151,18 @@ def test_valid_optimizations_json_gets_next_step(tmp_path: Path) -> None:
     from test_render import sample_plan
 
     path = tmp_path / "optimizations.json"
-    path.write_text(sample_plan("examples/conv_block/conv_block.py").model_dump_json())
+    plan = sample_plan("examples/conv_block/conv_block.py")
+    proposed = plan.model_copy(update={"items": [i.model_copy(update={"status": "proposed", "status_reason": None})
+                                                 for i in plan.items]})
+    path.write_text(proposed.model_dump_json())
     _, answer, _ = run_hook("post_tool_use.py", _write_payload(path, tmp_path), tmp_path)
     assert "decision" not in answer
     context = _context(answer)
     assert context.startswith("valid ") and "2 item(s)" in context and "plan mode" in context
+    # once the implement stage has recorded its statuses, the brief is not rendered again: validate is next
+    path.write_text(plan.model_dump_json())
+    context = _context(run_hook("post_tool_use.py", _write_payload(path, tmp_path), tmp_path)[1])
+    assert "plan mode" not in context and "Next: validate" in context
 
 
 def test_optimizations_json_without_the_engine_is_only_parsed(tmp_path: Path) -> None:

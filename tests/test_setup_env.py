@@ -30,7 +30,7 @@ def test_without_a_gpu_torch_comes_from_the_cpu_index(tmp_path: Path):
     steps = _plan(tmp_path, gpu=False)
     assert steps[0].endswith(f"-m venv {tmp_path / 'venv'}")
     assert steps[1].endswith("install -q torch --index-url https://download.pytorch.org/whl/cpu")
-    assert steps[2].endswith(f"install -q -e {REPO}")
+    assert steps[2].endswith(f"install -q -e {REPO}[loop]")
 
 
 def test_with_a_gpu_torch_is_the_cuda_build(tmp_path: Path):
@@ -45,7 +45,7 @@ def test_a_venv_whose_torch_imports_is_kept(tmp_path: Path):
     (venv / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # this interpreter: torch imports
     (venv / "python").chmod(0o755)
     steps = _plan(tmp_path, gpu=False)
-    assert len(steps) == 1 and steps[0].endswith(f"install -q -e {REPO}")
+    assert len(steps) == 1 and steps[0].endswith(f"install -q -e {REPO}[loop]")
 
 
 def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
