@@ -231,9 +231,12 @@ def _interpreter(args: argparse.Namespace) -> Interpreter:
 
 def cmd_profile(args: argparse.Namespace, argv: list[str], counters: bool = False) -> int:
     """capture -> run directory -> profile.json, then the top-operators table."""
-    req = build(ProfileRequest, workload=args.workload, python=_interpreter(args),
-                capture=options_from(args, CaptureOptions), backend=args.backend,
-                ncu=options_from(args, NcuOptions) if counters else None, require_counters=False,
+    capture = options_from(args, CaptureOptions)
+    if args.script_args_after:  # `-- ARGS...`: the script's own arguments
+        capture = build(CaptureOptions, **{**capture.model_dump(exclude_defaults=True),
+                                           "script_args": capture.script_args + tuple(args.script_args_after)})
+    req = build(ProfileRequest, workload=args.workload, python=_interpreter(args), capture=capture,
+                backend=args.backend, ncu=options_from(args, NcuOptions) if counters else None, require_counters=False,
                 output=args.output, project=Path.cwd(), command_line=["operator-profiler", *argv], memory=args.memory)
     return _print_profile(api.profile(req, _STATUS))
 
@@ -379,7 +382,8 @@ def _count(minimum: int) -> Callable[[str], int]:
 
 
 def _add_capture_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", type=Path, help="Python file with get_model_and_input() (or an NvtxCapture window)")
+    p.add_argument("workload", type=Path, help="Python file with get_model_and_input() (or an NvtxCapture window), "
+                   "or with --script any script, run as it is: `--script train.py -- ARGS...`")
     p.add_argument("--output", "-o", type=Path, help="run directory (default: ./op_runs/<workload>-<time>)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter that runs the workload (default: this one, %(default)s)")
@@ -558,7 +562,12 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors with a remedy, exit 1; 130 on Ctrl-C."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    # profile|run --script SCRIPT -- ARGS...: everything after the first `--` is the script's own command line
+    ours, after = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = build_parser().parse_args(ours)
+    if after and args.command not in ("profile", "run"):
+        build_parser().error(f"arguments after `--` are a script's: only profile and run take them ({after[0]!r})")
+    args.script_args_after = after
     global _STATUS
     _STATUS = Status(quiet=getattr(args, "quiet", False), verbose=getattr(args, "verbose", False))
     try:

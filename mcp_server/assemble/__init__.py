@@ -33,7 +33,7 @@ def assemble(run_dir: RunDir) -> OperatorAttributedProfile:
         else:
             raise ProfileFormatError(f"{run_dir.path} holds no capture pass", "re-run `operator-profiler profile`")
         if manifest.distributed is not None:  # one rank of a torchrun launch
-            annotate(profile, harness_result(run_dir, main).get("distributed"))
+            annotate(profile, harness_result(run_dir, main).distributed)
             ncu = manifest.pass_named("ncu")
             if profile.capture_metadata.distributed is not None and ncu is not None:
                 profile.capture_metadata.distributed.ncu_excluded_collectives = any(

@@ -83,10 +83,10 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
     capture = read_kineto_trace(run_dir.kineto_trace())
     meta = capture_metadata(manifest, harness, "torch_profiler")
     meta.window_clock_start_ns = capture.window_start_ns
-    wall = harness.get("window", {}).get("wall_time_ns", 0)
-    warnings = list(harness.get("warnings", [])) + capture.warnings
+    wall = harness.the_window.wall_time_ns
+    warnings = list(harness.warnings) + capture.warnings
     origins = load_provenance(run_dir.provenance("torch"))
-    context = Context(capture.sequences, capture.forward_threads, harness.get("root_module") or origins.root_module)
+    context = Context(capture.sequences, capture.forward_threads, harness.root_module or origins.root_module)
     if not meta.gpu_used:
         operators = _cpu_operators(capture.cpu_ops, origins, context, capture.window_start_ns)
         unplaced = sum(1 for op in operators if op.module_path is None)
@@ -105,7 +105,7 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
     if not capture.kernels:
         warnings.append("CUDA was available but the window launched no kernel")
     window = window_totals(operators, unattributed, wall)
-    window.gpu_elapsed_ns = harness.get("window", {}).get("gpu_elapsed_ns")
+    window.gpu_elapsed_ns = harness.the_window.gpu_elapsed_ns
     warnings += module_coverage_warning(operators, window)
     return OperatorAttributedProfile(
         capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed, warnings=warnings

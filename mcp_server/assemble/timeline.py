@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, Counters, attribute_stream
@@ -14,6 +13,7 @@ from mcp_server.assemble.metadata import capture_metadata, harness_result, may_r
 from mcp_server.assemble.provenance import load_provenance
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.requests import NcuOptions
@@ -64,7 +64,7 @@ def _options(record: PassRecord) -> NcuOptions:
 
 
 def _assemble(
-    run_dir: RunDir, manifest: RunManifest, harness: dict[str, Any], timeline: NsysWindow
+    run_dir: RunDir, manifest: RunManifest, harness: HarnessResult, timeline: NsysWindow
 ) -> OperatorAttributedProfile:
     kernels: Iterable[WindowKernel] = timeline.kernels()
     counter_warnings: list[str] = []
@@ -107,18 +107,18 @@ def _assemble(
     provenance = load_provenance(run_dir.provenance("nsys"))
     context = Context(
         timeline.sequence_index() if may_run_backward(manifest, harness) else None, timeline.forward_threads,
-        harness.get("root_module") or provenance.root_module,
+        harness.root_module or provenance.root_module,
     )
     operators, unattributed = attribute_stream(
         kernels, provenance, start, counters, high_confidence_links=False, context=context
     )
     del kernels
     timeline.check_activity_tables()
-    warnings = list(harness.get("warnings", [])) + timeline.warnings + counter_warnings
+    warnings = list(harness.warnings) + timeline.warnings + counter_warnings
     if unattributed:
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
-    window = window_totals(operators, unattributed, harness.get("window", {}).get("wall_time_ns", 0))
-    window.gpu_elapsed_ns = harness.get("window", {}).get("gpu_elapsed_ns")
+    window = window_totals(operators, unattributed, harness.the_window.wall_time_ns)
+    window.gpu_elapsed_ns = harness.the_window.gpu_elapsed_ns
     warnings += module_coverage_warning(operators, window)
     if ncu_pass is not None:
         window.kernels_with_counters = sum(1 for op in operators for k in op.kernels if k.metrics) + sum(

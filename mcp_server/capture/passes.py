@@ -5,11 +5,9 @@ workload's own interpreter, in its own process group, stopped with it on timeout
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from mcp_server.capture.request import CaptureRequest, harness_command
 from mcp_server.children.contract import CONTRACT_ERROR, NO_CUDA, NO_TORCH, NOT_CACHED, OUT_OF_MEMORY, PHASE_MARKER
@@ -18,6 +16,7 @@ from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, u
 from mcp_server.process.child import exit_description, log_tail
 from mcp_server.progress import Progress, quiet
 from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import HarnessError, HarnessResult, load_harness
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import PassName
@@ -100,27 +99,27 @@ class NotCached(Exception):
     and can be run again to compile after the previous pass's window."""
 
 
-def read_harness_result(req: CaptureRequest, name: PassName, code: int) -> dict[str, Any]:
+def read_harness_result(req: CaptureRequest, name: PassName, code: int) -> HarnessResult:
     """The harness's result of pass `name` (whose process ended with `code`), or a CaptureFailed that says how the
     process ended, with the last lines it printed."""
     path, log = req.run_dir.harness_result(name), req.run_dir.output_log(name)
-    if not path.is_file():
+    result = load_harness(path)
+    if result is None:
         tail = log_tail(log)
         remedy = f"read {log}" if tail else f"nothing was printed: check that {req.python} is a Python interpreter"
         raise CaptureFailed(
             f"the {name} pass's process {exit_description(code)} before the harness wrote its result"
             + (f" (last lines: {tail})" if tail else ""), remedy,
         )
-    result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return result
 
 
-def raise_for_harness(result: dict[str, Any], req: CaptureRequest, name: PassName) -> None:
+def raise_for_harness(result: HarnessResult, req: CaptureRequest, name: PassName) -> None:
     """Turn a harness error into a one-line WorkloadError with the remedy and the traceback's tail."""
-    if result.get("status") == "ok":
+    if result.ok:
         return
-    error = result.get("error", {})
-    kind, message = error.get("kind"), error.get("message", "unknown error")
+    error = result.error or HarnessError()
+    kind, message = error.kind, error.message
     if kind == NO_TORCH:
         raise WorkloadError(message, "pass --python PATH to an interpreter that has torch, or install torch there")
     if kind == CONTRACT_ERROR:
@@ -131,13 +130,13 @@ def raise_for_harness(result: dict[str, Any], req: CaptureRequest, name: PassNam
         raise BackendUnavailable(message, "run it on a machine with an NVIDIA GPU, under an interpreter whose torch "
                                           "has CUDA (see `operator-profiler preflight`)")
     if kind == OUT_OF_MEMORY:
-        raise WorkloadOutOfMemory(f"the workload ran out of GPU memory during {result.get('phase', 'run')} in the "
+        raise WorkloadOutOfMemory(f"the workload ran out of GPU memory during {result.phase} in the "
                                   f"{name} pass: {message.splitlines()[0]}",
                                   "see what held the memory: `operator-profiler memory WORKLOAD` (the same options)")
-    tail = error.get("traceback_tail", "").strip().splitlines()
+    tail = error.traceback_tail.strip().splitlines()
     where = f" (last lines: {' | '.join(line.strip() for line in tail[-3:])})" if tail else ""
     raise WorkloadError(
-        f"the workload raised {message} during {result.get('phase', 'run')}{where}",
+        f"the workload raised {message} during {result.phase}{where}",
         f"fix the workload; full output in {req.run_dir.output_log(name)}",
     )
 
@@ -151,7 +150,7 @@ def run_pass(
     cancel: Cancel = None,
     early: EarlyStop | None = None,
     replays: ReplayCount | None = None,
-) -> tuple[PassRecord, dict[str, Any]]:
+) -> tuple[PassRecord, HarnessResult | None]:
     """Run one harness pass into its folder of the run directory, optionally under a profiler prefix; return
     its record and the harness's result.
 
@@ -180,7 +179,7 @@ def run_pass(
         record.notes.append(f"bytecode cached in {env['PYTHONPYCACHEPREFIX']} (the environment forbids writing it)")
     if early is not None and early.reason is not None:
         record.stopped_early = early.reason  # type: ignore[assignment]  # "timeout" or "condition"
-        return record, {}
+        return record, None
     try:
         result = read_harness_result(req, name, code)
         raise_for_harness(result, req, name)
@@ -189,7 +188,7 @@ def run_pass(
         exc.records.append(record)
         raise
     record.artifacts = [run_dir.relative(run_dir.harness_result(name))] + [
-        f"{name}/{artifact}" for artifact in result.get("artifacts", [])
+        f"{name}/{artifact}" for artifact in result.artifacts
     ]
     return record, result
 
@@ -203,7 +202,7 @@ def torch_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel =
 def timing_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:
     """Measure the window with no profiler (no NVTX, no hooks, no operator recording), `req.windows` times, while
     CUPTI alone records the kernels: the ground truth of the window's length and GPU busy time."""
-    progress(f"timing pass: measuring the window {req.windows} times without the profiler")
+    progress(f"timing pass: measuring the window {req.turn.windows} times without the profiler")
     return run_pass(req, "timing", "kernels", progress=progress, cancel=cancel)[0]
 
 

@@ -69,12 +69,12 @@ def ncu_variants_pass(
     variant_options = variants_options(options, plan)
     if plan.calls is not None:  # read by the pass's harness when its window begins
         write_text_atomic(calls, json.dumps(plan.calls))
-    if waiting is not None and replays is not None and req.gpu_lock_after is not None:
+    if waiting is not None and replays is not None and req.turn.after is not None:
         # this pass takes the GPU once the ncu pass's window has ended: that window's marker bounds the wait
-        until_replay_nearly_done(replays, req.gpu_lock_after, cancel, progress)
+        until_replay_nearly_done(replays, req.turn.after, cancel, progress)
     record = waiting.attach(variant_options, cancel) if waiting is not None else None
     if record is None:
-        record = ncu_pass(replace(req, replay_calls=calls), variant_options, progress, cancel, name=NCU_VARIANTS)
+        record = ncu_pass(req.with_turn(replay_calls=calls), variant_options, progress, cancel, name=NCU_VARIANTS)
     if plan.calls is not None:
         record.replayed_launches = plan.replayed
     return record
@@ -141,8 +141,8 @@ class WaitingVariantPass:
             if self._stop.is_set():
                 return
             time.sleep(POLL_S)
-        waiting = replace(self.req, timeout_s=2 * self.req.timeout_s,  # its limit also covers the wait for nsys
-                          replay_calls=self.req.run_dir.replay_calls(NCU_VARIANTS))
+        waiting = replace(self.req, timeout_s=2 * self.req.timeout_s)  # its limit also covers the wait for nsys
+        waiting = waiting.with_turn(replay_calls=self.req.run_dir.replay_calls(NCU_VARIANTS))
         prefix = launch_command(self.ncu, self.port, self.options)
 
         def watch(line: str) -> None:
