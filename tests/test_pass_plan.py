@@ -52,6 +52,8 @@ def test_what_the_plan_leaves_out_and_who_warms_up_early():
     assert not optimized["nsys"].warm_up_early and not optimized["ncu"].warm_up_early
     assert _plan(compile_mode="cudagraphs", warmup_iters=4)["ncu_variants"].warmup_iters == 4
     assert _plan(compile_mode="inductor", warmup_iters=4)["ncu_variants"].warmup_iters == 1
+    # a script's window is the steps after its warm-up: the variant pass replays the same steps' module calls
+    assert _plan(warmup_iters=4, script=True)["ncu_variants"].warmup_iters == 4
 
 
 def test_the_harness_command_is_written_and_parsed_from_one_table(tmp_path):

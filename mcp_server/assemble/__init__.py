@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mcp_server.assemble.collectives import annotate
+from mcp_server.assemble.events import apply_unprofiled_idle
 from mcp_server.assemble.kineto import assemble_torch
 from mcp_server.assemble.metadata import harness_result
 from mcp_server.assemble.timeline import assemble_nsys
@@ -41,6 +42,7 @@ def assemble(run_dir: RunDir) -> OperatorAttributedProfile:
         if manifest.pass_named("timing") is not None:
             kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
             apply_unprofiled(profile, read_unprofiled(run_dir, kernels))
+            apply_unprofiled_idle(profile)
     return profile
 
 

@@ -208,12 +208,14 @@ def attribute_stream(
     high_confidence_links: bool = True,
     for_profile: bool = True,
     context: Context | None = None,
+    operator_keys: dict[tuple[object, ...], str] | None = None,
 ) -> tuple[list[OperatorRecord], list[KernelRecord]]:
     """`attribute_kernels` over any iterable of kernels (a reader's stream), in one pass.
 
     `for_profile`: the records go into a profile, read-only. Each operator also carries `aggregate(op.kernels)`
     as the assemblers set it, and values that repeat by the million are shared: equal input shapes are one
-    list, the aggregated blocks one fields-set.
+    list, the aggregated blocks one fields-set. `operator_keys`, when given, receives the operator_id of each
+    operator range's call: ("op", thread, the outermost operator range's start, its name) -> operator_id.
     """
     context = context or Context(root_module=provenance.root_module)
     calls: dict[tuple[object, ...], _Call] = {}
@@ -291,6 +293,7 @@ def attribute_stream(
         else:
             call.kernels.append(record)
     ordered = sorted(calls.values(), key=lambda c: c.first_ordinal)
+    keyed = [(key, call) for key, call in calls.items() if key[0] == "op"] if operator_keys is not None else []
     calls.clear()
     if orphans:
         aligned = _align_graph_replays(ordered, orphans, provenance.extern_calls)
@@ -299,7 +302,11 @@ def attribute_stream(
             unattributed = [r for r in unattributed if id(r) not in placed]
             ordered = sorted(ordered + aligned, key=lambda c: c.first_ordinal)
     _extern_module_paths(ordered, provenance)
-    return _operators(ordered, for_profile), unattributed
+    operators = _operators(ordered, for_profile)
+    if operator_keys is not None:
+        ids = {id(call): op.operator_id for call, op in zip(ordered, operators, strict=True)}
+        operator_keys.update((key, ids[id(call)]) for key, call in keyed)
+    return operators, unattributed
 
 
 def _copy_shapes(shapes: list[list[int] | None] | None) -> list[list[int] | None] | None:

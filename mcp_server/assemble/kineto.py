@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, attribute_stream, work_of
+from mcp_server.assemble.events import OperatorKeys, attribute_events, event_warnings, sites_from_graph_breaks
 from mcp_server.assemble.metadata import capture_metadata, harness_result
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
 from mcp_server.rundir import RunDir
@@ -99,7 +100,13 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
         window.cpu_operator_time_ns = sum(op.duration_ns for op in capture.cpu_ops)
         return OperatorAttributedProfile(capture_metadata=meta, window=window, operators=operators, warnings=warnings)
     start = capture.window_start_ns or min((k.start_ns for k in capture.kernels), default=0)
-    operators, unattributed = attribute_stream(capture.kernels, origins, start, context=context)
+    operator_ids: OperatorKeys = {}
+    operators, unattributed = attribute_stream(capture.kernels, origins, start, context=context,
+                                               operator_keys=operator_ids)
+    events = attribute_events(capture.runtime_calls, start, context, operator_ids,
+                              [k for op in operators for k in op.kernels] + unattributed)
+    sites_from_graph_breaks(events, meta.graph_breaks)
+    warnings += event_warnings(events)
     if unattributed:
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
     if not capture.kernels:
@@ -108,5 +115,6 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
     window.gpu_elapsed_ns = harness.the_window.gpu_elapsed_ns
     warnings += module_coverage_warning(operators, window)
     return OperatorAttributedProfile(
-        capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed, warnings=warnings
+        capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed,
+        runtime_events=events, warnings=warnings,
     )

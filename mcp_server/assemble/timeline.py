@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, Counters, attribute_stream
+from mcp_server.assemble.events import OperatorKeys, attribute_events, event_warnings, sites_from_graph_breaks
 from mcp_server.assemble.join import join_counters, launch_position
 from mcp_server.assemble.metadata import capture_metadata, harness_result, may_run_backward
 from mcp_server.assemble.provenance import load_provenance
@@ -109,12 +110,16 @@ def _assemble(
         timeline.sequence_index() if may_run_backward(manifest, harness) else None, timeline.forward_threads,
         harness.root_module or provenance.root_module,
     )
+    operator_ids: OperatorKeys = {}
     operators, unattributed = attribute_stream(
-        kernels, provenance, start, counters, high_confidence_links=False, context=context
+        kernels, provenance, start, counters, high_confidence_links=False, context=context, operator_keys=operator_ids
     )
     del kernels
     timeline.check_activity_tables()
-    warnings = list(harness.warnings) + timeline.warnings + counter_warnings
+    events = attribute_events(timeline.runtime_calls(), start, context, operator_ids,
+                              [k for op in operators for k in op.kernels] + unattributed)
+    sites_from_graph_breaks(events, meta.graph_breaks)
+    warnings = list(harness.warnings) + timeline.warnings + counter_warnings + event_warnings(events)
     if unattributed:
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
     window = window_totals(operators, unattributed, harness.the_window.wall_time_ns)
@@ -126,5 +131,5 @@ def _assemble(
         )
     return OperatorAttributedProfile(
         capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed,
-        warnings=warnings,
+        runtime_events=events, warnings=warnings,
     )

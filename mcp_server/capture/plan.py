@@ -48,13 +48,14 @@ class PlannedPass:
 
 def plan_passes(
     backend: Literal["torch", "nsys"], *, counters: bool, whole_window: bool, timing: bool,
-    compile_mode: CompileMode, warmup_iters: int, precompiling: bool,
+    compile_mode: CompileMode, warmup_iters: int, precompiling: bool, script: bool = False,
 ) -> list[PlannedPass]:
     """The passes of a capture in the order they take the GPU.
 
     `counters`: ncu replays the window (nsys backend); `whole_window`: ncu's default deduplicated replay, which a
     shape-variant pass completes; `timing`: a no-profiler timing pass runs (a GPU is here); `precompiling`: the
-    bytecode precompile runs beside the passes (the timing pass measures once it has ended).
+    bytecode precompile runs beside the passes (the timing pass measures once it has ended); `script`: a script
+    run as it is, whose window is the steps after its warm-up, so every pass keeps the warm-up count.
     """
     main: PassName = "torch" if backend == "torch" else "nsys"
     counters = counters and backend == "nsys"
@@ -76,7 +77,7 @@ def plan_passes(
             # Only the compiled kernels are needed: one warm-up iteration compiles (CUDA-graph trees need more).
             plan.append(PlannedPass(
                 "ncu_variants", "main", after="ncu",
-                warmup_iters=warmup_iters if compile_mode == "cudagraphs" else min(warmup_iters, 1),
+                warmup_iters=warmup_iters if compile_mode == "cudagraphs" or script else min(warmup_iters, 1),
                 import_compiler_early=True, suspended=True,
                 started_after=(BYTECODE, main) if precompiling else ()))
     return plan

@@ -163,7 +163,7 @@ def _in_turn(
     plan = {p.name: p for p in plan_passes(
         "torch" if backend == "torch" else "nsys", counters=ncu is not None, timing=timing,
         whole_window=ncu is not None and ncu.whole_window, compile_mode=req.compile_mode,
-        warmup_iters=req.options.warmup_iters, precompiling=compiled is not None)}
+        warmup_iters=req.options.warmup_iters, precompiling=compiled is not None, script=req.options.script)}
 
     def marker(name: Marker | None) -> Path | None:
         if name is None:

@@ -26,8 +26,9 @@ from typing import TypeVar
 from pydantic import BaseModel, Field
 
 from mcp_server.children.contract import MEASURE_RANGE
-from mcp_server.schema.records import TraceKernel
+from mcp_server.schema.records import RuntimeCall, TraceKernel
 from plugins.bulk import gc_paused
+from plugins.nsys.activity import read_runtime_calls
 from plugins.nsys.ranges import NvtxRange, RangeFeed, RangesOutOfOrder, Windows
 from plugins.nsys.sql import (
     OPEN_END,
@@ -55,6 +56,8 @@ class NsysCapture(BaseModel):
     memset_count: int = Field(default=0, description="Memory sets launched inside the window.")
     memcpy_bytes: int = Field(default=0, description="Bytes moved by the window's memory copies.")
     sync_count: int = Field(default=0, description="CUPTI synchronization records in the whole capture.")
+    runtime_calls: list[RuntimeCall] = Field(
+        default_factory=list, description="The window's synchronising, copying and setting CUDA API calls.")
     window_start_ns: int | None = Field(default=None, description="Start of the measure NVTX range, ns.")
     window_end_ns: int | None = Field(default=None, description="End of the measure NVTX range, ns.")
     nvtx_range_count: int = Field(default=0, description="NVTX push/pop ranges in the whole capture.")
@@ -284,6 +287,15 @@ class NsysWindow:
                     spec["table"], spec["start"], spec["correlation_id"], *([spec["bytes"]] if "bytes" in spec else [])
                 )
 
+    def runtime_calls(self) -> list[RuntimeCall]:
+        """The window's host synchronisations and memory copies and sets, in call order, with their NVTX stacks
+        (`plugins.nsys.activity`): a sweep of its own over the ranges."""
+        with self._sqlite_errors():
+            cursor, check_order = self.nvtx.ranges(self.table_order) if self.nvtx.present else (None, False)
+            feed = RangeFeed(cursor, Strings(self.schema), check_order)
+            windows = self.windows
+            return read_runtime_calls(self.schema, feed, lambda t: not windows or windows.contains(t))
+
     def activity_counts(self) -> tuple[int, int, int, int]:
         """(memcpy count, memcpy bytes, memset count, synchronization records) of the window / capture."""
         with self._sqlite_errors():
@@ -337,12 +349,14 @@ def read_nsys_sqlite(path: Path) -> NsysCapture:
 def _capture(window: NsysWindow) -> NsysCapture:
     kernels = [k.trace_kernel() for k in window.kernels()]
     memcpy_count, memcpy_bytes, memset_count, sync_count = window.activity_counts()
+    runtime_calls = window.runtime_calls()
     return NsysCapture(
         kernels=kernels,
         memcpy_count=memcpy_count,
         memset_count=memset_count,
         memcpy_bytes=memcpy_bytes,
         sync_count=sync_count,
+        runtime_calls=runtime_calls,
         window_start_ns=window.window_start_ns,
         window_end_ns=window.window_end_ns,
         nvtx_range_count=window.nvtx_range_count,
