@@ -30,7 +30,7 @@ from mcp_server.schema.profile import (
 from mcp_server.schema.records import TraceKernel
 from plugins.ncu import keys
 
-Counters = Callable[[int], tuple[dict[str, Metric], int | None]]
+Counters = Callable[[int], tuple[dict[str, Metric], int | None, str | None]]
 
 
 class KernelLike(keys.LaunchLike, Protocol):
@@ -117,7 +117,7 @@ _KERNEL_FIELDS = frozenset(KernelRecord.model_fields)
 _BUILT_KERNEL_FIELDS = frozenset({
     "kernel_id", "kernel_name", "mangled_name", "device_id", "stream_id", "correlation_id", "start_ns", "duration_ns",
     "grid", "block", "registers_per_thread", "shared_memory_bytes", "module_path", "attribution", "metrics",
-    "propagated_from", "unprofiled_gap_ns", "phase",
+    "propagated_from", "propagation", "unprofiled_gap_ns", "phase",
 })
 if _KERNEL_FIELDS != _BUILT_KERNEL_FIELDS or _OPERATOR_FIELDS != _BUILT_OPERATOR_FIELDS:
     raise ImportError("KernelRecord/OperatorRecord fields changed: update _kernel_record and _operators")
@@ -127,6 +127,7 @@ _set = object.__setattr__
 def _kernel_record(
     kernel: KernelLike, start_ns: int, module_path: str | None, attribution: Attribution,
     metrics: dict[str, Metric], propagated: int | None, fields_set: set[str], phase: str | None = None,
+    propagation: str | None = None,
 ) -> KernelRecord:
     """KernelRecord(...) of already typed values, without validation (a million of them: about 2 us each)."""
     record = KernelRecord.__new__(KernelRecord)
@@ -146,6 +147,7 @@ def _kernel_record(
     _set(record, "attribution", attribution)
     _set(record, "metrics", metrics)
     _set(record, "propagated_from", propagated)
+    _set(record, "propagation", propagation)
     _set(record, "unprofiled_gap_ns", None)
     _set(record, "phase", phase)
     finish_record(record, fields_set)
@@ -235,10 +237,10 @@ def attribute_stream(
             facts = _StackFacts(stack, provenance, attributions, context, kernel.launch_thread)
             last_stack = stack
         if counters is not None:
-            metrics, propagated = counters(kernel.ordinal)
+            metrics, propagated, propagation = counters(kernel.ordinal)
             metrics = dict(metrics)
         else:
-            metrics, propagated = {}, None
+            metrics, propagated, propagation = {}, None, None
         outer = facts.outer_op
         module_path = facts.module_path
         if outer is not None:
@@ -283,7 +285,7 @@ def attribute_stream(
                     orphan_graph = (kernel.launch_thread, facts.graph.start_ns)
         record = _kernel_record(
             kernel, kernel.start_ns - window_start_ns, module_path, attribution, metrics, propagated, fields_set,
-            facts.phase,
+            facts.phase, propagation,
         )
         if call is None:
             unattributed.append(record)

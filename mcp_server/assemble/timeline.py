@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
+from mcp_server.assemble.aggregate import counter_coverage, module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, Counters, attribute_stream
 from mcp_server.assemble.events import OperatorKeys, attribute_events, event_warnings, sites_from_graph_breaks
 from mcp_server.assemble.join import join_counters, launch_position
@@ -54,7 +54,9 @@ def assemble_nsys(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributedP
 
 def _stopped_early(record: PassRecord) -> str:
     """The warning for a counter pass that kept what it replayed before it was stopped."""
-    why = "its time limit (--timeout)" if record.stopped_early == "timeout" else "--max-kernels"
+    why = ("its time limit (--timeout)" if record.stopped_early == "timeout"
+           else "--max-kernels" if record.ncu is not None and record.ncu.max_kernels else "the replay budget "
+           "(--replay-budget)")
     return f"the {record.name} pass was stopped at {why}: only the kernels it replayed before then carry counters"
 
 
@@ -95,7 +97,7 @@ def _assemble(
         )
         counter_warnings += [_stopped_early(p) for p in (ncu_pass, variants_pass) if p and p.stopped_early]
         counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems] + notes
-        counters = lambda ordinal: joined.get(ordinal, ({}, None))  # noqa: E731
+        counters = lambda ordinal: joined.get(ordinal, ({}, None, None))  # noqa: E731
     tool = "nsys+ncu" if ncu_pass is not None else "nsys"
     meta = capture_metadata(manifest, harness, tool)
     meta.notes += counter_notes
@@ -129,6 +131,7 @@ def _assemble(
         window.kernels_with_counters = sum(1 for op in operators for k in op.kernels if k.metrics) + sum(
             1 for k in unattributed if k.metrics
         )
+        counter_coverage(window, [k for op in operators for k in op.kernels] + unattributed)
     return OperatorAttributedProfile(
         capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed,
         runtime_events=events, warnings=warnings,

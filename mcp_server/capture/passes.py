@@ -38,6 +38,7 @@ class ReplayCount:
         self.done = 0
         self.expected: int | None = None
         self.seconds_each: float | None = None  # estimated replay time of one kernel, before any was replayed
+        self.limit: int | None = None  # the replay budget stops the pass after this many kernels, once planned
         self._first_at: float | None = None  # when the first and the latest kernel's replay ended (monotonic)
         self._last_at: float | None = None
 
@@ -255,11 +256,13 @@ def ncu_pass(
     """Replay the window's kernels under ncu, as `options` say, into pass `name`'s report."""
     ncu = require_ncu()
     progress(f"{name} pass: replaying the window's kernels for hardware counters")
-    early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels else None)
+    replays = replays or ReplayCount()
+    early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels
+                      else _over_budget(replays) if options.whole_window else None)
     prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs",
                          gpu_name())
     try:
-        record, _ = run_pass(req, name, "nvtx", prefix, progress, cancel, early, replays or ReplayCount())
+        record, _ = run_pass(req, name, "nvtx", prefix, progress, cancel, early, replays)
     except CaptureFailed:
         raise_if_permission(req, name)
         raise
@@ -280,12 +283,17 @@ def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress) -> 
             )
         raise CaptureFailed("ncu wrote no report", f"read {run_dir.output_log(name)}")
     max_kernels = record.ncu.max_kernels if record.ncu else None
+    budget = record.ncu.replay_budget_s if record.ncu else None
     if record.stopped_early == "timeout":
         record.notes.append(f"stopped at the {req.timeout_s:.0f} s limit; the kernels replayed until then are kept")
         progress(f"{name} pass: stopped at the {req.timeout_s:.0f} s limit; keeping the kernels replayed so far")
-    elif record.stopped_early == "condition":
+    elif record.stopped_early == "condition" and max_kernels:
         record.notes.append(f"stopped after {max_kernels} replayed kernels (--max-kernels)")
         progress(f"{name} pass: {max_kernels} kernels replayed (--max-kernels): stopped")
+    elif record.stopped_early == "condition":
+        record.notes.append(f"stopped at the replay budget ({budget:.0f} s, --replay-budget): the configurations "
+                            "replayed until then are kept")
+        progress(f"{name} pass: replay budget reached: stopped")
     record.artifacts.append(run_dir.relative(report))
     return record
 
@@ -298,6 +306,19 @@ def _replayed_count_reaches(limit: int) -> Callable[[str], bool]:
         nonlocal seen
         seen += is_replayed_kernel(line)
         return seen >= limit
+
+    return reached
+
+
+def _over_budget(replays: ReplayCount) -> Callable[[str], bool]:
+    """A predicate on ncu's output lines that holds once the replay budget's limit (known once the plan is) is
+    reached: the pass's own count of replayed kernels, as ncu prints them."""
+    seen = 0
+
+    def reached(line: str) -> bool:
+        nonlocal seen
+        seen += is_replayed_kernel(line)
+        return replays.limit is not None and seen >= replays.limit
 
     return reached
 

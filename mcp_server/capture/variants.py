@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from mcp_server.capture.budget import budget_note, within_budget
 from mcp_server.capture.passes import (
     Cancel,
     ReplayCount,
@@ -77,6 +78,8 @@ def ncu_variants_pass(
         record = ncu_pass(req.with_turn(replay_calls=calls), variant_options, progress, cancel, name=NCU_VARIANTS)
     if plan.calls is not None:
         record.replayed_launches = plan.replayed
+    if (note := budget_note(plan, plan.estimate_s(1))) is not None:
+        record.notes.append(note)
     return record
 
 
@@ -201,11 +204,15 @@ def _free_port() -> int:
 
 
 def planned(req: CaptureRequest, options: NcuOptions, progress: Progress, replays: ReplayCount | None) -> ReplayPlan:
-    """The replay plan of the run's nsys timeline, announced; the ncu pass's count learns what it expects."""
+    """The replay plan of the run's nsys timeline fitted to the replay budget (the default deduplicated replay of the
+    whole window only), announced; the ncu pass's count learns what it expects, and where it must stop."""
     plan = plan_replays(req.run_dir.nsys_sqlite())
+    if options.whole_window:
+        plan = within_budget(plan, options.replay_budget_s, plan.estimate_s(1))
     announce_plan(plan, progress)
     if replays is not None and options.whole_window:
-        replays.expected, replays.seconds_each = plan.configurations, plan.estimate_s(1)
+        replays.expected = min(plan.configurations, plan.main_limit or plan.configurations)
+        replays.seconds_each, replays.limit = plan.estimate_s(1), plan.main_limit
     return plan
 
 
@@ -222,6 +229,8 @@ def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
     """Say what the ncu passes replay, with estimated times (estimates: the measured time per replay pass)."""
     progress(f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations replayed "
              f"(estimate: {plan.estimate_s(plan.configurations):.0f} s of replay)")
+    if (note := budget_note(plan, plan.estimate_s(1))) is not None:
+        progress(f"ncu: {note}")
     if plan.variants:
         count = len(plan.replayed) if plan.calls is not None else plan.launch_count
         where = f"inside {len(plan.calls)} module calls" if plan.calls is not None else "in a run of launches"

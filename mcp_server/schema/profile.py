@@ -82,7 +82,14 @@ class KernelRecord(_Model):
     attribution: Attribution
     metrics: dict[str, Metric] = Field(default_factory=dict)
     propagated_from: int | None = Field(
-        default=None, description="kernel_id whose counters were replayed and copied to this identical launch."
+        default=None, description="kernel_id whose counters were replayed and copied to this launch of its "
+        "configuration (see `propagation`)."
+    )
+    propagation: Literal["same_shapes", "same_work", "nearest_shape"] | None = Field(
+        default=None, description="Why the copied counters stand for this launch: an identical launch (its "
+        "operator had the same input shapes), the same work (an element-wise kernel over as many elements, a "
+        "layout conversion), or the nearest measured shape of its configuration (a shape variant the replay "
+        "budget left out: an estimate) (1.5).",
     )
     unprofiled_gap_ns: int | None = Field(
         default=None, description="GPU idle time before this launch in the window measured without the profiler "
@@ -287,6 +294,16 @@ class WindowTotals(_Model):
         default=None, description="GPU time between CUDA events around the window, ns (idle gaps included)."
     )
     kernels_with_counters: int | None = Field(default=None, description="Window kernels that carry ncu counters.")
+    measured_counter_kernel_time_pct: float | None = Field(
+        default=None, description="Share of kernel time whose launches ncu replayed themselves, 0-100 (1.5).")
+    propagated_counter_kernel_time_pct: float | None = Field(
+        default=None, description="Share of kernel time carrying counters copied from another launch of its "
+        "configuration (`propagated_from`), 0-100 (1.5).")
+    nearest_shape_kernel_time_pct: float | None = Field(
+        default=None, description="Of that, the share copied from a launch with other input shapes (the nearest "
+        "measured one), 0-100 (1.5).")
+    no_counter_kernel_time_pct: float | None = Field(
+        default=None, description="Share of kernel time without counters, 0-100 (1.5).")
     unprofiled_wall_time_ns: int | None = Field(
         default=None, description="The same window measured with no profiler (CUDA events; median over the timing "
         "pass's windows), ns: comparable with gpu_elapsed_ns.",

@@ -194,6 +194,13 @@ class NcuOptions(_Request):
         "exactly, where the default set on a GH100 GPU reads each as the busiest of a few inputs of its breakdown)."
     ), Flag("--section", repeat=True)] = ()
     ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False
+    replay_budget_s: Annotated[float, Field(
+        gt=0, allow_inf_nan=False, description="Seconds of kernel replay the ncu passes may take (estimated at the "
+        "measured cost per replayed kernel): every launch configuration first, then shape variants by the module "
+        "calls that launch them, spread over the window (a decode loop's representative steps); a variant left out "
+        "takes the counters of the nearest measured shape of its configuration. Configurations beyond it carry no "
+        "counters."
+    ), Flag("--replay-budget")] = 60.0
 
     @field_validator("kernel_regex", "metric_set")
     @classmethod
