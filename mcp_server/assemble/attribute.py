@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from mcp_server.assemble.aggregate import aggregate_into, counted_fields, finish_record
 from mcp_server.assemble.phases import Context, FrameLike, work_of
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance, graph_key
+from mcp_server.children.contract import GRAPH_CAPTURE_RANGE
 from mcp_server.schema.profile import (
     AggregatedMetrics,
     Attribution,
@@ -30,6 +31,7 @@ from mcp_server.schema.profile import (
 from mcp_server.schema.records import TraceKernel
 from plugins.ncu import keys
 
+CAPTURED_DETAIL = "replayed from a CUDA graph the workload captured: the ranges open when its node was captured"
 Counters = Callable[[int], tuple[dict[str, Metric], int | None, str | None]]
 
 
@@ -103,8 +105,11 @@ class _StackFacts:
         graph = provenance.graph(self.graph.name) if self.graph is not None else None
         self.graph_origins = graph.kernels if graph is not None else provenance.kernels
         self.triton = None if ops else _triton_range(stack, self.graph_origins, provenance.kernels)
-        # NVTX enclosure: the attribution of every kernel under this stack the tool itself did not link
-        self.attribution = known.operator(ops[-1].name, False) if ops else None
+        # NVTX enclosure: the attribution of every kernel under this stack the tool itself did not link; a kernel
+        # replayed from a CUDA graph the workload captured is enclosed by the ranges open at its capture
+        captured = any(f.name == GRAPH_CAPTURE_RANGE for f in stack)
+        self.attribution = known.operator(ops[-1].name, False, CAPTURED_DETAIL if captured else None) if ops \
+            else None
 
 
 _OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
@@ -161,14 +166,14 @@ class _Attributions:
         self.known: dict[tuple[Any, ...], Attribution] = {}
         self.none = Attribution(method=AttributionMethod.UNATTRIBUTED, confidence=Confidence.NONE)
 
-    def operator(self, launch_op: str, linked: bool) -> Attribution:
-        key = ("op", launch_op, linked)
+    def operator(self, launch_op: str, linked: bool, detail: str | None = None) -> Attribution:
+        key = ("op", launch_op, linked, detail)
         found = self.known.get(key)
         if found is None:
             found = self.known[key] = Attribution(
                 method=AttributionMethod.KINETO_CORRELATION if linked else AttributionMethod.NVTX_ENCLOSURE,
                 confidence=Confidence.HIGH if linked else Confidence.MEDIUM,
-                launch_op=launch_op,
+                launch_op=launch_op, detail=detail,
             )
         return found
 

@@ -21,6 +21,7 @@ from mcp_server.schema.types import CompileMode, PassName
 # autotuner is off (the harness checks) and Inductor compiles from its cache only; the user's `optimize()` may.
 EARLY_WARMUP_MODES = ("eager", "inductor", "cudagraphs")
 TIMING_WINDOWS = 5  # the timing pass measures the window this many times
+GRAPH_CAPTURE_MODES = ("eager", "optimized")  # where nsys's pass records the workload's own CUDA graph captures
 BYTECODE: Literal["bytecode"] = "bytecode"  # the marker the bytecode precompile writes once it has ended
 
 Marker = PassName | Literal["bytecode"]
@@ -44,6 +45,7 @@ class PlannedPass:
     best_effort: bool = False  # its failure leaves the run going, said in the manifest
     started_after: tuple[Marker, ...] = ()  # a suspended pass's process starts once one of these exists
     suspended: bool = False  # started with the others under `ncu --mode launch`, attached once the plan is known
+    record_graph_capture: bool = False  # nsys: CUDA graphs the workload captures are recorded with their ranges
 
 
 def plan_passes(
@@ -61,15 +63,18 @@ def plan_passes(
     counters = counters and backend == "nsys"
     several = timing or counters
     early = compile_mode in EARLY_WARMUP_MODES
+    # A graph the workload captures itself (eager code, its own optimize()): its replays take the capture's ranges.
+    # Inductor's own CUDA graphs are placed by its generated code instead.
+    graphs = main == "nsys" and compile_mode in GRAPH_CAPTURE_MODES
     plan: list[PlannedPass] = []
     if timing:
         plan.append(PlannedPass("timing", "timing", after=BYTECODE if precompiling else None, done="timing",
                                 windows=TIMING_WINDOWS, best_effort=True))
     if several:
         plan.append(PlannedPass(main, "main", after="timing" if timing else None, done=main,
-                                warm_up_early=early and timing))
+                                warm_up_early=early and timing, record_graph_capture=graphs))
     else:
-        plan.append(PlannedPass(main, "main", locked=False))
+        plan.append(PlannedPass(main, "main", locked=False, record_graph_capture=graphs))
     if counters:
         plan.append(PlannedPass("ncu", "ncu", after=main, done="ncu", warm_up_early=early,
                                 retry_after="timing" if timing else None))

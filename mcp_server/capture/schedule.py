@@ -178,10 +178,11 @@ def _in_turn(
     def request(name: PassName) -> CaptureRequest:
         planned = plan[name]
         if not planned.locked:
-            return req
+            return req.with_turn(record_graph_capture=planned.record_graph_capture)
         changed = req.with_turn(lock=run_dir.gpu_lock, after=marker(planned.after), done=marker(planned.done),
                                 warm_up_early=planned.warm_up_early, windows=planned.windows,
-                                import_compiler_early=planned.import_compiler_early)
+                                import_compiler_early=planned.import_compiler_early,
+                                record_graph_capture=planned.record_graph_capture)
         return changed.with_options(warmup_iters=planned.warmup_iters) if planned.warmup_iters is not None \
             else changed
 

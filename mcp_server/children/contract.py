@@ -57,6 +57,9 @@ def recipe_name(compile_mode: str, precision: str, channels_last: bool = False, 
 PROFILERS = ("torch", "nvtx", "kernels", "none", "memory")
 
 MEASURE_RANGE = "operator_profiler::measure"
+# Around a CUDA graph the workload captures (nsys pass): the ranges open inside it name each captured kernel's
+# operator, module and call site, which its replays in the window take.
+GRAPH_CAPTURE_RANGE = "operator_profiler::graph_capture"
 PHASE_MARKER = "operator_profiler_harness: phase "  # what the harness prints as it enters each phase
 MODULE_RANGE_PREFIX = "module:"
 # `site:<path>:<line>`: the innermost frame of the user's code (outside torch, the standard library and
@@ -123,6 +126,9 @@ HARNESS_FLAGS: tuple[HarnessFlag, ...] = (
                 "window chosen by its steps: optimizer step() calls, or calls of --window-fn"),
     HarnessFlag("window_fn", "str", "(--run-script) a step is one call of this function, method or nn.Module class "
                 "(by name) instead of one optimizer step()"),
+    HarnessFlag("record_graph_capture", "switch", "(--profiler nvtx, nsys) record every CUDA graph the workload "
+                "captures inside the profiler's collection, with the window's ranges open: its replays in the window "
+                "take the operators and modules of their capture"),
     HarnessFlag("replay_calls", "path", "(--profiler nvtx) a JSON list of [module path, call number in the window]: "
                 "profiling is on only during those calls, when the file exists once the window begins"),
     HarnessFlag("dist_backend", "str", "(under torchrun) the process group's backend: nccl on CUDA, gloo on the CPU "

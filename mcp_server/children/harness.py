@@ -78,6 +78,7 @@ from mcp_server.children.distributed import (
     wrap,
 )
 from mcp_server.children.gpu_lock import GpuPhases
+from mcp_server.children.graph_capture import GraphCaptureRanges
 from mcp_server.children.memory import capture_memory, memory_step, memory_window, out_of_memory, watch
 from mcp_server.children.script import run_script
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
@@ -115,6 +116,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         # wait while another pass measures (under ncu it takes seconds).
         _enter(result, "cuda context")
         torch.empty(1, device="cuda")
+    captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
     _enter(result, "waiting for the GPU lock (build)")
     lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.warm_up_after)
     lock.build()
@@ -240,6 +242,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     if args.windows > 1:
         result["windows"] = windows
     result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
+    if captures is not None:  # the CUDA graphs the workload captured, recorded with their ranges
+        captures.remove()
+        result["graph_captures"] = captures.captures
     if backend is not None:
         result["graph_breaks"] = backend.graph_breaks
         if isinstance(backend, RecordingInductor):

@@ -34,6 +34,7 @@ from typing import Any
 from mcp_server.children.common import ContractError
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
+from mcp_server.children.graph_capture import GraphCaptureRanges
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
 from mcp_server.children.window import KernelTrace, MeasuredWindow
 
@@ -318,6 +319,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
                             switch=(lambda on: torch.cuda.profiler.start() if on else torch.cuda.profiler.stop())
                             if calls else None).install()
     windows = StepWindows(args, lock, modules, enter)
+    captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
     source = OptimizerSteps(windows) if args.window_fn is None else NamedSteps(windows, modules, args.window_fn)
     enter("script")
     lock.build()
@@ -343,6 +345,9 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
         sys.argv, sys.path[:] = saved_argv, saved_path
         source.remove()
         modules.remove()
+        if captures is not None:
+            captures.remove()
+            result["graph_captures"] = captures.captures
         windows.abandon()
         lock.release() if windows.measured else lock.close()
         if clocks is not None:
