@@ -6,7 +6,9 @@ was captured: `GraphCaptureRanges` makes every capture happen inside nsys's coll
 collection at the first capture; the window's own stop ends it) with the window's ranges open: the
 `operator_profiler::graph_capture` range, torch's operator ranges (`emit_nvtx`), every module's range (global
 hooks) and the user's call sites. It wraps `torch.cuda.CUDAGraph.capture_begin` and `capture_end`, which
-`torch.cuda.graph`, `make_graphed_callables` and CUDA-graph trees all call. Only the nsys pass installs it.
+`torch.cuda.graph`, `make_graphed_callables` and CUDA-graph trees all call. Only the nsys pass installs it. Outside
+eager mode (the workload's own `optimize()`), module hooks and the call-site mode stay off, as in the window: a
+compiled region would see them change under it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from mcp_server.children.sites import UserFrames, call_sites
 class GraphCaptureRanges:
     """While installed, every CUDA graph capture runs inside the profiler's collection with the window's ranges."""
 
-    def __init__(self) -> None:
+    def __init__(self, eager: bool = True) -> None:
+        self.eager = eager
         self.captures = 0
         self._original: tuple[Any, Any] | None = None
         self._open: ExitStack | None = None
@@ -67,8 +70,10 @@ class GraphCaptureRanges:
         torch.cuda.profiler.start()  # a second start while collecting is a no-op
         torch.cuda.nvtx.range_push(GRAPH_CAPTURE_RANGE)
         stack.callback(torch.cuda.nvtx.range_pop)
-        if not torch.autograd._profiler_enabled():  # a capture inside the window finds the window's ranges on
+        outside_window = not torch.autograd._profiler_enabled()  # inside the window its own ranges are on
+        if outside_window:
             stack.enter_context(torch.autograd.profiler.emit_nvtx(record_shapes=True))
+        if outside_window and self.eager:
             modules = GlobalModules("nvtx").install()
             modules.ranging = True
             stack.callback(modules.remove)

@@ -116,7 +116,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         # wait while another pass measures (under ncu it takes seconds).
         _enter(result, "cuda context")
         torch.empty(1, device="cuda")
-    captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
+    captures = (GraphCaptureRanges(eager=args.compile_mode == "eager").install()
+                if args.record_graph_capture and torch.cuda.is_available() else None)
     _enter(result, "waiting for the GPU lock (build)")
     lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.warm_up_after)
     lock.build()
