@@ -62,6 +62,15 @@ M = TypeVar("M", bound=BaseModel)
 _OPTION_GROUPS = (CaptureOptions, NcuOptions, TimingOptions, BenchRequest, RecipesRequest)
 MEMORY_FLAG = ("also run the memory pass after the others (alone on the GPU): memory.json, where every byte at the "
                "window's peak comes from")
+PROFILE_DESCRIPTION = (
+    "Capture WORKLOAD's measured window into a run directory and write profile.json. WORKLOAD defines "
+    "get_model_and_input() (the fast path), or with --script is any script, run unmodified with the arguments after "
+    "`--` (`--script train.py -- --epochs 2`): a step is one optimizer step() (or, with --window-fn NAME, one call of "
+    "that function or nn.Module class); --steps W:A warms up W steps, measures A and stops the script.")
+RUN_DESCRIPTION = (
+    " ncu replays the window's kernels within --replay-budget seconds (default 60): every launch configuration first, "
+    "then shape variants by the module calls that launch them, spread over the window; a variant left out takes the "
+    "counters of the nearest measured shape of its configuration.")
 LOOP_NOTE = ("; in a workload's own folder, or one holding loop_state.json, the loop checkpoints written are "
              "recorded in loop_state.json (see loop-status)")
 
@@ -427,13 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("profile", help="capture a workload's measured window and write profile.json (on a GPU, "
-                       "also timed with no profiler)")
+                       "also timed with no profiler)", description=PROFILE_DESCRIPTION)
     _add_capture_options(p)
     p.add_argument("--backend", default="auto",
                    help=f"{' | '.join(BACKENDS)}: auto uses nsys when an NVIDIA GPU, nsys and ncu are present, "
                    "else torch.profiler")
     p.add_argument("--memory", action="store_true", help=MEMORY_FLAG)
-    p = sub.add_parser("run", help="profile with nsys, time the window with no profiler, replay with ncu for counters")
+    p = sub.add_parser("run", help="profile with nsys, time the window with no profiler, replay with ncu for counters",
+                       description=PROFILE_DESCRIPTION + RUN_DESCRIPTION)
     _add_capture_options(p)
     p.add_argument("--memory", action="store_true", help=MEMORY_FLAG)
     add_options(p, NcuOptions)
