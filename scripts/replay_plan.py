@@ -64,7 +64,7 @@ def main() -> None:
                    "left_out": len(fitted.left_out), "replayed": len(fitted.replayed), "calls": fitted.calls,
                    "estimate_s": fitted.estimate_s(fitted.main_limit or fitted.configurations) + fitted.estimate_s(
                        len(fitted.replayed)),
-                   "note": budget_note(fitted, plan.estimate_s(1))},
+                   "note": budget_note(fitted)},
                "detail": variants}, sys.stdout, indent=1)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import lzma
 import math
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ def test_a_budget_that_holds_everything_changes_nothing(resnet50):
     assert NcuOptions().replay_budget_s == 60.0
     assert (fitted.variants, fitted.calls, fitted.replayed, fitted.variant_names) == (
         plan.variants, plan.calls, plan.replayed, plan.variant_names)
-    assert fitted.left_out == [] and fitted.main_limit is None and budget_note(fitted, EACH_S) is None
+    assert fitted.left_out == [] and fitted.main_limit is None and budget_note(fitted) is None
     assert (plan.configurations + len(plan.replayed)) * EACH_S <= 60.0
 
 
@@ -52,11 +53,11 @@ def test_resnet50s_variants_under_a_tight_budget(resnet50):
     assert fitted.calls is not None and set(fitted.calls) < set(plan.calls or [])
     assert set(fitted.replayed) <= set(plan.replayed) and set(fitted.variants) <= set(fitted.replayed)
     assert f"{len(fitted.variants)} of {len(plan.variants)} shape variants are replayed" in (
-        budget_note(fitted, EACH_S) or "")
+        budget_note(fitted) or "")
     assert plan.variants and plan.left_out == [], "the plan itself is kept"
     tiny = within_budget(plan, (plan.configurations - 10) * EACH_S, EACH_S)
     assert tiny.main_limit == plan.configurations - 10 and tiny.variants == [] and tiny.calls == []
-    assert tiny.left_out == plan.variants and "replays the first" in (budget_note(tiny, EACH_S) or "")
+    assert tiny.left_out == plan.variants and "replays the first" in (budget_note(tiny) or "")
 
 
 def test_spread_order_reaches_both_ends_then_halves():
@@ -104,7 +105,7 @@ def test_a_decode_window_of_thousands_of_variants_plans_within_the_budget():
     assert {1, (1 + STEPS - 1) // 2, STEPS - 1} <= chosen["h.0.attn"]
     for layer in range(1, LAYERS):
         assert {0, (STEPS - 1) // 2, STEPS - 1} <= chosen[f"h.{layer}.attn"]
-    assert "spread over the window" in (budget_note(fitted, EACH_S) or "")
+    assert "spread over the window" in (budget_note(fitted) or "")
 
 
 def _sizes(step: int) -> list[list[int]]:
@@ -143,3 +144,19 @@ def test_the_profile_states_measured_propagated_and_missing_shares():
     counter_coverage(window, kernels)
     assert (window.measured_counter_kernel_time_pct, window.propagated_counter_kernel_time_pct,
             window.nearest_shape_kernel_time_pct, window.no_counter_kernel_time_pct) == (60.0, 30.0, 10.0, 10.0)
+
+
+def test_the_ncu_pass_stops_at_the_plans_limit_or_once_its_replay_time_passes_the_budget():
+    from mcp_server.capture.passes import ReplayCount, _over_budget
+
+    line = '==PROF== Profiling "kernel_{}" - {}: 0%....50%....100% - 12 passes'
+    replays = ReplayCount()
+    reached = _over_budget(replays, budget_s=3600.0)
+    assert not any(reached(line.format(i, i)) for i in range(5)), "no limit known yet, far from the budget"
+    replays.limit = 7  # the plan, once known: the configurations the budget affords
+    assert not reached("==PROF== Connected to process 1") and not reached(line.format(5, 5))
+    assert reached(line.format(6, 6))
+    spent = _over_budget(ReplayCount(), budget_s=0.005)  # two kernels 10 ms apart: about 20 ms of replay
+    assert not spent(line.format(0, 0))
+    time.sleep(0.01)
+    assert spent(line.format(1, 1))

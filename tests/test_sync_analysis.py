@@ -44,6 +44,8 @@ def test_the_item_between_graphs_is_named_costed_and_comes_before_cuda_graphs(br
     graphs = next(o for o in analysis.opportunities if o.change_class == "cuda_graphs")
     assert graphs.title.endswith("— first move the .item() read(s) at graph_breaks.py:23 out of the loop")
     assert any("capture_scalar_outputs" in need for need in graphs.prerequisites)
+    breaks = next(o for o in analysis.opportunities if o.change_class == "graph_breaks")
+    assert breaks.prerequisites == graphs.prerequisites, "one graph needs the .item() gone as well"
     removal = next(o for o in analysis.opportunities if o.change_class == "host_syncs")
     assert removal.estimated_saving_ns == 126428 and removal.knowledge == "knowledge/fx_patterns/host_syncs.md"
     finding = next(f for f in analysis.findings if f.kind == "host_sync")

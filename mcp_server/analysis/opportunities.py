@@ -257,6 +257,7 @@ def build_opportunities(
             "top and are not counted", ops=[], modules=["(whole window)"],
             triggers=[f"graph_breaks={len(breaks)}", *triggers, *(f"break at {b.location}: {b.reason}"
                                                                    for b in breaks)])
+        _after(out[-1], needs)  # one graph needs the break's cause gone: a synchronisation, a data-dependent shape
     waiting = [p for p in syncs or [] if p.synchronizing and p.idle_after_ns]
     if waiting:
         idle = sum(p.idle_after_ns or 0 for p in waiting)

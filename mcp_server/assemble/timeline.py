@@ -54,9 +54,9 @@ def assemble_nsys(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributedP
 
 def _stopped_early(record: PassRecord) -> str:
     """The warning for a counter pass that kept what it replayed before it was stopped."""
+    budget = any("--replay-budget" in note for note in record.notes)  # the pass's own account of its stop
     why = ("its time limit (--timeout)" if record.stopped_early == "timeout"
-           else "--max-kernels" if record.ncu is not None and record.ncu.max_kernels else "the replay budget "
-           "(--replay-budget)")
+           else "the replay budget (--replay-budget)" if budget else "--max-kernels")
     return f"the {record.name} pass was stopped at {why}: only the kernels it replayed before then carry counters"
 
 

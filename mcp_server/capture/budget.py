@@ -27,7 +27,7 @@ def within_budget(plan: ReplayPlan, budget_s: float, seconds_each: float) -> Rep
 
     The configurations come first; the variants' module calls (scoped plans) or the run of variant launches (the
     others) then take what is left, as described in the module's docstring."""
-    fitted = replace(plan, budget_s=budget_s, left_out=[])
+    fitted = replace(plan, budget_s=budget_s, seconds_each=seconds_each, left_out=[])
     affordable = max(1, math.floor(budget_s / seconds_each + 1e-9))  # 1e-9: 17.1 s / 0.3 s is 57
     if plan.configurations > affordable:
         fitted.main_limit = affordable
@@ -155,10 +155,11 @@ def _every_call(facts: list[LaunchFacts], threads: set[int | None]) -> set[Call]
     return {call for f in facts if f.thread in threads for call in f.calls}
 
 
-def budget_note(plan: ReplayPlan, seconds_each: float) -> str | None:
+def budget_note(plan: ReplayPlan) -> str | None:
     """What the budget left out, in one line (None when everything fits)."""
-    if plan.budget_s is None:
+    if plan.budget_s is None or plan.seconds_each is None:
         return None
+    seconds_each = plan.seconds_each
     if plan.main_limit is not None:
         return (f"replay budget {plan.budget_s:.0f} s: the {plan.configurations} configurations alone need about "
                 f"{plan.configurations * seconds_each:.0f} s, so ncu replays the first {plan.main_limit} in launch "

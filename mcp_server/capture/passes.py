@@ -52,6 +52,12 @@ class ReplayCount:
         self._first_at = at if self._first_at is None else self._first_at
         self._last_at = at
 
+    def pace(self, minimum: int = 5) -> float | None:
+        """Seconds per replayed kernel measured so far (None before `minimum` kernels were replayed)."""
+        if self.done < minimum or self._first_at is None or self._last_at is None:
+            return None
+        return (self._last_at - self._first_at) / (self.done - 1)
+
     def seconds_left(self, now: float) -> float | None:
         """An estimate of the replay's remaining seconds at `now`: the kernels the plan still expects at the
         pace measured between the first and the latest replayed kernel, less the time since the latest; the
@@ -258,7 +264,7 @@ def ncu_pass(
     progress(f"{name} pass: replaying the window's kernels for hardware counters")
     replays = replays or ReplayCount()
     early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels
-                      else _over_budget(replays) if options.whole_window else None)
+                      else _over_budget(replays, options.replay_budget_s) if options.whole_window else None)
     prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs",
                          gpu_name())
     try:
@@ -310,15 +316,21 @@ def _replayed_count_reaches(limit: int) -> Callable[[str], bool]:
     return reached
 
 
-def _over_budget(replays: ReplayCount) -> Callable[[str], bool]:
-    """A predicate on ncu's output lines that holds once the replay budget's limit (known once the plan is) is
-    reached: the pass's own count of replayed kernels, as ncu prints them."""
-    seen = 0
+def _over_budget(replays: ReplayCount, budget_s: float) -> Callable[[str], bool]:
+    """A predicate on ncu's output lines that holds once the replay budget is spent: the plan's limit on kernels
+    (known once the plan is) reached, or the replay's own time (its pace measured from the first replayed kernel,
+    one kernel's worth added for the first) past `budget_s`."""
+    seen, first = 0, None
 
     def reached(line: str) -> bool:
-        nonlocal seen
-        seen += is_replayed_kernel(line)
-        return replays.limit is not None and seen >= replays.limit
+        nonlocal seen, first
+        if not is_replayed_kernel(line):
+            return False
+        seen += 1
+        now = time.monotonic()
+        first = now if first is None else first
+        spent = (now - first) * seen / (seen - 1) if seen > 1 else 0.0
+        return (replays.limit is not None and seen >= replays.limit) or spent > budget_s
 
     return reached
 

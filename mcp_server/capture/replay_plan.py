@@ -66,6 +66,7 @@ class ReplayPlan:
     launch_facts: list[LaunchFacts] = field(default_factory=list, repr=False)
     # set by `capture.budget.within_budget`:
     budget_s: float | None = None  # seconds of replay the plan was fitted to
+    seconds_each: float | None = None  # the cost of one replayed kernel it was fitted with
     main_limit: int | None = None  # the main pass stops after this many configurations (they alone exceed the budget)
     left_out: list[int] = field(default_factory=list)  # variants not replayed: they take the nearest measured shape
 

@@ -78,7 +78,7 @@ def ncu_variants_pass(
         record = ncu_pass(req.with_turn(replay_calls=calls), variant_options, progress, cancel, name=NCU_VARIANTS)
     if plan.calls is not None:
         record.replayed_launches = plan.replayed
-    if (note := budget_note(plan, plan.estimate_s(1))) is not None:
+    if (note := budget_note(plan)) is not None:
         record.notes.append(note)
     return record
 
@@ -207,8 +207,11 @@ def planned(req: CaptureRequest, options: NcuOptions, progress: Progress, replay
     """The replay plan of the run's nsys timeline fitted to the replay budget (the default deduplicated replay of the
     whole window only), announced; the ncu pass's count learns what it expects, and where it must stop."""
     plan = plan_replays(req.run_dir.nsys_sqlite())
-    if options.whole_window:
-        plan = within_budget(plan, options.replay_budget_s, plan.estimate_s(1))
+    if options.whole_window:  # the pace the ncu pass replays at, once measured, else the measured cost per kernel
+        pace = replays.pace() if replays is not None else None
+        plan = within_budget(plan, options.replay_budget_s, pace or plan.estimate_s(1))
+        if pace is not None:
+            progress(f"ncu: replay budget planned at the ncu pass's own pace, {pace:.2f} s per kernel")
     announce_plan(plan, progress)
     if replays is not None and options.whole_window:
         replays.expected = min(plan.configurations, plan.main_limit or plan.configurations)
@@ -229,7 +232,7 @@ def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
     """Say what the ncu passes replay, with estimated times (estimates: the measured time per replay pass)."""
     progress(f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations replayed "
              f"(estimate: {plan.estimate_s(plan.configurations):.0f} s of replay)")
-    if (note := budget_note(plan, plan.estimate_s(1))) is not None:
+    if (note := budget_note(plan)) is not None:
         progress(f"ncu: {note}")
     if plan.variants:
         count = len(plan.replayed) if plan.calls is not None else plan.launch_count

@@ -158,6 +158,9 @@ class CaptureOptions(_Request):
             raise ValueError("a script runs as it is written: it compiles what it compiles itself; drop compile_mode")
         if self.script and self.train_step:
             raise ValueError("a script's steps are its own optimizer steps: drop train_step")
+        if self.script and self.nproc_per_node is not None:
+            raise ValueError("a script launched through torchrun is not supported: profile one process, or write the "
+                             "workload contract")
         if self.script and self.warmup_iters < 1:
             raise ValueError("a script's window opens after one of its steps: warmup_iters (W of steps W:A) must be "
                              "at least 1")

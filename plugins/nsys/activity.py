@@ -10,6 +10,7 @@ kept. The NVTX ranges enclosing each call on its thread come from one sweep over
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from mcp_server.schema.records import RuntimeCall
@@ -23,9 +24,10 @@ def bare_api(name: str) -> str:
     return re.sub(tables()["runtime_api"]["version_suffix"], "", name)
 
 
-def read_runtime_calls(schema: Schema, feed: RangeFeed, contains: Any) -> list[RuntimeCall]:
+def read_runtime_calls(schema: Schema, ranges: Callable[[], RangeFeed], contains: Any) -> list[RuntimeCall]:
     """The window's synchronising, copying and setting API calls in call order; `contains(t)` says whether host time
-    `t` lies in the window; `feed` gives the NVTX ranges enclosing each call."""
+    `t` lies in the window; `ranges()` opens the sweep over the NVTX ranges enclosing each call (only when there is
+    a call to place)."""
     cfg, spec = tables(), tables()["runtime_api"]
     strings = Strings(schema)
     rows: list[tuple[int, int, int, int, str]] = []
@@ -44,6 +46,9 @@ def read_runtime_calls(schema: Schema, feed: RangeFeed, contains: Any) -> list[R
         rows += [(s, e, t, c, wanted[n]) for s, e, t, c, n in schema.conn.execute(sql, tuple(wanted))
                  if contains(s)]
     rows.sort(key=lambda r: (r[0], r[3]))
+    if not rows:
+        return []
+    feed = ranges()
     copies = _activity(schema, cfg["memcpy"], ("bytes", "copy_kind", "src_kind", "dst_kind"))
     sets = _activity(schema, cfg["memset"], ("bytes", "mem_kind"))
     waits = _activity(schema, cfg["synchronization"], ("sync_type",))

@@ -317,11 +317,13 @@ class NsysWindow:
     def runtime_calls(self) -> list[RuntimeCall]:
         """The window's host synchronisations and memory copies and sets, in call order, with their NVTX stacks
         (`plugins.nsys.activity`): a sweep of its own over the ranges."""
-        with self._sqlite_errors():
+        def ranges() -> RangeFeed:
             cursor, check_order = self.nvtx.ranges(self.table_order) if self.nvtx.present else (None, False)
-            feed = RangeFeed(cursor, Strings(self.schema), check_order)
+            return RangeFeed(cursor, Strings(self.schema), check_order)
+
+        with self._sqlite_errors():
             windows = self.windows
-            return read_runtime_calls(self.schema, feed, lambda t: not windows or windows.contains(t))
+            return read_runtime_calls(self.schema, ranges, lambda t: not windows or windows.contains(t))
 
     def activity_counts(self) -> tuple[int, int, int, int]:
         """(memcpy count, memcpy bytes, memset count, synchronization records) of the window / capture."""
