@@ -49,12 +49,12 @@ def capture_points(schema: Schema, strings: Strings) -> dict[int, CapturePoint]:
 
 
 def capture_stacks(points: dict[int, CapturePoint], feed: RangeFeed) -> dict[CapturePoint, tuple[NvtxRange, ...]]:
-    """The NVTX ranges open at each capture point the harness recorded (inside its `GRAPH_CAPTURE_RANGE`), from
-    one sweep of `feed` in time order. Other captures (Inductor's own CUDA graphs, placed by its generated code)
-    keep their kernels' launch ranges."""
+    """The NVTX ranges open at each capture point the harness recorded (inside its `GRAPH_CAPTURE_RANGE`) under an
+    operator range, from one sweep of `feed` in time order. Other captures (Inductor's own CUDA graphs, placed by its
+    generated code) and nodes captured outside every operator keep their kernels' launch ranges."""
     stacks = {}
     for thread, start in sorted(set(points.values()), key=lambda p: (p[1], p[0])):
         stack = feed.enclosing(thread, start)
-        if any(r.text == GRAPH_CAPTURE_RANGE for r in stack):
+        if any(r.text == GRAPH_CAPTURE_RANGE for r in stack) and any(r.kind == "op" for r in stack):
             stacks[(thread, start)] = stack
     return stacks
