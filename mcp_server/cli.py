@@ -63,6 +63,15 @@ M = TypeVar("M", bound=BaseModel)
 _OPTION_GROUPS = (CaptureOptions, NcuOptions, TimingOptions, BenchRequest, RecipesRequest, OptimizeRequest)
 MEMORY_FLAG = ("also run the memory pass after the others (alone on the GPU): memory.json, where every byte at the "
                "window's peak comes from")
+PROFILE_DESCRIPTION = (
+    "Capture WORKLOAD's measured window into a run directory and write profile.json. WORKLOAD defines "
+    "get_model_and_input() (the fast path), or with --script is any script, run unmodified with the arguments after "
+    "`--` (`--script train.py -- --epochs 2`): a step is one optimizer step() (or, with --window-fn NAME, one call of "
+    "that function or nn.Module class); --steps W:A warms up W steps, measures A and stops the script.")
+RUN_DESCRIPTION = (
+    " ncu replays the window's kernels within --replay-budget seconds (default 60): every launch configuration first, "
+    "then shape variants by the module calls that launch them, spread over the window; a variant left out takes the "
+    "counters of the nearest measured shape of its configuration.")
 LOOP_NOTE = ("; in a workload's own folder, or one holding loop_state.json, the loop checkpoints written are "
              "recorded in loop_state.json (see loop-status)")
 
@@ -232,9 +241,12 @@ def _interpreter(args: argparse.Namespace) -> Interpreter:
 
 def cmd_profile(args: argparse.Namespace, argv: list[str], counters: bool = False) -> int:
     """capture -> run directory -> profile.json, then the top-operators table."""
-    req = build(ProfileRequest, workload=args.workload, python=_interpreter(args),
-                capture=options_from(args, CaptureOptions), backend=args.backend,
-                ncu=options_from(args, NcuOptions) if counters else None, require_counters=False,
+    capture = options_from(args, CaptureOptions)
+    if args.script_args_after:  # `-- ARGS...`: the script's own arguments
+        capture = build(CaptureOptions, **{**capture.model_dump(exclude_defaults=True),
+                                           "script_args": capture.script_args + tuple(args.script_args_after)})
+    req = build(ProfileRequest, workload=args.workload, python=_interpreter(args), capture=capture,
+                backend=args.backend, ncu=options_from(args, NcuOptions) if counters else None, require_counters=False,
                 output=args.output, project=Path.cwd(), command_line=["operator-profiler", *argv], memory=args.memory)
     return _print_profile(api.profile(req, _STATUS))
 
@@ -392,7 +404,8 @@ def _count(minimum: int) -> Callable[[str], int]:
 
 
 def _add_capture_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", type=Path, help="Python file with get_model_and_input() (or an NvtxCapture window)")
+    p.add_argument("workload", type=Path, help="Python file with get_model_and_input() (or an NvtxCapture window), "
+                   "or with --script any script, run as it is: `--script train.py -- ARGS...`")
     p.add_argument("--output", "-o", type=Path, help="run directory (default: ./op_runs/<workload>-<time>)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter that runs the workload (default: this one, %(default)s)")
@@ -436,13 +449,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("profile", help="capture a workload's measured window and write profile.json (on a GPU, "
-                       "also timed with no profiler)")
+                       "also timed with no profiler)", description=PROFILE_DESCRIPTION)
     _add_capture_options(p)
     p.add_argument("--backend", default="auto",
                    help=f"{' | '.join(BACKENDS)}: auto uses nsys when an NVIDIA GPU, nsys and ncu are present, "
                    "else torch.profiler")
     p.add_argument("--memory", action="store_true", help=MEMORY_FLAG)
-    p = sub.add_parser("run", help="profile with nsys, time the window with no profiler, replay with ncu for counters")
+    p = sub.add_parser("run", help="profile with nsys, time the window with no profiler, replay with ncu for counters",
+                       description=PROFILE_DESCRIPTION + RUN_DESCRIPTION)
     _add_capture_options(p)
     p.add_argument("--memory", action="store_true", help=MEMORY_FLAG)
     add_options(p, NcuOptions)
@@ -586,7 +600,12 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors with a remedy, exit 1; 130 on Ctrl-C."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    # profile|run --script SCRIPT -- ARGS...: everything after the first `--` is the script's own command line
+    ours, after = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = build_parser().parse_args(ours)
+    if after and args.command not in ("profile", "run"):
+        build_parser().error(f"arguments after `--` are a script's: only profile and run take them ({after[0]!r})")
+    args.script_args_after = after
     global _STATUS
     _STATUS = Status(quiet=getattr(args, "quiet", False), verbose=getattr(args, "verbose", False))
     try:

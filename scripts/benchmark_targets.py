@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from mcp_server.analysis import analyze_profile  # noqa: E402
 from mcp_server.capture.passes import run_pass  # noqa: E402
-from mcp_server.capture.request import CaptureRequest  # noqa: E402
+from mcp_server.capture.request import CaptureRequest, GpuTurn, WorkloadOptions  # noqa: E402
 from mcp_server.rundir import RunDir  # noqa: E402
 from mcp_server.schema.io import load_profile  # noqa: E402
 
@@ -58,19 +58,23 @@ def measure(entry: str, mode: str, work: Path, references: bool = True) -> dict[
 def _references(row: dict[str, object], path: Path, workload: str, mode: str, train: bool, work: Path) -> None:
     """Two no-profiler references of the window's busy time: queued ahead, and replayed from a CUDA graph."""
     timing_dir = work / f"{workload}_{mode}_timing"
-    request = CaptureRequest(workload=path, run_dir=RunDir(timing_dir), compile_mode=mode, queue_ahead=True,
-                             train_step=train)
+    request = CaptureRequest(workload=path, run_dir=RunDir(timing_dir),
+                             options=WorkloadOptions(compile_mode=mode, train_step=train),  # type: ignore[arg-type]
+                             turn=GpuTurn(queue_ahead=True))
     _, result = run_pass(request, "timing", "none")
-    row["no_profiler_gpu_busy_ns"] = result["window"].get("gpu_elapsed_ns")
-    marks = result.get("phase_started_at", {})
+    assert result is not None
+    window = result.the_window
+    row["no_profiler_gpu_busy_ns"] = window.gpu_elapsed_ns
+    marks: dict[str, float] = getattr(result, "phase_started_at", None) or {}
     row["no_profiler_phases"] = {name: round(t - min(marks.values()), 2) for name, t in marks.items()}
-    row["queued_ahead"] = result["window"].get("queued_ahead")
-    graph = replace(request, run_dir=RunDir(work / f"{workload}_{mode}_graph"), graph_replay=True)
+    row["queued_ahead"] = window.queued_ahead
+    graph = replace(request, run_dir=RunDir(work / f"{workload}_{mode}_graph"), turn=GpuTurn(graph_replay=True))
     _, result = run_pass(graph, "timing", "none")
-    if result["window"].get("graph_replay"):
-        row["graph_replay_gpu_busy_ns"] = result["window"].get("gpu_elapsed_ns")
+    assert result is not None
+    if result.the_window.graph_replay:
+        row["graph_replay_gpu_busy_ns"] = result.the_window.gpu_elapsed_ns
     else:
-        row["graph_replay_error"] = result["warnings"][-1] if result["warnings"] else "not captured"
+        row["graph_replay_error"] = result.warnings[-1] if result.warnings else "not captured"
 
 
 def _run(row: dict[str, object], path: Path, workload: str, mode: str, train: bool, work: Path) -> dict[str, object]:

@@ -1,7 +1,8 @@
 """What ncu replays for a run: every distinct launch configuration, and each shape variant with what tells it
-apart from the launch whose counters it would otherwise inherit. JSON on stdout.
+apart from the launch whose counters it would otherwise inherit; with --budget S, what the replay budget keeps of
+the variants (`run --replay-budget`). JSON on stdout.
 
-    python scripts/replay_plan.py RUN_DIR
+    python scripts/replay_plan.py RUN_DIR [--budget 60]
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mcp_server.capture.budget import budget_note, within_budget  # noqa: E402
 from mcp_server.capture.replay_plan import plan_replays  # noqa: E402
 from mcp_server.rundir import RunDir  # noqa: E402
 from plugins.ncu.keys import ncu_config, operator_shapes  # noqa: E402
@@ -36,9 +38,11 @@ def _launches(sqlite: Path) -> list[dict[str, object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--budget", type=float, help="seconds of replay to fit the plan to (run's --replay-budget)")
     args = parser.parse_args()
     sqlite = RunDir(args.run_dir).nsys_sqlite()
     plan = plan_replays(sqlite)
+    fitted = within_budget(plan, args.budget, plan.estimate_s(1)) if args.budget else None
     launches = _launches(sqlite)
     first: dict[str, dict[str, object]] = {}
     invocation: Counter[str] = Counter()
@@ -55,6 +59,12 @@ def main() -> None:
                "launch_count": plan.launch_count,
                "variant_kernel_time_ns": sum(int(v["duration_ns"]) for v in variants),  # type: ignore[call-overload]
                "by_name": Counter(str(v["name"])[:60] for v in variants).most_common(),
+               "budget": None if fitted is None else {
+                   "budget_s": fitted.budget_s, "main_limit": fitted.main_limit, "variants": len(fitted.variants),
+                   "left_out": len(fitted.left_out), "replayed": len(fitted.replayed), "calls": fitted.calls,
+                   "estimate_s": fitted.estimate_s(fitted.main_limit or fitted.configurations) + fitted.estimate_s(
+                       len(fitted.replayed)),
+                   "note": budget_note(fitted)},
                "detail": variants}, sys.stdout, indent=1)
 
 

@@ -9,7 +9,7 @@ import json
 from conftest import EXAMPLES
 
 from mcp_server.capture.passes import run_pass
-from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.request import CaptureRequest, WorkloadOptions
 from mcp_server.children.compiling import GRAPH_RECORDS
 from mcp_server.rundir import RunDir
 
@@ -18,10 +18,11 @@ WORKLOAD = EXAMPLES / "mlp_activations" / "mlp_activations.py"
 
 def _pass(run_dir, name: str = "timing") -> tuple[dict, dict]:
     """One harness pass of the workload's training step under Inductor: its result and its provenance."""
-    req = CaptureRequest(workload=WORKLOAD, run_dir=RunDir(run_dir), compile_mode="inductor", warmup_iters=1,
-                         train_step=True)
+    req = CaptureRequest(workload=WORKLOAD, run_dir=RunDir(run_dir),
+                         options=WorkloadOptions(compile_mode="inductor", warmup_iters=1, train_step=True))
     _, result = run_pass(req, name, "none")
-    assert result["status"] == "ok", result.get("error")
+    assert result is not None and result.ok, result and result.error
+    result = result.model_dump()
     provenance = json.loads((run_dir / name / "inductor_provenance.json").read_text())
     return result, provenance
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import EXAMPLES
 
-from mcp_server.capture.request import CaptureRequest, harness_command
+from mcp_server.capture.request import CaptureRequest, GpuTurn, harness_command
 from mcp_server.process import child_script
 from mcp_server.rundir import RunDir
 from mcp_server.schema.requests import NcuOptions
@@ -54,7 +54,8 @@ def test_sudo_never_prompts():
 
 def test_queue_ahead_timing_is_asked_of_the_harness():
     run_dir = RunDir(Path("/r"))
-    req = CaptureRequest(workload=EXAMPLES / "conv_block" / "conv_block.py", run_dir=run_dir, queue_ahead=True)
+    req = CaptureRequest(workload=EXAMPLES / "conv_block" / "conv_block.py", run_dir=run_dir,
+                         turn=GpuTurn(queue_ahead=True))
     cmd = harness_command(req, "none", "timing")
     assert "--queue-ahead" in cmd
     assert (_after(cmd, "--run-dir"), _after(cmd, "--result")) == ("/r/timing", "/r/timing/harness.json")
@@ -74,7 +75,8 @@ def test_queue_ahead_needs_the_no_profiler_pass(tmp_path):
 
 def test_graph_replay_timing_is_asked_of_the_harness_and_needs_the_no_profiler_pass(tmp_path):
     run_dir = RunDir(tmp_path)
-    req = CaptureRequest(workload=EXAMPLES / "conv_block" / "conv_block.py", run_dir=run_dir, graph_replay=True)
+    req = CaptureRequest(workload=EXAMPLES / "conv_block" / "conv_block.py", run_dir=run_dir,
+                         turn=GpuTurn(graph_replay=True))
     assert "--graph-replay" in harness_command(req, "none", "timing")
     assert "--graph-replay" not in harness_command(CaptureRequest(workload=req.workload, run_dir=run_dir), "none",
                                                    "timing")

@@ -18,7 +18,7 @@ from fixtures_util import extract_fixture
 from mcp_server import api
 from mcp_server.analysis.ranks import distributed_analysis
 from mcp_server.capture.ranks import check_world, nccl_excluded, torchrun_command
-from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.request import CaptureRequest, Torchrun
 from mcp_server.errors import UsageError, WorkloadError
 from mcp_server.rundir import RunDir
 from mcp_server.schema.io import load_profile
@@ -159,20 +159,20 @@ def test_a_workload_without_collectives_says_so(tmp_path):
 
 
 def test_more_ranks_than_gpus_is_refused_with_the_remedy(tmp_path):
-    req = CaptureRequest(workload=WORKLOADS / "ddp_mlp.py", run_dir=RunDir(tmp_path), nproc_per_node=4)
+    req = CaptureRequest(workload=WORKLOADS / "ddp_mlp.py", run_dir=RunDir(tmp_path), torchrun=Torchrun(4))
     with pytest.raises(UsageError, match="more ranks than this node's 2 GPU"):
         check_world(req, gpus=2)
     check_world(req, gpus=0)  # no GPU: gloo ranks on the CPU
-    check_world(CaptureRequest(workload=req.workload, run_dir=req.run_dir, nproc_per_node=2), gpus=2)
+    check_world(CaptureRequest(workload=req.workload, run_dir=req.run_dir, torchrun=Torchrun(2)), gpus=2)
 
 
 def test_torchrun_is_standalone_unless_a_rendezvous_is_given(tmp_path):
     base = dict(workload=WORKLOADS / "ddp_mlp.py", run_dir=RunDir(tmp_path), python="py")
-    alone = torchrun_command(CaptureRequest(**base, nproc_per_node=2))
+    alone = torchrun_command(CaptureRequest(**base, torchrun=Torchrun(2)))
     assert alone[:3] == ["py", "-m", "torch.distributed.run"] and "--standalone" in alone
     assert alone[-1] == "--no-python"
-    multi = torchrun_command(CaptureRequest(**base, nproc_per_node=8, nnodes="2", node_rank=1,
-                                            master_addr="10.0.0.1", master_port=29500))
+    multi = torchrun_command(CaptureRequest(**base, torchrun=Torchrun(8, nnodes="2", node_rank=1,
+                                                                      master_addr="10.0.0.1", master_port=29500)))
     assert "--standalone" not in multi
     assert multi[multi.index("--nnodes") + 1] == "2" and multi[multi.index("--master-port") + 1] == "29500"
 

@@ -16,7 +16,7 @@ import torch
 from conftest import EXAMPLES, REPO
 
 from mcp_server.capture.passes import NotCached, run_pass
-from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.request import CaptureRequest, GpuTurn, WorkloadOptions
 from mcp_server.capture.schedule import _compiled_in_turn
 from mcp_server.children.compiling import WAITING_FOR_TUNING
 from mcp_server.process import child_script
@@ -29,8 +29,9 @@ TINY = REPO / "tests" / "workloads" / "tiny_mlp.py"
 
 
 def _request(run_dir, early: bool) -> CaptureRequest:
-    return CaptureRequest(workload=WORKLOAD, run_dir=RunDir(run_dir), compile_mode="inductor", warmup_iters=1,
-                          warm_up_early=early)
+    return CaptureRequest(workload=WORKLOAD, run_dir=RunDir(run_dir),
+                          options=WorkloadOptions(compile_mode="inductor", warmup_iters=1),
+                          turn=GpuTurn(warm_up_early=early))
 
 
 def test_early_compile_stops_on_a_cold_cache_and_runs_from_a_warm_one(tmp_path, monkeypatch):
@@ -43,7 +44,7 @@ def test_early_compile_stops_on_a_cold_cache_and_runs_from_a_warm_one(tmp_path, 
     assert not _cached_graphs(tmp_path / "inductor-cache"), "nor was its code generated (and saved) in that pass"
 
     _, filled = run_pass(_request(tmp_path / "fill", early=False), "timing", "none")  # compiles into the cache
-    assert filled["status"] == "ok"
+    assert filled is not None and filled.ok
     assert _cached_graphs(tmp_path / "inductor-cache")
 
     lock, after = tmp_path / ".gpu.lock", tmp_path / ".gpu.previous-done"
@@ -79,7 +80,7 @@ def test_a_cached_graph_whose_kernels_are_not_tuned_yet_waits_for_their_configur
     cache = tmp_path / "inductor-cache"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
     _, filled = run_pass(_request(tmp_path / "fill", early=False), "timing", "none")
-    assert filled["status"] == "ok"
+    assert filled is not None and filled.ok
     tuned = {path: path.read_bytes() for path in cache.rglob("*.best_config")}
     assert tuned, "the workload's Triton kernels autotuned (several configurations each)"
     for path in tuned:
@@ -143,8 +144,9 @@ def test_a_pass_refused_on_a_cold_cache_compiles_from_it_once_the_first_pass_fil
     window; its own window still waits for that one."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
     filled, after = tmp_path / ".gpu.timing-done", tmp_path / ".gpu.main-done"
-    second = CaptureRequest(workload=TINY, run_dir=RunDir(tmp_path / "second"), compile_mode="inductor",
-                            warmup_iters=1, warm_up_early=True, gpu_lock=tmp_path / ".gpu.lock", gpu_lock_after=after)
+    second = CaptureRequest(workload=TINY, run_dir=RunDir(tmp_path / "second"),
+                            options=WorkloadOptions(compile_mode="inductor", warmup_iters=1),
+                            turn=GpuTurn(warm_up_early=True, lock=tmp_path / ".gpu.lock", after=after))
     refused, warmed = threading.Event(), threading.Event()
 
     def progress(line: str) -> None:
@@ -160,8 +162,9 @@ def test_a_pass_refused_on_a_cold_cache_compiles_from_it_once_the_first_pass_fil
     try:
         assert refused.wait(timeout=180), "the early attempt stops at the cold cache's first miss"
         _, first = run_pass(CaptureRequest(workload=TINY, run_dir=RunDir(tmp_path / "first"),
-                                           compile_mode="inductor", warmup_iters=1), "timing", "none")
-        assert first["status"] == "ok"
+                                           options=WorkloadOptions(compile_mode="inductor", warmup_iters=1)),
+                            "timing", "none")
+        assert first is not None and first.ok
         filled_at = time.time()
         filled.touch()
         assert warmed.wait(timeout=180), "it compiles from the filled cache and warms up"

@@ -38,7 +38,7 @@ def record(ordinal: int, name: str, value: float, grid: tuple[int, int, int] = G
 
 def values(joined: dict[int, tuple[dict[str, Metric], int | None]]) -> dict[int, tuple[float, int | None]]:
     """launch -> (duration counter, propagated_from)."""
-    return {o: (metrics["duration"].value, source) for o, (metrics, source) in joined.items()}
+    return {o: (metrics["duration"].value, source) for o, (metrics, source, _) in joined.items()}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -70,7 +70,7 @@ def test_a_swap_in_a_longer_sequence_never_puts_counters_on_another_kernel():
     joined, problems, _ = join_counters(kernels, records, deduplicated=False)
     assert values(joined) == {0: (1.0, None), 2: (3.0, None), 3: (4.0, None)}
     names = {r.metrics["duration"].value: r.name for r in records}
-    assert all(names[metrics["duration"].value] == kernels[o].name for o, (metrics, _) in joined.items())
+    assert all(names[metrics["duration"].value] == kernels[o].name for o, (metrics, _, _) in joined.items())
     assert any("launch 1" in p and "'B'" in p for p in problems)
     assert any("ncu record 2 ('B') matches no later window launch" in p for p in problems)
     assert any("have no ncu counters" in p and "launch 1" in p for p in problems)
@@ -315,11 +315,11 @@ def test_operator_identity_counts_calls_of_a_name_in_window_order():
 
 def test_counters_and_propagation_reach_the_kernel_records():
     kernels = [kernel(0, "A", stack=CONV_STACK), kernel(1, "A", stack=CONV_STACK)]
-    joined = {0: ({"duration": Metric(value=5.0, unit="ns")}, None), 1: ({"duration": Metric(value=5.0, unit="ns")}, 0)}
+    joined = {0: ({"duration": Metric(value=5.0, unit="ns")}, None, None),
+              1: ({"duration": Metric(value=5.0, unit="ns")}, 0, "same_shapes")}
     (op,), _ = attribute_kernels(kernels, Provenance(), 1000, counters=lambda o: joined[o])
-    assert [(k.metrics["duration"].value, k.metrics["duration"].unit, k.propagated_from) for k in op.kernels] == [
-        (5.0, "ns", None), (5.0, "ns", 0)
-    ]
+    assert [(k.metrics["duration"].value, k.metrics["duration"].unit, k.propagated_from, k.propagation)
+            for k in op.kernels] == [(5.0, "ns", None, None), (5.0, "ns", 0, "same_shapes")]
 
 
 def test_library_kernels_in_a_compiled_graph_take_their_fx_node_module():

@@ -20,13 +20,14 @@ from memory_recording import WORKLOAD, end_snapshot, record, start_snapshot, wri
 
 from mcp_server import api
 from mcp_server.capture.passes import raise_for_harness
-from mcp_server.capture.request import CaptureRequest, harness_command
+from mcp_server.capture.request import CaptureRequest, WorkloadOptions, harness_command
 from mcp_server.capture.schedule import has_gpu
 from mcp_server.children.contract import NO_CUDA, OUT_OF_MEMORY
 from mcp_server.cli import main as cli_main
 from mcp_server.errors import BackendUnavailable, UsageError, WorkloadError, WorkloadOutOfMemory
 from mcp_server.memory.run import diagnosed
 from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.requests import AssembleRequest, Interpreter, ProfileRequest, ReportRequest, SummaryRequest
 from mcp_server.serve.runner import run_engine
 from mcp_server.server import server
@@ -135,22 +136,23 @@ def test_a_pass_that_ran_out_of_memory_is_told_apart_from_other_failures(tmp_pat
     message = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity of "
                "79.19 GiB of which 1.02 GiB is free.")
     with pytest.raises(WorkloadOutOfMemory, match="ran out of GPU memory during warmup in the nsys pass") as error:
-        raise_for_harness({"status": "error", "phase": "warmup", "error": {"kind": OUT_OF_MEMORY, "message": message}},
-                          req, "nsys")
+        raise_for_harness(HarnessResult.model_validate(
+            {"status": "error", "phase": "warmup", "error": {"kind": OUT_OF_MEMORY, "message": message}}), req, "nsys")
     assert "operator-profiler memory WORKLOAD" in error.value.remedy
     with pytest.raises(BackendUnavailable, match="sees no CUDA device"):
-        raise_for_harness({"status": "error", "error": {"kind": NO_CUDA, "message": "torch sees no CUDA device"}},
-                          req, "memory")
+        raise_for_harness(HarnessResult.model_validate(
+            {"status": "error", "error": {"kind": NO_CUDA, "message": "torch sees no CUDA device"}}), req, "memory")
     with pytest.raises(WorkloadError) as other:
-        raise_for_harness({"status": "error", "error": {"kind": "workload_raised", "message": "ValueError: x"}},
-                          req, "nsys")
+        raise_for_harness(HarnessResult.model_validate(
+            {"status": "error", "error": {"kind": "workload_raised", "message": "ValueError: x"}}), req, "nsys")
     assert not isinstance(other.value, WorkloadOutOfMemory)
 
 
 def test_the_harness_memory_pass_without_cuda_is_a_no_cuda_error(tmp_path):
     """The real harness under `--profiler memory` on this CPU-only torch: it says why, in harness.json."""
     run_dir = RunDir(tmp_path)
-    req = CaptureRequest(workload=TINY, run_dir=run_dir, python=sys.executable, train_step=True)
+    req = CaptureRequest(workload=TINY, run_dir=run_dir, python=sys.executable,
+                         options=WorkloadOptions(train_step=True))
     command = harness_command(req, "memory", "memory")
     run_dir.pass_dir("memory").mkdir()
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)

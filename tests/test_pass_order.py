@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.request import CaptureRequest, WorkloadOptions
 from mcp_server.capture.schedule import capture
 from mcp_server.rundir import RunDir
 
@@ -19,7 +19,8 @@ WORKLOAD = REPO / "tests" / "workloads" / "tiny_mlp.py"
 
 def test_the_timing_pass_measures_first_and_the_main_pass_warms_up_beside_it(tmp_path: Path) -> None:
     run_dir = RunDir(tmp_path / "run")
-    req = CaptureRequest(workload=WORKLOAD, run_dir=run_dir, python=sys.executable, warmup_iters=1)
+    req = CaptureRequest(workload=WORKLOAD, run_dir=run_dir, python=sys.executable,
+                         options=WorkloadOptions(warmup_iters=1))
     manifest = capture(req, "torch", ["operator-profiler", "profile", str(WORKLOAD)], timing=True)
 
     assert [p.name for p in manifest.passes] == ["torch", "timing"]

@@ -160,7 +160,7 @@ def test_scoped_variant_records_join_the_launches_the_plan_replayed(resnet50):
                for i, o in enumerate(plan.replayed)]
     joined = join_counters(launches, [], deduplicated=False, filtered=True, variants=records,
                            variants_at=plan.replayed)
-    assert {o: m["replayed_launch"].value for o, (m, _) in joined.counters.items()} == {o: o for o in plan.replayed}
+    assert {o: m["replayed_launch"].value for o, (m, _, _) in joined.counters.items()} == {o: o for o in plan.replayed}
     assert joined.problems == []
     unscoped = join_counters(launches, [], deduplicated=False, filtered=True, variants=records)
     assert set(unscoped.counters) != set(plan.replayed)

@@ -103,7 +103,7 @@ def test_a_training_step_has_three_phases_and_its_optimizer_updates_the_model(ea
     assert {op.module_path for op in optimizer} == {"Encoder"} == {profile.capture_metadata.root_module}
     assert profile.window.module_path_kernel_time_pct >= 95.0
     assert not any(w.startswith("module paths cover") for w in profile.warnings)
-    assert profile.schema_version == "1.4"
+    assert profile.schema_version == "1.5"
 
 
 def test_eager_kernel_time_has_call_sites_in_the_workload_file(eager):

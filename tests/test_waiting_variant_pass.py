@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES
 
-from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.request import CaptureRequest, WorkloadOptions
 from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass
 from mcp_server.errors import WorkloadError
 from mcp_server.rundir import RunDir
@@ -52,8 +52,8 @@ def request_(tmp_path, monkeypatch) -> CaptureRequest:
     monkeypatch.setenv("NCU", str(ncu))
     monkeypatch.setenv("OPERATOR_PROFILER_EXAMPLE_SCALE", "small")
     return CaptureRequest(
-        workload=EXAMPLES / "mlp_activations" / "mlp_activations.py", run_dir=RunDir(tmp_path / "run"), warmup_iters=1,
-        timeout_s=120,
+        workload=EXAMPLES / "mlp_activations" / "mlp_activations.py", run_dir=RunDir(tmp_path / "run"),
+        options=WorkloadOptions(warmup_iters=1), timeout_s=120,
     )
 
 

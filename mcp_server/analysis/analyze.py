@@ -27,6 +27,7 @@ from mcp_server.analysis.ranks import distributed_analysis, merged
 from mcp_server.analysis.roofline import combined_roofline, kernel_roofline
 from mcp_server.analysis.stalls import stall_breakdown
 from mcp_server.analysis.summary import cpu_only_analysis, diagnose, stage_rows
+from mcp_server.analysis.syncs import prerequisites, sync_finding, sync_points
 from mcp_server.analysis.timeline import Placed, place_kernels, timeline_health, unprofiled_window, window_length
 from mcp_server.analysis.trace import write_trace
 from mcp_server.errors import ProfilerError
@@ -255,9 +256,14 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
     by_id = {k.kernel_id: k for k in kernels}
     findings = [*fp32_tensor_core_candidates(profile, placed), *unfused_attention(profile),
                 *window_findings(profile, health), *structural_findings(profile, placed)]
+    points = sync_points(profile)
+    found = sync_finding(points) if points is not None else None
+    if points is not None:  # the calls themselves, with their sites, in place of the operators' names
+        findings = [f for f in findings if f.kind != "host_sync"] + ([found] if found else [])
     operators = _operator_analyses(profile, by_id, spec, findings)
     fusible = fusible_kernels(placed) if meta.compile_mode == "eager" else set()
-    opportunities = build_opportunities(profile, placed, by_id, findings, health, spec, fusible)
+    opportunities = build_opportunities(profile, placed, by_id, findings, health, spec, fusible,
+                                        prerequisites(profile, points), points)
     counters = any(k.has_counters for k in kernels)
     if counters:
         notes += COUNTER_NOTES
@@ -274,7 +280,7 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
         configuration=_configuration(profile, spec, _dtype(profile, kernels)), gpu_data=True, counters=counters,
         device=spec, diagnosis=diagnose(health, kernels, operators, counters), timeline=health,
         stages=stage_rows(operators, kernels), operators=operators, kernels=kernels, findings=findings,
-        opportunities=opportunities, notes=notes + profile.warnings[:5],
+        opportunities=opportunities, syncs=points, notes=notes + profile.warnings[:5],
         speed_of_light=speed_of_light(kernels, spec, window_ns, source, work_kernels(placed)),
     )
     _with_ranks(analysis, profile, ranks)

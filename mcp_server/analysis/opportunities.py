@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from mcp_server.analysis.devices import peak_at_clock
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes
+from mcp_server.analysis.syncs import SHORT_END
 from mcp_server.analysis.timeline import Placed
-from mcp_server.schema.analysis import DeviceSpec, Finding, KernelAnalysis, Opportunity, TimelineHealth
+from mcp_server.schema.analysis import DeviceSpec, Finding, KernelAnalysis, Opportunity, SyncPoint, TimelineHealth
 from mcp_server.schema.profile import OperatorAttributedProfile
 
 PATTERNS = "knowledge/fx_patterns/{}.py"
@@ -123,8 +124,14 @@ def _runs(profile: OperatorAttributedProfile, finding: Finding) -> list[list[int
 def build_opportunities(
     profile: OperatorAttributedProfile, placed: list[Placed], analyses: dict[int, KernelAnalysis],
     findings: list[Finding], health: TimelineHealth, device: DeviceSpec | None, fusible: set[int],
+    needs: list[str] | None = None, syncs: list[SyncPoint] | None = None,
 ) -> list[Opportunity]:
-    """Opportunities from the findings, ranked by estimated end-to-end saving."""
+    """Opportunities from the findings, ranked by estimated end-to-end saving.
+
+    `needs`: the changes that must come before a CUDA graph or a whole-graph compile of the window (its host
+    synchronisations, data-dependent shapes): such advice names the first of them in its title and lists them all.
+    `syncs`: the window's synchronising places, whose idle time removing them gives back."""
+    needs = needs or []
     by_id = {p.kernel.kernel_id: p for p in placed}
     window = max(health.window_ns, 1)
     mode = profile.capture_metadata.compile_mode
@@ -163,6 +170,7 @@ def build_opportunities(
             triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
                              [f"rnn_operators={len(rnns)}"]]) if rnns else None,
             knowledge=PATTERNS.format(WHOLE_FORWARD) if rnns else None)
+        _after(out[-1], needs)
     chains = _chains(placed, fusible) if mode == "eager" and fusible else []
     if chains:
         # upper bound: every fusible kernel may fuse into a neighbour, and Inductor may run the convolutions
@@ -194,6 +202,8 @@ def build_opportunities(
             f"{how}{NOT_ADDITIVE}", modules=["(whole window)"],
             triggers=[*triggers, f"fusible_kernels={len(fusible)}", f"fusion_groups={len(chains)}",
                       f"cudnn_layout_kernels={len(layouts)}", f"attention_kernels={len(attention)}"])
+        if host_bound and not rnns:  # its estimate counts the host gaps of a whole-window compile
+            _after(out[-1], needs)
     target = _target_precision(device)
     for kind, cls in (("fp32_matmul", "dtype_autocast"), ("fp32_conv", "channels_last")):
         finding = kinds.get(kind)
@@ -247,6 +257,20 @@ def build_opportunities(
             "top and are not counted", ops=[], modules=["(whole window)"],
             triggers=[f"graph_breaks={len(breaks)}", *triggers, *(f"break at {b.location}: {b.reason}"
                                                                    for b in breaks)])
+        _after(out[-1], needs)  # one graph needs the break's cause gone: a synchronisation, a data-dependent shape
+    waiting = [p for p in syncs or [] if p.synchronizing and p.idle_after_ns]
+    if waiting:
+        idle = sum(p.idle_after_ns or 0 for p in waiting)
+        source = waiting[0].idle_source
+        add(f"Remove {sum(p.count for p in waiting)} host synchronisation(s) at {len(waiting)} place(s): "
+            + ", ".join(_site(p) for p in waiting[:3]) + (" ..." if len(waiting) > 3 else ""), "host_syncs",
+            ["host_sync"], idle, 0,
+            "estimate (upper bound): the GPU idle time after each synchronising call, "
+            + ("measured without the profiler" if source == "unprofiled" else "inflated by profiler instrumentation: "
+               "no timing pass ran") + "; the host still launches the work after it", ops=[],
+            modules=list(dict.fromkeys(p.module_path for p in waiting if p.module_path)),
+            triggers=[f"{_site(p)}: {p.api} x{p.count}, idle_after_ns={p.idle_after_ns}" for p in waiting[:5]],
+            knowledge="knowledge/fx_patterns/host_syncs.md")
     busy = max(health.gpu_busy_ns, 1)
     keep = [o for o in out if o.estimated_saving_pct >= rule("estimates", "min_saving_pct")
             or 100.0 * o.kernel_time_saving_ns / busy >= rule("estimates", "min_kernel_saving_pct")
@@ -256,6 +280,19 @@ def build_opportunities(
     for rank, opportunity in enumerate(keep, 1):
         opportunity.rank = rank
     return keep
+
+
+def _after(opportunity: Opportunity, needs: list[str]) -> None:
+    """A CUDA-graph or whole-graph-compile change on a window that synchronises or has data-dependent shapes: the
+    title names what must come first, and every prerequisite is listed."""
+    if needs:
+        opportunity.prerequisites = list(needs)
+        opportunity.title += f" — first {needs[0].split(SHORT_END)[0]}"
+        opportunity.estimate_label += "; only after its prerequisites (see prerequisites)"
+
+
+def _site(point: SyncPoint) -> str:
+    return point.call_site.rsplit("/", 1)[-1] if point.call_site else point.operator_name or point.api
 
 
 def _merge(lists: Iterable[list[str]]) -> list[str]:

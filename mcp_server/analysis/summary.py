@@ -255,6 +255,7 @@ def format_summary(analysis: Analysis) -> str:
                      f"cores, against {_us(sol.window_ns)}); a speedup above {sol.max_plausible_speedup:.1f}x is "
                      f"suspect (its GEMMs, convolutions and attention in BF16 at half the bytes, all else fused "
                      f"away: {_us(sol.plausible_floor_ns)}); {sol.estimate_label}")
+    lines += _syncs_block(analysis)
     lines += ["", "top opportunities (estimates, upper bounds):"]
     if not analysis.opportunities:
         lines.append("  none above the reporting threshold")
@@ -264,10 +265,28 @@ def format_summary(analysis: Analysis) -> str:
                      f"of the window), kernel time ≤ {_us(o.kernel_time_saving_ns)}: {o.estimate_label}")
         lines.append(f"     triggers: {', '.join(o.triggers[:5])}")
         lines.append(f"     how: {o.knowledge}")
+        for need in o.prerequisites:
+            lines.append(f"     first: {need}")
     if analysis.device is None:
         lines.append("")
         lines += [n for n in analysis.notes if n.startswith("unknown GPU")]
     return "\n".join(lines + _ranks_block(analysis))
+
+
+def _syncs_block(analysis: Analysis) -> list[str]:
+    """Where the window makes the host wait for the GPU, with the idle time after each place's calls."""
+    waiting = [p for p in analysis.syncs or [] if p.synchronizing]
+    if not waiting:
+        return []
+    source = next((p.idle_source for p in waiting if p.idle_source), None)
+    lines = ["", "host synchronisations (the GPU idles after each until the host launches again; idle time "
+             + ("measured without the profiler):" if source == "unprofiled" else "under the profiler, inflated):")]
+    for p in waiting[:5]:
+        idle = f", {_us(p.idle_after_ns)} idle after" if p.idle_after_ns is not None else ""
+        copy = f" ({p.copy_kind} {p.bytes} B)" if p.copy_kind and p.bytes is not None else ""
+        lines.append(f"  {p.call_site or '(no call site)'}: {p.api} x{p.count} in {p.operator_name or '-'}{copy}"
+                     f"{idle}")
+    return lines
 
 
 def _ranks_block(analysis: Analysis) -> list[str]:
@@ -297,4 +316,6 @@ def _ranks_block(analysis: Analysis) -> list[str]:
             lines.append(f"     estimated saving ≤ {_us(o.estimated_saving_ns)} ({o.estimated_saving_pct:.1f} % of the "
                          f"window): {o.estimate_label}")
             lines.append(f"     how: {o.knowledge}")
+        for need in o.prerequisites:
+            lines.append(f"     first: {need}")
     return lines

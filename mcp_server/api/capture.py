@@ -9,7 +9,7 @@ from mcp_server.assemble import assemble as assemble_profile
 from mcp_server.assemble import write_profile
 from mcp_server.capture.leftovers import owner, stopped_beside, taken_over
 from mcp_server.capture.ranks import capture_ranks
-from mcp_server.capture.request import CaptureRequest, check_workload
+from mcp_server.capture.request import CaptureRequest, WorkloadOptions, check_workload
 from mcp_server.capture.schedule import capture, choose_backend, has_gpu, map_counters
 from mcp_server.errors import BackendUnavailable, UsageError, WorkloadOutOfMemory
 from mcp_server.progress import Progress, quiet
@@ -39,6 +39,9 @@ NO_COUNTERS_HERE = (
 def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
     """Capture the workload's window into a run directory and assemble profile.json; with `req.ncu`, replay
     its kernels under ncu too (the `run` verb)."""
+    if req.memory and req.capture.script:
+        raise UsageError("--memory needs get_model_and_input(): a script run as it is has none",
+                         "drop --memory, or write the workload contract (see README)")
     chosen = choose_backend(req.backend)
     counters = req.ncu is not None and chosen == "nsys"
     if req.ncu is not None and not counters:
@@ -48,7 +51,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
                 "drop counters, or run on a GPU machine where `preflight` passes",
             )
         progress(f"profile: {NO_COUNTERS_HERE}")
-    check_workload(req.workload, req.python.python)  # before any directory is made
+    check_workload(req.workload, req.python.python, req.capture.script)  # before any directory is made
     run_dir = RunDir(output_folder(req.output, req.project, req.workload))
     run_dir.claimable(req.workload)  # a folder that is not ours is refused before anything is written into it
     cap = CaptureRequest.of(req.workload, run_dir, req.python.python, req.capture)
@@ -94,9 +97,9 @@ def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) 
             "machine",
         )
     cap = CaptureRequest(
-        workload=Path(manifest.workload), run_dir=run_dir, python=manifest.python,
-        compile_mode=manifest.compile_mode, warmup_iters=manifest.warmup_iters, iters=manifest.iters,
-        seed=manifest.seed, train_step=manifest.run_mode == "train_step", timeout_s=req.timeout_s,
+        workload=Path(manifest.workload), run_dir=run_dir, python=manifest.python, timeout_s=req.timeout_s,
+        options=WorkloadOptions(compile_mode=manifest.compile_mode, warmup_iters=manifest.warmup_iters,
+                                iters=manifest.iters, seed=manifest.seed, train_step=manifest.run_mode == "train_step"),
     )
     progress(f"map: ncu replay of {run_dir.path} under {manifest.python}")
     with run_dir.locked(owner("map")):
@@ -172,10 +175,13 @@ def _profile_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, prog
     )
 def _equivalent_command(req: ProfileRequest, run_dir: RunDir, counters: bool) -> list[str]:
     """The CLI command that captures what `req` asks for, as the manifest records it."""
+    script_args = req.capture.script_args  # after `--`: they may start with `-` themselves
     command = [PROGRAM, "run" if counters else "profile", str(req.workload), "--backend", req.backend,
-               "--python", req.python.python, "--output", str(run_dir.path), *cli_flags(req.capture)]
+               "--python", req.python.python, "--output", str(run_dir.path),
+               *cli_flags(req.capture.model_copy(update={"script_args": ()}))]
     command += ["--memory"] if req.memory else []
-    return command + (cli_flags(req.ncu) if counters and req.ncu is not None else [])
+    command += cli_flags(req.ncu) if counters and req.ncu is not None else []
+    return command + (["--", *script_args] if script_args else [])
 def memory(req: MemoryRequest, progress: Progress = quiet, cancel: Cancel = None) -> MemoryRun:
     """Where every byte at the window's peak comes from: the memory pass of a workload (memory.json, its chart, the
     allocator's snapshot), or memory.json rebuilt from a run directory's memory pass (no GPU)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mcp_server.assemble.collectives import annotate
+from mcp_server.assemble.events import apply_unprofiled_idle
 from mcp_server.assemble.kineto import assemble_torch
 from mcp_server.assemble.metadata import harness_result
 from mcp_server.assemble.timeline import assemble_nsys
@@ -33,7 +34,7 @@ def assemble(run_dir: RunDir) -> OperatorAttributedProfile:
         else:
             raise ProfileFormatError(f"{run_dir.path} holds no capture pass", "re-run `operator-profiler profile`")
         if manifest.distributed is not None:  # one rank of a torchrun launch
-            annotate(profile, harness_result(run_dir, main).get("distributed"))
+            annotate(profile, harness_result(run_dir, main).distributed)
             ncu = manifest.pass_named("ncu")
             if profile.capture_metadata.distributed is not None and ncu is not None:
                 profile.capture_metadata.distributed.ncu_excluded_collectives = any(
@@ -41,6 +42,7 @@ def assemble(run_dir: RunDir) -> OperatorAttributedProfile:
         if manifest.pass_named("timing") is not None:
             kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
             apply_unprofiled(profile, read_unprofiled(run_dir, kernels))
+            apply_unprofiled_idle(profile)
     profile.warnings += [f"the {p.name} pass's workload left process {stray} running outside its process group "
                          "(a session of its own): it was stopped" for p in manifest.passes
                          for stray in p.stopped_processes]

@@ -236,3 +236,18 @@ def module_coverage_warning(operators: list[OperatorRecord], window: WindowTotal
     return [f"module paths cover {pct:.1f} % of the window's kernel time (below {MODULE_COVERAGE_WARN_PCT:.0f} %): "
             f"module-level numbers leave out the rest{f', led by {top}' if top else ''} (ops called outside the "
             "model, and backward work whose forward op could not be found, have no module path)"]
+
+
+def counter_coverage(window: WindowTotals, kernels: list[KernelRecord]) -> None:
+    """The shares of kernel time whose counters ncu measured on the launch itself, copied from another launch of its
+    configuration (and, of those, from the nearest measured shape), and none."""
+    total = sum(k.duration_ns for k in kernels)
+    if not total:
+        return
+    measured = sum(k.duration_ns for k in kernels if k.metrics and k.propagated_from is None)
+    copied = sum(k.duration_ns for k in kernels if k.metrics and k.propagated_from is not None)
+    nearest = sum(k.duration_ns for k in kernels if k.metrics and k.propagation == "nearest_shape")
+    window.measured_counter_kernel_time_pct = round(100.0 * measured / total, 3)
+    window.propagated_counter_kernel_time_pct = round(100.0 * copied / total, 3)
+    window.nearest_shape_kernel_time_pct = round(100.0 * nearest / total, 3)
+    window.no_counter_kernel_time_pct = round(100.0 * (total - measured - copied) / total, 3)

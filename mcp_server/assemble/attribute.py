@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from mcp_server.assemble.aggregate import aggregate_into, counted_fields, finish_record
 from mcp_server.assemble.phases import Context, FrameLike, work_of
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance, graph_key
+from mcp_server.children.contract import GRAPH_CAPTURE_RANGE
 from mcp_server.schema.profile import (
     AggregatedMetrics,
     Attribution,
@@ -30,7 +31,8 @@ from mcp_server.schema.profile import (
 from mcp_server.schema.records import TraceKernel
 from plugins.ncu import keys
 
-Counters = Callable[[int], tuple[dict[str, Metric], int | None]]
+CAPTURED_DETAIL = "replayed from a CUDA graph the workload captured: the ranges open when its node was captured"
+Counters = Callable[[int], tuple[dict[str, Metric], int | None, str | None]]
 
 
 class KernelLike(keys.LaunchLike, Protocol):
@@ -103,8 +105,11 @@ class _StackFacts:
         graph = provenance.graph(self.graph.name) if self.graph is not None else None
         self.graph_origins = graph.kernels if graph is not None else provenance.kernels
         self.triton = None if ops else _triton_range(stack, self.graph_origins, provenance.kernels)
-        # NVTX enclosure: the attribution of every kernel under this stack the tool itself did not link
-        self.attribution = known.operator(ops[-1].name, False) if ops else None
+        # NVTX enclosure: the attribution of every kernel under this stack the tool itself did not link; a kernel
+        # replayed from a CUDA graph the workload captured is enclosed by the ranges open at its capture
+        captured = any(f.name == GRAPH_CAPTURE_RANGE for f in stack)
+        self.attribution = known.operator(ops[-1].name, False, CAPTURED_DETAIL if captured else None) if ops \
+            else None
 
 
 _OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
@@ -117,7 +122,7 @@ _KERNEL_FIELDS = frozenset(KernelRecord.model_fields)
 _BUILT_KERNEL_FIELDS = frozenset({
     "kernel_id", "kernel_name", "mangled_name", "device_id", "stream_id", "correlation_id", "start_ns", "duration_ns",
     "grid", "block", "registers_per_thread", "shared_memory_bytes", "module_path", "attribution", "metrics",
-    "propagated_from", "unprofiled_gap_ns", "phase",
+    "propagated_from", "propagation", "unprofiled_gap_ns", "phase",
 })
 if _KERNEL_FIELDS != _BUILT_KERNEL_FIELDS or _OPERATOR_FIELDS != _BUILT_OPERATOR_FIELDS:
     raise ImportError("KernelRecord/OperatorRecord fields changed: update _kernel_record and _operators")
@@ -127,6 +132,7 @@ _set = object.__setattr__
 def _kernel_record(
     kernel: KernelLike, start_ns: int, module_path: str | None, attribution: Attribution,
     metrics: dict[str, Metric], propagated: int | None, fields_set: set[str], phase: str | None = None,
+    propagation: str | None = None,
 ) -> KernelRecord:
     """KernelRecord(...) of already typed values, without validation (a million of them: about 2 us each)."""
     record = KernelRecord.__new__(KernelRecord)
@@ -146,6 +152,7 @@ def _kernel_record(
     _set(record, "attribution", attribution)
     _set(record, "metrics", metrics)
     _set(record, "propagated_from", propagated)
+    _set(record, "propagation", propagation)
     _set(record, "unprofiled_gap_ns", None)
     _set(record, "phase", phase)
     finish_record(record, fields_set)
@@ -159,14 +166,14 @@ class _Attributions:
         self.known: dict[tuple[Any, ...], Attribution] = {}
         self.none = Attribution(method=AttributionMethod.UNATTRIBUTED, confidence=Confidence.NONE)
 
-    def operator(self, launch_op: str, linked: bool) -> Attribution:
-        key = ("op", launch_op, linked)
+    def operator(self, launch_op: str, linked: bool, detail: str | None = None) -> Attribution:
+        key = ("op", launch_op, linked, detail)
         found = self.known.get(key)
         if found is None:
             found = self.known[key] = Attribution(
                 method=AttributionMethod.KINETO_CORRELATION if linked else AttributionMethod.NVTX_ENCLOSURE,
                 confidence=Confidence.HIGH if linked else Confidence.MEDIUM,
-                launch_op=launch_op,
+                launch_op=launch_op, detail=detail,
             )
         return found
 
@@ -208,12 +215,14 @@ def attribute_stream(
     high_confidence_links: bool = True,
     for_profile: bool = True,
     context: Context | None = None,
+    operator_keys: dict[tuple[object, ...], str] | None = None,
 ) -> tuple[list[OperatorRecord], list[KernelRecord]]:
     """`attribute_kernels` over any iterable of kernels (a reader's stream), in one pass.
 
     `for_profile`: the records go into a profile, read-only. Each operator also carries `aggregate(op.kernels)`
     as the assemblers set it, and values that repeat by the million are shared: equal input shapes are one
-    list, the aggregated blocks one fields-set.
+    list, the aggregated blocks one fields-set. `operator_keys`, when given, receives the operator_id of each
+    operator range's call: ("op", thread, the outermost operator range's start, its name) -> operator_id.
     """
     context = context or Context(root_module=provenance.root_module)
     calls: dict[tuple[object, ...], _Call] = {}
@@ -233,10 +242,10 @@ def attribute_stream(
             facts = _StackFacts(stack, provenance, attributions, context, kernel.launch_thread)
             last_stack = stack
         if counters is not None:
-            metrics, propagated = counters(kernel.ordinal)
+            metrics, propagated, propagation = counters(kernel.ordinal)
             metrics = dict(metrics)
         else:
-            metrics, propagated = {}, None
+            metrics, propagated, propagation = {}, None, None
         outer = facts.outer_op
         module_path = facts.module_path
         if outer is not None:
@@ -281,7 +290,7 @@ def attribute_stream(
                     orphan_graph = (kernel.launch_thread, facts.graph.start_ns)
         record = _kernel_record(
             kernel, kernel.start_ns - window_start_ns, module_path, attribution, metrics, propagated, fields_set,
-            facts.phase,
+            facts.phase, propagation,
         )
         if call is None:
             unattributed.append(record)
@@ -291,6 +300,7 @@ def attribute_stream(
         else:
             call.kernels.append(record)
     ordered = sorted(calls.values(), key=lambda c: c.first_ordinal)
+    keyed = [(key, call) for key, call in calls.items() if key[0] == "op"] if operator_keys is not None else []
     calls.clear()
     if orphans:
         aligned = _align_graph_replays(ordered, orphans, provenance.extern_calls)
@@ -299,7 +309,11 @@ def attribute_stream(
             unattributed = [r for r in unattributed if id(r) not in placed]
             ordered = sorted(ordered + aligned, key=lambda c: c.first_ordinal)
     _extern_module_paths(ordered, provenance)
-    return _operators(ordered, for_profile), unattributed
+    operators = _operators(ordered, for_profile)
+    if operator_keys is not None:
+        ids = {id(call): op.operator_id for call, op in zip(ordered, operators, strict=True)}
+        operator_keys.update((key, ids[id(call)]) for key, call in keyed)
+    return operators, unattributed
 
 
 def _copy_shapes(shapes: list[list[int] | None] | None) -> list[list[int] | None] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -10,11 +11,13 @@ from mcp_server.schema.profile import Metric
 from mcp_server.schema.records import CounterRecord
 from plugins.ncu.keys import LaunchLike, ncu_config, operator_shapes, same_work
 
-Counters = dict[int, tuple[dict[str, Metric], int | None]]
+Propagation = str | None  # "same_shapes", "same_work" or "nearest_shape" (a copy's reason); None: replayed itself
+Counters = dict[int, tuple[dict[str, Metric], int | None, Propagation]]
 
 
 class JoinResult(NamedTuple):
-    """ordinal -> (metrics, propagated_from); disagreements between the captures; caveats on propagation."""
+    """ordinal -> (metrics, propagated_from, propagation); disagreements between the captures; caveats on
+    propagation."""
 
     counters: Counters
     problems: list[str]
@@ -32,7 +35,8 @@ def join_counters(
     truncated: bool = False,
     variants_at: Sequence[int] | None = None,
 ) -> JoinResult:
-    """Match ncu records to timeline kernels; return ordinal -> (metrics, propagated_from), mismatches, notes.
+    """Match ncu records to timeline kernels; return ordinal -> (metrics, propagated_from, propagation), mismatches,
+    notes.
 
     ncu replays in launch order, so each record belongs to the next timeline launch, at or after the
     previous match, of the same kernel (mangled name, grid, block). Without deduplication or filters every
@@ -43,9 +47,10 @@ def join_counters(
     shapes): they join in launch order too. `start` and `variants_start` are the positions in `kernels` of the
     first launch each replay could match (see `launch_position`); `variants_at`, when the shape-variant pass
     profiled chosen module calls only, the launches it replayed, in order. Each launch still without counters gets
-    those of the nearest replayed launch of the same configuration (the earlier one when there is one,
-    preferring one whose operator had the same input shapes), marked `propagated_from`; counters taken from
-    a launch with other input shapes are named in the notes. Every record that matches no launch, and every
+    those of a replayed launch of the same configuration, marked `propagated_from` with the reason: one whose
+    operator had the same input shapes (the nearest in launch order, the earlier first), else the nearest
+    measured shape (`shape_distance`); counters taken from a launch with other input shapes are named in the
+    notes. Every record that matches no launch, and every
     launch left without counters, is reported, never papered over: as a note when the replay was `truncated`
     (stopped at its time limit or by --max-kernels), as a problem otherwise.
     """
@@ -128,7 +133,7 @@ def _match(
         if j == len(kernels):
             unmatched.append(f"ncu record {record.ordinal} ({_short(record.name)}) matches no later window launch")
             continue
-        joined[kernels[j].ordinal] = (record.metrics, None)
+        joined[kernels[j].ordinal] = (record.metrics, None, None)
         replayed_configs.add(ncu_config(kernels[j]))
         position = j + 1
     problems = [_summary(passed_over, "timeline launches were passed over"),
@@ -184,10 +189,16 @@ def _propagate(kernels: Sequence[LaunchLike], joined: Counters) -> list[str]:
         if not sources:
             continue
         shapes = operator_shapes(kernel)
-        alike = [s for s in sources if operator_shapes(s) == shapes] or sources
-        earlier = [s for s in alike if s.ordinal < kernel.ordinal]
-        source = earlier[-1] if earlier else alike[0]
-        joined[kernel.ordinal] = (joined[source.ordinal][0], source.ordinal)
+        alike = [s for s in sources if operator_shapes(s) == shapes]
+        if alike:
+            earlier = [s for s in alike if s.ordinal < kernel.ordinal]
+            source = earlier[-1] if earlier else alike[0]
+        else:  # the nearest measured shape; of equals, the nearest launch, the earlier first
+            source = min(sources, key=lambda s: (shape_distance(operator_shapes(s), shapes),
+                                                 abs(s.ordinal - kernel.ordinal), s.ordinal > kernel.ordinal))
+        reason = "same_shapes" if alike else (
+            "same_work" if same_work(kernel.name, operator_shapes(source), shapes) else "nearest_shape")
+        joined[kernel.ordinal] = (joined[source.ordinal][0], source.ordinal, reason)
         if operator_shapes(source) != shapes:
             unlike.append((kernel, source))
     if not unlike:
@@ -205,6 +216,22 @@ def _propagate(kernels: Sequence[LaunchLike], joined: Counters) -> list[str]:
         f"(first: launch {kernel.ordinal} {_short(kernel.name)} from launch {source.ordinal}: "
         f"{operator_shapes(source)}, not {operator_shapes(kernel)}); --no-dedupe replays each launch"
     ]
+
+
+def shape_distance(a: list[list[int] | None] | None, b: list[list[int] | None] | None) -> float:
+    """How far apart two launches' operator shapes are: over inputs of equal rank, the sum of |log| of each
+    dimension's ratio (a KV length of 100 is nearer 90 than 50); a differing rank or input count weighs 100."""
+    if a == b:
+        return 0.0
+    if a is None or b is None or len(a) != len(b):
+        return 100.0
+    total = 0.0
+    for x, y in zip(a, b, strict=True):
+        if x is None or y is None or len(x) != len(y):
+            total += 0.0 if x == y else 100.0
+            continue
+        total += sum(abs(math.log((p + 1) / (q + 1))) for p, q in zip(x, y, strict=True))
+    return total
 
 
 def _short(name: str) -> str:

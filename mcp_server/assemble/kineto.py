@@ -6,6 +6,7 @@ import statistics
 
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, attribute_stream, work_of
+from mcp_server.assemble.events import OperatorKeys, attribute_events, event_warnings, sites_from_graph_breaks
 from mcp_server.assemble.metadata import capture_metadata, harness_result
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
 from mcp_server.rundir import RunDir
@@ -114,10 +115,10 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
     capture = read_kineto_trace(run_dir.kineto_trace())
     meta = capture_metadata(manifest, harness, "torch_profiler")
     meta.window_clock_start_ns = capture.window_start_ns
-    wall = harness.get("window", {}).get("wall_time_ns", 0)
-    warnings = list(harness.get("warnings", [])) + capture.warnings
+    wall = harness.the_window.wall_time_ns
+    warnings = list(harness.warnings) + capture.warnings
     origins = load_provenance(run_dir.provenance("torch"))
-    context = Context(capture.sequences, capture.forward_threads, harness.get("root_module") or origins.root_module)
+    context = Context(capture.sequences, capture.forward_threads, harness.root_module or origins.root_module)
     if not meta.gpu_used:
         operators = _cpu_operators(capture.cpu_ops, origins, context, capture.window_start_ns)
         unplaced = sum(1 for op in operators if op.module_path is None)
@@ -128,7 +129,7 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
             )
         window = window_totals(operators, [], wall)
         window.cpu_operator_time_ns = sum(op.duration_ns for op in capture.cpu_ops)
-        spread = [w["wall_time_ns"] for w in harness.get("unprofiled_windows", []) if w.get("wall_time_ns")]
+        spread = [w.wall_time_ns for w in harness.unprofiled_windows or [] if w.wall_time_ns]
         if spread:  # the same window timed without the profiler, on the host clock
             window.unprofiled_wall_time_ns = int(statistics.median(spread))
             window.unprofiled_windows = len(spread)
@@ -136,14 +137,21 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
         warnings += outside_operators(window)
         return OperatorAttributedProfile(capture_metadata=meta, window=window, operators=operators, warnings=warnings)
     start = capture.window_start_ns or min((k.start_ns for k in capture.kernels), default=0)
-    operators, unattributed = attribute_stream(capture.kernels, origins, start, context=context)
+    operator_ids: OperatorKeys = {}
+    operators, unattributed = attribute_stream(capture.kernels, origins, start, context=context,
+                                               operator_keys=operator_ids)
+    events = attribute_events(capture.runtime_calls, start, context, operator_ids,
+                              [k for op in operators for k in op.kernels] + unattributed)
+    sites_from_graph_breaks(events, meta.graph_breaks)
+    warnings += event_warnings(events)
     if unattributed:
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
     if not capture.kernels:
         warnings.append("CUDA was available but the window launched no kernel")
     window = window_totals(operators, unattributed, wall)
-    window.gpu_elapsed_ns = harness.get("window", {}).get("gpu_elapsed_ns")
+    window.gpu_elapsed_ns = harness.the_window.gpu_elapsed_ns
     warnings += module_coverage_warning(operators, window)
     return OperatorAttributedProfile(
-        capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed, warnings=warnings
+        capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed,
+        runtime_events=events, warnings=warnings,
     )

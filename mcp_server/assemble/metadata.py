@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import HarnessResult, load_harness
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import CaptureMetadata, Clocks, GraphBreak
 from mcp_server.schema.types import PassName
@@ -14,35 +12,32 @@ from mcp_server.schema.types import PassName
 CPU_ONLY_NOTE = "No GPU was used: CUDA was not available to the workload, so this profile holds CPU operator times."
 
 
-def harness_result(run_dir: RunDir, name: PassName) -> dict[str, Any]:
+def harness_result(run_dir: RunDir, name: PassName) -> HarnessResult:
     """The harness's result of pass `name`, or a ProfileFormatError when the run directory lacks it."""
     path = run_dir.harness_result(name)
-    if not path.is_file():
+    result = load_harness(path)
+    if result is None:
         raise ProfileFormatError(f"missing {path}", "the run directory is incomplete; re-run the capture")
-    try:
-        result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ProfileFormatError(f"{path} is corrupt: {exc}", "re-run the capture") from exc
     return result
 
 
-def may_run_backward(manifest: RunManifest, harness: dict[str, Any]) -> bool:
+def may_run_backward(manifest: RunManifest, harness: HarnessResult) -> bool:
     """Whether the window can hold backward work (a training step, or a script's own window)."""
-    return manifest.run_mode == "train_step" or harness.get("workload_kind") == "script"
+    return manifest.run_mode == "train_step" or harness.may_run_backward
 
 
-def graph_breaks(harness: dict[str, Any]) -> list[GraphBreak] | None:
+def graph_breaks(harness: HarnessResult) -> list[GraphBreak] | None:
     """The graph breaks the harness recorded while compiling (None when it compiled nothing)."""
-    found = harness.get("graph_breaks")
+    found = harness.graph_breaks
     if found is None:
         return None
     return [GraphBreak(reason=b.get("reason", "unknown"), location=b.get("location", "unknown"),
                        compile_id=b.get("compile_id"), detail=b.get("detail")) for b in found]
 
 
-def capture_metadata(manifest: RunManifest, harness: dict[str, Any], tool: str) -> CaptureMetadata:
+def capture_metadata(manifest: RunManifest, harness: HarnessResult, tool: str) -> CaptureMetadata:
     """Capture metadata from the manifest (what was asked) and the harness (what the child saw)."""
-    env = harness.get("environment", {})
+    env = harness.environment
     gpu = manifest.gpu
     clocks = Clocks()
     if gpu.get("clocks_sm_mhz"):
@@ -62,7 +57,7 @@ def capture_metadata(manifest: RunManifest, harness: dict[str, Any], tool: str) 
         workload=manifest.workload, compile_mode=manifest.compile_mode, run_mode=manifest.run_mode,
         warmup_iters=manifest.warmup_iters, iters=manifest.iters, seed=manifest.seed,
         command_line=manifest.command_line, started_at=manifest.created_at,
-        finished_at=harness.get("finished_at", manifest.created_at), clocks=clocks,
+        finished_at=str(getattr(harness, "finished_at", None) or manifest.created_at), clocks=clocks,
         tool_versions=manifest.tool_versions, notes=[] if gpu_used else [CPU_ONLY_NOTE],
-        graph_breaks=graph_breaks(harness), root_module=harness.get("root_module"),
+        graph_breaks=graph_breaks(harness), root_module=harness.root_module,
     )

@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
+from mcp_server.assemble.aggregate import counter_coverage, module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, Counters, attribute_stream
+from mcp_server.assemble.events import OperatorKeys, attribute_events, event_warnings, sites_from_graph_breaks
 from mcp_server.assemble.join import join_counters, launch_position
 from mcp_server.assemble.metadata import capture_metadata, harness_result, may_run_backward
 from mcp_server.assemble.provenance import load_provenance
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.requests import NcuOptions
@@ -53,7 +54,9 @@ def assemble_nsys(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributedP
 
 def _stopped_early(record: PassRecord) -> str:
     """The warning for a counter pass that kept what it replayed before it was stopped."""
-    why = "its time limit (--timeout)" if record.stopped_early == "timeout" else "--max-kernels"
+    budget = any("--replay-budget" in note for note in record.notes)  # the pass's own account of its stop
+    why = ("its time limit (--timeout)" if record.stopped_early == "timeout"
+           else "the replay budget (--replay-budget)" if budget else "--max-kernels")
     return f"the {record.name} pass was stopped at {why}: only the kernels it replayed before then carry counters"
 
 
@@ -64,7 +67,7 @@ def _options(record: PassRecord) -> NcuOptions:
 
 
 def _assemble(
-    run_dir: RunDir, manifest: RunManifest, harness: dict[str, Any], timeline: NsysWindow
+    run_dir: RunDir, manifest: RunManifest, harness: HarnessResult, timeline: NsysWindow
 ) -> OperatorAttributedProfile:
     kernels: Iterable[WindowKernel] = timeline.kernels()
     counter_warnings: list[str] = []
@@ -94,7 +97,7 @@ def _assemble(
         )
         counter_warnings += [_stopped_early(p) for p in (ncu_pass, variants_pass) if p and p.stopped_early]
         counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems] + notes
-        counters = lambda ordinal: joined.get(ordinal, ({}, None))  # noqa: E731
+        counters = lambda ordinal: joined.get(ordinal, ({}, None, None))  # noqa: E731
     tool = "nsys+ncu" if ncu_pass is not None else "nsys"
     meta = capture_metadata(manifest, harness, tool)
     meta.notes += counter_notes
@@ -107,24 +110,29 @@ def _assemble(
     provenance = load_provenance(run_dir.provenance("nsys"))
     context = Context(
         timeline.sequence_index() if may_run_backward(manifest, harness) else None, timeline.forward_threads,
-        harness.get("root_module") or provenance.root_module,
+        harness.root_module or provenance.root_module,
     )
+    operator_ids: OperatorKeys = {}
     operators, unattributed = attribute_stream(
-        kernels, provenance, start, counters, high_confidence_links=False, context=context
+        kernels, provenance, start, counters, high_confidence_links=False, context=context, operator_keys=operator_ids
     )
     del kernels
     timeline.check_activity_tables()
-    warnings = list(harness.get("warnings", [])) + timeline.warnings + counter_warnings
+    events = attribute_events(timeline.runtime_calls(), start, context, operator_ids,
+                              [k for op in operators for k in op.kernels] + unattributed)
+    sites_from_graph_breaks(events, meta.graph_breaks)
+    warnings = list(harness.warnings) + timeline.warnings + counter_warnings + event_warnings(events)
     if unattributed:
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
-    window = window_totals(operators, unattributed, harness.get("window", {}).get("wall_time_ns", 0))
-    window.gpu_elapsed_ns = harness.get("window", {}).get("gpu_elapsed_ns")
+    window = window_totals(operators, unattributed, harness.the_window.wall_time_ns)
+    window.gpu_elapsed_ns = harness.the_window.gpu_elapsed_ns
     warnings += module_coverage_warning(operators, window)
     if ncu_pass is not None:
         window.kernels_with_counters = sum(1 for op in operators for k in op.kernels if k.metrics) + sum(
             1 for k in unattributed if k.metrics
         )
+        counter_coverage(window, [k for op in operators for k in op.kernels] + unattributed)
     return OperatorAttributedProfile(
         capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed,
-        warnings=warnings,
+        runtime_events=events, warnings=warnings,
     )

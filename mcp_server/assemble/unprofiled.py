@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_server.assemble.aggregate import busy_time_ns
-from mcp_server.assemble.metadata import harness_result
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import TimedWindow, load_harness
 from mcp_server.schema.profile import Clocks, KernelRecord, OperatorAttributedProfile
 from mcp_server.schema.records import TraceKernel
 from plugins.torch_profiler.reader import read_kineto_trace
@@ -43,15 +43,14 @@ class Unprofiled:
 
 def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofiled | None:
     """The timing pass of `run_dir` against the attributed window's `kernels` (None when it did not run)."""
-    if not run_dir.harness_result("timing").is_file():
+    result = load_harness(run_dir.harness_result("timing"))
+    if result is None or not result.ok:
         return None
-    result = harness_result(run_dir, "timing")
-    if result.get("status") != "ok":
-        return None
-    windows = result.get("windows") or [result.get("window", {})]
-    traced_windows = result.get("traced_windows") or windows
+    window = result.the_window
+    windows = result.windows or [TimedWindow(wall_time_ns=window.wall_time_ns, gpu_elapsed_ns=window.gpu_elapsed_ns)]
+    traced_windows = result.traced_windows or windows
     summary = Unprofiled(windows=len(windows), wall_ns=_median_elapsed(windows), wall_range_ns=_range(windows),
-                         traced_wall_ns=_median_elapsed(traced_windows), clocks=result.get("clocks"))
+                         traced_wall_ns=_median_elapsed(traced_windows), clocks=result.clocks)
     trace = run_dir.kineto_trace("timing")
     if not trace.is_file():
         summary.warnings.append("the timing pass traced no kernels: no unprofiled GPU busy time")
@@ -87,14 +86,14 @@ def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofi
     return summary
 
 
-def _median_elapsed(windows: Sequence[dict[str, Any]]) -> int | None:
-    elapsed = [w["gpu_elapsed_ns"] for w in windows if w.get("gpu_elapsed_ns")]
+def _median_elapsed(windows: Sequence[TimedWindow]) -> int | None:
+    elapsed = [w.gpu_elapsed_ns for w in windows if w.gpu_elapsed_ns]
     return int(statistics.median(elapsed)) if elapsed else None
 
 
-def _range(windows: Sequence[dict[str, Any]]) -> list[int] | None:
+def _range(windows: Sequence[TimedWindow]) -> list[int] | None:
     """[shortest, longest] of the windows' CUDA-event times (None with fewer than two)."""
-    elapsed = [int(w["gpu_elapsed_ns"]) for w in windows if w.get("gpu_elapsed_ns")]
+    elapsed = [w.gpu_elapsed_ns for w in windows if w.gpu_elapsed_ns]
     return [min(elapsed), max(elapsed)] if len(elapsed) > 1 else None
 
 

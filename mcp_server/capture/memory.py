@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mcp_server.capture.passes import Cancel, run_pass
-from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.request import CaptureRequest, GpuTurn
 from mcp_server.capture.schedule import has_gpu, new_manifest
 from mcp_server.children.contract import CONTRACT
 from mcp_server.errors import BackendUnavailable, ProfilerError, UsageError, WorkloadError
@@ -27,7 +27,7 @@ def check_memory_request(req: CaptureRequest) -> None:
     if not has_gpu():
         raise BackendUnavailable(*NO_GPU)
     req.check()
-    if not CONTRACT.search(req.workload.read_text(encoding="utf-8", errors="replace")):
+    if req.options.script or not CONTRACT.search(req.workload.read_text(encoding="utf-8", errors="replace")):
         raise WorkloadError(f"{req.workload} marks its own window (NvtxCapture): the memory pass needs "
                             "get_model_and_input()", "add `def get_model_and_input(): return model, inputs`")
     if req.distributed:
@@ -39,17 +39,15 @@ def memory_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel 
     """Run the memory pass into its folder of the run directory, holding the run's GPU lock for its window."""
     run_dir = req.run_dir
     done = run_dir.window_done("memory")
-    warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
-    recorded = replace(req, gpu_lock=run_dir.gpu_lock, gpu_lock_after=None, gpu_lock_done=done, windows=1,
-                       warmup_iters=warmup, queue_ahead=False, graph_replay=False, warm_up_early=False,
-                       warm_up_after=None, replay_calls=None)
+    warmup = req.options.warmup_iters if req.compile_mode == "cudagraphs" else min(req.options.warmup_iters, 1)
+    recorded = replace(req, turn=GpuTurn(lock=run_dir.gpu_lock, done=done)).with_options(warmup_iters=warmup)
     progress("memory pass: recording the CUDA caching allocator's history over the window")
     try:
         record, _ = run_pass(recorded, "memory", "memory", progress=progress, cancel=cancel)
     finally:
         for marker in (done, run_dir.gpu_lock):
             marker.unlink(missing_ok=True)
-    if warmup != req.warmup_iters:
+    if warmup != req.options.warmup_iters:
         record.notes.append(f"warmed up {warmup} iteration(s): the allocator's state is steady after the first "
                             "(optimizer state created, cuBLAS's workspace allocated)")
     return record

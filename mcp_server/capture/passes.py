@@ -5,12 +5,9 @@ workload's own interpreter, in its own process group, stopped with it on timeout
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any
 
 from mcp_server.capture.request import CaptureRequest, harness_command
 from mcp_server.children.contract import (
@@ -29,6 +26,7 @@ from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, u
 from mcp_server.process.child import exit_description, log_tail
 from mcp_server.progress import Progress, quiet
 from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import HarnessError, HarnessResult, load_harness
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import PassName
@@ -51,6 +49,7 @@ class ReplayCount:
         self.done = 0
         self.expected: int | None = None
         self.seconds_each: float | None = None  # estimated replay time of one kernel, before any was replayed
+        self.limit: int | None = None  # the replay budget stops the pass after this many kernels, once planned
         self._first_at: float | None = None  # when the first and the latest kernel's replay ended (monotonic)
         self._last_at: float | None = None
 
@@ -63,6 +62,12 @@ class ReplayCount:
         self.done += 1
         self._first_at = at if self._first_at is None else self._first_at
         self._last_at = at
+
+    def pace(self, minimum: int = 5) -> float | None:
+        """Seconds per replayed kernel measured so far (None before `minimum` kernels were replayed)."""
+        if self.done < minimum or self._first_at is None or self._last_at is None:
+            return None
+        return (self._last_at - self._first_at) / (self.done - 1)
 
     def seconds_left(self, now: float) -> float | None:
         """An estimate of the replay's remaining seconds at `now`: the kernels the plan still expects at the
@@ -112,22 +117,22 @@ class NotCached(Exception):
     and can be run again to compile after the previous pass's window."""
 
 
-def read_harness_result(req: CaptureRequest, name: PassName, code: int) -> dict[str, Any]:
+def read_harness_result(req: CaptureRequest, name: PassName, code: int) -> HarnessResult:
     """The harness's result of pass `name` (whose process ended with `code`), or a CaptureFailed that says how the
     process ended, with the last lines it printed."""
     path, log = req.run_dir.harness_result(name), req.run_dir.output_log(name)
-    if not path.is_file() and code == EXIT_CANNOT_WRITE:
+    result = load_harness(path)
+    if result is None and code == EXIT_CANNOT_WRITE:
         said = [ln for ln in log_tail(log, 20).split(" | ") if ln.startswith(CANNOT_WRITE_LINE)]
         what = said[0].removeprefix(CANNOT_WRITE_LINE) if said else f"in {req.run_dir.path}"
         raise CaptureFailed(f"the {name} pass could not write its results: {what}", no_space_remedy(req.run_dir))
-    if not path.is_file():
+    if result is None:
         tail = log_tail(log)
         remedy = f"read {log}" if tail else f"nothing was printed: check that {req.python} is a Python interpreter"
         raise CaptureFailed(
             f"the {name} pass's process {exit_description(code)} before the harness wrote its result"
             + (f" (last lines: {tail})" if tail else ""), remedy,
         )
-    result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return result
 
 
@@ -136,12 +141,12 @@ def no_space_remedy(run_dir: RunDir) -> str:
     return f"free space on the disk holding {run_dir.path}, or pass --output on another disk"
 
 
-def raise_for_harness(result: dict[str, Any], req: CaptureRequest, name: PassName) -> None:
+def raise_for_harness(result: HarnessResult, req: CaptureRequest, name: PassName) -> None:
     """Turn a harness error into a one-line WorkloadError with the remedy and the traceback's tail."""
-    if result.get("status") == "ok":
+    if result.ok:
         return
-    error = result.get("error", {})
-    kind, message = error.get("kind"), error.get("message", "unknown error")
+    error = result.error or HarnessError()
+    kind, message = error.kind, error.message
     if kind == NO_TORCH:
         raise WorkloadError(message, "pass --python PATH to an interpreter that has torch, or install torch there")
     if kind == CONTRACT_ERROR:
@@ -152,15 +157,15 @@ def raise_for_harness(result: dict[str, Any], req: CaptureRequest, name: PassNam
         raise BackendUnavailable(message, "run it on a machine with an NVIDIA GPU, under an interpreter whose torch "
                                           "has CUDA (see `operator-profiler preflight`)")
     if kind == OUT_OF_MEMORY:
-        raise WorkloadOutOfMemory(f"the workload ran out of GPU memory during {result.get('phase', 'run')} in the "
+        raise WorkloadOutOfMemory(f"the workload ran out of GPU memory during {result.phase} in the "
                                   f"{name} pass: {message.splitlines()[0]}",
                                   "see what held the memory: `operator-profiler memory WORKLOAD` (the same options)")
     if kind == CANNOT_WRITE:
         raise CaptureFailed(f"the {name} pass could not write {message}", no_space_remedy(req.run_dir))
-    tail = error.get("traceback_tail", "").strip().splitlines()
+    tail = error.traceback_tail.strip().splitlines()
     where = f" (last lines: {' | '.join(line.strip() for line in tail[-3:])})" if tail else ""
     raise WorkloadError(
-        f"the workload raised {message} during {result.get('phase', 'run')}{where}",
+        f"the workload raised {message} during {result.phase}{where}",
         f"fix the workload; full output in {req.run_dir.output_log(name)}",
     )
 
@@ -174,7 +179,7 @@ def run_pass(
     cancel: Cancel = None,
     early: EarlyStop | None = None,
     replays: ReplayCount | None = None,
-) -> tuple[PassRecord, dict[str, Any]]:
+) -> tuple[PassRecord, HarnessResult | None]:
     """Run one harness pass into its folder of the run directory, optionally under a profiler prefix; return
     its record and the harness's result.
 
@@ -207,7 +212,7 @@ def run_pass(
         record.notes.append(f"bytecode cached in {env['PYTHONPYCACHEPREFIX']} (the environment forbids writing it)")
     if early is not None and early.reason is not None:
         record.stopped_early = early.reason  # type: ignore[assignment]  # "timeout" or "condition"
-        return record, {}
+        return record, None
     try:
         result = read_harness_result(req, name, code)
         raise_for_harness(result, req, name)
@@ -216,7 +221,7 @@ def run_pass(
         exc.records.append(record)
         raise
     record.artifacts = [run_dir.relative(run_dir.harness_result(name))] + [
-        f"{name}/{artifact}" for artifact in result.get("artifacts", [])
+        f"{name}/{artifact}" for artifact in result.artifacts
     ]
     return record, result
 
@@ -224,14 +229,14 @@ def run_pass(
 def torch_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:
     """Run the window under torch.profiler (Kineto): the torch pass's Kineto trace."""
     progress("torch.profiler pass: running the workload")
-    spread = replace(req, unprofiled_windows=CPU_UNPROFILED_WINDOWS)  # only where CUDA is missing (the harness)
+    spread = req.with_turn(unprofiled_windows=CPU_UNPROFILED_WINDOWS)  # only where CUDA is missing (the harness)
     return run_pass(spread, "torch", "torch", progress=progress, cancel=cancel)[0]
 
 
 def timing_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:
     """Measure the window with no profiler (no NVTX, no hooks, no operator recording), `req.windows` times, while
     CUPTI alone records the kernels: the ground truth of the window's length and GPU busy time."""
-    progress(f"timing pass: measuring the window {req.windows} times without the profiler")
+    progress(f"timing pass: measuring the window {req.turn.windows} times without the profiler")
     return run_pass(req, "timing", "kernels", progress=progress, cancel=cancel)[0]
 
 
@@ -284,11 +289,13 @@ def ncu_pass(
     """Replay the window's kernels under ncu, as `options` say, into pass `name`'s report."""
     ncu = require_ncu()
     progress(f"{name} pass: replaying the window's kernels for hardware counters")
-    early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels else None)
+    replays = replays or ReplayCount()
+    early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels
+                      else _over_budget(replays, options.replay_budget_s) if options.whole_window else None)
     prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs",
                          gpu_name())
     try:
-        record, _ = run_pass(req, name, "nvtx", prefix, progress, cancel, early, replays or ReplayCount())
+        record, _ = run_pass(req, name, "nvtx", prefix, progress, cancel, early, replays)
     except CaptureFailed:
         raise_if_permission(req, name)
         raise
@@ -309,12 +316,17 @@ def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress) -> 
             )
         raise CaptureFailed("ncu wrote no report", f"read {run_dir.output_log(name)}")
     max_kernels = record.ncu.max_kernels if record.ncu else None
+    budget = record.ncu.replay_budget_s if record.ncu else None
     if record.stopped_early == "timeout":
         record.notes.append(f"stopped at the {req.timeout_s:.0f} s limit; the kernels replayed until then are kept")
         progress(f"{name} pass: stopped at the {req.timeout_s:.0f} s limit; keeping the kernels replayed so far")
-    elif record.stopped_early == "condition":
+    elif record.stopped_early == "condition" and max_kernels:
         record.notes.append(f"stopped after {max_kernels} replayed kernels (--max-kernels)")
         progress(f"{name} pass: {max_kernels} kernels replayed (--max-kernels): stopped")
+    elif record.stopped_early == "condition":
+        record.notes.append(f"stopped at the replay budget ({budget:.0f} s, --replay-budget): the configurations "
+                            "replayed until then are kept")
+        progress(f"{name} pass: replay budget reached: stopped")
     record.artifacts.append(run_dir.relative(report))
     return record
 
@@ -327,6 +339,25 @@ def _replayed_count_reaches(limit: int) -> Callable[[str], bool]:
         nonlocal seen
         seen += is_replayed_kernel(line)
         return seen >= limit
+
+    return reached
+
+
+def _over_budget(replays: ReplayCount, budget_s: float) -> Callable[[str], bool]:
+    """A predicate on ncu's output lines that holds once the replay budget is spent: the plan's limit on kernels
+    (known once the plan is) reached, or the replay's own time (its pace measured from the first replayed kernel,
+    one kernel's worth added for the first) past `budget_s`."""
+    seen, first = 0, None
+
+    def reached(line: str) -> bool:
+        nonlocal seen, first
+        if not is_replayed_kernel(line):
+            return False
+        seen += 1
+        now = time.monotonic()
+        first = now if first is None else first
+        spent = (now - first) * seen / (seen - 1) if seen > 1 else 0.0
+        return (replays.limit is not None and seen >= replays.limit) or spent > budget_s
 
     return reached
 

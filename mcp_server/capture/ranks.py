@@ -10,20 +10,20 @@ others; the error names the rank.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
-from typing import Any
 
 from mcp_server.capture.passes import Cancel, PassProgress, exported_timeline, raise_for_harness, require_ncu
+from mcp_server.capture.plan import TIMING_WINDOWS
 from mcp_server.capture.request import CaptureRequest, harness_command
-from mcp_server.capture.schedule import TIMING_WINDOWS, new_manifest
+from mcp_server.capture.schedule import new_manifest
 from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, UsageError
 from mcp_server.process import interpreter_env, now_iso, run_child
 from mcp_server.process.bytecode import precompile_notes, precompile_workers, precompiling
 from mcp_server.process.child import exit_description, log_tail
 from mcp_server.progress import Progress, quiet, tagged
 from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import HarnessResult, load_harness
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import PassName
@@ -32,21 +32,20 @@ from plugins.ncu.command import capture_command as ncu_capture
 from plugins.nsys.command import capture_command as nsys_capture
 from plugins.nsys.command import find_nsys
 
+# torchrun's launch options as the manifest records them (by name)
+TORCHRUN_FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint", "rdzv_id")
 RANK_TEMPLATE = "%q{RANK}"  # expanded by nsys, ncu and the harness from each rank's environment
 NCCL_KERNEL = r"(?:_Z\d+)?nccl"  # a collective's kernel, mangled (`_Z27ncclDevKernel_...`) or not
 NCCL_EXCLUDED_NOTE = ("NCCL (collective) kernels were left out of ncu's replay: replaying one on a single rank would "
                       "wait for peers that are not replaying it; they keep their nsys durations, without counters")
-TORCHRUN_FLAGS = (("nnodes", "--nnodes"), ("node_rank", "--node-rank"), ("master_addr", "--master-addr"),
-                  ("master_port", "--master-port"), ("rdzv_backend", "--rdzv-backend"),
-                  ("rdzv_endpoint", "--rdzv-endpoint"), ("rdzv_id", "--rdzv-id"))
 
 
 def torchrun_command(req: CaptureRequest) -> list[str]:
     """torchrun under the workload's interpreter, with the launch options of `req`; one node with no rendezvous
     given is `--standalone` (torchrun picks a free port). Its entry point is the command that follows."""
-    assert req.nproc_per_node is not None
-    cmd = [req.python, "-m", "torch.distributed.run", "--nproc-per-node", str(req.nproc_per_node)]
-    given = [(flag, getattr(req, name)) for name, flag in TORCHRUN_FLAGS if getattr(req, name) is not None]
+    assert req.torchrun is not None
+    cmd = [req.python, "-m", "torch.distributed.run", "--nproc-per-node", str(req.torchrun.nproc_per_node)]
+    given = req.torchrun.launch_flags()
     if not given or all(flag == "--nnodes" and value == "1" for flag, value in given):
         cmd.append("--standalone")
     for flag, value in given:
@@ -56,16 +55,17 @@ def torchrun_command(req: CaptureRequest) -> list[str]:
 
 def local_ranks(req: CaptureRequest) -> list[int]:
     """The global ranks this node runs (torchrun numbers them node by node)."""
-    assert req.nproc_per_node is not None
-    first = (req.node_rank or 0) * req.nproc_per_node
-    return list(range(first, first + req.nproc_per_node))
+    assert req.torchrun is not None
+    first = (req.torchrun.node_rank or 0) * req.torchrun.nproc_per_node
+    return list(range(first, first + req.torchrun.nproc_per_node))
 
 
 def check_world(req: CaptureRequest, gpus: int) -> None:
     """On a GPU machine every rank of this node needs its own GPU; else a one-line error with the remedy."""
-    if req.nproc_per_node is not None and gpus and req.nproc_per_node > gpus and req.dist_backend != "gloo":
+    launch = req.torchrun
+    if launch is not None and gpus and launch.nproc_per_node > gpus and launch.dist_backend != "gloo":
         raise UsageError(
-            f"--nproc-per-node {req.nproc_per_node} asks for more ranks than this node's {gpus} GPU(s)",
+            f"--nproc-per-node {launch.nproc_per_node} asks for more ranks than this node's {gpus} GPU(s)",
             f"pass --nproc-per-node {gpus} or fewer (one rank per GPU)",
         )
 
@@ -97,9 +97,11 @@ def capture_ranks(
     manifest = new_manifest(req, backend, command_line)
     check_world(req, int(manifest.gpu.get("count", 0)))
     ranks = local_ranks(req)
+    launch = req.torchrun
+    assert launch is not None
     manifest.distributed = {
-        "nproc_per_node": req.nproc_per_node, "ranks": ranks, "dist_backend": req.dist_backend,
-        **{name: getattr(req, name) for name, _ in TORCHRUN_FLAGS if getattr(req, name) is not None},
+        "nproc_per_node": launch.nproc_per_node, "ranks": ranks, "dist_backend": launch.dist_backend,
+        **{name: getattr(launch, name) for name in TORCHRUN_FIELDS if getattr(launch, name) is not None},
     }
     req.run_dir.write_manifest(manifest)
     per_rank: dict[int, list[PassRecord]] = {r: [] for r in ranks}
@@ -118,7 +120,7 @@ def capture_ranks(
             else:
                 done(_nsys_ranks(req, ranks, progress, cancel))
             if timing:
-                timed = replace(req, windows=TIMING_WINDOWS)
+                timed = req.with_turn(windows=TIMING_WINDOWS)
                 done(rank_pass(timed, ranks, "timing", "kernels", [], progress, cancel))
             if ncu is not None and backend == "nsys":
                 done(_ncu_ranks(req, ranks, ncu, progress, cancel))
@@ -201,9 +203,9 @@ def rank_pass(
     if timed_out:
         raise CaptureFailed(f"the {name} pass ran past its {req.timeout_s:.0f} s limit: every rank was stopped",
                             "raise --timeout; a rank waiting in a collective for a peer that never came hangs")
-    results = {rank: _result(req.run_dir.rank_dir(rank), name) for rank in ranks}
+    results = {rank: load_harness(req.run_dir.rank_dir(rank).harness_result(name)) for rank in ranks}
     for rank, result in results.items():
-        if result is not None and result.get("status") != "ok":
+        if result is not None and not result.ok:
             _raise_for_rank(req, rank, name, result)
     missing = [rank for rank, result in results.items() if result is None]
     if missing:
@@ -218,20 +220,12 @@ def rank_pass(
                             wall_time_s=round(wall, 3), exit_code=code)
         assert result is not None
         record.artifacts = [own.relative(own.harness_result(name))] + [
-            f"{name}/{artifact}" for artifact in result.get("artifacts", [])]
+            f"{name}/{artifact}" for artifact in result.artifacts]
         records[rank] = record
     return records
 
 
-def _result(run_dir: RunDir, name: PassName) -> dict[str, Any] | None:
-    path = run_dir.harness_result(name)
-    if not path.is_file():
-        return None
-    result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return result
-
-
-def _raise_for_rank(req: CaptureRequest, rank: int, name: PassName, result: dict[str, Any]) -> None:
+def _raise_for_rank(req: CaptureRequest, rank: int, name: PassName, result: HarnessResult) -> None:
     """The harness error of one rank, its message prefixed with the rank."""
     try:
         raise_for_harness(result, replace(req, run_dir=req.run_dir.rank_dir(rank)), name)

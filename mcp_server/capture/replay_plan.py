@@ -20,6 +20,7 @@ it converts (`plugins.ncu.keys.CONFIG_FIXED_WORK_KERNELS`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,20 @@ SECONDS_PER_PASS = 0.025
 _REGEX_SPECIAL = set("\\^$.|?*+()[]{}")
 
 
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What the replay plan and its budget know of one window launch."""
+
+    ordinal: int
+    config: tuple[object, ...]  # ncu's per-launch-config key
+    shapes: str  # its operator's input shapes, as text
+    dims: list[list[int] | None] | None
+    duration_ns: int
+    mangled_name: str | None
+    thread: int | None
+    calls: tuple[tuple[str, int], ...]  # the module calls enclosing it, outermost first: (path, range start)
+
+
 @dataclass
 class ReplayPlan:
     """What the deduplicated ncu pass replays, and the shape variants a second pass must replay."""
@@ -48,6 +63,12 @@ class ReplayPlan:
     calls: list[tuple[str, int]] | None = None  # scoped: (module path, call number in the window)
     replayed: list[int] = field(default_factory=list)  # scoped: the launch ordinals the pass replays
     same_work: int = 0  # shape variants left out: the launch configuration fixes their work
+    launch_facts: list[LaunchFacts] = field(default_factory=list, repr=False)
+    # set by `capture.budget.within_budget`:
+    budget_s: float | None = None  # seconds of replay the plan was fitted to
+    seconds_each: float | None = None  # the cost of one replayed kernel it was fitted with
+    main_limit: int | None = None  # the main pass stops after this many configurations (they alone exceed the budget)
+    left_out: list[int] = field(default_factory=list)  # variants not replayed: they take the nearest measured shape
 
     @property
     def kernel_regex(self) -> str:
@@ -65,16 +86,24 @@ def plan_replays(sqlite: Path) -> ReplayPlan:
 
 
 def _plan(window: NsysWindow) -> ReplayPlan:
+    return plan_launches(window.kernels())
+
+
+def plan_launches(kernels: Iterable[WindowKernel]) -> ReplayPlan:
+    """The replay plan of a window's launches, in launch order."""
     plan = ReplayPlan()
     seen_shapes: dict[tuple[object, ...], set[str]] = {}
     first_shapes: dict[tuple[object, ...], list[list[int] | None] | None] = {}
     launches: list[WindowKernel] = []
-    for kernel in window.kernels():
+    for kernel in kernels:
         plan.launches += 1
         launches.append(kernel)
         key = ncu_config(kernel)
         dims = operator_shapes(kernel)
         shapes = repr(dims)
+        plan.launch_facts.append(LaunchFacts(kernel.ordinal, key, shapes, dims, kernel.duration_ns,
+                                             kernel.mangled_name, kernel.launch_thread,
+                                             tuple(_module_calls(kernel))))
         known = seen_shapes.get(key)
         if known is None:
             seen_shapes[key], first_shapes[key] = {shapes}, dims

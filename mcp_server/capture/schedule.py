@@ -12,7 +12,6 @@ import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 from mcp_server.capture.passes import (
@@ -24,7 +23,8 @@ from mcp_server.capture.passes import (
     timing_pass,
     torch_pass,
 )
-from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.plan import BYTECODE, Marker, plan_passes
+from mcp_server.capture.request import CaptureRequest, WorkloadOptions
 from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass, ncu_variants_pass, planned
 from mcp_server.errors import BackendUnavailable, CancelledCapture, ProfilerError
 from mcp_server.process import now_iso
@@ -33,15 +33,10 @@ from mcp_server.progress import Progress, quiet
 from mcp_server.progress import tagged as _tagged
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.requests import NcuOptions
-from mcp_server.schema.types import BACKENDS, Backend, PassName
+from mcp_server.schema.types import BACKENDS, Backend, PassName, RunMode
 from plugins.executables import query_gpu, tool_version
 from plugins.ncu.command import find_ncu
 from plugins.nsys.command import find_nsys
-
-# Modes whose timing and ncu passes warm up beside the main pass: nothing in their warm-up autotunes when cuDNN's
-# autotuner is off (the harness checks) and Inductor compiles from its cache only; the user's `optimize()` may.
-EARLY_WARMUP_MODES = ("eager", "inductor", "cudagraphs")
-TIMING_WINDOWS = 5  # the timing pass measures the window this many times
 
 
 def has_gpu() -> bool:
@@ -67,6 +62,12 @@ def choose_backend(requested: Backend) -> str:
     return requested
 
 
+def run_mode(options: WorkloadOptions) -> RunMode:
+    """What one window step runs: a training step (the workload's train_step, or a script's optimizer steps) or an
+    inference."""
+    return "train_step" if options.train_step or (options.script and options.window_fn is None) else "inference"
+
+
 def new_manifest(req: CaptureRequest, backend: str, command_line: list[str]) -> RunManifest:
     """A manifest describing the request, before any pass ran: the tools' versions and the GPU are asked for
     at once (each query starts a process)."""
@@ -78,9 +79,9 @@ def new_manifest(req: CaptureRequest, backend: str, command_line: list[str]) -> 
         return RunManifest(
             created_at=now_iso(), workload=str(req.workload.resolve()), python=req.python,
             backend="nsys+ncu" if backend == "nsys" else "memory" if backend == "memory" else "torch",
-            compile_mode=req.compile_mode,
-            run_mode="train_step" if req.train_step else "inference", warmup_iters=req.warmup_iters,
-            iters=req.iters, seed=req.seed, command_line=command_line, tool_versions=versions, gpu=gpu.result(),
+            compile_mode=req.compile_mode, run_mode=run_mode(req.options), warmup_iters=req.options.warmup_iters,
+            iters=req.options.iters, seed=req.options.seed, command_line=command_line, tool_versions=versions,
+            gpu=gpu.result(),
         )
 
 
@@ -140,7 +141,8 @@ def _in_turn(
     req: CaptureRequest, backend: str, ncu: NcuOptions | None, timing: bool, progress: Progress, outer: Cancel,
     compiled: Path | None = None,
 ) -> list[PassRecord]:
-    """Run a backend's passes at once: their imports overlap, then they take the GPU in turn.
+    """Run a backend's passes at once, as `plan_passes` plans them: their imports overlap, then they take the GPU in
+    turn.
 
     The no-profiler timing pass (`timing`) measures first, its window repeated, while the other passes wait for the
     GPU and load no CPU: its host-sensitive windows never run beside the main pass's profiler stopping or its
@@ -160,44 +162,55 @@ def _in_turn(
     end), the timing pass warms up and measures once that file exists: no compile workers run beside its window.
     """
     run_dir = req.run_dir
-    main_name: PassName = "torch" if backend == "torch" else "nsys"
-    lock = run_dir.gpu_lock
-    main_done, timing_done, ncu_done = run_dir.window_done(main_name), run_dir.window_done("timing"), \
-        run_dir.window_done("ncu")
-    markers = (lock, main_done, timing_done, ncu_done)
+    plan = {p.name: p for p in plan_passes(
+        "torch" if backend == "torch" else "nsys", counters=ncu is not None, timing=timing,
+        whole_window=ncu is not None and ncu.whole_window, compile_mode=req.compile_mode,
+        warmup_iters=req.options.warmup_iters, precompiling=compiled is not None, script=req.options.script)}
+
+    def marker(name: Marker | None) -> Path | None:
+        if name is None:
+            return None
+        return compiled if name == BYTECODE else run_dir.window_done(name)
+
+    markers = [run_dir.gpu_lock, *(run_dir.window_done(p.done) for p in plan.values() if p.done is not None)]
     for path in markers:
         path.unlink(missing_ok=True)
-    early = req.compile_mode in EARLY_WARMUP_MODES
-    several = timing or ncu is not None
-    timed = replace(req, gpu_lock=lock, gpu_lock_after=compiled, gpu_lock_done=timing_done, windows=TIMING_WINDOWS)
-    first = replace(req, gpu_lock=lock, gpu_lock_after=timing_done if timing else None, gpu_lock_done=main_done,
-                    warm_up_early=early and timing) if several else req
-    tagged = _tagged if several else _untagged
-    second = replace(req, gpu_lock=lock, gpu_lock_after=main_done, gpu_lock_done=ncu_done, warm_up_early=early)
-    # The variant pass only needs the compiled kernels: one warm-up iteration compiles (CUDA-graph trees need more).
-    warmup = req.warmup_iters if req.compile_mode == "cudagraphs" else min(req.warmup_iters, 1)
-    third = replace(req, gpu_lock=lock, gpu_lock_after=ncu_done, warmup_iters=warmup, import_compiler_early=True)
+    tagged = _tagged if len(plan) > 1 else _untagged
+
+    def request(name: PassName) -> CaptureRequest:
+        planned = plan[name]
+        if not planned.locked:
+            return req.with_turn(record_graph_capture=planned.record_graph_capture)
+        changed = req.with_turn(lock=run_dir.gpu_lock, after=marker(planned.after), done=marker(planned.done),
+                                warm_up_early=planned.warm_up_early, windows=planned.windows,
+                                import_compiler_early=planned.import_compiler_early,
+                                record_graph_capture=planned.record_graph_capture)
+        return changed.with_options(warmup_iters=planned.warmup_iters) if planned.warmup_iters is not None \
+            else changed
+
+    main_name: PassName = "torch" if backend == "torch" else "nsys"
     cancel = threading.Event()
     replays = ReplayCount()
-    waiting = (WaitingVariantPass(third, ncu, tagged(NCU_VARIANTS, progress), cancel,
-                                  after=(compiled, main_done) if compiled is not None else ())
-               if ncu is not None and ncu.whole_window else None)
+    variants = plan.get(NCU_VARIANTS)
+    waiting = (WaitingVariantPass(request(NCU_VARIANTS), ncu, tagged(NCU_VARIANTS, progress), cancel,
+                                  after=tuple(p for m in variants.started_after if (p := marker(m)) is not None))
+               if variants is not None and ncu is not None else None)
+
+    def in_turn(name: PassName, run: Callable[[CaptureRequest], PassRecord]) -> PassRecord:
+        return _compiled_in_turn(run, request(name), name, progress, filled=marker(plan[name].retry_after))
 
     def main_then_variants() -> list[PassRecord]:
         if backend == "torch":
-            return [_compiled_in_turn(lambda r: torch_pass(r, tagged("torch", progress), cancel=cancel), first,
-                                      "torch", progress)]
-        records = [_compiled_in_turn(lambda r: nsys_pass(r, tagged("nsys", progress), cancel=cancel), first, "nsys",
-                                     progress)]
+            return [in_turn("torch", lambda r: torch_pass(r, tagged("torch", progress), cancel=cancel))]
+        records = [in_turn("nsys", lambda r: nsys_pass(r, tagged("nsys", progress), cancel=cancel))]
         if ncu is None:
             return records
-        variants = ncu_variants_pass(third, ncu, tagged(NCU_VARIANTS, progress), cancel, waiting, replays)
-        return records + ([variants] if variants else [])
+        found = ncu_variants_pass(request(NCU_VARIANTS), ncu, tagged(NCU_VARIANTS, progress), cancel, waiting, replays)
+        return records + ([found] if found else [])
 
     def no_profiler() -> list[PassRecord]:
         try:
-            return [_compiled_in_turn(lambda r: timing_pass(r, tagged("timing", progress), cancel), timed,
-                                      "timing", progress)]
+            return [in_turn("timing", lambda r: timing_pass(r, tagged("timing", progress), cancel))]
         except CancelledCapture:
             raise
         except ProfilerError as exc:
@@ -207,7 +220,7 @@ def _in_turn(
                     record.notes.append("the timing pass failed; the run went on without it")
             return [r for r in exc.records if isinstance(r, PassRecord)]
         finally:
-            timing_done.touch()  # also when the pass stopped before its harness marked the window done
+            run_dir.window_done("timing").touch()  # also when the pass stopped before its harness marked it done
 
     def counters() -> list[PassRecord]:
         assert ncu is not None
@@ -216,15 +229,23 @@ def _in_turn(
                 replays.restart()
                 return ncu_pass(r, ncu, tagged("ncu", progress), cancel=cancel, replays=replays)
 
-            return [_compiled_in_turn(replay, second, "ncu", progress, filled=timing_done if timing else None)]
+            return [in_turn("ncu", replay)]
         finally:
-            ncu_done.touch()  # also when ncu stopped before its harness marked the window done
+            run_dir.window_done("ncu").touch()  # also when ncu stopped before its harness marked the window done
 
-    jobs: dict[str, Callable[[], list[PassRecord]]] = {"main": main_then_variants}
-    if timing:
-        jobs["timing"] = no_profiler
-    if ncu is not None:
-        jobs["ncu"] = counters
+    runners: dict[str, Callable[[], list[PassRecord]]] = {"main": main_then_variants, "timing": no_profiler,
+                                                          "ncu": counters}
+    jobs: dict[str, Callable[[], list[PassRecord]]] = {p.runner: runners[p.runner] for p in plan.values()}
+    results = _run_threads(jobs, cancel, outer, waiting, markers)
+    main, *after_main = results["main"]
+    assert main.name == main_name
+    return [main, *results.get("timing", []), *results.get("ncu", []), *after_main]
+
+
+def _run_threads(jobs: dict[str, Callable[[], list[PassRecord]]], cancel: threading.Event, outer: Cancel,
+                 waiting: WaitingVariantPass | None, markers: list[Path]) -> dict[str, list[PassRecord]]:
+    """Run each job in its own thread; on a failure or `outer`'s cancel, stop them all. The records by job, or the
+    first real failure re-raised (carrying the records of the jobs that finished) once every thread has ended."""
     results: dict[str, list[PassRecord]] = {}
     errors: dict[str, BaseException] = {}
 
@@ -263,8 +284,7 @@ def _in_turn(
         if isinstance(failure, ProfilerError):
             failure.records += [r for done in results.values() for r in done]
         raise failure
-    main, *variants = results["main"]
-    return [main, *results.get("timing", []), *results.get("ncu", []), *variants]
+    return results
 
 
 def _untagged(_name: str, progress: Progress) -> Progress:
@@ -282,11 +302,11 @@ def _compiled_in_turn(
         return run(req)
     except NotCached:
         pass
-    if req.warm_up_early and filled is not None:
+    if req.turn.warm_up_early and filled is not None:
         progress(f"[{name}] Inductor's cache lacks this workload's graphs: compiling from it once the first "
                  "compiling pass has filled it")
         try:
-            record = run(replace(req, warm_up_after=filled))
+            record = run(req.with_turn(warm_up_after=filled))
         except NotCached:
             pass
         else:
@@ -294,7 +314,7 @@ def _compiled_in_turn(
                                 "the cache did not hold every graph before")
             return record
     progress(f"[{name}] Inductor's cache lacks this workload's graphs: compiling after the previous window")
-    record = run(replace(req, warm_up_early=False, warm_up_after=None))
+    record = run(req.with_turn(warm_up_early=False, warm_up_after=None))
     record.notes.append("compiled after the previous pass's window: Inductor's cache did not hold every graph")
     return record
 

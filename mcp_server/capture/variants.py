@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from mcp_server.capture.budget import budget_note, within_budget
 from mcp_server.capture.passes import (
     Cancel,
     ReplayCount,
@@ -69,14 +70,16 @@ def ncu_variants_pass(
     variant_options = variants_options(options, plan)
     if plan.calls is not None:  # read by the pass's harness when its window begins
         write_text_atomic(calls, json.dumps(plan.calls))
-    if waiting is not None and replays is not None and req.gpu_lock_after is not None:
+    if waiting is not None and replays is not None and req.turn.after is not None:
         # this pass takes the GPU once the ncu pass's window has ended: that window's marker bounds the wait
-        until_replay_nearly_done(replays, req.gpu_lock_after, cancel, progress)
+        until_replay_nearly_done(replays, req.turn.after, cancel, progress)
     record = waiting.attach(variant_options, cancel) if waiting is not None else None
     if record is None:
-        record = ncu_pass(replace(req, replay_calls=calls), variant_options, progress, cancel, name=NCU_VARIANTS)
+        record = ncu_pass(req.with_turn(replay_calls=calls), variant_options, progress, cancel, name=NCU_VARIANTS)
     if plan.calls is not None:
         record.replayed_launches = plan.replayed
+    if (note := budget_note(plan)) is not None:
+        record.notes.append(note)
     return record
 
 
@@ -141,8 +144,8 @@ class WaitingVariantPass:
             if self._stop.is_set():
                 return
             time.sleep(POLL_S)
-        waiting = replace(self.req, timeout_s=2 * self.req.timeout_s,  # its limit also covers the wait for nsys
-                          replay_calls=self.req.run_dir.replay_calls(NCU_VARIANTS))
+        waiting = replace(self.req, timeout_s=2 * self.req.timeout_s)  # its limit also covers the wait for nsys
+        waiting = waiting.with_turn(replay_calls=self.req.run_dir.replay_calls(NCU_VARIANTS))
         prefix = launch_command(self.ncu, self.port, self.options)
 
         def watch(line: str) -> None:
@@ -201,11 +204,18 @@ def _free_port() -> int:
 
 
 def planned(req: CaptureRequest, options: NcuOptions, progress: Progress, replays: ReplayCount | None) -> ReplayPlan:
-    """The replay plan of the run's nsys timeline, announced; the ncu pass's count learns what it expects."""
+    """The replay plan of the run's nsys timeline fitted to the replay budget (the default deduplicated replay of the
+    whole window only), announced; the ncu pass's count learns what it expects, and where it must stop."""
     plan = plan_replays(req.run_dir.nsys_sqlite())
+    if options.whole_window:  # the pace the ncu pass replays at, once measured, else the measured cost per kernel
+        pace = replays.pace() if replays is not None else None
+        plan = within_budget(plan, options.replay_budget_s, pace or plan.estimate_s(1))
+        if pace is not None:
+            progress(f"ncu: replay budget planned at the ncu pass's own pace, {pace:.2f} s per kernel")
     announce_plan(plan, progress)
     if replays is not None and options.whole_window:
-        replays.expected, replays.seconds_each = plan.configurations, plan.estimate_s(1)
+        replays.expected = min(plan.configurations, plan.main_limit or plan.configurations)
+        replays.seconds_each, replays.limit = plan.estimate_s(1), plan.main_limit
     return plan
 
 
@@ -222,6 +232,8 @@ def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
     """Say what the ncu passes replay, with estimated times (estimates: the measured time per replay pass)."""
     progress(f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations replayed "
              f"(estimate: {plan.estimate_s(plan.configurations):.0f} s of replay)")
+    if (note := budget_note(plan)) is not None:
+        progress(f"ncu: {note}")
     if plan.variants:
         count = len(plan.replayed) if plan.calls is not None else plan.launch_count
         where = f"inside {len(plan.calls)} module calls" if plan.calls is not None else "in a run of launches"

@@ -4,8 +4,12 @@ only: the engine imports this module, and the children import it under the workl
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 # A workload defines or imports get_model_and_input (an optimized workload imports its baseline's).
 CONTRACT = re.compile(
@@ -54,6 +58,9 @@ def recipe_name(compile_mode: str, precision: str, channels_last: bool = False, 
 PROFILERS = ("torch", "nvtx", "kernels", "none", "memory")
 
 MEASURE_RANGE = "operator_profiler::measure"
+# Around a CUDA graph the workload captures (nsys pass): the ranges open inside it name each captured kernel's
+# operator, module and call site, which its replays in the window take.
+GRAPH_CAPTURE_RANGE = "operator_profiler::graph_capture"
 PHASE_MARKER = "operator_profiler_harness: phase "  # what the harness prints as it enters each phase
 MODULE_RANGE_PREFIX = "module:"
 # `site:<path>:<line>`: the innermost frame of the user's code (outside torch, the standard library and
@@ -117,3 +124,105 @@ def process_group(pid: int) -> int | None:
             return int(handle.read().rsplit(")", 1)[1].split()[2])
     except (OSError, IndexError, ValueError):
         return None
+
+
+# The harness's command line, declared once: the engine writes it from this table (`harness_argv`) and the harness
+# parses it with the parser this table makes (`harness_parser`). `kind`: "path", "int", "str", "choice" (one of
+# `choices`), "switch" (present or not) or "repeat" (a list, the flag given once per item).
+@dataclass(frozen=True)
+class HarnessFlag:
+    """One flag of the harness's command line."""
+
+    name: str
+    kind: str
+    help: str
+    default: object = None
+    required: bool = False
+    choices: tuple[str, ...] = ()
+
+    @property
+    def spelling(self) -> str:
+        """`--name-with-dashes`."""
+        return "--" + self.name.replace("_", "-")
+
+
+HARNESS_FLAGS: tuple[HarnessFlag, ...] = (
+    HarnessFlag("workload", "path", "the workload's .py file", required=True),
+    HarnessFlag("run_dir", "path", "this pass's directory (scratch files, Inductor's generated code)", required=True),
+    HarnessFlag("result", "path", "where to write the result JSON", required=True),
+    HarnessFlag("profiler", "choice", "what records the window", default="none", choices=PROFILERS),
+    HarnessFlag("compile_mode", "choice", "how the model runs", default="eager", choices=COMPILE_MODES),
+    HarnessFlag("warmup_iters", "int", "iterations (a script: steps) before the window", default=3),
+    HarnessFlag("iters", "int", "iterations (a script: steps) inside the window", default=1),
+    HarnessFlag("seed", "int", "seed of every RNG", default=0),
+    HarnessFlag("kineto_trace", "path", "(--profiler torch|kernels) where to export the Kineto trace"),
+    HarnessFlag("windows", "int", "measure the window this many times, each on its own (synchronised before and "
+                "after)", default=1),
+    HarnessFlag("unprofiled_windows", "int", "(without CUDA) before the profiled window, time this many windows "
+                "without the profiler on the host clock (fewer when they take over 2 s together)", default=0),
+    HarnessFlag("provenance", "path", "(compiled modes) where to write the generated kernels' provenance JSON"),
+    HarnessFlag("train_step", "switch", "run the workload's train_step(model, inputs) instead of a forward"),
+    HarnessFlag("gpu_lock", "path", "lock file: shared while building and warming up, exclusive for the window"),
+    HarnessFlag("gpu_lock_after", "path", "compile, warm up and measure only once this file exists (the previous "
+                "pass's window is done)"),
+    HarnessFlag("gpu_lock_done", "path", "file written once this pass's window is done"),
+    HarnessFlag("warm_up_after", "path", "(with --warm-up-early) warm up only once this file exists: the first "
+                "compiling pass's window is done, so Inductor's cache holds the graphs it compiled"),
+    HarnessFlag("queue_ahead", "switch", "(--profiler none) let the GPU spin while the window is enqueued, so the CUDA "
+                "events time its busy time without host launch gaps"),
+    HarnessFlag("graph_replay", "switch", "(--profiler none) run the window as replays of one iteration captured in a "
+                "CUDA graph, so the CUDA events time its kernels with the GPU's smallest launch gaps"),
+    HarnessFlag("import_compiler_early", "switch", "import TorchDynamo/Inductor before the first CUDA call (a pass "
+                "started suspended at that call imports them while it waits)"),
+    HarnessFlag("warm_up_early", "switch", "warm up without waiting for --gpu-lock-after (the window still waits), "
+                "unless cuDNN's autotuner is on (torch.backends.cudnn.benchmark); under Inductor, compile from its "
+                f"cache only: exit with code {EXIT_NOT_CACHED} before running a graph the cache did not hold"),
+    HarnessFlag("script_arg", "repeat", "argument passed to a script workload (its sys.argv[1:], in order)"),
+    HarnessFlag("run_script", "switch", "run the workload as a plain script, unmodified (its `__main__`), the "
+                "window chosen by its steps: optimizer step() calls, or calls of --window-fn"),
+    HarnessFlag("window_fn", "str", "(--run-script) a step is one call of this function, method or nn.Module class "
+                "(by name) instead of one optimizer step()"),
+    HarnessFlag("record_graph_capture", "switch", "(--profiler nvtx, nsys) record every CUDA graph the workload "
+                "captures inside the profiler's collection, with the window's ranges open: its replays in the window "
+                "take the operators and modules of their capture"),
+    HarnessFlag("replay_calls", "path", "(--profiler nvtx) a JSON list of [module path, call number in the window]: "
+                "profiling is on only during those calls, when the file exists once the window begins"),
+    HarnessFlag("dist_backend", "str", "(under torchrun) the process group's backend: nccl on CUDA, gloo on the CPU "
+                "unless given"),
+)
+
+
+def harness_argv(values: Mapping[str, object]) -> list[str]:
+    """The harness's arguments for `values` (by flag name), in the table's order: a flag whose value is None, False
+    or empty is left out; a repeated flag is given once per item, as `--flag=item`."""
+    known = {flag.name for flag in HARNESS_FLAGS}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise KeyError(f"not harness flags: {unknown}")
+    argv: list[str] = []
+    for flag in HARNESS_FLAGS:
+        value = values.get(flag.name)
+        if value is None or value is False:
+            continue
+        if flag.kind == "switch":
+            argv.append(flag.spelling)
+        elif flag.kind == "repeat":  # `--flag=value`: a value may itself start with `-` (a script's `--lr`)
+            argv += [f"{flag.spelling}={item}" for item in value]  # type: ignore[attr-defined]
+        else:
+            argv += [flag.spelling, str(value)]
+    return argv
+
+
+def harness_parser() -> argparse.ArgumentParser:
+    """The harness's argument parser, made from `HARNESS_FLAGS`."""
+    parser = argparse.ArgumentParser(description="Operator Profiler capture harness (runs one measured window).")
+    for flag in HARNESS_FLAGS:
+        if flag.kind == "switch":
+            parser.add_argument(flag.spelling, dest=flag.name, action="store_true", help=flag.help)
+        elif flag.kind == "repeat":
+            parser.add_argument(flag.spelling, dest=flag.name, action="append", default=[], help=flag.help)
+        else:
+            convert = {"path": Path, "int": int}.get(flag.kind, str)
+            parser.add_argument(flag.spelling, dest=flag.name, type=convert, default=flag.default,
+                                required=flag.required, choices=flag.choices or None, help=flag.help)
+    return parser

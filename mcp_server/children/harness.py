@@ -15,7 +15,8 @@ trace of CUDA activity only; `traced_windows`): CUPTI's launch callbacks slow th
 from the untraced windows and the kernels' durations and gaps from the traced ones.
 In compiled modes it writes `--provenance`: which aten ops and nn.Modules each generated kernel came from,
 with a copy of Inductor's generated code beside it. A script without `get_model_and_input` marks its own
-window with `NvtxCapture` (mcp_server/children/script.py).
+window with `NvtxCapture` (mcp_server/children/script.py); with `--run-script` any script runs unmodified, its
+window chosen by its own steps (mcp_server/children/steps.py).
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ from mcp_server.children.compiling import (
 from mcp_server.children.contract import (
     CANNOT_WRITE,
     CANNOT_WRITE_LINE,
-    COMPILE_MODES,
     CONTRACT,
     CONTRACT_ERROR,
     EXIT_CANNOT_WRITE,
@@ -71,9 +71,9 @@ from mcp_server.children.contract import (
     NOT_CACHED,
     OUT_OF_MEMORY,
     PHASE_MARKER,
-    PROFILERS,
     SCRIPT_WINDOW,
     WORKLOAD_RAISED,
+    harness_parser,
     recipe_parts,
 )
 from mcp_server.children.distributed import (
@@ -86,10 +86,12 @@ from mcp_server.children.distributed import (
     wrap,
 )
 from mcp_server.children.gpu_lock import GpuPhases
+from mcp_server.children.graph_capture import GraphCaptureRanges
 from mcp_server.children.memory import capture_memory, memory_step, memory_window, out_of_memory, watch
 from mcp_server.children.recipe import RecordingRecipe
 from mcp_server.children.script import run_script
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
+from mcp_server.children.steps import run_steps
 from mcp_server.children.window import KernelTrace, MeasuredWindow, ModuleRanges, ProfiledCalls, capture_graph
 
 QUEUE_AHEAD_MIN_NS = 50_000_000  # the GPU spins at least 50 ms while the window is enqueued
@@ -123,6 +125,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         # wait while another pass measures (under ncu it takes seconds).
         _enter(result, "cuda context")
         torch.empty(1, device="cuda")
+    captures = (GraphCaptureRanges(eager=args.compile_mode == "eager").install()
+                if args.record_graph_capture and torch.cuda.is_available() else None)
     _enter(result, "waiting for the GPU lock (build)")
     lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.warm_up_after)
     lock.build()
@@ -257,6 +261,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     if args.windows > 1:
         result["windows"] = windows
     result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
+    if captures is not None:  # the CUDA graphs the workload captured, recorded with their ranges
+        captures.remove()
+        result["graph_captures"] = captures.captures
     if backend is not None:
         result["graph_breaks"] = backend.graph_breaks
         if isinstance(backend, RecordingInductor):
@@ -328,54 +335,7 @@ def _enter(result: dict[str, Any], phase: str) -> None:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Operator Profiler capture harness (runs one measured window).")
-    parser.add_argument("--workload", required=True, type=Path)
-    parser.add_argument("--run-dir", required=True, type=Path,
-                        help="this pass's directory (scratch files, Inductor's generated code)")
-    parser.add_argument("--result", required=True, type=Path, help="where to write the result JSON")
-    parser.add_argument("--kineto-trace", type=Path, help="(--profiler torch) where to export the Kineto trace")
-    parser.add_argument("--provenance", type=Path,
-                        help="(compiled modes) where to write the generated kernels' provenance JSON")
-    parser.add_argument("--profiler", choices=PROFILERS, default="none")
-    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default="eager")
-    parser.add_argument("--warmup-iters", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=1)
-    parser.add_argument("--windows", type=int, default=1,
-                        help="measure the window this many times, each on its own (synchronised before and after)")
-    parser.add_argument("--unprofiled-windows", type=int, default=0,
-                        help="(without CUDA) before the profiled window, time this many windows without the "
-                             "profiler on the host clock (fewer when they take over 2 s together)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train-step", action="store_true")
-    parser.add_argument("--gpu-lock", type=Path,
-                        help="lock file: shared while building and warming up, exclusive for the window")
-    parser.add_argument("--gpu-lock-after", type=Path,
-                        help="compile, warm up and measure only once this file exists (the previous pass's "
-                             "window is done)")
-    parser.add_argument("--gpu-lock-done", type=Path, help="file written once this pass's window is done")
-    parser.add_argument("--queue-ahead", action="store_true",
-                        help="(--profiler none) let the GPU spin while the window is enqueued, so the CUDA events "
-                             "time its busy time without host launch gaps")
-    parser.add_argument("--graph-replay", action="store_true",
-                        help="(--profiler none) run the window as replays of one iteration captured in a CUDA "
-                             "graph, so the CUDA events time its kernels with the GPU's smallest launch gaps")
-    parser.add_argument("--import-compiler-early", action="store_true",
-                        help="import TorchDynamo/Inductor before the first CUDA call (a pass started suspended at "
-                             "that call imports them while it waits)")
-    parser.add_argument("--warm-up-early", action="store_true",
-                        help="warm up without waiting for --gpu-lock-after (the window still waits), unless cuDNN's "
-                             "autotuner is on (torch.backends.cudnn.benchmark); under Inductor, compile from its "
-                             f"cache only: exit with code {EXIT_NOT_CACHED} before running a graph the cache did not "
-                             "hold")
-    parser.add_argument("--warm-up-after", type=Path,
-                        help="(with --warm-up-early) warm up only once this file exists: the first compiling pass's "
-                             "window is done, so Inductor's cache holds the graphs it compiled")
-    parser.add_argument("--replay-calls", type=Path,
-                        help="(--profiler nvtx) a JSON list of [module path, call number in the window]: profiling "
-                             "is on only during those calls, when the file exists once the window begins")
-    parser.add_argument("--script-arg", action="append", default=[], help="argument passed to a script workload")
-    parser.add_argument("--dist-backend", help="(under torchrun) the process group's backend: nccl on CUDA, gloo "
-                                               "on the CPU unless given")
+    parser = harness_parser()  # the flags' table, which the engine writes the command line from
     args = parser.parse_args(argv)
     for name in ("run_dir", "result", "kineto_trace", "provenance"):  # each rank its own folder: %q{RANK}
         setattr(args, name, expand_rank(getattr(args, name)))
@@ -428,7 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     seed_all(args.seed)
     try:
         source = args.workload.read_text(encoding="utf-8")
-        if CONTRACT.search(source):
+        if args.run_script:  # a plain script, unmodified: its own steps choose the window
+            result["workload_kind"] = "steps"
+            run_steps(args, result, lambda phase: _enter(result, phase))
+        elif CONTRACT.search(source):
             result["workload_kind"] = "contract"
             module = load_workload(args.workload)
             if not callable(getattr(module, "get_model_and_input", None)):

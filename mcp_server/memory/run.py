@@ -9,7 +9,6 @@ error carries the one screen that says what was being allocated where, what held
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from mcp_server.capture.memory import capture_memory, check_memory_request, memory_pass
@@ -23,6 +22,7 @@ from mcp_server.memory.text import memory_lines, oom_lines
 from mcp_server.memory.units import size
 from mcp_server.progress import Progress, quiet
 from mcp_server.rundir import RunDir, dropped_if_empty, output_folder
+from mcp_server.schema.harness import load_harness
 from mcp_server.schema.io import read_model, write_model_atomic
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.memory import MemoryProfile
@@ -78,10 +78,8 @@ def _result(run_dir: RunDir, profile: MemoryProfile, chart: Path | None, python:
     peak = profile.oom.held if profile.oom is not None and profile.oom.held is not None else profile.at_peak
     lines = (oom_lines(profile, profile.oom, run_dir.memory_path, run_dir.memory_snapshot())
              if profile.oom is not None else memory_lines(profile, run_dir.memory_path, top))
-    torch_version = None
-    harness = run_dir.harness_result("memory")
-    if harness.is_file():
-        torch_version = json.loads(harness.read_text(encoding="utf-8")).get("environment", {}).get("torch_version")
+    harness = load_harness(run_dir.harness_result("memory"))
+    torch_version = harness.environment.get("torch_version") if harness is not None else None
     return MemoryRun(
         run_dir=str(run_dir.path), memory_path=str(run_dir.memory_path), chart_path=str(chart) if chart else None,
         snapshot_path=str(run_dir.memory_snapshot()), python=python, torch_version=torch_version,

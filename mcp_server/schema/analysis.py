@@ -12,7 +12,9 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ANALYSIS_SCHEMA_VERSION = "1.2"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
+ANALYSIS_SCHEMA_VERSION = "1.3"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
+# 1.3: `syncs`, each place that makes the host wait for the GPU or copies memory, with its idle cost; the changes
+# that must come before an opportunity (`prerequisites`)
 
 
 class _Model(BaseModel):
@@ -269,6 +271,35 @@ class Opportunity(_Model):
     estimate_label: str = Field(description="Says it is an estimate and what bounds it.")
     knowledge: str = Field(description="Pointer into knowledge/, e.g. knowledge/fx_patterns/cuda_graphs.py.")
     findings: list[str] = Field(default_factory=list, description="Finding kinds this opportunity answers.")
+    prerequisites: list[str] = Field(default_factory=list, description="Changes that must come first for this one "
+                                     "to apply: a CUDA graph or a whole-graph compile cannot hold a host "
+                                     "synchronisation or a data-dependent shape (1.3).")
+
+
+class SyncPoint(_Model):
+    """One place in the window that makes the host wait for the GPU, or copies or sets memory: the calls made there
+    (one `call_site`, API and operator), with what they cost (1.3)."""
+
+    call_site: str | None = Field(description="`path:line` of the user's code that made the calls, when known.")
+    api: str = Field(description="e.g. cudaStreamSynchronize, cudaMemcpyAsync.")
+    kind: str = Field(description="sync, memcpy or memset.")
+    operator_name: str | None = None
+    module_path: str | None = None
+    synchronizing: bool = Field(description="The host waits in these calls for the GPU.")
+    data_dependent: bool = Field(description="Their operator reads a value back (`.item()`) or has data-dependent "
+                                 "output shapes (`nonzero`, `unique`, `masked_select`...).")
+    count: int = Field(description="Calls made there in the window.")
+    bytes: int | None = Field(default=None, description="Bytes the copies or sets moved in all.")
+    copy_kind: str | None = None
+    src_memory: str | None = None
+    dst_memory: str | None = None
+    host_wait_ns: int = Field(description="Host time inside the calls under the profiler, ns.")
+    idle_after_ns: int | None = Field(default=None, description="GPU idle time before the kernel after each "
+                                      "synchronising call, summed, ns: in the window measured without the profiler "
+                                      "when `idle_source` says so.")
+    idle_source: str | None = Field(default=None, description="'unprofiled' (the timing pass's gaps) or 'profiled' "
+                                    "(instrumentation inflates it).")
+    event_ids: list[int] = Field(default_factory=list, description="The profile's runtime_events.")
 
 
 class Diagnosis(_Model):
@@ -349,6 +380,9 @@ class Analysis(_Model):
     kernels: list[KernelAnalysis] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
     opportunities: list[Opportunity] = Field(default_factory=list)
+    syncs: list[SyncPoint] | None = Field(
+        default=None, description="Where the window synchronises the host or copies memory, costliest first; None "
+        "where the profile holds no runtime events (before profile schema 1.5) (1.3).")
     cpu_hotspots: list[CpuHotspot] = Field(default_factory=list)
     speed_of_light: SpeedOfLight | None = None
     distributed: DistributedAnalysis | None = Field(

@@ -15,12 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.schema.types import CompileMode, RunMode
 
-SCHEMA_VERSION = "1.4"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
+SCHEMA_VERSION = "1.5"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
 # 1.2: phase (forward/backward/optimizer) on kernels and operators, backward ops tied to the forward op they
 # differentiate, call sites and their coverage, the graph breaks of a compiled capture
 # 1.3: one rank of a multi-rank run: its place in the world, collectives with their sequence numbers and the
 # modules whose gradients a DDP bucket carries, CPU operators' host start
 # 1.4: the shortest and longest of the timing pass's windows
+# 1.5: the window's host synchronisations and memory copies and sets as events (`runtime_events`), each attributed
+# like a kernel, with the GPU idle time after a synchronisation in the window measured without the profiler
 
 
 class _Model(BaseModel):
@@ -80,7 +82,14 @@ class KernelRecord(_Model):
     attribution: Attribution
     metrics: dict[str, Metric] = Field(default_factory=dict)
     propagated_from: int | None = Field(
-        default=None, description="kernel_id whose counters were replayed and copied to this identical launch."
+        default=None, description="kernel_id whose counters were replayed and copied to this launch of its "
+        "configuration (see `propagation`)."
+    )
+    propagation: Literal["same_shapes", "same_work", "nearest_shape"] | None = Field(
+        default=None, description="Why the copied counters stand for this launch: an identical launch (its "
+        "operator had the same input shapes), the same work (an element-wise kernel over as many elements, a "
+        "layout conversion), or the nearest measured shape of its configuration (a shape variant the replay "
+        "budget left out: an estimate) (1.5).",
     )
     unprofiled_gap_ns: int | None = Field(
         default=None, description="GPU idle time before this launch in the window measured without the profiler "
@@ -285,6 +294,16 @@ class WindowTotals(_Model):
         default=None, description="GPU time between CUDA events around the window, ns (idle gaps included)."
     )
     kernels_with_counters: int | None = Field(default=None, description="Window kernels that carry ncu counters.")
+    measured_counter_kernel_time_pct: float | None = Field(
+        default=None, description="Share of kernel time whose launches ncu replayed themselves, 0-100 (1.5).")
+    propagated_counter_kernel_time_pct: float | None = Field(
+        default=None, description="Share of kernel time carrying counters copied from another launch of its "
+        "configuration (`propagated_from`), 0-100 (1.5).")
+    nearest_shape_kernel_time_pct: float | None = Field(
+        default=None, description="Of that, the share copied from a launch with other input shapes (the nearest "
+        "measured one), 0-100 (1.5).")
+    no_counter_kernel_time_pct: float | None = Field(
+        default=None, description="Share of kernel time without counters, 0-100 (1.5).")
     unprofiled_wall_time_ns: int | None = Field(
         default=None, description="The same window measured with no profiler (CUDA events; median over the timing "
         "pass's windows), ns: comparable with gpu_elapsed_ns. In a CPU-only profile: the host clock, median over "
@@ -306,6 +325,47 @@ class WindowTotals(_Model):
     )
 
 
+class RuntimeEvent(_Model):
+    """One CUDA API call of the window that synchronises the host with the GPU, or copies or sets memory (1.5)."""
+
+    event_id: int = Field(description="Order of the call in the window (0-based), by its host start.")
+    kind: Literal["sync", "memcpy", "memset"]
+    api: str = Field(description="e.g. cudaStreamSynchronize, cudaMemcpyAsync, cudaMemsetAsync.")
+    start_ns: int = Field(description="Host start of the call, ns since the start of the window.")
+    duration_ns: int = Field(description="Host time in the call, ns: for a synchronising call, how long the host "
+                             "waited (under the profiler).")
+    synchronizing: bool = Field(description="The host waits in the call for the GPU: a synchronisation, a synchronous "
+                                "copy, or a copy from the device into pageable host memory.")
+    origin: Literal["workload", "harness"] = Field(
+        description="'harness': a call outside every operator, module and call-site range before the window's "
+        "first kernel or after its last (the harness's own synchronisations around the window); else 'workload'.")
+    gpu_start_ns: int | None = Field(default=None, description="The copy or set on the GPU: start, ns since the "
+                                     "window's start.")
+    gpu_duration_ns: int | None = None
+    bytes: int | None = None
+    copy_kind: str | None = Field(default=None, description="HtoD, DtoH, DtoD, HtoH or PtoP (copies).")
+    src_memory: str | None = Field(default=None, description="pageable, pinned, device, managed (copies).")
+    dst_memory: str | None = None
+    sync_type: str | None = Field(default=None, description="The wait as CUPTI recorded it, where it did (stream, "
+                                  "event, stream_wait_event, context).")
+    operator_id: str | None = Field(default=None, description="The operator call that made it, when that call "
+                                    "launched kernels (an `.item()` that only copies has no operator record).")
+    operator_name: str | None = Field(default=None, description="The outermost operator around the call.")
+    launch_op: str | None = Field(default=None, description="The innermost operator around the call.")
+    module_path: str | None = None
+    call_site: str | None = Field(default=None, description="`path:line` of the user's code that made it; under "
+                                  "torch.compile, where Dynamo's graph break for its operator (`.item()`, "
+                                  "`nonzero`) lies, since that operator then runs eagerly between graphs.")
+    phase: Phase | None = None
+    next_kernel_id: int | None = Field(default=None, description="The first kernel to start on the GPU after the "
+                                       "call returned.")
+    idle_after_ns: int | None = Field(default=None, description="GPU idle time before that kernel in the profiled "
+                                      "window, ns (inflated by instrumentation).")
+    unprofiled_idle_after_ns: int | None = Field(
+        default=None, description="The same kernel's idle gap in the window measured without the profiler (the "
+        "timing pass's `unprofiled_gap_ns`): what a synchronising call costs the GPU there, ns.")
+
+
 class OperatorAttributedProfile(_Model):
     """profile.json: operators of one measured window with their kernels and counters."""
 
@@ -314,6 +374,9 @@ class OperatorAttributedProfile(_Model):
     window: WindowTotals
     operators: list[OperatorRecord] = Field(default_factory=list)
     unattributed_kernels: list[KernelRecord] = Field(default_factory=list)
+    runtime_events: list[RuntimeEvent] | None = Field(
+        default=None, description="The window's host synchronisations and memory copies and sets, in call order; None "
+        "where the capture did not read them (before schema 1.5, a CPU-only profile) (1.5).")
     warnings: list[str] = Field(default_factory=list)
 
     def unattributed_kernel_time_ns(self) -> int:

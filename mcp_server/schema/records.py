@@ -7,6 +7,8 @@ Every adapter turns its tool's raw output into these: a Kineto trace or an nsys 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from mcp_server.schema.profile import Metric
@@ -75,3 +77,29 @@ class CpuOp(BaseModel):
     nested_self_ns: dict[str, int] = Field(
         default_factory=dict, description="Self time of this call and of every operator it called, by name."
     )
+
+
+RuntimeKind = Literal["sync", "memcpy", "memset"]
+
+
+class RuntimeCall(BaseModel):
+    """One CUDA API call of the window that synchronises the host with the GPU or copies or sets memory, with the
+    GPU activity it started (a Kineto trace or an nsys export), in call order."""
+
+    ordinal: int = Field(description="Order of the call within the window (0-based), by its host start.")
+    kind: RuntimeKind = Field(description="'memcpy' or 'memset' (the call starts one), else 'sync'.")
+    api: str = Field(description="The API's name without its version suffix, e.g. cudaStreamSynchronize.")
+    api_start_ns: int = Field(description="Host start of the call, ns (tool clock).")
+    api_end_ns: int
+    thread: int | None = None
+    correlation_id: int | None = None
+    synchronizing: bool = Field(default=False, description="The host waits in the call until the GPU work before "
+                                "it (or the copy itself) is done.")
+    gpu_start_ns: int | None = Field(default=None, description="The copy's or set's start on the GPU, ns.")
+    gpu_end_ns: int | None = None
+    bytes: int | None = None
+    copy_kind: str | None = Field(default=None, description="HtoD, DtoH, DtoD, HtoH, PtoP, ... (copies).")
+    src_memory: str | None = Field(default=None, description="pageable, pinned, device, managed, array.")
+    dst_memory: str | None = None
+    sync_type: str | None = Field(default=None, description="CUPTI's record of the wait: stream, event, context.")
+    stack: list[Frame] = Field(default_factory=list, description="Ranges enclosing the call, outermost first.")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from mcp_server.errors import UsageError
@@ -112,11 +112,58 @@ class CaptureOptions(_Request):
     dist_backend: Annotated[Literal["nccl", "gloo"] | None, Field(
         description="The process group's backend (default: nccl on CUDA, gloo on the CPU)."
     )] = None
+    script: Annotated[bool, Field(
+        description="Run the workload as a plain script, unmodified (argparse, `if __name__ == \"__main__\":`, "
+        "DataLoader workers work): a step is one optimizer step() call (or one call of window_fn); warmup_iters "
+        "steps run before the window, iters steps inside it, and the script is stopped after the window."
+    )] = False
+    script_args: Annotated[tuple[str, ...], Field(
+        description="The script's own arguments (its sys.argv[1:]); on the command line, everything after `--`."
+    ), Flag("--script-arg", repeat=True)] = ()
+    window_fn: Annotated[str | None, Field(
+        description="(script) A step is one call of this function or method (e.g. generate) or of an nn.Module "
+        "class (e.g. GPT2LMHeadModel), by name, instead of one optimizer step(): for inference scripts."
+    )] = None
+    steps: Annotated[str | None, Field(
+        pattern=r"^\d+:\d+$", description="(script) W:A, warm-up steps then active steps in the window (the same "
+        "as warmup_iters=W, iters=A)."
+    )] = None
 
-    @field_validator("nnodes", "master_addr", "rdzv_backend", "rdzv_endpoint", "rdzv_id")
+    @field_validator("nnodes", "master_addr", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "window_fn")
     @classmethod
     def _plain(cls, value: str | None) -> str | None:
         return _not_an_option(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steps(cls, values: Any) -> Any:
+        """`steps` W:A sets warmup_iters and iters (which must then agree with it)."""
+        if not isinstance(values, dict) or not isinstance(values.get("steps"), str):
+            return values
+        parts = values["steps"].split(":")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            return values  # the pattern rejects it
+        warmup, active = int(parts[0]), int(parts[1])
+        for name, value in (("warmup_iters", warmup), ("iters", active)):
+            if values.get(name) is not None and values[name] != value:
+                raise ValueError(f"steps {values['steps']} and {name}={values[name]} disagree: give one of them")
+        return {**values, "warmup_iters": warmup, "iters": active}
+
+    @model_validator(mode="after")
+    def _script_only(self) -> CaptureOptions:
+        if not self.script and (self.script_args or self.window_fn):
+            raise ValueError("script_args and window_fn apply to a script run as it is: add script (--script)")
+        if self.script and self.compile_mode != "eager":
+            raise ValueError("a script runs as it is written: it compiles what it compiles itself; drop compile_mode")
+        if self.script and self.train_step:
+            raise ValueError("a script's steps are its own optimizer steps: drop train_step")
+        if self.script and self.nproc_per_node is not None:
+            raise ValueError("a script launched through torchrun is not supported: profile one process, or write the "
+                             "workload contract")
+        if self.script and self.warmup_iters < 1:
+            raise ValueError("a script's window opens after one of its steps: warmup_iters (W of steps W:A) must be "
+                             "at least 1")
+        return self
 
 
 WINDOW_OPTIONS = ("compile_mode", "warmup_iters", "iters", "seed", "train_step", "timeout_s")
@@ -148,6 +195,13 @@ class NcuOptions(_Request):
         "not as the busiest of their inputs)."
     ), Flag("--section", repeat=True)] = ()
     ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False
+    replay_budget_s: Annotated[float, Field(
+        gt=0, allow_inf_nan=False, description="Seconds of kernel replay the ncu passes may take (estimated at the "
+        "measured cost per replayed kernel): every launch configuration first, then shape variants by the module "
+        "calls that launch them, spread over the window (a decode loop's representative steps); a variant left out "
+        "takes the counters of the nearest measured shape of its configuration. Configurations beyond it carry no "
+        "counters."
+    ), Flag("--replay-budget")] = 60.0
 
     @field_validator("kernel_regex", "metric_set")
     @classmethod

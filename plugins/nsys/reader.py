@@ -26,8 +26,10 @@ from typing import TypeVar
 from pydantic import BaseModel, Field
 
 from mcp_server.children.contract import MEASURE_RANGE
-from mcp_server.schema.records import TraceKernel
+from mcp_server.schema.records import RuntimeCall, TraceKernel
 from plugins.bulk import gc_paused
+from plugins.nsys.activity import read_runtime_calls
+from plugins.nsys.graphs import CapturePoint, capture_points, capture_stacks
 from plugins.nsys.ranges import NvtxRange, RangeFeed, RangesOutOfOrder, Windows
 from plugins.nsys.sql import (
     OPEN_END,
@@ -55,6 +57,8 @@ class NsysCapture(BaseModel):
     memset_count: int = Field(default=0, description="Memory sets launched inside the window.")
     memcpy_bytes: int = Field(default=0, description="Bytes moved by the window's memory copies.")
     sync_count: int = Field(default=0, description="CUPTI synchronization records in the whole capture.")
+    runtime_calls: list[RuntimeCall] = Field(
+        default_factory=list, description="The window's synchronising, copying and setting CUDA API calls.")
     window_start_ns: int | None = Field(default=None, description="Start of the measure NVTX range, ns.")
     window_end_ns: int | None = Field(default=None, description="End of the measure NVTX range, ns.")
     nvtx_range_count: int = Field(default=0, description="NVTX push/pop ranges in the whole capture.")
@@ -160,6 +164,8 @@ class NsysWindow:
             kernel = cfg["kernel"]
             corrs = f"SELECT {quote(kernel['correlation_id'])} FROM {quote(kernel['table'])}"
             self.kernel_sql = kernel_sql(schema, launch_subquery(schema, corrs) if self.launches else None)
+        self.graph_points = capture_points(schema, Strings(schema)) if self.nvtx.present else {}
+        self.harness_captures = False  # the harness recorded the captures of the graphs replayed in the window
         self.nvtx_range_count = 0
         self._warnings: list[str] = []
         self._open_count = 0
@@ -192,21 +198,29 @@ class NsysWindow:
             strings = Strings(self.schema)
             cursor, check_order = self.nvtx.ranges(self.table_order) if self.nvtx.present else (None, False)
             feed = RangeFeed(cursor, strings, check_order)
+            captured: dict[CapturePoint, tuple[NvtxRange, ...]] = {}
+            if self.graph_points:  # a second sweep, over the ranges open as the workload captured its graphs
+                graph_cursor, graph_check = self.nvtx.ranges(self.table_order)
+                captured = capture_stacks(self.graph_points, RangeFeed(graph_cursor, strings, graph_check))
+            self.harness_captures = bool(captured)
             if self.kernel_sql is not None:
-                yield from self._stream(feed, strings, self.kernel_sql)
+                yield from self._stream(feed, strings, self.kernel_sql, captured)
             feed.drain()
             self.nvtx_range_count, self._open_count = feed.count, feed.open_count
 
-    def _stream(self, feed: RangeFeed, strings: Strings, sql: str) -> Iterator[WindowKernel]:
+    def _stream(self, feed: RangeFeed, strings: Strings, sql: str,
+                captured: dict[CapturePoint, tuple[NvtxRange, ...]]) -> Iterator[WindowKernel]:
         measure = self.measure
         starts, ends = self.windows.starts, self.windows.ends  # the window test, inlined: a million calls
         measure_threads = {thread for _, _, thread in measure}
         names = strings.values
         shapes: dict[tuple[int, int, int], tuple[int, int, int]] = {}
         threads: dict[int, int] = {}
-        ordinal = outside = unlaunched = foreign = 0
+        ordinal = outside = unlaunched = foreign = replayed = uncaptured = 0
+        points = self.graph_points
         for row in self.conn.execute(sql):
-            start, end, device, stream, corr, name, mangled, gx, gy, gz, bx, by, bz, regs, smem, thread, api_start = row
+            (start, end, device, stream, corr, name, mangled, gx, gy, gz, bx, by, bz, regs, smem, thread, api_start,
+             graph_node) = row
             if api_start is None:
                 unlaunched += 1
                 when = start
@@ -224,6 +238,12 @@ class NsysWindow:
                     stack = feed.enclosing(thread, api_start)
                     if measure and thread not in measure_threads:
                         foreign += 1
+                if graph_node is not None and points:  # replayed from a graph: the ranges of its capture
+                    point = points.get(graph_node)
+                    if point is not None and point in captured:
+                        stack, replayed = captured[point], replayed + 1
+                    elif self.harness_captures:
+                        uncaptured += 1
                 tid = threads.get(thread)
                 if tid is None:
                     tid = threads[thread] = decode_global_tid(thread)[1]
@@ -243,6 +263,16 @@ class NsysWindow:
         if foreign:
             self._warnings.append(
                 f"{foreign} window kernel(s) were launched from a thread other than the measure range's"
+            )
+        if replayed:
+            self._warnings.append(
+                f"{replayed} window kernel(s) were replayed from CUDA graphs the workload captured: each takes the "
+                "ranges open when its graph node was captured (its operator, module and call site then)"
+            )
+        if uncaptured:
+            self._warnings.append(
+                f"{uncaptured} window kernel(s) were replayed from CUDA graphs whose capture the timeline does not "
+                "hold: they keep the graph launch's ranges"
             )
 
     def sequence_index(self) -> SequenceIndex:
@@ -283,6 +313,17 @@ class NsysWindow:
                 self.schema.require(
                     spec["table"], spec["start"], spec["correlation_id"], *([spec["bytes"]] if "bytes" in spec else [])
                 )
+
+    def runtime_calls(self) -> list[RuntimeCall]:
+        """The window's host synchronisations and memory copies and sets, in call order, with their NVTX stacks
+        (`plugins.nsys.activity`): a sweep of its own over the ranges."""
+        def ranges() -> RangeFeed:
+            cursor, check_order = self.nvtx.ranges(self.table_order) if self.nvtx.present else (None, False)
+            return RangeFeed(cursor, Strings(self.schema), check_order)
+
+        with self._sqlite_errors():
+            windows = self.windows
+            return read_runtime_calls(self.schema, ranges, lambda t: not windows or windows.contains(t))
 
     def activity_counts(self) -> tuple[int, int, int, int]:
         """(memcpy count, memcpy bytes, memset count, synchronization records) of the window / capture."""
@@ -337,12 +378,14 @@ def read_nsys_sqlite(path: Path) -> NsysCapture:
 def _capture(window: NsysWindow) -> NsysCapture:
     kernels = [k.trace_kernel() for k in window.kernels()]
     memcpy_count, memcpy_bytes, memset_count, sync_count = window.activity_counts()
+    runtime_calls = window.runtime_calls()
     return NsysCapture(
         kernels=kernels,
         memcpy_count=memcpy_count,
         memset_count=memset_count,
         memcpy_bytes=memcpy_bytes,
         sync_count=sync_count,
+        runtime_calls=runtime_calls,
         window_start_ns=window.window_start_ns,
         window_end_ns=window.window_end_ns,
         nvtx_range_count=window.nvtx_range_count,

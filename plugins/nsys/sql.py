@@ -179,6 +179,7 @@ def kernel_sql(schema: Schema, launches: str | None) -> str:
         *(f"k.{quote(c)}" for c in spec["grid"]), *(f"k.{quote(c)}" for c in spec["block"]),
         f"k.{quote(spec['registers_per_thread'])}", " + ".join(f"k.{quote(c)}" for c in spec["shared_memory"]),
         "l.thread" if launches else "NULL", "l.api_start" if launches else "NULL",
+        f"k.{quote(spec['graph_node_id'])}" if spec["graph_node_id"] in cols else "NULL",
     ]
     sql = f"SELECT {', '.join(select)} FROM {quote(spec['table'])} k "
     if launches:

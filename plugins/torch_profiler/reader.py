@@ -20,7 +20,8 @@ import yaml
 from pydantic import BaseModel, Field
 
 from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, SITE_RANGE_PREFIX
-from mcp_server.schema.records import CpuOp, Frame, TraceKernel
+from mcp_server.schema.records import CpuOp, Frame, RuntimeCall, TraceKernel
+from plugins.cuda_api import kind_of, synchronizing
 from plugins.nvtx_names import ANNOTATION_NAMESPACES, fsdp_unit, is_operator
 from plugins.sequences import RangeRow, SequenceIndex, forward_origins
 
@@ -47,6 +48,8 @@ class KinetoCapture(BaseModel):
         default_factory=lambda: SequenceIndex({}, {}), description="Forward ops and backward nodes by sequence number."
     )
     forward_threads: list[int] = Field(default_factory=list, description="Threads of the measure range.")
+    runtime_calls: list[RuntimeCall] = Field(
+        default_factory=list, description="The window's synchronising, copying and setting CUDA API calls.")
 
 
 @lru_cache(maxsize=1)
@@ -156,6 +159,7 @@ def read_kineto_trace(path: Path) -> KinetoCapture:
     launches: dict[int, dict[str, Any]] = {}
     op_by_external: dict[int, str] = {}
     kernel_events: list[dict[str, Any]] = []
+    activity: dict[int, dict[str, Any]] = {}  # copies and sets on the GPU, by correlation id
     for event in _events(trace):
         cat, args = event.get("cat"), event.get("args", {})
         if cat in cats["ranges"]:
@@ -171,8 +175,12 @@ def read_kineto_trace(path: Path) -> KinetoCapture:
             kernel_events.append(event)
         elif cat in cats["memcpy"]:
             capture.memcpy_count += 1
+            if argn["correlation"] in args:
+                activity[int(args[argn["correlation"]])] = event
         elif cat in cats["memset"]:
             capture.memset_count += 1
+            if argn["correlation"] in args:
+                activity[int(args[argn["correlation"]])] = event
     capture.kernels = _kernels(kernel_events, launches, ranges, op_by_external, capture.warnings)
     capture.sequences = forward_origins(
         RangeRow(tid, _start_ns(f), f.end_ns or _start_ns(f), f.name, f.kind, f.seq)
@@ -181,7 +189,50 @@ def read_kineto_trace(path: Path) -> KinetoCapture:
     )
     capture.forward_threads = sorted({int(e["tid"]) for e in _events(trace) if e.get("name") == MEASURE_RANGE})
     capture.cpu_ops = _top_level_ops(ranges)
+    capture.runtime_calls = _runtime_calls(launches, activity, ranges, capture)
     return capture
+
+
+def _runtime_calls(launches: dict[int, dict[str, Any]], activity: dict[int, dict[str, Any]],
+                   ranges: dict[int, list[Frame]], capture: KinetoCapture) -> list[RuntimeCall]:
+    """The window's synchronising, copying and setting runtime calls in call order, each with the copy or set it
+    started (bytes, direction, memory kinds from the event's name) and the ranges enclosing it on its thread."""
+    fmt = trace_format()
+    found = []
+    for corr, event in launches.items():
+        kind = kind_of(event["name"])
+        start = _ns(event["ts"])
+        inside = capture.window_start_ns is None or (
+            capture.window_start_ns <= start <= (capture.window_end_ns or start))
+        if kind is not None and inside:
+            found.append((start, corr, kind, event))
+    found.sort(key=lambda f: (f[0], f[1]))
+    by_thread: dict[int, list[int]] = defaultdict(list)
+    for index, (_, _, _, event) in enumerate(found):
+        by_thread[int(event["tid"])].append(index)
+    stacks: dict[int, list[Frame]] = {}
+    for tid, indices in by_thread.items():
+        points = [found[i][0] for i in indices]
+        for index, stack in zip(indices, enclosing_stacks(ranges.get(tid, []), points), strict=True):
+            stacks[index] = stack
+    calls = []
+    for index, (start, corr, kind, event) in enumerate(found):
+        call = RuntimeCall(ordinal=index, kind=kind, api=event["name"], api_start_ns=start,
+                           api_end_ns=start + _ns(event.get("dur", 0)), thread=int(event["tid"]),
+                           correlation_id=corr, stack=stacks.get(index, []))
+        gpu = activity.get(corr)
+        if gpu is not None:
+            call.gpu_start_ns = _ns(gpu["ts"])
+            call.gpu_end_ns = call.gpu_start_ns + _ns(gpu.get("dur", 0))
+            size = gpu.get("args", {}).get(fmt["args"]["bytes"])
+            call.bytes = int(size) if size is not None else None
+            if (copy := re.match(fmt["memcpy_name"], gpu["name"])) is not None:
+                call.copy_kind, call.src_memory, call.dst_memory = copy[1], copy[2].lower(), copy[3].lower()
+            elif (memset := re.match(fmt["memset_name"], gpu["name"])) is not None:
+                call.dst_memory = memset[1].lower()
+        call.synchronizing = synchronizing(call.api, call.copy_kind, call.src_memory, call.dst_memory)
+        calls.append(call)
+    return calls
 
 
 def _kernels(

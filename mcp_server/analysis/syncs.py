@@ -1,0 +1,107 @@
+"""Where the window makes the host wait for the GPU, or copies memory, and what that costs; the changes that must
+come before a CUDA graph or a whole-graph compile of such a window.
+
+A synchronising call (a stream or device synchronisation, the copy of `.item()`, a `nonzero` reading its count)
+stops the host until the GPU has drained; the GPU then idles until the host launches again. Its cost is that idle
+time: the gap before the next kernel, from the window measured without the profiler where the timing pass ran.
+A CUDA graph cannot capture such a call, and Dynamo breaks its graph at one (or at a data-dependent shape), so any
+advice to capture or compile the whole window names the change that must come first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mcp_server.analysis.rules import matches
+from mcp_server.schema.analysis import Finding, SyncPoint
+from mcp_server.schema.profile import OperatorAttributedProfile, RuntimeEvent
+
+READBACK = "readback_ops"  # patterns.yaml: operators that read a GPU value back into Python (.item())
+DATA_DEPENDENT = "data_dependent_ops"  # operators whose output shape depends on the data (nonzero, unique...)
+SHORT_END = " — "  # a prerequisite's short form ends here; how to do it follows
+
+
+def _data_dependent(event: RuntimeEvent) -> bool:
+    names = (event.operator_name, event.launch_op)
+    return any(matches(READBACK, n) or matches(DATA_DEPENDENT, n) for n in names)
+
+
+def sync_points(profile: OperatorAttributedProfile) -> list[SyncPoint] | None:
+    """The window's synchronisations, copies and sets made by the workload, grouped by place (call site, API,
+    operator), the costliest first; None when the profile holds no runtime events."""
+    events = profile.runtime_events
+    if events is None:
+        return None
+    unprofiled = profile.window.unprofiled_wall_time_ns is not None
+    groups: dict[tuple[object, ...], list[RuntimeEvent]] = {}
+    for event in events:
+        if event.origin == "workload":
+            key = (event.call_site, event.api, event.operator_name, event.module_path, event.copy_kind,
+                   event.src_memory, event.dst_memory)
+            groups.setdefault(key, []).append(event)
+    points = []
+    for group in groups.values():
+        first = group[0]
+        idle = [e.unprofiled_idle_after_ns if unprofiled else e.idle_after_ns for e in group if e.synchronizing]
+        known = [i for i in idle if i is not None]
+        sizes = [e.bytes for e in group if e.bytes is not None]
+        points.append(SyncPoint(
+            call_site=first.call_site, api=first.api, kind=first.kind, operator_name=first.operator_name,
+            module_path=first.module_path, synchronizing=any(e.synchronizing for e in group),
+            data_dependent=any(_data_dependent(e) for e in group), count=len(group),
+            bytes=sum(sizes) if sizes else None, copy_kind=first.copy_kind, src_memory=first.src_memory,
+            dst_memory=first.dst_memory, host_wait_ns=sum(e.duration_ns for e in group),
+            idle_after_ns=sum(known) if known else None,
+            idle_source=("unprofiled" if unprofiled else "profiled") if known else None,
+            event_ids=[e.event_id for e in group]))
+    points.sort(key=lambda p: (not p.synchronizing, -(p.idle_after_ns or 0), -p.host_wait_ns))
+    return points
+
+
+def _where(point: SyncPoint) -> str:
+    return point.call_site.rsplit("/", 1)[-1] if point.call_site else f"{point.operator_name or point.api}"
+
+
+def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint] | None) -> list[str]:
+    """What must change before the window can be captured in a CUDA graph or compiled whole: its data-dependent
+    shapes made static, its value reads moved out of the loop, its other synchronisations removed."""
+    needs: list[str] = []
+    launched = {k.attribution.launch_op for op in profile.operators for k in op.kernels}
+    shaped = sorted({name for name in {op.operator_name for op in profile.operators} | launched
+                     if name and matches(DATA_DEPENDENT, name)})
+    shaped_sites = sorted({_where(p) for p in points or [] if p.data_dependent and matches(
+        DATA_DEPENDENT, p.operator_name)})
+    if shaped or shaped_sites:
+        what = ", ".join(shaped) or "operators with data-dependent output shapes"
+        needs.append(f"make the shapes static ({what}{' at ' + ', '.join(shaped_sites) if shaped_sites else ''})"
+                     f"{SHORT_END}pad to a fixed size or route with a fixed capacity and masks, or let Dynamo trace "
+                     "them with torch._dynamo.config.capture_dynamic_output_shape_ops = True (a CUDA graph still "
+                     "needs static shapes)")
+    reads = sorted({_where(p) for p in points or [] if p.synchronizing and matches(READBACK, p.operator_name)})
+    if reads:
+        needs.append(f"move the .item() read(s) at {', '.join(reads)} out of the loop{SHORT_END}keep the value on "
+                     "the GPU (or torch._dynamo.config.capture_scalar_outputs = True under torch.compile)")
+    others = sorted({_where(p) for p in points or [] if p.synchronizing and not p.data_dependent})
+    if others:
+        needs.append(f"remove the host synchronisation(s) at {', '.join(others)}{SHORT_END}a CUDA graph cannot "
+                     "capture one")
+    return needs
+
+
+def sync_finding(points: Sequence[SyncPoint]) -> Finding | None:
+    """The window's synchronising places as one finding, with their sites and their idle cost."""
+    waiting = [p for p in points if p.synchronizing]
+    if not waiting:
+        return None
+    idle = sum(p.idle_after_ns or 0 for p in waiting)
+    source = next((p.idle_source for p in waiting if p.idle_source), None)
+    calls = sum(p.count for p in waiting)
+    places = "; ".join(f"{_where(p)}: {p.api} x{p.count}" + (f", {p.idle_after_ns / 1e3:.1f} us idle after"
+                                                            if p.idle_after_ns is not None else "")
+                       for p in waiting[:6])
+    return Finding(
+        kind="host_sync", title=f"{calls} call(s) at {len(waiting)} place(s) make the host wait for the GPU",
+        operators=[], module_paths=list(dict.fromkeys(p.module_path for p in waiting if p.module_path)),
+        kernel_ids=[], triggers=[f"host_syncs={calls}", f"sync_idle_ns={idle}", f"idle_source={source}"],
+        detail=f"{places}. Each one drains the GPU's queue and leaves it idle until the host launches again; keep "
+               "values on the GPU, or move the reads out of the hot loop.")

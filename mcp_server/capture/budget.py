@@ -1,0 +1,172 @@
+"""The replay plan fitted to a budget of replay time: what ncu replays is bounded by the budget, not by the
+workload (a decode loop's attention has new shapes at every step: thousands of shape variants).
+
+Every configuration is replayed first (ncu's deduplicated pass: one replay each); when they alone exceed the
+budget, the main pass stops after as many as it affords and no variant is replayed. What is left pays for shape
+variants, taken by the module calls that launch them: calls of each module path in a spread order (the first, the
+last, the middle, the quarters...) so that a few representative steps of a decode loop are measured across its
+sequence lengths, paths holding more kernel time first. A variant left out takes, at assembly, the counters of the
+nearest measured shape of its configuration (`propagated_from`, propagation `nearest_shape`).
+
+A pure function of the plan: no process, no file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from mcp_server.capture.replay_plan import LaunchFacts, ReplayPlan
+
+DEFAULT_BUDGET_S = 60.0
+Call = tuple[str, int]  # (module path, its range's start)
+
+
+def within_budget(plan: ReplayPlan, budget_s: float, seconds_each: float) -> ReplayPlan:
+    """`plan` fitted to `budget_s` seconds of replay at `seconds_each` per replayed kernel (a copy; `plan` is kept).
+
+    The configurations come first; the variants' module calls (scoped plans) or the run of variant launches (the
+    others) then take what is left, as described in the module's docstring."""
+    fitted = replace(plan, budget_s=budget_s, seconds_each=seconds_each, left_out=[])
+    affordable = max(1, math.floor(budget_s / seconds_each + 1e-9))  # 1e-9: 17.1 s / 0.3 s is 57
+    if plan.configurations > affordable:
+        fitted.main_limit = affordable
+        return _without_variants(fitted)
+    room = affordable - plan.configurations
+    if not plan.variants:
+        return fitted
+    if plan.calls is None:
+        return _run_prefix(fitted, room)
+    return _spread_calls(fitted, room)
+
+
+def _without_variants(plan: ReplayPlan) -> ReplayPlan:
+    plan.left_out = list(plan.variants)
+    plan.variants, plan.variant_names, plan.replayed, plan.launch_skip, plan.launch_count = [], [], [], 0, 0
+    plan.calls = None if plan.calls is None else []
+    return plan
+
+
+def _run_prefix(plan: ReplayPlan, room: int) -> ReplayPlan:
+    """An unscoped plan replays a run of launches from the first variant: its first `room` launches."""
+    if plan.launch_count <= room:
+        return plan
+    if room == 0:
+        return _without_variants(plan)
+    names = set(plan.variant_names)
+    numbering = [f.ordinal for f in plan.launch_facts if f.mangled_name in names]
+    covered = set(numbering[plan.launch_skip:plan.launch_skip + room])
+    plan.left_out = [v for v in plan.variants if v not in covered]
+    plan.variants = [v for v in plan.variants if v in covered]
+    plan.launch_count = room
+    return plan
+
+
+def held_time(plan: ReplayPlan) -> dict[int, int]:
+    """Kernel time each variant's counters stand for: its own, and that of the later launches of its configuration
+    with its shapes (they copy its counters)."""
+    by_ordinal = {f.ordinal: f for f in plan.launch_facts}
+    owner: dict[tuple[object, ...], int] = {}
+    held: dict[int, int] = {}
+    wanted = set(plan.variants)
+    for facts in plan.launch_facts:
+        key = (facts.config, facts.shapes)
+        if facts.ordinal in wanted:
+            owner[key] = facts.ordinal
+            held[facts.ordinal] = facts.duration_ns
+        elif key in owner:
+            held[owner[key]] += facts.duration_ns
+    return {v: held.get(v, by_ordinal[v].duration_ns if v in by_ordinal else 0) for v in plan.variants}
+
+
+def spread_order(count: int) -> list[int]:
+    """0..count-1 in the order that spreads them over the range: first, last, then the midpoints of the widest
+    gaps (0, 8, 4, 2, 6, 1, 3, 5, 7 for 9)."""
+    if count <= 0:
+        return []
+    order, seen = [0], {0}
+    if count > 1:
+        order.append(count - 1)
+        seen.add(count - 1)
+    gaps = [(0, count - 1)]
+    while gaps and len(order) < count:
+        widest = []
+        for low, high in gaps:
+            if high - low > 1:
+                middle = (low + high) // 2
+                if middle not in seen:
+                    order.append(middle)
+                    seen.add(middle)
+                widest += [(low, middle), (middle, high)]
+        gaps = widest
+    return order + [i for i in range(count) if i not in seen]
+
+
+def _spread_calls(plan: ReplayPlan, room: int) -> ReplayPlan:
+    """A scoped plan: the variants' module calls, taken in spread order path by path while they fit `room`
+    replayed launches."""
+    facts = plan.launch_facts
+    held = held_time(plan)
+    innermost = {f.ordinal: f.calls[-1] for f in facts if f.ordinal in held and f.calls}
+    value: dict[Call, int] = {}
+    for variant, call in innermost.items():
+        value[call] = value.get(call, 0) + held[variant]
+    paths: dict[str, list[Call]] = {}
+    for call in sorted(value, key=lambda c: c[1]):
+        paths.setdefault(call[0], []).append(call)
+    weight = {path: sum(value[c] for c in calls) for path, calls in paths.items()}
+    ranked = []
+    for path, calls in paths.items():
+        for rank, index in enumerate(spread_order(len(calls))):
+            ranked.append((rank, -weight[path], calls[index][1], calls[index]))
+    threads = {f.thread for f in facts if f.ordinal in held}
+    inside: dict[Call, list[LaunchFacts]] = {}
+    for f in facts:
+        if f.thread in threads:
+            for call in f.calls:
+                if call in value:
+                    inside.setdefault(call, []).append(f)
+    names_of = {call: {f.mangled_name for f in facts if innermost.get(f.ordinal) == call} for call in value}
+    chosen: list[Call] = []
+    names: set[str | None] = set()
+    replayed: set[int] = set()
+    for *_, call in sorted(ranked):
+        more_names = names | names_of[call]
+        added = {f.ordinal for c in [*chosen, call] for f in inside.get(c, []) if f.mangled_name in more_names}
+        if len(replayed | added) > room:
+            continue
+        chosen.append(call)
+        names, replayed = more_names, replayed | added
+    kept = set(chosen)
+    plan.left_out = [v for v in plan.variants if innermost.get(v) not in kept]
+    plan.variants = [v for v in plan.variants if innermost.get(v) in kept]
+    if not plan.variants:
+        return _without_variants(replace(plan, variants=plan.variants + plan.left_out))
+    every = _every_call(facts, threads)
+    number = {path: sorted(c[1] for c in every if c[0] == path) for path in paths}
+    plan.calls = sorted((path, number[path].index(start)) for path, start in chosen)
+    plan.variant_names = sorted(n for n in names if n)
+    plan.replayed = sorted(replayed)
+    return plan
+
+
+def _every_call(facts: list[LaunchFacts], threads: set[int | None]) -> set[Call]:
+    """Every module call enclosing a launch of `threads` (the numbering the harness counts calls in)."""
+    return {call for f in facts if f.thread in threads for call in f.calls}
+
+
+def budget_note(plan: ReplayPlan) -> str | None:
+    """What the budget left out, in one line (None when everything fits)."""
+    if plan.budget_s is None or plan.seconds_each is None:
+        return None
+    seconds_each = plan.seconds_each
+    if plan.main_limit is not None:
+        return (f"replay budget {plan.budget_s:.0f} s: the {plan.configurations} configurations alone need about "
+                f"{plan.configurations * seconds_each:.0f} s, so ncu replays the first {plan.main_limit} in launch "
+                f"order and no shape variant; the rest carry no counters (raise --replay-budget)")
+    if not plan.left_out:
+        return None
+    steps = f" in {len(plan.calls)} module calls spread over the window" if plan.calls is not None else ""
+    return (f"replay budget {plan.budget_s:.0f} s: {len(plan.variants)} of {len(plan.variants) + len(plan.left_out)} "
+            f"shape variants are replayed{steps}; the other {len(plan.left_out)} take the counters of the nearest "
+            "measured shape of their configuration (raise --replay-budget to measure more)")

@@ -1,0 +1,131 @@
+"""Module ranges of a script that never hands its model over: torch's global module hooks (standard library and
+torch only).
+
+`GlobalModules` installs `register_module_forward_pre_hook` / `register_module_forward_hook` once, for every module
+of every model the script builds. A module called while no other is running is a root: its path is its class name
+(as the contract's `ModuleRanges` names the model), its descendants' the paths `named_modules()` gives them under
+it. While `ranging` is on, every call is wrapped in a `module:<path>` range (NVTX, or a profiler range for
+torch.profiler); `calls` turns profiling on only during chosen calls (a shape-variant replay), counted from
+`start_counting()`. `listeners` are told of every call's start and end (the step driver counts module steps there).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from mcp_server.children.contract import MODULE_RANGE_PREFIX
+from mcp_server.children.sites import site_ranges
+
+Listener = Callable[[Any, str, bool], None]  # (module, path, started): started False once its call returned
+
+
+class GlobalModules:
+    """Every module call of the process, named by its path; ranges around them while `ranging` is on."""
+
+    def __init__(self, profiler: str, calls: list[tuple[str, int]] | None = None,
+                 switch: Callable[[bool], None] | None = None) -> None:
+        self.profiler = profiler
+        self.ranging = False
+        self.roots: list[str] = []  # class names of the roots seen, in order
+        self.listeners: list[Listener] = []
+        self._open_range: Callable[[str], Any] | None = None
+        self._close_range: Callable[[Any], None] | None = None
+        if profiler in ("torch", "nvtx"):
+            self._open_range, self._close_range = site_ranges(profiler)
+        self._paths: dict[int, dict[int, str]] = {}  # id(root) -> id(module) -> path
+        self._classes: dict[str, str] = {}  # path -> class name
+        self._local = threading.local()
+        self._handles: list[Any] = []
+        self._wanted: dict[str, set[int]] = {}
+        for path, number in calls or []:
+            self._wanted.setdefault(path, set()).add(number)
+        self._switch = switch
+        self._seen: dict[str, int] = {}
+        self._depth = 0
+        self.started = 0  # profiled calls started (a variant replay)
+
+    def install(self) -> GlobalModules:
+        """Register the global hooks (once)."""
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+        return self
+
+    def remove(self) -> None:
+        """Remove the hooks."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    @property
+    def scoped(self) -> bool:
+        """Profiling is switched on only during chosen calls (a shape-variant replay)."""
+        return bool(self._wanted)
+
+    def start_counting(self) -> None:
+        """Call numbers of `calls` count from now (the window's start)."""
+        self._seen.clear()
+
+    def modules(self) -> dict[str, str]:
+        """Every path seen under a root, with its class name."""
+        return dict(self._classes)
+
+    def _stack(self) -> list[tuple[Any, str, Any, bool]]:
+        stack: list[tuple[Any, str, Any, bool]] | None = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def path_of(self, module: Any, stack: list[tuple[Any, str, Any, bool]]) -> str:
+        """The module's path: under the root of the calls it runs inside, else under any root seen, else it is a
+        root itself (its class name)."""
+        key = id(module)
+        if stack:
+            found = self._paths.get(id(stack[0][0]), {}).get(key)
+            if found is not None:
+                return found
+        for paths in self._paths.values():
+            if key in paths:
+                return paths[key]
+        root = type(module).__name__
+        paths = self._paths[key] = {}
+        for p, m in module.named_modules():
+            paths[id(m)] = (f"{root}.{p}" if stack and p else p) or root
+            self._classes[paths[id(m)]] = type(m).__name__
+        if not stack:
+            self.roots.append(root)
+        return self._paths[key][key]
+
+    def _pre(self, module: Any, args: Any) -> None:
+        stack = self._stack()
+        path = self.path_of(module, stack)
+        for listener in self.listeners:
+            listener(module, path, True)
+        handle = self._open_range(MODULE_RANGE_PREFIX + path) if self.ranging and self._open_range else None
+        profiled = False
+        if path in self._wanted:
+            number = self._seen.get(path, 0)
+            self._seen[path] = number + 1
+            profiled = number in self._wanted[path]
+            if profiled:
+                self._depth += 1
+                if self._depth == 1 and self._switch is not None:
+                    self.started += 1
+                    self._switch(True)
+        stack.append((module, path, handle, profiled))
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        stack = self._stack()
+        if not stack or stack[-1][0] is not module:
+            return  # a call whose pre-hook ran before the hooks were installed
+        _, path, handle, profiled = stack.pop()
+        if profiled:
+            self._depth -= 1
+            if self._depth == 0 and self._switch is not None:
+                self._switch(False)
+        if handle is not None and self._close_range is not None:
+            self._close_range(handle)
+        for listener in self.listeners:
+            listener(module, path, False)

@@ -1,0 +1,402 @@
+"""A script profiled as it is: run unmodified as `__main__`, its measured window chosen by its own steps
+(standard library and torch only).
+
+A step is one `step()` of the script's first optimizer to step (a training script), or with `--window-fn NAME` one
+call of the function or method named NAME, or of the nn.Module class named NAME (an inference script). After
+`--warmup-iters` steps the window opens; it closes after `--iters` more, and the next window (the timing pass
+measures several) opens at once. Once the last window closed the script is stopped (`StopScript`): nothing it
+would run afterwards disturbs another pass's window. Module ranges come from torch's global module hooks
+(`GlobalModules`), call sites and worker threads as in the contract's eager window, so the profile is assembled
+as for a workload of the contract.
+
+Boundaries, found without editing the script: optimizer steps through torch's global step hooks (the first step's
+end there, later steps through a wrapper of that optimizer's `step`, so the window opens and closes outside the
+optimizer's own profiler range); a function through a wrapper put where the script finds it (its class, or the
+globals that name it) once the first call is seen running (at its first module call); a module class through the
+global module hooks.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import runpy
+import sys
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from types import FrameType, MethodType
+from typing import Any
+
+from mcp_server.children.common import ContractError
+from mcp_server.children.global_modules import GlobalModules
+from mcp_server.children.gpu_lock import GpuPhases
+from mcp_server.children.graph_capture import GraphCaptureRanges
+from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
+from mcp_server.children.window import KernelTrace, MeasuredWindow
+
+TRACED_WINDOWS = 2  # the timing pass's windows run again under the kernel trace (as the contract's)
+
+
+class StopScript(BaseException):
+    """Raised into the script once its last window is measured: the harness catches it where the script ends."""
+
+
+class StepWindows:
+    """The measured windows of a script, opened and closed at its step boundaries.
+
+    After `warmup` steps, `windows` windows of `active` steps each follow back to back, then `traced` more under
+    the kernel trace (the timing pass). `opens_at_start`: a window opens as its first step begins (a function or
+    module call), not as the step before it ends (an optimizer step: the window then holds the loop's own code
+    between steps, its data loading among it).
+    """
+
+    def __init__(self, args: Any, lock: GpuPhases, modules: GlobalModules, enter: Callable[[str], None]) -> None:
+        import torch
+
+        self.args, self.lock, self.modules, self.enter = args, lock, modules, enter
+        self.warmup, self.active = args.warmup_iters, args.iters
+        self.profiler = "none" if args.profiler == "kernels" else args.profiler
+        self.untraced = args.windows
+        self.trace = KernelTrace(args.kineto_trace) if args.profiler == "kernels" else None
+        self.total = self.untraced + (TRACED_WINDOWS if self.trace is not None else 0)
+        self.cuda = torch.cuda.is_available()
+        self.ranged = self.profiler in ("torch", "nvtx")
+        self.scoped = modules.scoped
+        self.opens_at_start = True
+        self.steps = 0
+        self.windows: list[dict[str, Any]] = []  # the untraced windows' times
+        self.traced: list[dict[str, Any]] = []
+        self.last: MeasuredWindow | None = None
+        self._open: tuple[MeasuredWindow, ExitStack] | None = None
+        self._frames = UserFrames() if self.ranged else None
+
+    @property
+    def measured(self) -> int:
+        return len(self.windows) + len(self.traced)
+
+    def _due(self) -> bool:
+        """A window opens at this boundary: the warm-up is over and the window before it closed."""
+        return (self._open is None and self.measured < self.total
+                and self.steps == self.warmup + self.measured * self.active)
+
+    def step_begins(self) -> None:
+        """A step is about to run."""
+        if self.opens_at_start and self._due():
+            self._start()
+
+    def step_ended(self) -> None:
+        """A step has run: close the window its last step ends; open the next one where it opens here."""
+        self.steps += 1
+        if self._open is not None and self.steps == self.warmup + (self.measured + 1) * self.active:
+            self._close()
+            if self.measured == self.total:
+                raise StopScript
+        if not self.opens_at_start and self._due():
+            self._start()
+
+    def _start(self) -> None:
+        number = self.measured
+        if number == 0:
+            if self.trace is not None:
+                self.trace.prepare()
+            self.enter("waiting for the GPU lock (window)")
+            self.lock.window()
+            self.enter("measure")
+        if self.trace is not None and number == self.untraced:
+            self.trace.__enter__()
+        last = number == self.total - 1
+        window = MeasuredWindow(self.profiler, self.args.kineto_trace, on_gpu_done=self.lock.release if last else None,
+                                scoped=self.scoped)
+        stack = ExitStack()
+        window.__enter__()
+        if self._frames is not None:  # every thread's operators and call sites, as the window's own thread's
+            stack.enter_context(ThreadCapture(self.profiler, True, self._frames))
+            stack.enter_context(call_sites(self.profiler, self._frames))
+        self.modules.ranging = self.ranged
+        self.modules.start_counting()
+        self._open = (window, stack)
+
+    def _close(self) -> None:
+        assert self._open is not None
+        window, stack = self._open
+        self._open = None
+        self.modules.ranging = False
+        stack.close()
+        window.__exit__(None, None, None)
+        timed = {"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns}
+        if self.trace is not None and len(self.windows) >= self.untraced:
+            self.traced.append(timed)
+            if len(self.traced) == TRACED_WINDOWS:
+                self.trace.__exit__(None, None, None)
+        else:
+            self.windows.append(timed)
+            self.last = window
+
+    def abandon(self) -> None:
+        """The script ended with a window still open: close it (its times are kept)."""
+        if self._open is not None:
+            self._close()
+        if self.trace is not None and self.traced and len(self.traced) < TRACED_WINDOWS:
+            self.trace.__exit__(None, None, None)
+
+
+class OptimizerSteps:
+    """Steps of the first optimizer to step: its first step's end through torch's global post-hook, every later
+    one through a wrapper of that optimizer's `step` (outside its `Optimizer.step#...` profiler range)."""
+
+    def __init__(self, windows: StepWindows) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.windows = windows
+        windows.opens_at_start = False
+        self.optimizer: Any = None
+        self._inside = False
+        self._handle = register_optimizer_step_post_hook(self._post)
+        self.name = "optimizer step"
+
+    def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.optimizer is None:
+            self.optimizer = optimizer
+            self.name = f"{type(optimizer).__name__}.step"
+            self._wrap(optimizer)
+            self.windows.step_ended()  # the first step did not run through the wrapper
+        elif optimizer is self.optimizer and not self._inside:
+            self.windows.step_ended()  # a step called past the wrapper (the class's step, unbound)
+
+    def _wrap(self, optimizer: Any) -> None:
+        previous = optimizer.step  # bound, or a scheduler's wrapper set on the instance
+        steps = self
+
+        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            steps._inside = True
+            try:
+                out = previous(*args, **kwargs)
+            finally:
+                steps._inside = False
+            steps.windows.step_ended()
+            return out
+
+        optimizer.step = MethodType(functools.wraps(previous)(step), optimizer)
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+class NamedSteps:
+    """Steps that are the outermost calls of what `--window-fn` names: an nn.Module class (its calls, through the
+    global module hooks), else a function or method (`name`, or `Class.name`).
+
+    A function's first call is seen running at its first module call (the frames on the stack); the callable the
+    script finds (the class attribute, or each globals entry naming it, decorators included) is then replaced by a
+    wrapper that counts every later call; that first call ends as the next one begins."""
+
+    def __init__(self, windows: StepWindows, modules: GlobalModules, name: str) -> None:
+        self.windows, self.modules, self.name = windows, modules, name
+        self.kind: str | None = None  # "module" or "function", once the name is seen
+        self.where: str | None = None
+        self.depth = 0
+        self._first_pending = False
+        self._restore: list[Callable[[], None]] = []
+        modules.listeners.insert(0, self._called)
+
+    @property
+    def found(self) -> bool:
+        return self.kind is not None
+
+    def _called(self, module: Any, path: str, started: bool) -> None:
+        if self.kind != "function" and type(module).__name__ == self.name.rsplit(".", 1)[-1]:
+            self.kind = "module"
+            self.depth += 1 if started else -1
+            if started and self.depth == 1:
+                self.windows.step_begins()
+            elif not started and self.depth == 0:
+                self.windows.step_ended()
+        elif self.kind is None and started:
+            self._look()
+
+    def _matches(self, frame: FrameType) -> bool:
+        code = frame.f_code
+        if "." in self.name:
+            qualified = getattr(code, "co_qualname", code.co_name)
+            return bool(qualified == self.name or qualified.endswith("." + self.name))
+        return code.co_name == self.name
+
+    def _look(self) -> None:
+        frame: FrameType | None = sys._getframe(2)
+        outermost = None
+        while frame is not None:
+            if self._matches(frame):
+                outermost = frame
+            frame = frame.f_back
+        if outermost is None:
+            return
+        self.kind = "function"
+        if not self._wrap(outermost):
+            raise ContractError(f"--window-fn {self.name}: its call at {outermost.f_code.co_filename}:"
+                                f"{outermost.f_lineno} runs, but no class or module attribute names it, so its later "
+                                "calls cannot be counted; name the nn.Module class it calls instead")
+        self._first_pending = True  # this first call is under way, not wrapped: it ends as the next call begins
+
+    def _wrap(self, frame: FrameType) -> bool:
+        code, short = frame.f_code, self.name.rsplit(".", 1)[-1]
+
+        def runs(candidate: Any) -> bool:
+            try:
+                return candidate is not None and getattr(inspect.unwrap(candidate), "__code__", None) is code
+            except ValueError:
+                return False
+
+        owners: list[tuple[Any, bool]] = []
+        target = frame.f_locals.get("self", frame.f_locals.get("cls"))
+        if target is not None:
+            for klass in (target if isinstance(target, type) else type(target)).__mro__:
+                found = klass.__dict__.get(short)
+                if runs(found) and not isinstance(found, (staticmethod, classmethod)):
+                    owners.append((klass, True))
+                    break
+        caller: FrameType | None = frame
+        seen: set[int] = set()
+        while caller is not None:  # every module namespace on the stack that names it (an import, the script)
+            scope = caller.f_globals
+            if id(scope) not in seen and runs(scope.get(short)):
+                owners.append((scope, False))
+            seen.add(id(scope))
+            caller = caller.f_back
+        for owner, is_class in owners:
+            original = owner.__dict__[short] if is_class else owner[short]
+            wrapper = self._wrapper(original)
+            if is_class:
+                setattr(owner, short, wrapper)
+                self._restore.append(functools.partial(setattr, owner, short, original))
+            else:
+                owner[short] = wrapper
+                self._restore.append(functools.partial(owner.__setitem__, short, original))
+        self.where = f"{code.co_filename}:{code.co_firstlineno}"
+        return bool(owners)
+
+    def _wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        steps = self
+
+        @functools.wraps(original)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            steps.depth += 1
+            if steps.depth == 1:
+                if steps._first_pending:
+                    steps._first_pending = False
+                    steps.windows.step_ended()  # the first call, seen running, has returned
+                steps.windows.step_begins()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                steps.depth -= 1
+                if steps.depth == 0:
+                    steps.windows.step_ended()
+
+        return counted
+
+    def remove(self) -> None:
+        for restore in self._restore:
+            restore()
+        if self._called in self.modules.listeners:
+            self.modules.listeners.remove(self._called)
+
+
+def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -> None:
+    """Run the script `args.workload` as `__main__` with `args.script_arg`, measuring the windows its steps choose;
+    fill `result` with what the harness reports of a window."""
+    import torch
+
+    if args.warmup_iters < 1 or args.iters < 1:
+        raise ContractError("a script's window opens after its first step: --warmup-iters (W of --steps W:A) and "
+                            "--iters must be at least 1")
+    lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.warm_up_after)
+    calls = _replay_calls(args.replay_calls)
+    modules = GlobalModules(args.profiler, calls,
+                            switch=(lambda on: torch.cuda.profiler.start() if on else torch.cuda.profiler.stop())
+                            if calls else None).install()
+    windows = StepWindows(args, lock, modules, enter)
+    captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
+    source = OptimizerSteps(windows) if args.window_fn is None else NamedSteps(windows, modules, args.window_fn)
+    enter("script")
+    lock.build()
+    lock.warmup(args.warm_up_early and not torch.backends.cudnn.benchmark)
+    result["warmed_up_early"] = bool(args.warm_up_early)
+    from mcp_server.children.clocks import ClockSampler
+
+    clocks = ClockSampler().start() if args.profiler == "kernels" and torch.cuda.is_available() else None
+    script = Path(args.workload).resolve()
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [str(script), *args.script_arg]
+    sys.path.insert(0, str(script.parent))  # as `python script.py` puts its folder first
+    stopped, t0 = False, time.perf_counter_ns()
+    enter("warmup")
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except StopScript:
+        stopped = True
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise ContractError(f"the script exited with status {exc.code} after {windows.steps} step(s)") from exc
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        source.remove()
+        modules.remove()
+        if captures is not None:
+            captures.remove()
+            result["graph_captures"] = captures.captures
+        windows.abandon()
+        lock.release() if windows.measured else lock.close()
+        if clocks is not None:
+            clocks.stop()
+            result["clocks"] = clocks.summary()
+    enter("finish")
+    _report(args, result, windows, source, modules, stopped, time.perf_counter_ns() - t0)
+
+
+def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any, modules: GlobalModules,
+            stopped: bool, elapsed_ns: int) -> None:
+    kind = source.kind or "function" if isinstance(source, NamedSteps) else "optimizer"
+    result["steps"] = {"kind": kind, "name": source.name, "warmup": args.warmup_iters, "active": args.iters,
+                       "seen": windows.steps, "stopped_after_window": stopped, "script_ns": elapsed_ns}
+    if isinstance(source, NamedSteps) and source.where:
+        result["steps"]["defined_at"] = source.where
+    if windows.last is None:
+        what = {"optimizer": "optimizer step() calls", "function": f"calls of {args.window_fn}",
+                "module": f"calls of the {args.window_fn} module"}[kind]
+        found = getattr(source, "found", True)
+        remedy = ("pass --window-fn NAME (a function or nn.Module class the script calls once per step)"
+                  if kind == "optimizer" else f"check that the script calls {args.window_fn}" if not found
+                  else "lower --steps W:A")
+        raise ContractError(f"the script ended after {windows.steps} {what}; its window needs "
+                            f"{args.warmup_iters + args.iters} ({args.warmup_iters} to warm up): {remedy}")
+    if windows.measured < windows.total:
+        result["warnings"].append(f"the script ended after {windows.steps} steps: {windows.measured} of "
+                                  f"{windows.total} windows of {args.iters} step(s) were measured")
+    window = windows.last
+    result["root_module"] = modules.roots[0] if modules.roots else None
+    result["modules"] = modules.modules()
+    result["window"] = {"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns,
+                        "iters": args.iters}
+    if window.profiler_start_ns is not None:
+        result["window"]["profiler_start_ns"] = window.profiler_start_ns
+        result["window"]["profiler_stop_ns"] = window.profiler_stop_ns
+    if args.windows > 1:
+        result["windows"] = windows.windows
+    if windows.traced:
+        result["traced_windows"] = windows.traced
+    if modules.started:
+        result["replayed_calls"] = modules.started
+    if args.profiler == "torch" or (windows.trace is not None and windows.trace.traced):
+        result["artifacts"].append(os.path.relpath(args.kineto_trace, args.run_dir))
+    elif windows.trace is not None:
+        result["warnings"].append("no CUDA device: the timing pass traced no kernels")
+
+
+def _replay_calls(path: Path | None) -> list[tuple[str, int]] | None:
+    if path is None or not path.is_file():
+        return None
+    return [(str(p), int(n)) for p, n in json.loads(path.read_text(encoding="utf-8"))]

@@ -1,0 +1,187 @@
+"""Record, on a GPU machine, the real-workload fixtures the CPU tests replay, and measure issue 40's targets.
+
+One command, torch with CUDA (torchvision for the training script), nsys and ncu, no network:
+
+    python scripts/record_real_workloads.py --out "$OUT"        # --gpu h100 (default) names the files
+
+Each case runs the product's own CLI as a user would (`operator-profiler run ...` in a child process), first once to
+warm the machine's caches (bytecode, Inductor's, cuDNN's), then once measured; the measured run directory is packed
+as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries it) for tests/fixtures/:
+
+- `decode_loop`: scripts/gpu_workloads/decode_loop.py as it is (`--script`, `--window-fn generate --steps 1:1`,
+  3 calls of a GPT-2-small-sized greedy decode of 24 tokens with a KV cache, batch 4). Targets: `run` <= 90 s, and
+  >= 95 % of kernel time with measured or same-configuration counters (the replay budget's default, 60 s).
+- `train_script`: scripts/gpu_workloads/train_script.py as it is (`--script`, ResNet-50, SGD, DataLoader workers).
+  Targets: `run` <= 60 s, attributed >= 99.5 % of kernel time, module paths >= 95 %.
+- `moe_routing`: scripts/gpu_workloads/moe_routing.py (the contract, eager), then `analyze`. Targets: every
+  synchronisation inside `nonzero` named with its line and its idle cost (without the profiler); no CUDA-graph or
+  whole-window compile advice without its prerequisites.
+- `lstm_graphs`: examples/lstm_sequence_encoder's optimized workload (`--compile-mode optimized`: it captures its own
+  CUDA graph), then `compare` against the committed baseline profile. Targets: attributed >= 99.5 % (the replayed
+  kernels take their capture's operators; unverified before this recording), and the comparison pairs operators.
+- `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`.
+
+`<out>/<gpu>_real_workloads.json` keeps every number; a table of the targets is printed last. Copy the archives to
+tests/fixtures/ and the JSON to docs/measurements/: tests/test_real_workload_fixtures.py replays them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mcp_server.schema.io import load_profile  # noqa: E402
+
+WORKLOADS = REPO / "scripts" / "gpu_workloads"
+LSTM = REPO / "examples" / "lstm_sequence_encoder"
+CASES: dict[str, list[str]] = {
+    "decode_loop": ["--script", str(WORKLOADS / "decode_loop.py"), "--window-fn", "generate", "--steps", "1:1",
+                    "--", "--calls", "3"],
+    "train_script": ["--script", str(WORKLOADS / "train_script.py"), "--", "--workers", "4"],
+    "moe_routing": [str(WORKLOADS / "moe_routing.py")],
+    "lstm_graphs": [str(LSTM / "lstm_sequence_encoder_optimized.py"), "--compile-mode", "optimized"],
+    "decode_loop_hf": ["--script", str(WORKLOADS / "decode_loop.py"), "--window-fn", "generate", "--steps", "1:1",
+                       "--", "--calls", "3", "--hf"],
+}
+
+
+def cli(*args: str, timeout: float = 900) -> tuple[int, float, str]:
+    """The product's CLI in a child process: (exit code, wall seconds, its stderr's last lines)."""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "mcp_server.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+    return proc.returncode, time.monotonic() - t0, "\n".join(proc.stderr.splitlines()[-15:])
+
+
+def run_case(name: str, work: Path) -> dict[str, Any]:
+    """Warm up, then `run` the case measured into work/<name>; its profile's numbers."""
+    flags = CASES[name]
+    warm = work / f"{name}_warm"
+    code, warm_s, tail = cli("run", *_with_output(flags, warm), "-q")
+    row: dict[str, Any] = {"case": name, "command": ["operator-profiler", "run", *flags], "warm_run_s": warm_s}
+    if code != 0:
+        return {**row, "error": tail}
+    shutil.rmtree(warm, ignore_errors=True)
+    run_dir = work / name
+    code, wall, tail = cli("run", *_with_output(flags, run_dir), "-q")
+    row["run_s"] = round(wall, 1)
+    if code != 0:
+        return {**row, "error": tail}
+    profile = load_profile(run_dir / "profile.json")
+    window = profile.window
+    row.update(
+        kernels=window.kernel_count, kernel_time_ns=window.kernel_time_ns,
+        attributed_pct=window.attributed_kernel_time_pct, module_pct=window.module_path_kernel_time_pct,
+        call_site_pct=window.call_site_kernel_time_pct, measured_counter_pct=window.measured_counter_kernel_time_pct,
+        propagated_counter_pct=window.propagated_counter_kernel_time_pct,
+        nearest_shape_pct=window.nearest_shape_kernel_time_pct, no_counter_pct=window.no_counter_kernel_time_pct,
+        unprofiled_wall_ns=window.unprofiled_wall_time_ns, unprofiled_busy_ns=window.unprofiled_gpu_busy_time_ns,
+        runtime_events=len(profile.runtime_events or []), warnings=profile.warnings,
+        passes={p["name"]: {"wall_s": p["wall_time_s"], "notes": p["notes"]}
+                for p in json.loads((run_dir / "manifest.json").read_text())["passes"]},
+    )
+    return row
+
+
+def _with_output(flags: list[str], run_dir: Path) -> list[str]:
+    """The case's flags with `--output RUN_DIR` before any `--` (the script's own arguments)."""
+    cut = flags.index("--") if "--" in flags else len(flags)
+    return [*flags[:cut], "--output", str(run_dir), *flags[cut:]]
+
+
+def analyze_moe(run_dir: Path, row: dict[str, Any]) -> None:
+    """The MoE targets: every nonzero's synchronisation named with its line and idle cost; advice gated."""
+    code, _, tail = cli("analyze", str(run_dir / "profile.json"), "--output", str(run_dir / "analysis"))
+    if code != 0:
+        row["analyze_error"] = tail
+        return
+    analysis = json.loads((run_dir / "analysis" / "analysis.json").read_text())
+    nonzero = [p for p in analysis["syncs"] or [] if p["synchronizing"] and "nonzero" in str(p["operator_name"])
+               + str(p.get("api"))]
+    row["nonzero_sync_points"] = nonzero
+    row["every_nonzero_named"] = bool(nonzero) and all(p["call_site"] and p["idle_after_ns"] is not None
+                                                       for p in nonzero)
+    advice = [o for o in analysis["opportunities"] if o["change_class"] in ("cuda_graphs", "inductor_config")]
+    row["graph_advice"] = [{"title": o["title"], "prerequisites": o["prerequisites"]} for o in advice]
+    row["no_ungated_graph_advice"] = all(o["prerequisites"] for o in advice)
+
+
+def compare_lstm(run_dir: Path, row: dict[str, Any]) -> None:
+    """The graph-capture target: the optimized profile pairs with the committed baseline's."""
+    out = run_dir / "compare"
+    code, _, tail = cli("compare", str(LSTM / "profile.json"), str(run_dir / "profile.json"), "--output", str(out),
+                        "--allow-mismatch")
+    if code != 0:
+        row["compare_error"] = tail
+        return
+    comparison = json.loads((out / "comparison.json").read_text())
+    row["compare_paired_operators"] = sum(1 for o in comparison["operators"] if o["status"] in ("matched", "fused"))
+    row["compare_match_counts"] = comparison["match_counts"]
+
+
+def pack(run_dir: Path, out: Path, gpu: str) -> Path:
+    """tar.xz one run directory without its .nsys-rep (the SQLite export carries its content)."""
+    for rep in run_dir.rglob("report.nsys-rep"):
+        rep.unlink()
+    target = out / f"{gpu}_{run_dir.name}.tar.xz"
+    subprocess.run(["tar", "-cJf", str(target), "-C", str(run_dir.parent), run_dir.name], check=True,
+                   env={**os.environ, "XZ_OPT": "-9"})
+    return target
+
+
+TARGETS = {
+    "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and (100 - (r.get("no_counter_pct") or 100)) >= 95,
+    "decode_loop_hf": lambda r: r.get("run_s", 1e9) <= 90 and (100 - (r.get("no_counter_pct") or 100)) >= 95,
+    "train_script": lambda r: r.get("run_s", 1e9) <= 60 and (r.get("attributed_pct") or 0) >= 99.5
+    and (r.get("module_pct") or 0) >= 95,
+    "moe_routing": lambda r: bool(r.get("every_nonzero_named")) and bool(r.get("no_ungated_graph_advice")),
+    "lstm_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("compare_paired_operators") or 0) > 0,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--gpu", default="h100")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/op_real_workloads"))
+    parser.add_argument("--cases", default=",".join(c for c in CASES if c != "decode_loop_hf"))
+    args = parser.parse_args()
+    cases = args.cases.split(",")
+    if importlib.util.find_spec("transformers") is not None and "decode_loop_hf" not in cases:
+        cases.append("decode_loop_hf")
+    shutil.rmtree(args.work, ignore_errors=True)
+    args.work.mkdir(parents=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in cases:
+        print(f"== {name}", flush=True)
+        row = run_case(name, args.work)
+        if "error" not in row:
+            if name == "moe_routing":
+                analyze_moe(args.work / name, row)
+            if name == "lstm_graphs":
+                compare_lstm(args.work / name, row)
+            row["fixture"] = str(pack(args.work / name, args.out, args.gpu))
+        row["target_met"] = TARGETS[name](row) if name in TARGETS and "error" not in row else False
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k not in ("warnings", "passes")}, default=str), flush=True)
+    (args.out / f"{args.gpu}_real_workloads.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    print(f"\n{'case':16s} {'run s':>7s} {'attr %':>7s} {'module %':>8s} {'no ctr %':>8s} target")
+    for r in rows:
+        print(f"{r['case']:16s} {r.get('run_s', 'err')!s:>7s} {r.get('attributed_pct')!s:>7s} "
+              f"{r.get('module_pct')!s:>8s} {r.get('no_counter_pct')!s:>8s} {'met' if r['target_met'] else 'NOT MET'}")
+
+
+if __name__ == "__main__":
+    main()

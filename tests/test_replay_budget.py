@@ -1,0 +1,162 @@
+"""The replay plan fitted to a budget of replay time (a pure function): configurations first, then shape variants by
+the module calls that launch them, spread over the window; left-out variants take the nearest measured shape. On
+ResNet-50's recorded timeline (H100) and on a decode-like window of thousands of variants."""
+
+from __future__ import annotations
+
+import lzma
+import math
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from mcp_server.assemble.aggregate import counter_coverage
+from mcp_server.assemble.join import join_counters, shape_distance
+from mcp_server.capture.budget import budget_note, spread_order, within_budget
+from mcp_server.capture.replay_plan import plan_launches, plan_replays
+from mcp_server.schema.profile import Attribution, AttributionMethod, Confidence, KernelRecord, Metric, WindowTotals
+from mcp_server.schema.records import CounterRecord
+from mcp_server.schema.requests import NcuOptions
+from plugins.nsys.ranges import NvtxRange
+from plugins.nsys.reader import WindowKernel
+
+EACH_S = 0.3  # the measured cost of one replayed kernel (12 passes x 25 ms on the H100)
+
+
+@pytest.fixture(scope="module")
+def resnet50(tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("resnet50") / "report.sqlite"
+    with lzma.open(REPO / "tests" / "fixtures" / "h100_resnet50_eager_nsys.sqlite.xz") as src, db.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return db
+
+
+def test_a_budget_that_holds_everything_changes_nothing(resnet50):
+    plan = plan_replays(resnet50)
+    fitted = within_budget(plan, NcuOptions().replay_budget_s, EACH_S)
+    assert NcuOptions().replay_budget_s == 60.0
+    assert (fitted.variants, fitted.calls, fitted.replayed, fitted.variant_names) == (
+        plan.variants, plan.calls, plan.replayed, plan.variant_names)
+    assert fitted.left_out == [] and fitted.main_limit is None and budget_note(fitted) is None
+    assert (plan.configurations + len(plan.replayed)) * EACH_S <= 60.0
+
+
+def test_resnet50s_variants_under_a_tight_budget(resnet50):
+    plan = plan_replays(resnet50)
+    room = len(plan.replayed) // 2  # launches left for the variant pass once every configuration is replayed
+    fitted = within_budget(plan, (plan.configurations + room) * EACH_S, EACH_S)
+    assert fitted.main_limit is None and 0 < len(fitted.replayed) <= room
+    assert sorted(fitted.variants + fitted.left_out) == plan.variants and fitted.left_out
+    assert fitted.calls is not None and set(fitted.calls) < set(plan.calls or [])
+    assert set(fitted.replayed) <= set(plan.replayed) and set(fitted.variants) <= set(fitted.replayed)
+    assert f"{len(fitted.variants)} of {len(plan.variants)} shape variants are replayed" in (
+        budget_note(fitted) or "")
+    assert plan.variants and plan.left_out == [], "the plan itself is kept"
+    tiny = within_budget(plan, (plan.configurations - 10) * EACH_S, EACH_S)
+    assert tiny.main_limit == plan.configurations - 10 and tiny.variants == [] and tiny.calls == []
+    assert tiny.left_out == plan.variants and "replays the first" in (budget_note(tiny) or "")
+
+
+def test_spread_order_reaches_both_ends_then_halves():
+    assert spread_order(9) == [0, 8, 4, 2, 6, 1, 3, 5, 7]
+    assert spread_order(2) == [0, 1] and spread_order(1) == [0] and spread_order(0) == []
+    assert sorted(spread_order(48)) == list(range(48)) and spread_order(48)[:3] == [0, 47, 23]
+
+
+STEPS, LAYERS, KERNELS = 48, 12, 4
+
+
+def _decode_window() -> list[WindowKernel]:
+    """A decode loop: 48 steps, each calling 12 attention modules that launch 4 kernels whose operator shapes grow
+    with the KV length (each layer its own head size): 2,300 launches of 4 configurations have unseen shapes."""
+    launches, t = [], 0
+    for step in range(STEPS):
+        for layer in range(LAYERS):
+            call = NvtxRange(t, t + 1000, f"module:h.{layer}.attn", t + 1000)
+            for kernel in range(KERNELS):
+                op = NvtxRange(t + 1 + kernel, t + 2 + kernel,
+                               f"aten::bmm, sizes = [[4, 1, {64 + layer}], [4, {64 + layer}, {8 + step}]]",
+                               t + 2 + kernel)
+                launches.append(WindowKernel(
+                    ordinal=len(launches), name=f"gemm{kernel}", mangled_name=f"_Z5gemm{kernel}", start_ns=t + kernel,
+                    duration_ns=3_000 + 10 * step, device_id=0, stream_id=7, correlation_id=len(launches),
+                    grid=(4, 1, 1), block=(128, 1, 1), registers_per_thread=64, shared_memory_bytes=0,
+                    launch_thread=1, launch_start_ns=t + 1 + kernel, stack=(call, op)))
+            t += 2000
+    return launches
+
+
+def test_a_decode_window_of_thousands_of_variants_plans_within_the_budget():
+    plan = plan_launches(_decode_window())
+    assert plan.configurations == KERNELS and len(plan.variants) == STEPS * LAYERS * KERNELS - KERNELS == 2300
+    fitted = within_budget(plan, 60.0, EACH_S)
+    replays = fitted.configurations + len(fitted.replayed)
+    assert replays * EACH_S <= 60.0 and replays == math.floor(60.0 / EACH_S)
+    assert len(fitted.variants) + len(fitted.left_out) == 2300 and len(fitted.left_out) > 2000
+    chosen: dict[str, set[int]] = {}
+    for path, number in fitted.calls or []:
+        chosen.setdefault(path, set()).add(number)
+    assert set(chosen) == {f"h.{layer}.attn" for layer in range(LAYERS)}, "every layer is measured"
+    # representative steps: the first and last steps whose calls hold variants, and the middle one, come first (layer
+    # 0's first launches are its configurations' own: its calls hold variants from the second step on)
+    assert {1, (1 + STEPS - 1) // 2, STEPS - 1} <= chosen["h.0.attn"]
+    for layer in range(1, LAYERS):
+        assert {0, (STEPS - 1) // 2, STEPS - 1} <= chosen[f"h.{layer}.attn"]
+    assert "spread over the window" in (budget_note(fitted) or "")
+
+
+def _sizes(step: int) -> list[list[int]]:
+    return [[4, 1, 64], [4, 64, 8 + step]]
+
+
+def test_left_out_variants_take_the_nearest_measured_shape():
+    assert shape_distance(_sizes(37), _sizes(40)) < shape_distance(_sizes(37), _sizes(0))
+    assert shape_distance(_sizes(3), _sizes(3)) == 0.0 and shape_distance(_sizes(3), [[1]]) == 100.0
+    launches = [k for k in _decode_window() if k.stack[0].text == "module:h.0.attn" and k.name == "gemm0"]
+    measured = {0, 40}  # the steps whose launches the variant pass replayed
+    records = [CounterRecord(ordinal=i, name=k.name, mangled_name=k.mangled_name, grid=k.grid, block=k.block,
+                             metrics={"step": Metric(value=float(step), unit="")})
+               for i, (step, k) in enumerate((s, launches[s]) for s in sorted(measured))]
+    joined = join_counters(launches, records[:1], deduplicated=True, variants=records[1:],
+                           variants_at=[launches[40].ordinal])
+    by_step = {step: joined.counters[k.ordinal] for step, k in enumerate(launches)}
+    assert by_step[37][0]["step"].value == 40 and by_step[37][1:] == (launches[40].ordinal, "nearest_shape")
+    assert by_step[10][0]["step"].value == 0 and by_step[10][2] == "nearest_shape"
+    assert by_step[40][1:] == (None, None), "a replayed launch carries its own counters"
+    assert any("launches carry the counters of a launch of their configuration with other input shapes" in n
+               for n in joined.notes)
+
+
+def test_the_profile_states_measured_propagated_and_missing_shares():
+    attribution = Attribution(method=AttributionMethod.NVTX_ENCLOSURE, confidence=Confidence.MEDIUM)
+    metric = {"m": Metric(value=1.0, unit="")}
+    kernels = [KernelRecord(kernel_id=0, kernel_name="a", start_ns=0, duration_ns=600, attribution=attribution,
+                            metrics=metric),
+               KernelRecord(kernel_id=1, kernel_name="a", start_ns=0, duration_ns=200, attribution=attribution,
+                            metrics=metric, propagated_from=0, propagation="same_shapes"),
+               KernelRecord(kernel_id=2, kernel_name="a", start_ns=0, duration_ns=100, attribution=attribution,
+                            metrics=metric, propagated_from=0, propagation="nearest_shape"),
+               KernelRecord(kernel_id=3, kernel_name="b", start_ns=0, duration_ns=100, attribution=attribution)]
+    window = WindowTotals(wall_time_ns=1)
+    counter_coverage(window, kernels)
+    assert (window.measured_counter_kernel_time_pct, window.propagated_counter_kernel_time_pct,
+            window.nearest_shape_kernel_time_pct, window.no_counter_kernel_time_pct) == (60.0, 30.0, 10.0, 10.0)
+
+
+def test_the_ncu_pass_stops_at_the_plans_limit_or_once_its_replay_time_passes_the_budget():
+    from mcp_server.capture.passes import ReplayCount, _over_budget
+
+    line = '==PROF== Profiling "kernel_{}" - {}: 0%....50%....100% - 12 passes'
+    replays = ReplayCount()
+    reached = _over_budget(replays, budget_s=3600.0)
+    assert not any(reached(line.format(i, i)) for i in range(5)), "no limit known yet, far from the budget"
+    replays.limit = 7  # the plan, once known: the configurations the budget affords
+    assert not reached("==PROF== Connected to process 1") and not reached(line.format(5, 5))
+    assert reached(line.format(6, 6))
+    spent = _over_budget(ReplayCount(), budget_s=0.005)  # two kernels 10 ms apart: about 20 ms of replay
+    assert not spent(line.format(0, 0))
+    time.sleep(0.01)
+    assert spent(line.format(1, 1))

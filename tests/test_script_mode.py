@@ -1,0 +1,155 @@
+"""Profiling a plain script as it is (`profile --script`): real scripts with argparse, the `__main__` guard and
+DataLoader worker processes, run unmodified by the real CLI and harness under torch.profiler on this CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from mcp_server.errors import UsageError
+from mcp_server.process import child_script
+from mcp_server.schema.io import load_profile
+from mcp_server.schema.requests import CaptureOptions
+
+SCRIPTS = REPO / "tests" / "scripts"
+TRAIN, GENERATE = SCRIPTS / "plain_train.py", SCRIPTS / "plain_generate.py"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mcp_server.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
+
+
+def _line(path: Path, text: str) -> str:
+    """`path:line` of the line holding `text`."""
+    number = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+    return f"{path}:{number}"
+
+
+def test_a_training_script_with_dataloader_workers_is_profiled_as_it_is(tmp_path):
+    out = tmp_path / "run"
+    # 16 samples in batches of 8: two steps per epoch, so the window (3 warm-up steps, 1 active) needs the script's
+    # own --epochs 2 after `--`; its DataLoader reads them in 2 worker processes.
+    proc = run_cli("profile", "--script", str(TRAIN), "-o", str(out), "-q", "--",
+                   "--epochs", "2", "--samples", "16", "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    harness = json.loads((out / "torch" / "harness.json").read_text())
+    assert harness["workload_kind"] == "steps"
+    assert harness["steps"] == {**harness["steps"], "kind": "optimizer", "name": "SGD.step", "warmup": 3,
+                                "active": 1, "seen": 4, "stopped_after_window": True}
+    profile = load_profile(out / "profile.json")
+    meta = profile.capture_metadata
+    assert meta.run_mode == "train_step" and meta.root_module == "Classifier"
+    assert meta.command_line[-6:] == ["--", "--epochs", "2", "--samples", "16", "--workers", "2"][-6:]
+    ops = profile.operators
+    assert {op.phase for op in ops} == {"forward", "backward", "optimizer"}
+    linears = [op for op in ops if op.operator_name == "aten::linear"]
+    assert [op.module_path for op in linears] == ["body.0", "body.2", "head"]
+    assert {op.call_site for op in linears} == {_line(TRAIN, "return self.head(self.body(x))")}
+    backward = [op for op in ops if op.phase == "backward" and op.operator_name == "aten::mm"]
+    assert backward and all(op.forward_op == "aten::linear" for op in backward)
+    assert {op.module_path for op in backward} == {"body.0", "body.2", "head"}
+    loss = next(op for op in ops if op.operator_name == "aten::cross_entropy_loss")
+    assert loss.module_path == "CrossEntropyLoss" and loss.call_site == _line(TRAIN, "loss = loss_fn(")
+    steps = [op for op in ops if op.phase == "optimizer"]
+    assert len(steps) == 6 and {op.module_path for op in steps} == {"Classifier"}  # SGD: one add_ per parameter
+    assert {op.call_site for op in steps} == {_line(TRAIN, "optimizer.step()")}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["run_mode"] == "train_step" and len(manifest["passes"]) == 1
+
+
+def test_an_inference_script_is_windowed_by_calls_of_a_named_function_or_module(tmp_path):
+    out = tmp_path / "fn"
+    proc = run_cli("profile", "--script", str(GENERATE), "--window-fn", "generate", "--steps", "1:1", "-o", str(out),
+                   "-q", "--", "--prompts", "3", "--new-tokens", "4")
+    assert proc.returncode == 0, proc.stderr
+    harness = json.loads((out / "torch" / "harness.json").read_text())
+    assert harness["steps"]["kind"] == "function" and harness["steps"]["seen"] == 2
+    assert harness["steps"]["defined_at"] == _line(GENERATE, "@torch.no_grad()")  # where its code begins
+    profile = load_profile(out / "profile.json")
+    assert profile.capture_metadata.run_mode == "inference"
+    # the window is generate's second call: its prompt holds 4 tokens, and each of its 4 forwards adds one
+    embeddings = [op for op in profile.operators if op.operator_name == "aten::embedding"]
+    assert [op.input_shapes[1] for op in embeddings] == [[2, 4], [2, 5], [2, 6], [2, 7]]
+    assert {op.module_path for op in embeddings} == {"embed"}
+    cats = [op for op in profile.operators if op.operator_name == "aten::cat"]
+    assert len(cats) == 4 and {op.call_site for op in cats} == {_line(GENERATE, "tokens = torch.cat(")}
+
+    out = tmp_path / "module"
+    proc = run_cli("profile", "--script", str(GENERATE), "--window-fn", "TinyLM", "--steps", "2:1", "-o", str(out),
+                   "-q", "--", "--prompts", "1", "--new-tokens", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "torch" / "harness.json").read_text())["steps"]["kind"] == "module"
+    embeddings = [op for op in load_profile(out / "profile.json").operators if op.operator_name == "aten::embedding"]
+    assert [op.input_shapes[1] for op in embeddings] == [[2, 5]], "the third forward: 3 prompt tokens and 2 new"
+
+
+def test_a_script_that_ends_before_its_window_says_how_many_steps_it_made(tmp_path):
+    proc = run_cli("profile", "--script", str(TRAIN), "--steps", "20:1", "-o", str(tmp_path / "run"), "-q")
+    assert proc.returncode == 1
+    assert "the script ended after 8 optimizer step() calls; its window needs 21 (20 to warm up)" in proc.stderr
+    proc = run_cli("profile", "--script", str(GENERATE), "--window-fn", "no_such_function", "--steps", "1:1",
+                   "-o", str(tmp_path / "other"), "-q")
+    assert proc.returncode == 1 and "check that the script calls no_such_function" in proc.stderr
+    proc = run_cli("summary", str(tmp_path), "--", "--epochs", "2")
+    assert proc.returncode == 2 and "only profile and run take them" in proc.stderr
+
+
+def test_the_timing_pass_measures_several_windows_of_a_script(tmp_path):
+    """The harness as the timing pass runs it (`--profiler kernels --windows 3`): after the warm-up step, three
+    windows of two steps each, then the two traced ones (no CUDA here: nothing is traced), back to back."""
+    result = tmp_path / "harness.json"
+    proc = subprocess.run(
+        [sys.executable, str(child_script("harness")), "--workload", str(TRAIN), "--run-dir", str(tmp_path),
+         "--result", str(result), "--profiler", "kernels", "--kineto-trace", str(tmp_path / "k.json"),
+         "--windows", "3", "--warmup-iters", "1", "--iters", "2", "--run-script", "--script-arg=--epochs",
+         "--script-arg=9"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    harness = json.loads(result.read_text())
+    assert harness["steps"]["seen"] == 1 + (3 + 2) * 2 and harness["steps"]["stopped_after_window"]
+    assert len(harness["windows"]) == 3 and len(harness["traced_windows"]) == 2
+    assert all(w["wall_time_ns"] > 0 for w in harness["windows"] + harness["traced_windows"])
+    assert "no CUDA device: the timing pass traced no kernels" in harness["warnings"]
+
+
+def test_script_options_are_checked_before_anything_runs():
+    options = CaptureOptions(script=True, steps="2:5")
+    assert (options.warmup_iters, options.iters) == (2, 5)
+    assert CaptureOptions(script=True, steps="2:5", warmup_iters=2).iters == 5
+    for bad, message in (
+        (dict(script=True, steps="2:5", iters=1), "disagree"),
+        (dict(script=True, steps="2-5"), "should match pattern"),
+        (dict(window_fn="generate"), "add script"),
+        (dict(script=True, compile_mode="inductor"), "runs as it is written"),
+        (dict(script=True, warmup_iters=0), "at least 1"),
+        (dict(script=True, window_fn="--x"), "looks like a command-line option"),
+        (dict(script=True, nproc_per_node=2), "through torchrun is not supported"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            CaptureOptions(**bad)
+
+
+def test_script_mode_is_a_request_of_the_facade_and_a_parameter_of_the_mcp_tool(tmp_path):
+    import anyio
+    from mcp import Client
+
+    from mcp_server.server import server
+
+    async def tool_schema() -> dict:
+        async with Client(server) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            return tools["profile"].input_schema["properties"]
+
+    properties = anyio.run(tool_schema)
+    assert {"script", "script_args", "window_fn", "steps"} <= set(properties)
+    from mcp_server.api import profile as api_profile
+    from mcp_server.schema.requests import Interpreter, ProfileRequest
+
+    with pytest.raises(UsageError, match="--memory needs get_model_and_input"):
+        api_profile(ProfileRequest(workload=TRAIN, python=Interpreter(python=sys.executable), project=tmp_path,
+                                   capture=CaptureOptions(script=True), backend="torch", memory=True))
