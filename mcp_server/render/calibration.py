@@ -66,8 +66,12 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
         combined = analysis.timeline.window_ns / max(analysis.timeline.window_ns - saved, 1.0)
     sol = analysis.speed_of_light if analysis is not None else None
     measured = bench.speedup.point if bench is not None else None
+    ci = (bench.speedup.ci_low, bench.speedup.ci_high) if bench is not None else None
     if measured is None:
         verdict = "no bench.json: nothing measured to set beside the estimates"
+    elif ci is not None and ci[0] <= high and ci[1] >= low:  # the interval reaches the estimate: no verdict beyond it
+        verdict = (f"consistent with the estimate: {measured:.2f}× measured (95 % CI {ci[0]:.2f}×–{ci[1]:.2f}×), "
+                   f"{low:.2f}×–{high:.2f}× estimated")
     elif measured < low:
         verdict = (f"below the estimate: {measured:.2f}× measured against {low:.2f}×–{high:.2f}× estimated; the "
                    "estimates were too optimistic for this workload")
@@ -97,7 +101,7 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
                          "the profiled window (no timing pass ran: idle time inflated by instrumentation)")
         if analysis is not None and analysis.timeline is not None else None, analysis_covers=covers,
         measured=measured,
-        measured_ci=(bench.speedup.ci_low, bench.speedup.ci_high) if bench is not None else None,
+        measured_ci=ci,
         baseline_how=bench.baseline.how_run if bench is not None else None, verdict=verdict,
         ceiling=sol.max_plausible_speedup if sol is not None else None, ceiling_note=ceiling_note,
     )
