@@ -13,6 +13,7 @@ from mcp_server.render.calibration import CalibrationView, calibration_view
 from mcp_server.render.inputs import ReportInputs
 from mcp_server.render.memory import MemoryView, memory_view
 from mcp_server.render.repro import CommandView, optimized_workload_path, plan_commands, report_commands, show_path
+from mcp_server.render.summary import SummaryView, summary_view
 from mcp_server.render.views import (
     IR_LEVEL_HOW,
     ClockView,
@@ -58,6 +59,7 @@ class ReportView(BaseModel):
     optimized_workload: str | None
     device: DeviceView
     clocks: list[ClockView]
+    summary: SummaryView
     speedup: SpeedupView | None
     baselines: BaselinesView | None = None
     validation: ValidationView | None
@@ -161,17 +163,22 @@ def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) ->
         inputs.baseline_path, inputs.optimized_path, inputs.analysis_path, inputs.comparison_path,
         inputs.bench_path, inputs.recipes_path, inputs.bench_vs_free_path, inputs.validation_path,
         inputs.optimizations_path, inputs.memory_path) if p is not None]
+    baselines = baselines_view(
+        _shown(inputs.bench, inputs.bench_path, project_dir),
+        _shown(inputs.bench_vs_free, inputs.bench_vs_free_path, project_dir),
+        _shown(inputs.recipes, inputs.recipes_path, project_dir), tier=_tier(inputs),
+        floor=inputs.analysis.speed_of_light if inputs.analysis else None,
+        applies=inputs.validation.recipe if inputs.validation else None)
+    recipe = inputs.validation.recipe if inputs.validation else None
+    changed = [f"{i.rank}. {i.title}" for i in items if i.applied] or (
+        [f"the frontier's winner, {recipe}, applied as plain code in optimize(model)"] if recipe else [])
     return ReportView(
+        summary=summary_view(inputs, baselines, changed, out_dir),
         workload=show_path(inputs.baseline.capture_metadata.workload, project_dir),
         optimized_workload=show_path(optimized, project_dir) if optimized else None,
         device=device_view(inputs.baseline), clocks=clock_views(inputs),
         speedup=speedup_view(inputs.bench) if inputs.bench else None,
-        baselines=baselines_view(
-            _shown(inputs.bench, inputs.bench_path, project_dir),
-            _shown(inputs.bench_vs_free, inputs.bench_vs_free_path, project_dir),
-            _shown(inputs.recipes, inputs.recipes_path, project_dir), tier=_tier(inputs),
-            floor=inputs.analysis.speed_of_light if inputs.analysis else None,
-            applies=inputs.validation.recipe if inputs.validation else None),
+        baselines=baselines,
         validation=validation_view(inputs.validation) if inputs.validation else None,
         calibration=calibration_view(inputs.optimizations, inputs.validation, inputs.bench,
                                      inputs.baseline_analysis)

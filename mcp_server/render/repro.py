@@ -100,13 +100,17 @@ def recipes_command(recipes: RecipesReport, out_dir: Path, project_dir: Path) ->
 
 
 def validate_command(
-    report: ValidationReport, out_dir: Path, project_dir: Path, bench_path: Path | None
+    report: ValidationReport, out_dir: Path, project_dir: Path, bench_path: Path | None,
+    optimizations: Path | None = None,
 ) -> CommandView:
-    """`validate` with the seeds and tolerances validation_report.json records."""
+    """`validate` with the seeds, tier and tolerances validation_report.json records (and the plan it checked)."""
     argv = [
         PROGRAM, "validate", show_path(report.baseline, project_dir), show_path(report.optimized, project_dir),
         "--python", report.python_executable, "--seeds", ",".join(str(s) for s in report.seeds),
+        "--tier", report.tier,
     ]
+    if optimizations is not None:
+        argv += ["--optimizations", show_path(optimizations, project_dir)]
     for name, rtol in sorted(report.tolerances.items()):
         if name not in TOLERANCE_CLASSES:
             continue
@@ -168,7 +172,7 @@ def report_commands(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> l
     proof: list[CommandView] = []
     if inputs.validation is not None and inputs.validation_path is not None:
         proof.append(validate_command(inputs.validation, inputs.validation_path.parent, project_dir,
-                                      inputs.bench_path))
+                                      inputs.bench_path, inputs.optimizations_path))
     if inputs.bench is not None and inputs.bench_path is not None:
         bench = bench_command(inputs.bench, inputs.bench_path.parent, project_dir)
         # validate reads bench.json for its plausibility check, so bench runs first when validate used it.

@@ -407,10 +407,12 @@ def residual_views(inputs: ReportInputs, items: list[ItemView]) -> list[Residual
             evidence="launched outside every operator range: CUDA-graph replays of a graph the workload captures "
                      "itself, or launches from code the profiler does not annotate; they are in the profile's "
                      "unattributed_kernels"))
+    gpu = now.capture_metadata.gpu_used
     for spot in hotspots(now, 3):
-        rows.append(ResidualView(source=label, title=f"{spot.share_pct:.1f} % of the kernel time is still here",
+        rows.append(ResidualView(source=label, title=f"{spot.share_pct:.1f} % of the "
+                                 f"{'kernel' if gpu else 'CPU operator'} time is still here",
                                  target=f"`{spot.operator_name}` in {spot.modules}",
-                                 evidence=f"{spot.calls} call(s), {spot.kernels} kernel(s)"))
+                                 evidence=f"{spot.calls} call(s)" + (f", {spot.kernels} kernel(s)" if gpu else "")))
     return rows
 
 
