@@ -8,13 +8,10 @@ from mcp_server.api.common import Cancel, record
 from mcp_server.errors import UsageError
 from mcp_server.loop import Recorder
 from mcp_server.progress import Progress, quiet
+from mcp_server.proof.evidence import disagreements
 from mcp_server.rundir import dropped_if_empty, output_folder, profile_file
-from mcp_server.schema.requests import (
-    ReportRequest,
-)
-from mcp_server.schema.results import (
-    ReportResult,
-)
+from mcp_server.schema.requests import ReportRequest
+from mcp_server.schema.results import ReportResult
 
 
 def report(req: ReportRequest, progress: Progress = quiet, cancel: Cancel = None) -> ReportResult:
@@ -27,6 +24,11 @@ def report(req: ReportRequest, progress: Progress = quiet, cancel: Cancel = None
         raise UsageError("plan mode needs optimizations", "pass the optimizations.json the strategist wrote")
     if req.plan:
         inputs = load_inputs(base, analysis=req.analysis, optimizations=req.optimizations)
+        wrong = disagreements(inputs.optimizations, inputs.baseline) if inputs.optimizations else []
+        if wrong:
+            raise UsageError(f"optimizations.json quotes values profile.json does not hold: {'; '.join(wrong[:5])}",
+                             "quote the profile's own values (top_operators, operator_detail, kernel_detail) and "
+                             "render the plan again")
     else:
         inputs = load_inputs(base, optimized, analysis=req.analysis, comparison=req.comparison, bench=req.bench_json,
                              validation=req.validation, optimizations=req.optimizations,
