@@ -124,8 +124,9 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
         unplaced = sum(1 for op in operators if op.module_path is None)
         if manifest.compile_mode != "eager" and unplaced:
             warnings.append(
-                f"{unplaced} of {len(operators)} operator calls have no module path: Inductor's generated C++ "
-                "kernels name neither the FX nodes nor the modules they came from"
+                f"{unplaced} of {len(operators)} operator calls have no module path: on the CPU, a compiled graph's "
+                "operators (Inductor's generated C++ kernels, or another backend's) name neither the FX nodes nor "
+                "the modules they came from"
             )
         window = window_totals(operators, [], wall)
         window.cpu_operator_time_ns = sum(op.duration_ns for op in capture.cpu_ops)
