@@ -32,7 +32,7 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
     ref = report.result(report.reference)
     ref_ns = ref.time_ns(metric) if ref is not None else None
     device = report.device_name or report.device_type
-    header = (f"{'recipe':48s} {'latency ms':>10s} {'b2b ms':>9s} {'vs eager':>8s} {'max rel err':>11s} "
+    header = (f"{'recipe':56s} {'latency ms':>10s} {'b2b ms':>9s} {'vs eager':>8s} {'max rel err':>11s} "
               f"{'tier':8s} status")
     lines = [f"free frontier of {Path(report.workload).name} on {device} (torch {report.torch_version}): "
              f"medians per call, each recipe in its own process; errors against {report.reference} over seeds "
@@ -42,7 +42,7 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
         vs = f"{ref_ns / t:7.2f}x" if ref_ns and t else f"{'-':>8s}"
         status = r.status if r.status != "ok" else ("ok" if r.tier else "failed validation")
         reason = f": {r.reason[:70]}" if r.reason else ""
-        lines.append(f"{r.recipe[:48]:48s} {_ms(r.time_ns('latency')):>10s} {_ms(r.time_ns('back_to_back'))} {vs} "
+        lines.append(f"{r.recipe[:56]:56s} {_ms(r.time_ns('latency')):>10s} {_ms(r.time_ns('back_to_back'))} {vs} "
                      f"{_error(r):>11s} {r.tier or '-':8s} {status}{reason}")
     for tier in ("exact", "reduced"):
         winner = report.winner(tier, metric)
