@@ -25,6 +25,7 @@ from mcp_server.errors import ProfilerError, from_os_error
 from mcp_server.process.child import Terminated, stopping_children_on_signals
 from mcp_server.progress import is_phase
 from mcp_server.proof.validate import parse_seeds, parse_tolerances
+from mcp_server.schema.flags import cli_flag, usage_error
 from mcp_server.schema.requests import (
     WINDOW_OPTIONS,
     AnalyzeRequest,
@@ -46,8 +47,6 @@ from mcp_server.schema.requests import (
     SummaryRequest,
     TimingOptions,
     ValidateRequest,
-    cli_flag,
-    usage_error,
 )
 from mcp_server.schema.results import ProfileRun, ValidateToolResult
 from mcp_server.schema.types import BACKENDS, TIERS

@@ -102,8 +102,7 @@ async def profile(
     workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
     ctx: Context,
     backend: Backend = "auto",
-    counters: Annotated[bool, Field(description="Also replay kernels under ncu (slower); without nsys and ncu "
-                                    "(backend auto), profiles with torch.profiler and says so.")] = False,
+    counters: Annotated[bool, Field(description="Also replay kernels under ncu (slower).")] = False,
     python: Python = None,
     output: Output = None,
     top: Positive = 10,
@@ -135,12 +134,11 @@ async def memory(
     ctx: Context, python: Python = None, output: Output = None, top: Positive = 10, **capture: Any,
 ) -> MemoryRun:
     """Record the CUDA caching allocator's history over the window; attribute every block live at the peak to its
-    operator, module, phase, line and category (parameter, gradient, optimizer_state, activation, temporary,
-    workspace, input_output, retained).
+    operator, module, phase, line and category (parameter, gradient, optimizer_state, activation, ...).
 
     Use when a model needs too much GPU memory or runs out of it: peaks, top holders, findings with upper-bound
-    savings. Writes memory.json, memory_timeline.png and the snapshot (pytorch.org/memory_viz). An out-of-memory
-    error says what was allocated where and what held the memory. Needs an NVIDIA GPU to capture.
+    savings; an out-of-memory run names what held the memory. Writes memory.json, memory_timeline.png and the
+    snapshot. Needs an NVIDIA GPU to capture.
     """
     options = request(CaptureOptions, **capture)
     return await call(ctx, "memory", options.timeout_s + ASSEMBLY_MARGIN_S, lambda: request(
@@ -306,10 +304,9 @@ async def validate(
     speedup: Annotated[float | None, Field(description="Measured speedup to check for plausibility.")] = None,
     bench_json: Annotated[str | None, Field(description="A bench.json whose speedup to check instead.")] = None,
     max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None,
-    analysis: Annotated[str | None, Field(description="The baseline's analysis.json: its speed of light bounds the "
-                                          "speedup.")] = None,
-    tier: Annotated[Tier, Field(description="exact: fp32 tolerances and dtypes; reduced: float32 outputs held to "
-                                "1e-2, float16/bfloat16 outputs accepted (upcast).")] = "exact",
+    analysis: Annotated[str | None, Field(description="The baseline's analysis.json (bounds the speedup).")] = None,
+    tier: Annotated[Tier, Field(description="exact: fp32 tolerances; reduced: 1e-2, fp16/bf16 outputs "
+                                "accepted.")] = "exact",
     optimizations: Annotated[str | None, Field(
         description="optimizations.json: each implemented item must fire its own pass.")] = None,
     output: Output = None,
@@ -339,7 +336,7 @@ async def report(
         description="analysis.json: the optimized profile's (report) or the baseline's (plan)."
     )] = None,
     baseline_analysis: Annotated[str | None, Field(
-        description="The baseline's analysis.json: its estimates beside the measured speedup."
+        description="The baseline's analysis.json (estimates beside the speedup)."
     )] = None,
     comparison: Annotated[str | None, Field(description="comparison.json (from compare).")] = None,
     bench_json: Annotated[str | None, Field(description="bench.json (from bench): the only speedup stated.")] = None,

@@ -435,8 +435,8 @@ def test_18_a_daemon_the_workload_started_is_stopped_and_named(work: Path):
     manifest = json.loads((work / "run" / "manifest.json").read_text())
     assert [p["stopped_processes"] for p in manifest["passes"]][0][0].endswith("(sleep 777)")
 
-    bench = cli(work, "bench", "tiny_mlp.py", "daemon.py", "-o", "bench", "--reps", "2", "--rounds", "1",
-                "--warmup", "1", "--input-sets", "1")
+    bench = cli(work, "bench", "daemon.py", "daemon.py", "-o", "bench", "--calls", "10", "--queued", "10",
+                "--blocks", "1", "--budget-s", "0.1", "--warmup", "1", "--input-sets", "1")
     assert bench.returncode == 0, bench.stderr[-2000:]
     warnings = json.loads((work / "bench" / "bench.json").read_text())["warnings"]
     assert any("(sleep 777) running outside its process group" in w and "it was stopped" in w for w in warnings)

@@ -62,12 +62,14 @@ def test_the_cli_refuses_to_capture_without_a_gpu_in_one_line_and_writes_nothing
 @no_gpu
 def test_the_mcp_tool_refuses_to_capture_without_a_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(tmp_path))
+    monkeypatch.setenv("OPERATOR_PROFILER_ALLOWED_DIRS", str(TINY.parent))  # the workload lies outside the project
     result = _call("memory", {"target": str(TINY), "train_step": True})
     assert result.is_error and "no NVIDIA GPU here" in result.content[0].text
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_mcp_tool_rebuilds_memory_json_from_a_run_directory(memory_run):
+def test_the_mcp_tool_rebuilds_memory_json_from_a_run_directory(memory_run, monkeypatch):
+    monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(memory_run.path.parent))
     result = _call("memory", {"target": str(memory_run.path)})
     assert not result.is_error, result.content[0].text
     found = result.structured_content

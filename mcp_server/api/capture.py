@@ -16,6 +16,7 @@ from mcp_server.progress import Progress, quiet
 from mcp_server.queries import header, top_rows
 from mcp_server.ranks.build import merge_run, write_events_of
 from mcp_server.rundir import RunDir, output_folder
+from mcp_server.schema.flags import cli_flags
 from mcp_server.schema.requests import (
     AssembleRequest,
     Interpreter,
@@ -23,7 +24,6 @@ from mcp_server.schema.requests import (
     MemoryRequest,
     NcuOptions,
     ProfileRequest,
-    cli_flags,
 )
 from mcp_server.schema.results import (
     InterpreterInfo,

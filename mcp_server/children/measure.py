@@ -157,11 +157,13 @@ def _how(args: argparse.Namespace, base_mod: Any, model: Any, device: str, resul
         result["how_run"], result["graphs"] = applied.how, applied.graphs
         return applied.fn, applied.prepare
     if args.optimized is not None:
+        result["phase"] = "build optimized"
         opt_mod = load_workload(args.optimized)
         opt_model, _ = _build(opt_mod, args.seed)
         why = load_same_weights(model, opt_model)
         if why:
             result["warnings"].append(why)
+        result["phase"] = "apply"
         fn, how = optimized_callable(opt_mod, opt_model)
         if fn is opt_model:
             result["warnings"].append(f"the optimized workload ran as {how}: nothing was compiled")

@@ -22,11 +22,12 @@ from mcp_server.memory.text import memory_lines, oom_lines
 from mcp_server.memory.units import size
 from mcp_server.progress import Progress, quiet
 from mcp_server.rundir import RunDir, dropped_if_empty, output_folder
+from mcp_server.schema.flags import cli_flags
 from mcp_server.schema.harness import load_harness
 from mcp_server.schema.io import read_model, write_model_atomic
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.memory import MemoryProfile
-from mcp_server.schema.requests import MemoryRequest, cli_flags
+from mcp_server.schema.requests import MemoryRequest
 from mcp_server.schema.results import MemoryRun
 
 PROGRAM = "operator-profiler"

@@ -16,11 +16,12 @@ from mcp_server.proof.bench import bench_file
 from mcp_server.proof.validate import TOLERANCE_CLASSES
 from mcp_server.render.inputs import ReportInputs
 from mcp_server.rundir import RunDir
+from mcp_server.schema.flags import cli_flags
 from mcp_server.schema.optimizations import OptimizationPlan
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, ValidationReport
 from mcp_server.schema.recipes import RecipesReport
-from mcp_server.schema.requests import TimingOptions, cli_flags
+from mcp_server.schema.requests import TimingOptions
 
 PROGRAM = "operator-profiler"
 

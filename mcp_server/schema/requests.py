@@ -8,71 +8,17 @@ adapter that consumes it. A field's CLI spelling is `--<name-with-dashes>` (a bo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.fields import FieldInfo
+from pydantic import Field, field_validator, model_validator
 
-from mcp_server.errors import UsageError
+from mcp_server.schema.flags import Flag, Request
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import canonical
 from mcp_server.schema.types import Backend, CompileMode, Tier
 
 DEFAULT_TIMEOUT_S = 600.0
-
-
-class Flag(NamedTuple):
-    """A field's command-line spelling, where it is not `--<name-with-dashes>`; `repeat` for a list option."""
-
-    name: str
-    repeat: bool = False
-
-
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def cli_flag(name: str, field: FieldInfo) -> Flag:
-    """The command-line spelling of field `name`: its `Flag`, `--no-<name>` for a boolean that defaults to true,
-    else `--<name-with-dashes>`."""
-    for item in field.metadata:
-        if isinstance(item, Flag):
-            return item
-    dashed = name.replace("_", "-")
-    repeat = field.annotation == tuple[str, ...]
-    return Flag(f"--no-{dashed}" if field.default is True else f"--{dashed}", repeat=repeat)
-
-
-def usage_error(exc: ValidationError, spell: Callable[[str], str] = str) -> UsageError:
-    """The first problem of a request that failed validation, as a one-line UsageError; `spell` names a field as
-    the face shows it (`--warmup-iters` on the command line, `warmup_iters` over MCP)."""
-    error = exc.errors()[0]
-    name = str(error["loc"][-1]) if error["loc"] else "request"
-    if error["type"] == "literal_error":
-        choices = str(error.get("ctx", {}).get("expected", "")).replace("'", "").replace(" or ", ", ")
-        return UsageError(f"unknown {name.replace('_', ' ')} {error['input']!r}", f"choose one of {choices}")
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return UsageError(f"{spell(name)}: {message[:1].lower()}{message[1:]}", "pass a valid value (see --help)")
-
-
-def cli_flags(options: BaseModel) -> list[str]:
-    """The command-line arguments that ask for `options`: one per field that differs from its default."""
-    argv: list[str] = []
-    for name, field in type(options).model_fields.items():
-        value = getattr(options, name)
-        if value == field.default:
-            continue
-        flag = cli_flag(name, field).name
-        if isinstance(value, bool):
-            argv.append(flag)
-        elif isinstance(value, (tuple, list)):
-            for item in value:
-                argv += [flag, str(item)]
-        else:
-            argv += [flag, str(value)]
-    return argv
 
 
 def _not_an_option(value: str | None) -> str | None:
@@ -81,12 +27,12 @@ def _not_an_option(value: str | None) -> str | None:
     return value
 
 
-class CaptureOptions(_Request):
+class CaptureOptions(Request):
     """How the harness runs the workload's measured window (every pass of a capture shares them)."""
 
     compile_mode: Annotated[CompileMode, Field(
         description="cudagraphs = torch.compile(mode='reduce-overhead'); optimized = the workload's own "
-        "optimize(model) (docs/optimized-workload-contract.md)."
+        "optimize(model)."
     )] = "eager"
     warmup_iters: Annotated[int, Field(ge=0, description="Iterations before the window.")] = 3
     iters: Annotated[int, Field(ge=1, description="Iterations inside the measured window.")] = 1
@@ -99,8 +45,8 @@ class CaptureOptions(_Request):
         description="Seconds each capture pass may run (an ncu pass stopped then keeps what it replayed)."
     ), Flag("--timeout")] = DEFAULT_TIMEOUT_S
     nproc_per_node: Annotated[int | None, Field(
-        ge=1, description="Launch through torchrun with this many ranks on this node (a GPU each): a profile per "
-        "rank in rank<R>/, merged in ranks.json."
+        ge=1, description="Launch through torchrun with this many ranks on this node (a GPU each); ranks.json "
+        "merges them."
     )] = None
     nnodes: Annotated[str | None, Field(description="torchrun's --nnodes (e.g. 2, or 1:4).")] = None
     node_rank: Annotated[int | None, Field(ge=0, description="torchrun's --node-rank.")] = None
@@ -113,16 +59,15 @@ class CaptureOptions(_Request):
         description="The process group's backend (default: nccl on CUDA, gloo on the CPU)."
     )] = None
     script: Annotated[bool, Field(
-        description="Run the workload as a plain script, unmodified (argparse, `if __name__ == \"__main__\":`, "
-        "DataLoader workers work): a step is one optimizer step() call (or one call of window_fn); warmup_iters "
-        "steps run before the window, iters steps inside it, and the script is stopped after the window."
+        description="Run the workload as a plain script, unmodified: a step is one optimizer step() (or window_fn "
+        "call); warmup_iters steps, then iters steps in the window, then the script is stopped."
     )] = False
     script_args: Annotated[tuple[str, ...], Field(
         description="The script's own arguments (its sys.argv[1:]); on the command line, everything after `--`."
     ), Flag("--script-arg", repeat=True)] = ()
     window_fn: Annotated[str | None, Field(
-        description="(script) A step is one call of this function or method (e.g. generate) or of an nn.Module "
-        "class (e.g. GPT2LMHeadModel), by name, instead of one optimizer step(): for inference scripts."
+        description="(script) A step is one call of this function, method (e.g. generate) or nn.Module class, by "
+        "name: for inference scripts."
     )] = None
     steps: Annotated[str | None, Field(
         pattern=r"^\d+:\d+$", description="(script) W:A, warm-up steps then active steps in the window (the same "
@@ -166,16 +111,19 @@ class CaptureOptions(_Request):
         return self
 
 
+TORCHRUN_OPTIONS = ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint", "rdzv_id")
+"""The capture options that are torchrun's own, passed on as they are (the MCP instructions describe them once)."""
+
 WINDOW_OPTIONS = ("compile_mode", "warmup_iters", "iters", "seed", "train_step", "timeout_s")
 """The capture options of one process's window: all the memory pass takes (it records one process)."""
 
 
-class NcuOptions(_Request):
+class NcuOptions(Request):
     """What Nsight Compute replays of the window, and which counters it collects beyond the default set."""
 
     dedupe: Annotated[bool, Field(
-        description="Replay each launch configuration (mangled name, grid, block, shared memory) once and copy its "
-        "counters to identical launches; off, ncu replays every launch."
+        description="Replay each launch configuration once and copy its counters to identical launches; off, "
+        "every launch."
     )] = True
     kernel_regex: Annotated[str | None, Field(
         description="Replay only kernels whose mangled name matches (a Triton kernel's is its name)."
@@ -196,11 +144,9 @@ class NcuOptions(_Request):
     ), Flag("--section", repeat=True)] = ()
     ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False
     replay_budget_s: Annotated[float, Field(
-        gt=0, allow_inf_nan=False, description="Seconds of kernel replay the ncu passes may take (estimated at the "
-        "measured cost per replayed kernel): every launch configuration first, then shape variants by the module "
-        "calls that launch them, spread over the window (a decode loop's representative steps); a variant left out "
-        "takes the counters of the nearest measured shape of its configuration. Configurations beyond it carry no "
-        "counters."
+        gt=0, allow_inf_nan=False, description="Seconds of ncu replay (estimated per replayed kernel): every launch "
+        "configuration first, then shape variants spread over the window; a variant left out takes its nearest "
+        "measured shape's counters."
     ), Flag("--replay-budget")] = 60.0
 
     @field_validator("kernel_regex", "metric_set")
@@ -231,7 +177,7 @@ class NcuOptions(_Request):
         return self.dedupe and not (self.kernel_regex or self.launch_skip or self.launch_count or self.max_kernels)
 
 
-class Interpreter(_Request):
+class Interpreter(Request):
     """The Python that runs the workload, and why that one."""
 
     python: str
@@ -246,7 +192,7 @@ Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, description="Seconds
                     Flag("--timeout")]
 
 
-class ProfileRequest(_Request):
+class ProfileRequest(Request):
     """profile / run: capture a workload's window into a run directory and assemble profile.json."""
 
     workload: Path
@@ -269,7 +215,7 @@ class ProfileRequest(_Request):
     memory: bool = Field(default=False, description="Also run the memory pass, after the others: memory.json.")
 
 
-class MemoryRequest(_Request):
+class MemoryRequest(Request):
     """memory: where every byte at the window's peak comes from (a workload, captured), or memory.json rebuilt from
     a run directory's memory pass (no GPU)."""
 
@@ -282,7 +228,7 @@ class MemoryRequest(_Request):
     top: Annotated[int, Field(ge=1, description="How many holders to list.")] = 10
 
 
-class MapRequest(_Request):
+class MapRequest(Request):
     """map: add ncu counters to a run captured with the nsys backend."""
 
     run_dir: Path
@@ -291,21 +237,21 @@ class MapRequest(_Request):
     top: Top = 10
 
 
-class AssembleRequest(_Request):
+class AssembleRequest(Request):
     """assemble: rebuild profile.json from a run directory's raw artifacts."""
 
     run_dir: Path
     top: Top = 10
 
 
-class SummaryRequest(_Request):
+class SummaryRequest(Request):
     """summary: the window and the top operators of a profile (a profile.json or the run directory holding it)."""
 
     profile: Path
     top: Top = 10
 
 
-class OperatorDetailRequest(_Request):
+class OperatorDetailRequest(Request):
     """One operator call of a profile in detail."""
 
     profile: Path
@@ -313,14 +259,14 @@ class OperatorDetailRequest(_Request):
     max_kernels: Annotated[int, Field(ge=0)] = 50
 
 
-class KernelDetailRequest(_Request):
+class KernelDetailRequest(Request):
     """One kernel launch of a profile in detail."""
 
     profile: Path
     kernel_id: int
 
 
-class AnalyzeRequest(_Request):
+class AnalyzeRequest(Request):
     """analyze: roofline, bottlenecks, stalls, timeline health and ranked opportunities of a profile."""
 
     profile: Path
@@ -329,7 +275,7 @@ class AnalyzeRequest(_Request):
     measure: bool = Field(default=True, description="Microbenchmark a GPU missing from knowledge/devices.yaml.")
 
 
-class CompareRequest(_Request):
+class CompareRequest(Request):
     """compare: per-operator, per-module and per-kernel deltas of two profiles."""
 
     baseline: Path
@@ -340,7 +286,7 @@ class CompareRequest(_Request):
     top: Annotated[int, Field(ge=1)] = 15
 
 
-class TimingOptions(_Request):
+class TimingOptions(Request):
     """How each measurement process times its calls (bench's sides, each recipe of the frontier)."""
 
     seed: Annotated[int, Field(description="Seed for the model's weights and inputs.")] = 0
@@ -381,12 +327,12 @@ def _baseline_mode(value: str) -> str:
 
 
 BaselineMode = Annotated[str, Field(
-    description="How the baseline runs: eager (as written), free (the winner of --tier in recipes.json, measured on "
-    "this GPU by `recipes`), or a recipe's name (e.g. reduce-overhead+bf16-cast)."
+    description="The baseline: eager (as written), free (the tier's winner in recipes.json), or a recipe's name "
+    "(e.g. reduce-overhead+bf16-cast)."
 )]
 
 
-class BenchRequest(_Request):
+class BenchRequest(Request):
     """bench: a baseline and an optimized workload, each timed in its own processes, rounds alternating."""
 
     baseline: Path
@@ -409,7 +355,7 @@ class BenchRequest(_Request):
         return _baseline_mode(value)
 
 
-class RecipesRequest(_Request):
+class RecipesRequest(Request):
     """recipes: the free frontier of a workload, each recipe in its own process, validated and sorted into tiers."""
 
     workload: Path
@@ -432,7 +378,7 @@ class RecipesRequest(_Request):
         return tuple(canonical(v) for v in value)
 
 
-class OptimizeRequest(_Request):
+class OptimizeRequest(Request):
     """optimize: the floor in one command, the tier's winner of the free frontier as an optimized workload, proven."""
 
     workload: Path
@@ -450,7 +396,7 @@ class OptimizeRequest(_Request):
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
 
-class ValidateRequest(_Request):
+class ValidateRequest(Request):
     """validate: numerical and behavioural checks of an optimized workload against its baseline."""
 
     baseline: Path
@@ -474,7 +420,7 @@ class ValidateRequest(_Request):
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
 
-class ReportRequest(_Request):
+class ReportRequest(Request):
     """report: report.md and OPTIMIZED_WORKLOAD.md, or with `plan` proposal.md and implementation.md."""
 
     baseline_profile: Path
@@ -493,13 +439,13 @@ class ReportRequest(_Request):
     project: Path
 
 
-class LoopStatusRequest(_Request):
+class LoopStatusRequest(Request):
     """loop_status: which stage of the optimization loop on a workload is next (its folder holds the checkpoints)."""
 
     workload: Path
 
 
-class PreflightRequest(_Request):
+class PreflightRequest(Request):
     """preflight: can this machine profile, under this interpreter?"""
 
     python: Interpreter

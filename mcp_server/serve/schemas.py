@@ -15,12 +15,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from mcp_server.schema.requests import TimingOptions
+from mcp_server.schema.requests import TORCHRUN_OPTIONS, TimingOptions
 
 Schema = dict[str, Any]
 _REF = "#/$defs/"
-# Parameters several tools share and the server's instructions describe once (serve/tools.py): the timing options.
-SHARED = frozenset(TimingOptions.model_fields)
+# Parameters several tools share and the server's instructions describe once (serve/tools.py): the timing options
+# and torchrun's own options.
+SHARED = frozenset(TimingOptions.model_fields) | frozenset(TORCHRUN_OPTIONS)
 
 
 def _target(node: Schema, defs: Schema) -> Schema:

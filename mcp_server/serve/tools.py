@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from mcp_server import __version__
 from mcp_server.progress import Progress
-from mcp_server.schema.requests import usage_error
+from mcp_server.schema.flags import usage_error
 from mcp_server.serve.paths import CLIENT_ROOTS
 from mcp_server.serve.runner import client_roots, run_engine
 from mcp_server.serve.strict import StrictServer
@@ -39,8 +39,9 @@ run directory holding it; top, limit = how many rows. Timing (bench, recipes, op
 recipe): warmup = calls after the compiling one; calls = at most this many latency calls, each alone and
 synchronised; queued = at most this many calls per back-to-back block, one synchronisation each; blocks =
 back-to-back blocks; budget_s = seconds of timed calls aimed at (fewer calls when slow); input_sets = input sets
-rotated; seed = the seed of weights and inputs; throughput = state and rank by back-to-back, not latency. Leave out
-an optional parameter for its default.
+rotated; seed = the seed of weights and inputs; throughput = state and rank by back-to-back, not latency.
+Several nodes (profile): nnodes, node_rank, master_addr, master_port, rdzv_backend, rdzv_endpoint, rdzv_id are
+torchrun's options of the same names. Leave out an optional parameter for its default.
 """
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)

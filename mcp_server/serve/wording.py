@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import re
 
-from mcp_server.schema.requests import CaptureOptions, NcuOptions, cli_flag
+from mcp_server.schema.flags import cli_flag
+from mcp_server.schema.requests import CaptureOptions, NcuOptions
 
 # The CLI's own flags outside the option groups, and the MCP parameter each one is.
 FLAGS = {

@@ -1,0 +1,69 @@
+"""How a request's fields are spelt on the command line, and how a request that failed validation is told.
+
+A field's CLI spelling is `--<name-with-dashes>` (a boolean that defaults to true: `--no-<name>`) unless a `Flag`
+in its metadata says otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.fields import FieldInfo
+
+from mcp_server.errors import UsageError
+
+
+class Flag(NamedTuple):
+    """A field's command-line spelling, where it is not `--<name-with-dashes>`; `repeat` for a list option."""
+
+    name: str
+    repeat: bool = False
+
+
+class Request(BaseModel):
+    """A verb's request or an option group: unknown fields refused, values frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def cli_flag(name: str, field: FieldInfo) -> Flag:
+    """The command-line spelling of field `name`: its `Flag`, `--no-<name>` for a boolean that defaults to true,
+    else `--<name-with-dashes>`."""
+    for item in field.metadata:
+        if isinstance(item, Flag):
+            return item
+    dashed = name.replace("_", "-")
+    repeat = field.annotation == tuple[str, ...]
+    return Flag(f"--no-{dashed}" if field.default is True else f"--{dashed}", repeat=repeat)
+
+
+def usage_error(exc: ValidationError, spell: Callable[[str], str] = str) -> UsageError:
+    """The first problem of a request that failed validation, as a one-line UsageError; `spell` names a field as
+    the face shows it (`--warmup-iters` on the command line, `warmup_iters` over MCP)."""
+    error = exc.errors()[0]
+    name = str(error["loc"][-1]) if error["loc"] else "request"
+    if error["type"] == "literal_error":
+        choices = str(error.get("ctx", {}).get("expected", "")).replace("'", "").replace(" or ", ", ")
+        return UsageError(f"unknown {name.replace('_', ' ')} {error['input']!r}", f"choose one of {choices}")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return UsageError(f"{spell(name)}: {message[:1].lower()}{message[1:]}", "pass a valid value (see --help)")
+
+
+def cli_flags(options: BaseModel) -> list[str]:
+    """The command-line arguments that ask for `options`: one per field that differs from its default."""
+    argv: list[str] = []
+    for name, field in type(options).model_fields.items():
+        value = getattr(options, name)
+        if value == field.default:
+            continue
+        flag = cli_flag(name, field).name
+        if isinstance(value, bool):
+            argv.append(flag)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, str(value)]
+    return argv
