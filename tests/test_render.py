@@ -64,7 +64,7 @@ def sample_plan(workload: str) -> OptimizationPlan:
         "id": "mul-add-fusion", "rank": 1, "title": "Fuse scale-and-shift into addcmul", "ir_level": "functional",
         "target": {"operator_name": "aten::batch_norm", "module_path": "features.0.bn",
                    "operator_ids": ["aten::batch_norm#0"]},
-        "evidence": [{"metric": "dram_throughput_pct", "value": 0.5, "unit": "%", "condition": "memory-bound",
+        "evidence": [{"metric": "dram_throughput_pct", "value": 0.44, "unit": "%", "condition": "memory-bound",
                       "source": "aten::batch_norm#0"}],
         "rationale": "An elementwise pass over the whole activation.",
         "expected_gain": {"end_to_end_speedup_low": 1.05, "end_to_end_speedup_high": 1.15,
@@ -186,7 +186,7 @@ def test_optimized_workload_document(documents: dict[str, str]) -> None:
 def test_plan_documents(documents: dict[str, str]) -> None:
     proposal, work_order = documents["proposal.md"], documents["implementation.md"]
     assert "| `aten::conv2d` | features.0.conv, features.1.conv" in proposal and "57.7 %" in proposal
-    assert "dram_throughput_pct=0.5 % (memory-bound) at aten::batch_norm#0" in proposal
+    assert "dram_throughput_pct=0.44 % (memory-bound) at aten::batch_norm#0" in proposal
     assert "estimate: 1.05×–1.15× end to end" in proposal
     assert "channels-last: float32 convolutions, little to gain" in proposal
     assert '`BACKEND_NAME = "conv_block_opt"`' in work_order
