@@ -7,7 +7,7 @@ from pathlib import Path
 from mcp_server.api.common import PROGRAM, Cancel
 from mcp_server.assemble import assemble as assemble_profile
 from mcp_server.assemble import write_profile
-from mcp_server.assemble.registry import AUTO, choose_backend
+from mcp_server.assemble.registry import AUTO, REGISTRY, choose_backend
 from mcp_server.capture.leftovers import owner, stopped_beside, taken_over
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions, check_workload
 from mcp_server.capture.schedule import capture, map_counters
@@ -91,7 +91,7 @@ def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) 
     """Replay a captured nsys run's kernels under ncu and rebuild its profile.json."""
     run_dir = RunDir.existing(req.run_dir)
     manifest = run_dir.read_manifest()
-    if manifest.backend != "nsys+ncu":
+    if not any(b.counters for b in REGISTRY.values() if b.label == manifest.backend):
         raise UsageError(
             f"{run_dir.path} was captured with backend {manifest.backend}",
             "map needs a run captured with the nsys backend: profile with backend='nsys' (--backend nsys) on a GPU "
