@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from mcp_server.assemble.registry import REGISTRY
 from mcp_server.process.bytecode import (
     MIN_WORKERS,
     OPT_OUT,
@@ -27,9 +28,7 @@ from mcp_server.process.bytecode import (
     uses_cache,
 )
 from mcp_server.schema.results import PreflightCheck
-from plugins.executables import query_gpu, tool_version
-from plugins.ncu.command import find_ncu
-from plugins.nsys.command import find_nsys, importer_problems
+from plugins.executables import query_gpu
 
 _TORCH_PROBE = (
     "import json, torch; c = torch.cuda.is_available(); "
@@ -39,6 +38,7 @@ _TORCH_PROBE = (
 # Where torch is, without importing it (seconds): what a quick preflight asks the interpreter.
 _FIND_TORCH = "import importlib.util as u; s = u.find_spec('torch'); print(s.origin if s and s.origin else '')"
 PROFILING_PARAMS = Path("/proc/driver/nvidia/params")
+INTERPRETER_CHECKS = ("torch", "bytecode")  # every backend needs the workload's interpreter with torch
 
 
 class PreflightReport(BaseModel):
@@ -149,28 +149,15 @@ def preflight(python: str, quick: bool = False, timeout_s: float = 60.0) -> Pref
         bytecode = _bytecode_check(python)
         if bytecode is not None:
             checks.append(bytecode)
-    for name, path, env in (("nsys", find_nsys(), "NSYS"), ("ncu", find_ncu(), "NCU")):
-        checks.append(_tool_check(name, path, env, quick))
+    for candidate in REGISTRY.values():
+        checks += candidate.tool_checks(quick)
     if gpu:
         checks.append(_counter_permission())
-    has_tools = all(c.ok for c in checks if c.name in ("nsys", "ncu"))
-    backend = "nsys" if gpu and has_tools and (cuda or quick) else "torch"
+    facts = {c.name: c.ok for c in checks} | {"cuda": cuda or quick}
+    backend = next(b for b in REGISTRY.values() if all(facts.get(need, True) for need in b.preflight_needs))
     for check in checks:  # what the chosen backend does not use is information
-        check.required = check.name in ("torch", "bytecode") or backend == "nsys"
-    return PreflightReport(checks=checks, backend=backend, python=python)
-
-
-def _tool_check(name: str, path: str | None, env: str, quick: bool) -> PreflightCheck:
-    if path is None:
-        product = "Nsight Systems" if name == "nsys" else "Nsight Compute"
-        return PreflightCheck(name=name, ok=False, detail="not found",
-                              remedy=f"install {product} or set {env}=/path/to/{name}")
-    version = None if quick else tool_version(path)
-    problems = importer_problems(path) if name == "nsys" else []
-    if problems:
-        return PreflightCheck(name=name, ok=False, detail=f"{path}: cannot write reports, missing {problems}",
-                              remedy="install the missing libraries (e.g. libdw1) or a full Nsight Systems")
-    return PreflightCheck(name=name, ok=True, detail=f"{path}" + (f" ({version})" if version else ""))
+        check.required = check.name in INTERPRETER_CHECKS or check.name in backend.required_checks
+    return PreflightReport(checks=checks, backend=backend.name, python=python)
 
 
 def format_report(report: PreflightReport) -> str:
@@ -182,9 +169,5 @@ def format_report(report: PreflightReport) -> str:
         if check.remedy and not check.ok:
             what = "remedy" if check.required else "for the GPU path (nsys timeline, ncu counters)"
             lines.append(f"       {'':18s} {what}: {check.remedy}")
-    if report.backend == "nsys":
-        lines.append("backend auto -> nsys + ncu")
-    else:
-        lines.append("backend auto -> torch.profiler: operator times (CPU operators without a CUDA GPU); "
-                     "`[info]` lines say what the GPU path would need")
+    lines.append(REGISTRY[report.backend].preflight_line)
     return "\n".join(lines)

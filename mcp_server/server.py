@@ -118,9 +118,13 @@ async def profile(
     options = request(CaptureOptions, **capture)
 
     def make() -> ProfileRequest:
+        from mcp_server.assemble.registry import REGISTRY  # imported here: start-up imports no engine module
+
+        named = REGISTRY.get(backend)  # a backend named (not auto) for its counters needs them
+        counted = named is not None and named.counters
         return request(ProfileRequest, workload=workload_file(workload), python=choose_python(python),
                         capture=options, backend=backend, ncu=NcuOptions() if counters else None,
-                        require_counters=backend == "nsys", output=resolve_optional(output, "output directory"),
+                        require_counters=counted, output=resolve_optional(output, "output directory"),
                         project=project_dir(), top=top,
                         memory=memory)
 

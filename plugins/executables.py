@@ -35,6 +35,11 @@ def find_executable(name: str, env_var: str, globs: list[str]) -> str | None:
     return None
 
 
+def has_gpu() -> bool:
+    """Whether an NVIDIA GPU is visible here (nvidia-smi is on PATH): the timing pass and nsys need one."""
+    return shutil.which("nvidia-smi") is not None
+
+
 def tool_version(path: str, timeout_s: float = 30.0) -> str | None:
     """First line of `<tool> --version` that names a version, or None if it does not run."""
     try:

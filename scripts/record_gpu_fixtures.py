@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mcp_server import api  # noqa: E402
+from mcp_server.assemble.registry import REGISTRY  # noqa: E402
 from mcp_server.schema.io import load_profile  # noqa: E402
 from mcp_server.schema.requests import CaptureOptions, Interpreter, NcuOptions, ProfileRequest  # noqa: E402
 
@@ -60,7 +61,7 @@ def record(workload: str, mode: str, scale: str, backends: list[str], root: Path
         req = ProfileRequest(
             workload=workload_path(workload), python=Interpreter(python=sys.executable),
             capture=CaptureOptions(compile_mode=mode, train_step=train, timeout_s=540), backend=backend,
-            ncu=NcuOptions(max_kernels=max_kernels) if backend == "nsys" and counters else None,
+            ncu=NcuOptions(max_kernels=max_kernels) if REGISTRY[backend].counters and counters else None,
             output=run_dir, project=REPO,
             command_line=["scripts/record_gpu_fixtures.py", workload, mode, backend],
         )

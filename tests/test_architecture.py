@@ -27,14 +27,15 @@ LAYERS: dict[int, tuple[str, ...]] = {
     1: ("mcp_server.progress", "mcp_server.schema", "mcp_server.data"),
     2: ("plugins",),
     3: ("mcp_server.process", "mcp_server.rundir", "mcp_server.loop"),
-    4: ("mcp_server.capture", "mcp_server.assemble"),
-    5: ("mcp_server.queries", "mcp_server.analysis", "mcp_server.compare", "mcp_server.proof", "mcp_server.preflight",
+    4: ("mcp_server.backend",),  # the protocol both sides of the run directory read; the registry is assemble's
+    5: ("mcp_server.capture", "mcp_server.assemble"),
+    6: ("mcp_server.queries", "mcp_server.analysis", "mcp_server.compare", "mcp_server.proof", "mcp_server.preflight",
         "mcp_server.tables", "mcp_server.ranks", "mcp_server.memory"),
-    6: ("mcp_server.render",),
-    7: ("mcp_server.api",),
-    8: ("mcp_server.serve",),  # the MCP face's own helpers: its registry calls the facade
-    9: ("mcp_server.cli", "mcp_server.server"),
-    10: ("mcp_server.__main__",),
+    7: ("mcp_server.render",),
+    8: ("mcp_server.api",),
+    9: ("mcp_server.serve",),  # the MCP face's own helpers: its registry calls the facade
+    10: ("mcp_server.cli", "mcp_server.server"),
+    11: ("mcp_server.__main__",),
 }
 ROOT_PACKAGE = "mcp_server"  # its __init__ holds the version only: any module may import it
 MAX_LINES = 500

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mcp_server.assemble.attribute import CAPTURED_DETAIL, attribute_kernels
 from mcp_server.assemble.provenance import Provenance
+from mcp_server.assemble.registry import REGISTRY
 from mcp_server.capture.plan import plan_passes
 from mcp_server.children.contract import GRAPH_CAPTURE_RANGE, MEASURE_RANGE
 from plugins.nsys.reader import read_nsys_sqlite
@@ -83,7 +84,8 @@ def test_replayed_kernels_take_the_ranges_of_their_capture(tmp_path):
 
 def test_only_nsys_records_the_workloads_captures_and_not_inductors():
     def main(backend: str, mode: str):
-        return plan_passes(backend, counters=True, whole_window=True, timing=True, compile_mode=mode,  # type: ignore
+        return plan_passes(REGISTRY[backend], counters=True, whole_window=True, timing=True,
+                           compile_mode=mode,  # type: ignore[arg-type]
                            warmup_iters=3, precompiling=False)
 
     assert [p.record_graph_capture for p in main("nsys", "eager")] == [False, True, False, False]

@@ -21,7 +21,6 @@ from memory_recording import WORKLOAD, end_snapshot, record, start_snapshot, wri
 from mcp_server import api
 from mcp_server.capture.passes import raise_for_harness
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions, harness_command
-from mcp_server.capture.schedule import has_gpu
 from mcp_server.children.contract import NO_CUDA, OUT_OF_MEMORY
 from mcp_server.cli import main as cli_main
 from mcp_server.errors import BackendUnavailable, UsageError, WorkloadError, WorkloadOutOfMemory
@@ -31,6 +30,7 @@ from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.requests import AssembleRequest, Interpreter, ProfileRequest, ReportRequest, SummaryRequest
 from mcp_server.serve.runner import run_engine
 from mcp_server.server import server
+from plugins.executables import has_gpu
 
 TINY = REPO / "tests" / "workloads" / "tiny_mlp.py"
 PROFILE = REPO / "tests" / "fixtures" / "h100_timing_profiles" / "encoder_train_step_train_eager.json.xz"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from conftest import REPO
 
+from mcp_server.assemble.registry import REGISTRY
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions
 from mcp_server.capture.schedule import capture
 from mcp_server.rundir import RunDir
@@ -21,7 +22,7 @@ def test_the_timing_pass_measures_first_and_the_main_pass_warms_up_beside_it(tmp
     run_dir = RunDir(tmp_path / "run")
     req = CaptureRequest(workload=WORKLOAD, run_dir=run_dir, python=sys.executable,
                          options=WorkloadOptions(warmup_iters=1))
-    manifest = capture(req, "torch", ["operator-profiler", "profile", str(WORKLOAD)], timing=True)
+    manifest = capture(req, REGISTRY["torch"], ["operator-profiler", "profile", str(WORKLOAD)], timing=True)
 
     assert [p.name for p in manifest.passes] == ["torch", "timing"]
     timing, main = (json.loads(run_dir.harness_result(name).read_text()) for name in ("timing", "torch"))

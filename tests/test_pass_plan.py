@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mcp_server.assemble.registry import REGISTRY
 from mcp_server.capture.plan import BYTECODE, TIMING_WINDOWS, gpu_order, plan_passes
 from mcp_server.capture.request import CaptureRequest, GpuTurn, Torchrun, WorkloadOptions, harness_command
 from mcp_server.children.contract import HARNESS_FLAGS, harness_argv, harness_parser
@@ -20,7 +21,7 @@ def _plan(**given):
     asked = dict(backend="nsys", counters=True, whole_window=True, timing=True, compile_mode="eager", warmup_iters=3,
                  precompiling=True)
     asked.update(given)
-    backend = asked.pop("backend")
+    backend = REGISTRY[asked.pop("backend")]
     return {p.name: p for p in plan_passes(backend, **asked)}
 
 

@@ -7,10 +7,11 @@ from pathlib import Path
 from mcp_server.api.common import PROGRAM, Cancel
 from mcp_server.assemble import assemble as assemble_profile
 from mcp_server.assemble import write_profile
+from mcp_server.assemble.registry import AUTO, REGISTRY, choose_backend
 from mcp_server.capture.leftovers import owner, stopped_beside, taken_over
-from mcp_server.capture.ranks import capture_ranks
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions, check_workload
-from mcp_server.capture.schedule import capture, choose_backend, has_gpu, map_counters
+from mcp_server.capture.schedule import capture, map_counters
+from mcp_server.capture.torchrun import capture_ranks
 from mcp_server.errors import BackendUnavailable, UsageError, WorkloadOutOfMemory
 from mcp_server.progress import Progress, quiet
 from mcp_server.queries import header, top_rows
@@ -30,8 +31,8 @@ from mcp_server.schema.results import (
     MemoryRun,
     ProfileRun,
 )
+from plugins.executables import has_gpu
 
-BACKEND_NAMES = {"torch": "torch.profiler (Kineto)", "nsys": "nsys timeline"}
 NO_COUNTERS_HERE = (
     "no hardware counters: nsys and ncu need an NVIDIA GPU with Nsight Systems and Compute here (see "
     "`operator-profiler preflight`); profiling with torch.profiler instead"
@@ -43,7 +44,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
         raise UsageError("--memory needs get_model_and_input(): a script run as it is has none",
                          "drop --memory, or write the workload contract (see README)")
     chosen = choose_backend(req.backend)
-    counters = req.ncu is not None and chosen == "nsys"
+    counters = req.ncu is not None and chosen.counters
     if req.ncu is not None and not counters:
         if req.require_counters:
             raise BackendUnavailable(
@@ -55,9 +56,9 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     run_dir = RunDir(output_folder(req.output, req.project, req.workload))
     run_dir.claimable(req.workload)  # a folder that is not ours is refused before anything is written into it
     cap = CaptureRequest.of(req.workload, run_dir, req.python.python, req.capture)
-    label = BACKEND_NAMES[chosen] + (" + ncu counters" if counters else "")
+    label = chosen.title + (" + ncu counters" if counters else "")
     note = f"{req.backend} -> {label}" + (
-        " (no NVIDIA GPU with nsys and ncu here)" if req.backend == "auto" and chosen == "torch" else ""
+        " (no NVIDIA GPU with nsys and ncu here)" if req.backend == AUTO and not chosen.counters else ""
     )
     progress(f"profile: {label} into {run_dir.path} under {req.python.python}")
     command = req.command_line or _equivalent_command(req, run_dir, counters)
@@ -90,7 +91,7 @@ def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) 
     """Replay a captured nsys run's kernels under ncu and rebuild its profile.json."""
     run_dir = RunDir.existing(req.run_dir)
     manifest = run_dir.read_manifest()
-    if manifest.backend != "nsys+ncu":
+    if not any(b.counters for b in REGISTRY.values() if b.label == manifest.backend):
         raise UsageError(
             f"{run_dir.path} was captured with backend {manifest.backend}",
             "map needs a run captured with the nsys backend: profile with backend='nsys' (--backend nsys) on a GPU "

@@ -20,7 +20,7 @@ from mcp_server.api.common import Cancel
 from mcp_server.api.documents import report
 from mcp_server.api.proof import bench, recipes, validate
 from mcp_server.api.reading import analyze, compare
-from mcp_server.capture.schedule import choose_backend
+from mcp_server.assemble.registry import AUTO, choose_backend
 from mcp_server.compare import ProfileMismatch
 from mcp_server.errors import ProfilerError, UsageError
 from mcp_server.progress import Progress, quiet
@@ -67,7 +67,7 @@ def optimize(req: OptimizeRequest, progress: Progress = quiet, cancel: Cancel = 
     reported, every file in one folder."""
     out = output_folder(req.output, req.project, req.workload, "optimize")
     out.mkdir(parents=True, exist_ok=True)
-    counters = choose_backend("auto") == "nsys"
+    counters = choose_backend(AUTO).counters
     stage = _Stages(progress)
     warnings: list[str] = []
 

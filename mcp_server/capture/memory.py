@@ -12,11 +12,12 @@ from dataclasses import replace
 
 from mcp_server.capture.passes import Cancel, run_pass
 from mcp_server.capture.request import CaptureRequest, GpuTurn
-from mcp_server.capture.schedule import has_gpu, new_manifest
+from mcp_server.capture.schedule import new_manifest
 from mcp_server.children.contract import CONTRACT
 from mcp_server.errors import BackendUnavailable, ProfilerError, UsageError, WorkloadError
 from mcp_server.progress import Progress, quiet
 from mcp_server.schema.manifest import PassRecord, RunManifest
+from plugins.executables import has_gpu
 
 NO_GPU = ("the memory pass records the CUDA caching allocator: no NVIDIA GPU here (nvidia-smi not found)",
           "run it on a machine with an NVIDIA GPU, under an interpreter whose torch has CUDA")

@@ -251,6 +251,11 @@ def nsys_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = 
     return exported_timeline(nsys, run_dir, record, req.timeout_s, progress, cancel)
 
 
+MainPass = Callable[[CaptureRequest, Progress, Cancel], PassRecord]
+MAIN_PASSES: dict[PassName, MainPass] = {"torch": torch_pass, "nsys": nsys_pass}
+"""The capture half of each backend: the function that runs its main pass (a backend's `main_pass` names it)."""
+
+
 def exported_timeline(
     nsys: str, run_dir: RunDir, record: PassRecord, timeout_s: float, progress: Progress = quiet,
     cancel: Cancel = None, who: str = "",

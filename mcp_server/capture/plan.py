@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mcp_server.schema.types import CompileMode, PassName
+from mcp_server.backend import Backend
+from mcp_server.schema.types import COUNTER_PASS, CompileMode, PassName
 
 # Modes whose timing and ncu passes warm up beside the main pass: nothing in their warm-up autotunes when cuDNN's
 # autotuner is off (the harness checks) and Inductor compiles from its cache only; the user's `optimize()` may.
@@ -49,23 +50,23 @@ class PlannedPass:
 
 
 def plan_passes(
-    backend: Literal["torch", "nsys"], *, counters: bool, whole_window: bool, timing: bool,
+    backend: Backend, *, counters: bool, whole_window: bool, timing: bool,
     compile_mode: CompileMode, warmup_iters: int, precompiling: bool, script: bool = False,
 ) -> list[PlannedPass]:
     """The passes of a capture in the order they take the GPU.
 
-    `counters`: ncu replays the window (nsys backend); `whole_window`: ncu's default deduplicated replay, which a
+    `counters`: ncu replays the window (a backend with them); `whole_window`: ncu's default deduplicated replay, which a
     shape-variant pass completes; `timing`: a no-profiler timing pass runs (a GPU is here); `precompiling`: the
     bytecode precompile runs beside the passes (the timing pass measures once it has ended); `script`: a script
     run as it is, whose window is the steps after its warm-up, so every pass keeps the warm-up count.
     """
-    main: PassName = "torch" if backend == "torch" else "nsys"
-    counters = counters and backend == "nsys"
+    main = backend.main_pass
+    counters = counters and backend.counters
     several = timing or counters
     early = compile_mode in EARLY_WARMUP_MODES
     # A graph the workload captures itself (eager code, its own optimize()): its replays take the capture's ranges.
     # Inductor's own CUDA graphs are placed by its generated code instead.
-    graphs = main == "nsys" and compile_mode in GRAPH_CAPTURE_MODES
+    graphs = backend.records_graph_captures and compile_mode in GRAPH_CAPTURE_MODES
     plan: list[PlannedPass] = []
     if timing:
         plan.append(PlannedPass("timing", "timing", after=BYTECODE if precompiling else None, done="timing",
@@ -76,12 +77,12 @@ def plan_passes(
     else:
         plan.append(PlannedPass(main, "main", locked=False, record_graph_capture=graphs))
     if counters:
-        plan.append(PlannedPass("ncu", "ncu", after=main, done="ncu", warm_up_early=early,
+        plan.append(PlannedPass(COUNTER_PASS, "ncu", after=main, done=COUNTER_PASS, warm_up_early=early,
                                 retry_after="timing" if timing else None))
         if whole_window:
             # Only the compiled kernels are needed: one warm-up iteration compiles (CUDA-graph trees need more).
             plan.append(PlannedPass(
-                "ncu_variants", "main", after="ncu",
+                "ncu_variants", "main", after=COUNTER_PASS,
                 warmup_iters=warmup_iters if compile_mode == "cudagraphs" or script else min(warmup_iters, 1),
                 import_compiler_early=True, suspended=True,
                 started_after=(BYTECODE, main) if precompiling else ()))

@@ -8,58 +8,32 @@ pass later.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from mcp_server.backend import Backend
 from mcp_server.capture.passes import (
+    MAIN_PASSES,
     Cancel,
     NotCached,
     ReplayCount,
     ncu_pass,
-    nsys_pass,
     timing_pass,
-    torch_pass,
 )
 from mcp_server.capture.plan import BYTECODE, Marker, plan_passes
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions
 from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass, ncu_variants_pass, planned
-from mcp_server.errors import BackendUnavailable, CancelledCapture, ProfilerError
+from mcp_server.errors import CancelledCapture, ProfilerError
 from mcp_server.process import now_iso
 from mcp_server.process.bytecode import Precompile, precompile_notes, precompiling
 from mcp_server.progress import Progress, quiet
 from mcp_server.progress import tagged as _tagged
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.requests import NcuOptions
-from mcp_server.schema.types import BACKENDS, Backend, PassName, RunMode
+from mcp_server.schema.types import COUNTER_PASS, CaptureBackend, PassName, RunMode
 from plugins.executables import query_gpu, tool_version
-from plugins.ncu.command import find_ncu
-from plugins.nsys.command import find_nsys
-
-
-def has_gpu() -> bool:
-    """Whether an NVIDIA GPU is visible here (nvidia-smi is on PATH): the timing pass needs one."""
-    return shutil.which("nvidia-smi") is not None
-
-
-def choose_backend(requested: Backend) -> str:
-    """'nsys' when an NVIDIA GPU, nsys and ncu are all present (for auto), else 'torch'; check availability."""
-    if requested not in BACKENDS:
-        raise BackendUnavailable(f"unknown backend {requested!r}", f"choose one of {', '.join(BACKENDS)}")
-    gpu = has_gpu()
-    tools = find_nsys() is not None and find_ncu() is not None
-    if requested == "auto":
-        return "nsys" if gpu and tools else "torch"
-    if requested == "nsys" and not (gpu and tools):
-        missing = [n for n, ok in (("an NVIDIA GPU (nvidia-smi)", gpu), ("nsys", find_nsys()),
-                                   ("ncu", find_ncu())) if not ok]
-        raise BackendUnavailable(
-            f"backend nsys needs {', '.join(missing)}, not found here",
-            "use --backend torch, or install Nsight Systems/Compute (set NSYS=/NCU= to their paths)",
-        )
-    return requested
 
 
 def run_mode(options: WorkloadOptions) -> RunMode:
@@ -68,17 +42,17 @@ def run_mode(options: WorkloadOptions) -> RunMode:
     return "train_step" if options.train_step or (options.script and options.window_fn is None) else "inference"
 
 
-def new_manifest(req: CaptureRequest, backend: str, command_line: list[str]) -> RunManifest:
-    """A manifest describing the request, before any pass ran: the tools' versions and the GPU are asked for
-    at once (each query starts a process)."""
-    tools = {"nsys": find_nsys(), "ncu": find_ncu()} if backend == "nsys" else {}
-    with ThreadPoolExecutor(max_workers=1 + len(tools)) as pool:
+def new_manifest(req: CaptureRequest, label: CaptureBackend, command_line: list[str],
+                 tools: dict[str, str | None] | None = None) -> RunManifest:
+    """A manifest describing the request, before any pass ran: `label` says what captures it, and the versions of
+    `tools` (by name, their paths) and the GPU are asked for at once (each query starts a process)."""
+    found = {name: path for name, path in (tools or {}).items() if path}
+    with ThreadPoolExecutor(max_workers=1 + len(found)) as pool:
         gpu = pool.submit(query_gpu)
-        asked = {name: pool.submit(tool_version, path) for name, path in tools.items() if path}
+        asked = {name: pool.submit(tool_version, path) for name, path in found.items()}
         versions = {name: version for name, future in asked.items() if (version := future.result())}
         return RunManifest(
-            created_at=now_iso(), workload=str(req.workload.resolve()), python=req.python,
-            backend="nsys+ncu" if backend == "nsys" else "memory" if backend == "memory" else "torch",
+            created_at=now_iso(), workload=str(req.workload.resolve()), python=req.python, backend=label,
             compile_mode=req.compile_mode, run_mode=run_mode(req.options), warmup_iters=req.options.warmup_iters,
             iters=req.options.iters, seed=req.options.seed, command_line=command_line, tool_versions=versions,
             gpu=gpu.result(),
@@ -87,7 +61,7 @@ def new_manifest(req: CaptureRequest, backend: str, command_line: list[str]) -> 
 
 def capture(
     req: CaptureRequest,
-    backend: str,
+    backend: Backend,
     command_line: list[str],
     progress: Progress = quiet,
     ncu: NcuOptions | None = None,
@@ -96,9 +70,9 @@ def capture(
 ) -> RunManifest:
     """Run the backend's capture passes into the run directory and write manifest.json.
 
-    The main pass (torch.profiler, or nsys's timeline), with `timing` the no-profiler timing pass, and on the nsys
-    backend (unless `ncu` is None) the ncu counter pass, all started together. Setting `cancel` stops every child
-    early (CancelledCapture).
+    The backend's main pass (torch.profiler, or nsys's timeline), with `timing` the no-profiler timing pass, and on
+    a backend with counters (unless `ncu` is None) the ncu counter pass, all started together. Setting `cancel`
+    stops every child early (CancelledCapture).
     """
     req.check()
     run_dir = req.run_dir.prepare()
@@ -111,7 +85,7 @@ def capture(
             described = pool.submit(_described, req, backend, command_line)
             compiled = run_dir.bytecode_done if precompile is not None else None
             try:
-                records = _in_turn(req, backend, ncu if backend == "nsys" else None, timing, progress, cancel,
+                records = _in_turn(req, backend, ncu if backend.counters else None, timing, progress, cancel,
                                    compiled)
             except ProfilerError as exc:  # the manifest says which passes ran and how they ended
                 with contextlib.suppress(OSError):  # a full disk: the pass's own error says so
@@ -131,14 +105,14 @@ def _record(req: CaptureRequest, manifest: RunManifest, records: list[PassRecord
     return manifest
 
 
-def _described(req: CaptureRequest, backend: str, command_line: list[str]) -> RunManifest:
-    manifest = new_manifest(req, backend, command_line)
+def _described(req: CaptureRequest, backend: Backend, command_line: list[str]) -> RunManifest:
+    manifest = new_manifest(req, backend.label, command_line, backend.tools())
     req.run_dir.write_manifest(manifest)
     return manifest
 
 
 def _in_turn(
-    req: CaptureRequest, backend: str, ncu: NcuOptions | None, timing: bool, progress: Progress, outer: Cancel,
+    req: CaptureRequest, backend: Backend, ncu: NcuOptions | None, timing: bool, progress: Progress, outer: Cancel,
     compiled: Path | None = None,
 ) -> list[PassRecord]:
     """Run a backend's passes at once, as `plan_passes` plans them: their imports overlap, then they take the GPU in
@@ -163,7 +137,7 @@ def _in_turn(
     """
     run_dir = req.run_dir
     plan = {p.name: p for p in plan_passes(
-        "torch" if backend == "torch" else "nsys", counters=ncu is not None, timing=timing,
+        backend, counters=ncu is not None, timing=timing,
         whole_window=ncu is not None and ncu.whole_window, compile_mode=req.compile_mode,
         warmup_iters=req.options.warmup_iters, precompiling=compiled is not None, script=req.options.script)}
 
@@ -188,7 +162,7 @@ def _in_turn(
         return changed.with_options(warmup_iters=planned.warmup_iters) if planned.warmup_iters is not None \
             else changed
 
-    main_name: PassName = "torch" if backend == "torch" else "nsys"
+    main_name = backend.main_pass
     cancel = threading.Event()
     replays = ReplayCount()
     variants = plan.get(NCU_VARIANTS)
@@ -200,9 +174,8 @@ def _in_turn(
         return _compiled_in_turn(run, request(name), name, progress, filled=marker(plan[name].retry_after))
 
     def main_then_variants() -> list[PassRecord]:
-        if backend == "torch":
-            return [in_turn("torch", lambda r: torch_pass(r, tagged("torch", progress), cancel=cancel))]
-        records = [in_turn("nsys", lambda r: nsys_pass(r, tagged("nsys", progress), cancel=cancel))]
+        main_pass = MAIN_PASSES[main_name]
+        records = [in_turn(main_name, lambda r: main_pass(r, tagged(main_name, progress), cancel))]
         if ncu is None:
             return records
         found = ncu_variants_pass(request(NCU_VARIANTS), ncu, tagged(NCU_VARIANTS, progress), cancel, waiting, replays)
@@ -227,11 +200,11 @@ def _in_turn(
         try:
             def replay(r: CaptureRequest) -> PassRecord:
                 replays.restart()
-                return ncu_pass(r, ncu, tagged("ncu", progress), cancel=cancel, replays=replays)
+                return ncu_pass(r, ncu, tagged(COUNTER_PASS, progress), cancel=cancel, replays=replays)
 
-            return [in_turn("ncu", replay)]
+            return [in_turn(COUNTER_PASS, replay)]
         finally:
-            run_dir.window_done("ncu").touch()  # also when ncu stopped before its harness marked the window done
+            run_dir.window_done(COUNTER_PASS).touch()  # also when ncu stopped before its harness marked the window done
 
     runners: dict[str, Callable[[], list[PassRecord]]] = {"main": main_then_variants, "timing": no_profiler,
                                                           "ncu": counters}
@@ -329,7 +302,7 @@ def map_counters(
     with req.run_dir.updating_manifest() as manifest:
         with precompiling(req.python, req.workload, req.run_dir.map_bytecode_log, req.compile_mode != "eager",
                           _tagged("bytecode", progress)) as precompile:
-            manifest.passes = [p for p in manifest.passes if p.name not in ("ncu", NCU_VARIANTS)]
+            manifest.passes = [p for p in manifest.passes if p.name not in (COUNTER_PASS, NCU_VARIANTS)]
             manifest.passes.append(ncu_pass(req, options, progress, cancel, replays=replays))
             if plan is not None:
                 variants = ncu_variants_pass(req, options, progress, cancel, plan=plan)

@@ -14,7 +14,6 @@ from pathlib import Path
 from mcp_server.capture.memory import capture_memory, check_memory_request, memory_pass
 from mcp_server.capture.passes import Cancel
 from mcp_server.capture.request import CaptureRequest
-from mcp_server.capture.schedule import has_gpu
 from mcp_server.errors import ProfilerError, WorkloadOutOfMemory
 from mcp_server.memory.build import build_memory
 from mcp_server.memory.chart import timeline_chart
@@ -29,6 +28,7 @@ from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.memory import MemoryProfile
 from mcp_server.schema.requests import MemoryRequest
 from mcp_server.schema.results import MemoryRun
+from plugins.executables import has_gpu
 
 PROGRAM = "operator-profiler"
 

@@ -21,6 +21,9 @@ RunMode = Literal["inference", "train_step"]
 PassName = Literal["torch", "nsys", "ncu", "ncu_variants", "timing", "memory"]
 """A capture pass, and the sub-directory of the run directory holding its artifacts."""
 
+COUNTER_PASS: PassName = "ncu"
+"""The pass that replays the window's kernels under ncu for their hardware counters (a backend with `counters`)."""
+
 Tier = Literal["exact", "reduced"]
 """Precision tier: `exact` keeps fp32 everywhere; `reduced` allows BF16/FP16/TF32 compute within a stated tolerance."""
 

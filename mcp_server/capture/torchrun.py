@@ -11,8 +11,10 @@ others; the error names the rank.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
+from mcp_server.backend import Backend
 from mcp_server.capture.passes import Cancel, PassProgress, exported_timeline, raise_for_harness, require_ncu
 from mcp_server.capture.plan import TIMING_WINDOWS
 from mcp_server.capture.request import CaptureRequest, harness_command
@@ -26,7 +28,7 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import HarnessResult, load_harness
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.requests import NcuOptions
-from mcp_server.schema.types import PassName
+from mcp_server.schema.types import COUNTER_PASS, PassName
 from plugins.executables import gpu_name
 from plugins.ncu.command import capture_command as ncu_capture
 from plugins.nsys.command import capture_command as nsys_capture
@@ -79,7 +81,7 @@ def nccl_excluded(options: NcuOptions) -> NcuOptions:
 
 def capture_ranks(
     req: CaptureRequest,
-    backend: str,
+    backend: Backend,
     command_line: list[str],
     progress: Progress = quiet,
     ncu: NcuOptions | None = None,
@@ -88,13 +90,13 @@ def capture_ranks(
 ) -> RunManifest:
     """Run each pass through torchrun, each rank into `rank<R>/`; write every rank's manifest and the run's.
 
-    The main pass (torch.profiler, or nsys's timeline), then with `timing` the no-profiler timing pass, then with
-    `ncu` (nsys backend) the ncu replay without the collectives. Where the ranks' interpreter gets the bytecode
-    cache and none is cached, the bytecode they import is compiled beside the passes, as for one process
-    (`precompiling`). Returns the run's manifest."""
+    The backend's main pass (torch.profiler, or nsys's timeline), then with `timing` the no-profiler timing pass,
+    then with `ncu` (a backend with counters) the ncu replay without the collectives. Where the ranks' interpreter
+    gets the bytecode cache and none is cached, the bytecode they import is compiled beside the passes, as for one
+    process (`precompiling`). Returns the run's manifest."""
     req.check()
     req.run_dir.prepare()
-    manifest = new_manifest(req, backend, command_line)
+    manifest = new_manifest(req, backend.label, command_line, backend.tools())
     check_world(req, int(manifest.gpu.get("count", 0)))
     ranks = local_ranks(req)
     launch = req.torchrun
@@ -115,14 +117,11 @@ def capture_ranks(
     with precompiling(req.python, req.workload, req.run_dir.bytecode_log, req.compile_mode != "eager",
                       tagged("bytecode", progress), workers=precompile_workers(passes=len(ranks))) as precompile:
         try:
-            if backend == "torch":
-                done(rank_pass(req, ranks, "torch", "torch", [], progress, cancel))
-            else:
-                done(_nsys_ranks(req, ranks, progress, cancel))
+            done(RANK_PASSES[backend.main_pass](req, ranks, progress, cancel))
             if timing:
                 timed = req.with_turn(windows=TIMING_WINDOWS)
                 done(rank_pass(timed, ranks, "timing", "kernels", [], progress, cancel))
-            if ncu is not None and backend == "nsys":
+            if ncu is not None and backend.counters:
                 done(_ncu_ranks(req, ranks, ncu, progress, cancel))
         except ProfilerError:
             _write_manifests(req.run_dir, manifest, per_rank)
@@ -140,13 +139,13 @@ def _ncu_ranks(req: CaptureRequest, ranks: list[int], ncu: NcuOptions, progress:
     # ncu takes `%q{RANK}` in a file's name only, not in its folder: each report is moved to its rank's
     prefix = ncu_capture(require_ncu(), req.run_dir.path / f"ncu.rank{RANK_TEMPLATE}", options,
                          req.compile_mode == "cudagraphs", gpu_name())
-    records = rank_pass(req, ranks, "ncu", "nvtx", prefix, progress, cancel)
+    records = rank_pass(req, ranks, COUNTER_PASS, "nvtx", prefix, progress, cancel)
     for rank, record in records.items():
         record.ncu = options
         record.notes.append(NCCL_EXCLUDED_NOTE)
         written, report = req.run_dir.path / f"ncu.rank{rank}.ncu-rep", req.run_dir.rank_dir(rank).ncu_report()
         if not written.is_file():
-            raise CaptureFailed(f"rank {rank}: ncu wrote no report", f"read {req.run_dir.torchrun_log('ncu')}")
+            raise CaptureFailed(f"rank {rank}: ncu wrote no report", f"read {req.run_dir.torchrun_log(COUNTER_PASS)}")
         written.replace(report)
         record.artifacts.append(req.run_dir.rank_dir(rank).relative(report))
     return records
@@ -178,6 +177,16 @@ def _nsys_ranks(req: CaptureRequest, ranks: list[int], progress: Progress, cance
     for rank, record in records.items():
         exported_timeline(nsys, req.run_dir.rank_dir(rank), record, req.timeout_s, progress, cancel, f"rank {rank}: ")
     return records
+
+
+def _torch_ranks(req: CaptureRequest, ranks: list[int], progress: Progress, cancel: Cancel) -> dict[int, PassRecord]:
+    """The torch.profiler pass on every rank."""
+    return rank_pass(req, ranks, "torch", "torch", [], progress, cancel)
+
+
+RankPass = Callable[[CaptureRequest, list[int], Progress, Cancel], dict[int, PassRecord]]
+RANK_PASSES: dict[PassName, RankPass] = {"torch": _torch_ranks, "nsys": _nsys_ranks}
+"""The torchrun half of each backend: the function that runs its main pass on every rank (by `main_pass`)."""
 
 
 def rank_pass(

@@ -1,0 +1,168 @@
+"""The backend registry: one object per profiler backend, read by auto, preflight, the pass plan and assemble.
+
+A third backend is written here as the adapter skeleton it would need (what it lacks, which passes it plans, how
+preflight checks it, how its run directory assembles) and registered for the test alone: every reader picks it
+up from that one entry.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from mcp_server.assemble import assemble
+from mcp_server.assemble.registry import AUTO, REGISTRY, captured_by, choose_backend
+from mcp_server.backend import Backend
+from mcp_server.capture.passes import MAIN_PASSES
+from mcp_server.capture.plan import plan_passes
+from mcp_server.capture.torchrun import RANK_PASSES
+from mcp_server.errors import BackendUnavailable, ProfileFormatError
+from mcp_server.preflight import format_report, preflight
+from mcp_server.rundir import RunDir
+from mcp_server.schema.manifest import PassRecord, RunManifest
+from mcp_server.schema.profile import CaptureMetadata, OperatorAttributedProfile, WindowTotals
+from mcp_server.schema.results import PreflightCheck
+from mcp_server.schema.types import BACKENDS, CaptureBackend, PassName
+
+FAKE_TOOL = "fake-profiler"
+
+
+@dataclass(frozen=True)
+class FakeBackend:
+    """The adapter a third backend would write: here its main pass reuses the `memory` pass's folder."""
+
+    name: str = "fake"
+    title: str = "fake profiler"
+    label: CaptureBackend = "memory"
+    main_pass: PassName = "memory"
+    counters: bool = False
+    records_graph_captures: bool = False
+    remedy: str = f"install {FAKE_TOOL}"
+    preflight_needs: tuple[str, ...] = (FAKE_TOOL,)
+    required_checks: tuple[str, ...] = (FAKE_TOOL,)
+    preflight_line: str = "backend auto -> fake profiler"
+    lacking: tuple[str, ...] = ()
+
+    def missing(self) -> list[str]:
+        """What the test says this machine lacks."""
+        return list(self.lacking)
+
+    def tools(self) -> dict[str, str | None]:
+        """Its one tool, found when nothing is lacking."""
+        return {FAKE_TOOL: None if self.lacking else "/opt/fake/bin/fake-profiler"}
+
+    def tool_checks(self, quick: bool) -> list[PreflightCheck]:
+        """Preflight's check of its tool."""
+        path = self.tools()[FAKE_TOOL]
+        return [PreflightCheck(name=FAKE_TOOL, ok=path is not None, detail=path or "not found", remedy=self.remedy)]
+
+    def assemble(self, run_dir: RunDir, manifest: RunManifest) -> OperatorAttributedProfile:
+        """A profile of no operators, saying who assembled it."""
+        meta = CaptureMetadata(
+            tool=self.name, gpu_used=False, device_type="cpu", torch_version="2.11.0", python_version="3.12.3",
+            python_executable=manifest.python, workload=manifest.workload, compile_mode=manifest.compile_mode,
+            run_mode=manifest.run_mode, warmup_iters=manifest.warmup_iters, iters=manifest.iters, seed=manifest.seed,
+            command_line=manifest.command_line, started_at=manifest.created_at, finished_at=manifest.created_at,
+        )
+        return OperatorAttributedProfile(capture_metadata=meta, window=WindowTotals(wall_time_ns=1_000),
+                                         warnings=[f"assembled by {self.name} from {run_dir.path.name}"])
+
+
+FAKE = FakeBackend()
+
+
+@contextmanager
+def _registered(backend: Backend) -> Iterator[None]:
+    """`backend` registered first (the one `auto` prefers), the shipped ones after it, for one test."""
+    shipped = dict(REGISTRY)
+    REGISTRY.clear()
+    REGISTRY.update({backend.name: backend, **shipped})
+    try:
+        yield
+    finally:
+        REGISTRY.clear()
+        REGISTRY.update(shipped)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeBackend]:
+    with _registered(FAKE):
+        yield FAKE
+
+
+@pytest.fixture
+def fake_lacking() -> Iterator[FakeBackend]:
+    lacking = FakeBackend(lacking=(FAKE_TOOL,))
+    with _registered(lacking):
+        yield lacking
+
+
+def test_the_registry_names_the_backends_the_schema_accepts():
+    assert set(BACKENDS) == {AUTO, *REGISTRY}
+    for name, backend in REGISTRY.items():
+        assert backend.name == name
+        assert backend.label in get_args(CaptureBackend) and backend.main_pass in get_args(PassName)
+        assert backend.main_pass in MAIN_PASSES and backend.main_pass in RANK_PASSES
+
+
+def test_auto_prefers_the_first_registered_backend_this_machine_has_everything_for(fake: FakeBackend):
+    assert choose_backend(AUTO) is fake
+    assert choose_backend("fake") is fake
+
+
+def test_a_backend_lacking_something_is_skipped_by_auto_and_refused_by_name(fake_lacking: FakeBackend):
+    assert choose_backend(AUTO) is not fake_lacking
+    with pytest.raises(BackendUnavailable, match=f"backend fake needs {FAKE_TOOL}, not found here") as raised:
+        choose_backend("fake")
+    assert raised.value.remedy == fake_lacking.remedy
+
+
+def test_preflight_checks_the_registered_backend_and_chooses_it(fake: FakeBackend):
+    report = preflight(sys.executable, quick=True)
+    assert report.backend == "fake"
+    check = next(c for c in report.checks if c.name == FAKE_TOOL)
+    assert check.ok and check.required
+    assert not any(c.required for c in report.checks if c.name in ("nsys", "ncu"))
+    assert format_report(report).splitlines()[-1] == fake.preflight_line
+
+
+def test_preflight_falls_back_when_the_registered_backend_lacks_its_tool(fake_lacking: FakeBackend):
+    report = preflight(sys.executable, quick=True)
+    assert report.backend != "fake"
+    assert not next(c for c in report.checks if c.name == FAKE_TOOL).required
+
+
+def test_the_pass_plan_reads_the_backend(fake: FakeBackend):
+    plan = plan_passes(fake, counters=True, whole_window=True, timing=True, compile_mode="eager", warmup_iters=3,
+                       precompiling=False)
+    assert [p.name for p in plan] == ["timing", "memory"]  # no counter pass: the backend has none
+    assert not any(p.record_graph_capture for p in plan)
+
+
+def test_assemble_dispatches_to_the_backend_whose_main_pass_the_run_holds(fake: FakeBackend, tmp_path: Path):
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.path.mkdir()
+    manifest = RunManifest(
+        created_at="2026-12-01T00:00:00+00:00", workload="w.py", python=sys.executable, backend=fake.label,
+        compile_mode="eager", run_mode="inference", warmup_iters=1, iters=1, seed=0,
+        command_line=["operator-profiler", "profile", "w.py", "--backend", "fake"],
+        passes=[PassRecord(name=fake.main_pass, profiler="fake", command=["python", "harness.py"],
+                           directory=fake.main_pass, started_at="2026-12-01T00:00:01+00:00", wall_time_s=1.0,
+                           exit_code=0)])
+    run_dir.write_manifest(manifest)
+    assert captured_by(manifest) is fake
+    assert assemble(run_dir).warnings == ["assembled by fake from run"]
+
+
+def test_a_run_holding_no_backends_main_pass_is_refused(tmp_path: Path):
+    manifest = RunManifest(created_at="2026-12-01T00:00:00+00:00", workload="w.py", python=sys.executable,
+                           backend="memory", compile_mode="eager", run_mode="inference", warmup_iters=1, iters=1,
+                           seed=0, command_line=["operator-profiler"])
+    with pytest.raises(ProfileFormatError, match="holds no capture pass"):
+        captured_by(manifest)
