@@ -29,7 +29,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     3: ("mcp_server.process", "mcp_server.rundir", "mcp_server.loop"),
     4: ("mcp_server.capture", "mcp_server.assemble"),
     5: ("mcp_server.queries", "mcp_server.analysis", "mcp_server.compare", "mcp_server.proof", "mcp_server.preflight",
-        "mcp_server.tables", "mcp_server.ranks", "mcp_server.memory"),
+        "mcp_server.cli_text", "mcp_server.ranks", "mcp_server.memory"),
     6: ("mcp_server.render",),
     7: ("mcp_server.api",),
     8: ("mcp_server.serve",),  # the MCP face's own helpers: its registry calls the facade
