@@ -21,6 +21,13 @@ from typing import Any, NoReturn, TextIO, TypeVar, get_args
 from pydantic import BaseModel, ValidationError
 
 from mcp_server import __version__, api
+from mcp_server.cli_text import (
+    format_loop_status,
+    format_modules_by_phase,
+    format_ranks,
+    format_top_operators,
+    format_window,
+)
 from mcp_server.errors import ProfilerError, from_os_error
 from mcp_server.process.child import Terminated, stopping_children_on_signals
 from mcp_server.progress import is_phase
@@ -50,13 +57,6 @@ from mcp_server.schema.requests import (
 )
 from mcp_server.schema.results import ProfileRun, ValidateToolResult
 from mcp_server.schema.types import BACKENDS, TIERS
-from mcp_server.tables import (
-    format_loop_status,
-    format_modules_by_phase,
-    format_ranks,
-    format_top_operators,
-    format_window,
-)
 
 M = TypeVar("M", bound=BaseModel)
 _OPTION_GROUPS = (CaptureOptions, NcuOptions, TimingOptions, BenchRequest, RecipesRequest, OptimizeRequest)

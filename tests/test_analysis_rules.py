@@ -8,11 +8,11 @@ import pytest
 
 from mcp_server.analysis.classify import classify_kernel
 from mcp_server.analysis.devices import match_device, peak_at_clock, precision_key, spec_from_entry
+from mcp_server.analysis.diagnosis import diagnose
 from mcp_server.analysis.roofline import roofline_from_counts
 from mcp_server.analysis.rules import knowledge, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes
 from mcp_server.analysis.stalls import stall_breakdown
-from mcp_server.analysis.summary import diagnose
 from mcp_server.schema.analysis import Bottleneck, KernelAnalysis, TimelineHealth
 from mcp_server.schema.profile import Attribution, AttributionMethod, Confidence, KernelRecord, Metric, OperatorRecord
 

@@ -30,7 +30,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     4: ("mcp_server.backend",),  # the protocol both sides of the run directory read; the registry is assemble's
     5: ("mcp_server.capture", "mcp_server.assemble"),
     6: ("mcp_server.queries", "mcp_server.analysis", "mcp_server.compare", "mcp_server.proof", "mcp_server.preflight",
-        "mcp_server.tables", "mcp_server.ranks", "mcp_server.memory"),
+        "mcp_server.cli_text", "mcp_server.ranks", "mcp_server.memory"),
     7: ("mcp_server.render",),
     8: ("mcp_server.api",),
     9: ("mcp_server.serve",),  # the MCP face's own helpers: its registry calls the facade

@@ -16,7 +16,7 @@ from conftest import REPO
 from fixtures_util import extract_fixture
 
 from mcp_server import api
-from mcp_server.analysis.ranks import distributed_analysis
+from mcp_server.analysis.rank_findings import distributed_analysis
 from mcp_server.capture.request import CaptureRequest, Torchrun
 from mcp_server.capture.torchrun import check_world, nccl_excluded, torchrun_command
 from mcp_server.errors import UsageError, WorkloadError

@@ -84,6 +84,6 @@ def test_each_recorded_replay_line_is_one_kernel_of_the_report(run, tmp_path_fac
     assert len(replayed) == len(read_ncu_report(directory / "ncu" / "report.ncu-rep").records)
     assert not is_replayed_kernel("==PROF== Connected to process 1132 (/usr/bin/python3.12)")
     assert not is_replayed_kernel('==PROF== Profiling "vectorized_elementwise_kernel" - 7: 0%')
-    # With a metric set of one pass ncu writes "pass" (seen on the H100 with scripts/ncu_pass_cost.py).
+    # With a metric set of one pass ncu writes "pass" (seen on the H100 with benchmarks/ncu_pass_cost.py).
     assert replayed_passes('==PROF== Profiling "Kernel2" - 29: 0%....50%....100% - 1 pass') == 1
     assert replayed_passes(replayed[0]) == 17

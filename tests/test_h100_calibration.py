@@ -1,8 +1,8 @@
 """Estimates against measurements, on profiles recorded on the H100 with the timing pass.
 
 `fixtures/h100_timing_profiles/` holds the profile.json of eager runs of the examples and of the workloads in
-`scripts/gpu_workloads/` (recorded by `scripts/benchmark_targets.py --profiles`; xz-compressed). Each change was
-also applied alone and benched against eager on the same kind of GPU (`scripts/calibrate_estimates.py`; the rows
+`scripts/gpu_workloads/` (recorded by `benchmarks/benchmark_targets.py --profiles`; xz-compressed). Each change was
+also applied alone and benched against eager on the same kind of GPU (`benchmarks/calibrate_estimates.py`; the rows
 are in docs/measurements/). These tests hold the analysis to those numbers: no verdict contradicts the window
 measured without the profiler, no estimate exceeds what that window allows, no measured speedup exceeds the
 plausible speed-of-light ceiling, and the published calibration table is the current analysis's.
@@ -28,7 +28,7 @@ TABLE = REPO / "docs" / "measurements" / "h100_calibration.json"
 
 
 def _table_script():
-    spec = importlib.util.spec_from_file_location("calibration_table", REPO / "scripts" / "calibration_table.py")
+    spec = importlib.util.spec_from_file_location("calibration_table", REPO / "benchmarks" / "calibration_table.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("calibration_table", module)
@@ -105,7 +105,8 @@ def test_the_published_calibration_table_is_the_current_analysis(analyses):
     script = _table_script()
     measured = script._measured(MEASURED)
     rows = [r for name, analysis in analyses.items() for r in script.rows_of(name, analysis, measured)]
-    assert rows == json.loads(TABLE.read_text()), "regenerate it: python scripts/calibration_table.py (see its --help)"
+    regenerate = "regenerate it: python benchmarks/calibration_table.py (see its --help)"
+    assert rows == json.loads(TABLE.read_text()), regenerate
     benched = [r for r in rows if "measured_speedup" in r]
     assert len(benched) >= 12
 

@@ -1,7 +1,7 @@
 """Throughput percentages read as the busiest of a few inputs of ncu's breakdown (metrics.yaml `busiest_of`).
 
 Two recordings from an H100 (ncu 2025.3.1):
-- `h100_ncu_throughput_breakdowns.json.xz` (scripts/ncu_throughput_probe.py): 105 kernels of varied kinds, each with
+- `h100_ncu_throughput_breakdowns.json.xz` (benchmarks/ncu_throughput_probe.py): 105 kernels of varied kinds, each with
   the five `*__throughput` metrics and every input of their breakdowns at the same roll-up, from one ncu replay;
 - `h100_mlp_activations_eager.tar.xz` (scripts/record_gpu_fixtures.py): `operator-profiler run` on the example, with
   the default metric set as it stands, which collects the inputs and not the four throughputs themselves.

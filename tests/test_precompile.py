@@ -22,7 +22,7 @@ from mcp_server.process.bytecode import (
     precompile_workers,
     precompiling,
 )
-from mcp_server.process.children import child_command
+from mcp_server.process.child_scripts import child_command
 
 TREE = {  # a fake torch, its closure and a package `vision`, with import statements to follow
     "torch/__init__.py": "from torch import nn\nimport torch._dynamo.eval_frame as _ef\nfrom . import _utils\n",

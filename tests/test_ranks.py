@@ -16,8 +16,8 @@ from fixtures_util import extract_fixture, interval_union
 from mcp_server.assemble import assemble
 from mcp_server.assemble.collectives import kernel_collective, operator_collective
 from mcp_server.errors import UsageError
+from mcp_server.ranks.event_tables import EVENTS_FILE, profile_events, write_events, write_rank_events
 from mcp_server.ranks.merge import merge_ranks, rank_files
-from mcp_server.ranks.tables import EVENTS_FILE, profile_events, write_events, write_rank_events
 from mcp_server.rundir import RunDir
 
 _spec = importlib.util.spec_from_file_location("make_synthetic_ranks", REPO / "scripts" / "make_synthetic_ranks.py")

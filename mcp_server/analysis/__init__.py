@@ -7,6 +7,6 @@
 
 from mcp_server.analysis.analyze import analyze_profile
 from mcp_server.analysis.devices import match_device, measure_peaks
-from mcp_server.analysis.summary import format_summary
+from mcp_server.analysis.diagnosis import format_summary
 
 __all__ = ["analyze_profile", "format_summary", "match_device", "measure_peaks"]

@@ -21,14 +21,14 @@ from mcp_server.analysis.detect import (
     work_kernels,
 )
 from mcp_server.analysis.devices import PEAKS_FILE, load_measured, match_device, measure_peaks, save_measured
+from mcp_server.analysis.diagnosis import cpu_only_analysis, diagnose, stage_rows
 from mcp_server.analysis.floor import speed_of_light
 from mcp_server.analysis.opportunities import build_opportunities
-from mcp_server.analysis.ranks import distributed_analysis, merged
+from mcp_server.analysis.rank_findings import distributed_analysis, merged
 from mcp_server.analysis.roofline import combined_roofline, kernel_roofline
 from mcp_server.analysis.stalls import stall_breakdown
-from mcp_server.analysis.summary import cpu_only_analysis, diagnose, stage_rows
 from mcp_server.analysis.syncs import prerequisites, sync_finding, sync_points
-from mcp_server.analysis.timeline import Placed, place_kernels, timeline_health, unprofiled_window, window_length
+from mcp_server.analysis.timeline_health import Placed, place_kernels, timeline_health, unprofiled_window, window_length
 from mcp_server.analysis.trace import write_trace
 from mcp_server.errors import ProfilerError
 from mcp_server.schema.analysis import (

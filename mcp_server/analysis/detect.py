@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from mcp_server.analysis.rules import matches, patterns, rule
-from mcp_server.analysis.timeline import Placed
+from mcp_server.analysis.timeline_health import Placed
 from mcp_server.schema.analysis import Finding, TimelineHealth
 from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord
 

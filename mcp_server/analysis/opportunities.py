@@ -18,7 +18,7 @@ from mcp_server.analysis.devices import peak_at_clock
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes
 from mcp_server.analysis.syncs import SHORT_END
-from mcp_server.analysis.timeline import Placed
+from mcp_server.analysis.timeline_health import Placed
 from mcp_server.schema.analysis import DeviceSpec, Finding, KernelAnalysis, Opportunity, SyncPoint, TimelineHealth
 from mcp_server.schema.profile import OperatorAttributedProfile
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mcp_server.analysis.timeline import Placed, idle_gaps
+from mcp_server.analysis.timeline_health import Placed, idle_gaps
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import write_json_atomic
 

@@ -3,6 +3,6 @@
 
 from mcp_server.process.bytecode import interpreter_env, uses_cache
 from mcp_server.process.child import EarlyStop, now_iso, run_child
-from mcp_server.process.children import child_command, child_script
+from mcp_server.process.child_scripts import child_command, child_script
 
 __all__ = ["EarlyStop", "child_command", "child_script", "interpreter_env", "now_iso", "run_child", "uses_cache"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from mcp_server.errors import CancelledCapture
 from mcp_server.process.child import run_child
-from mcp_server.process.children import child_command
+from mcp_server.process.child_scripts import child_command
 from mcp_server.progress import Progress, quiet
 
 OPT_OUT = "OPERATOR_PROFILER_BYTECODE_CACHE"

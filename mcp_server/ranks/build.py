@@ -3,8 +3,8 @@ every rank's events (DuckDB over the Parquet files)."""
 
 from __future__ import annotations
 
+from mcp_server.ranks.event_tables import write_rank_events
 from mcp_server.ranks.merge import merge_ranks, rank_files
-from mcp_server.ranks.tables import write_rank_events
 from mcp_server.rundir import RunDir
 from mcp_server.schema.io import write_model_atomic
 from mcp_server.schema.profile import OperatorAttributedProfile

@@ -1,6 +1,6 @@
 """Merge time and peak memory of the rank merge at scale, on synthetic ranks (scripts/make_synthetic_ranks.py).
 
-    python scripts/measure_rank_merge.py --sizes 8,64,512 --kernels 100000 --work /tmp/rank_scale [--out FILE]
+    python benchmarks/measure_rank_merge.py --sizes 8,64,512 --kernels 100000 --work /tmp/rank_scale [--out FILE]
 
 For each size it writes the ranks' Parquet event tables (timed apart), then merges them in a fresh child
 process (`mcp_server.ranks.merge.merge_ranks`, DuckDB with 2 threads) and reads that child's peak resident

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from mcp_server.analysis.classify import kernel_issue
-from mcp_server.analysis.ranks import KNOWLEDGE as DISTRIBUTED_KNOWLEDGE
+from mcp_server.analysis.rank_findings import KNOWLEDGE as DISTRIBUTED_KNOWLEDGE
 from mcp_server.analysis.rules import rule
 from mcp_server.assemble.torch_profiler import window_outside_operators
 from mcp_server.schema.analysis import (

@@ -1,8 +1,8 @@
 """Measure the pipeline's targets on a GPU machine: end-to-end `run` wall time, attribution coverage,
 counter coverage, and per-operator time against the window's GPU busy time measured without any profiler.
 
-    python scripts/benchmark_targets.py --out "$OUT" [--workloads conv_block,gpt2] [--modes eager,inductor]
-    python scripts/benchmark_targets.py --out "$OUT" --modes inductor \
+    python benchmarks/benchmark_targets.py --out "$OUT" [--workloads conv_block,gpt2] [--modes eager,inductor]
+    python benchmarks/benchmark_targets.py --out "$OUT" --modes inductor \
         --workloads scripts/gpu_workloads/resnet50.py,scripts/gpu_workloads/encoder_train_step.py+train
 
 A workload is an example's name or a .py file's path; `+train` profiles its `train_step` (--train-step).

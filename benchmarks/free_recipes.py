@@ -1,6 +1,6 @@
 """Time what a user gets for free (torch.compile, reduce-overhead, bf16 autocast) beside candidate changes.
 
-    python scripts/free_recipes.py [EXAMPLE ...] [--out FILE]
+    python benchmarks/free_recipes.py [EXAMPLE ...] [--out FILE]
 
 For each example in examples/ (full size, on the GPU): the baseline eager, under torch.compile, under
 mode="reduce-overhead", both under bf16 autocast, and candidate changes built from knowledge/fx_patterns/ (BF16

@@ -1,6 +1,6 @@
 """Reduced-tier candidates against the free bf16-autocast recipe, with validate's error metric.
 
-    python scripts/reduced_tier_candidates.py [EXAMPLE ...] [--own] [--out FILE]
+    python benchmarks/reduced_tier_candidates.py [EXAMPLE ...] [--own] [--out FILE]
 
 For each example in examples/ (full size, on the GPU), and with `--own` for a transformer encoder and a CNN that
 are not examples: eager, `mode="reduce-overhead"`, that under bf16 and under float16 autocast, TF32 scoped to the

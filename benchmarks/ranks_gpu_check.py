@@ -1,7 +1,7 @@
 """Check the multi-rank path live on a GPU machine: `operator-profiler run --nproc-per-node N` on a workload,
 then what its profiles and ranks.json say about the collectives, written as one JSON summary.
 
-    python scripts/ranks_gpu_check.py --workload tests/workloads/ddp_mlp.py --nproc-per-node 1 --train-step \
+    python benchmarks/ranks_gpu_check.py --workload tests/workloads/ddp_mlp.py --nproc-per-node 1 --train-step \
         --run /tmp/ddp1 --summary "$OUT/ddp1.json" [--pack "$OUT/h100_ddp_one_rank.tar.xz"]
 """
 

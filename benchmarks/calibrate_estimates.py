@@ -1,10 +1,10 @@
 """Calibrate the analysis's estimates: apply each top opportunity alone, bench it, and put the measured change
 beside the estimate.
 
-    python scripts/calibrate_estimates.py --out "$OUT" [--work /tmp/op_targets] [--workloads conv_block,gpt2]
+    python benchmarks/calibrate_estimates.py --out "$OUT" [--work /tmp/op_targets] [--workloads conv_block,gpt2]
 
 For each workload (an example's name or a .py path), the eager run directory `WORK/<name>_eager` is reused when
-it holds a profile.json (`scripts/benchmark_targets.py` writes them), else `operator-profiler run` makes it.
+it holds a profile.json (`benchmarks/benchmark_targets.py` writes them), else `operator-profiler run` makes it.
 `analyze` ranks the opportunities; each one whose change class has a recipe below is applied alone, as an
 optimized workload whose `optimize(model)` does exactly that change, and `operator-profiler bench` times it against
 the eager baseline (CUDA events, interleaved, the baseline's weights). The estimated speedup is the unprofiled

@@ -1,14 +1,14 @@
 """The calibration table: each workload's window measured without the profiler, its verdict and top estimates,
 beside the speedups `bench` measured when each change was applied alone. Runs anywhere (no GPU).
 
-    python scripts/calibration_table.py --profiles tests/fixtures/h100_timing_profiles \
+    python benchmarks/calibration_table.py --profiles tests/fixtures/h100_timing_profiles \
         --measured docs/measurements/h100_calibration_examples_bench.json \
         --measured docs/measurements/h100_calibration_own_bench.json \
         --out docs/measurements/h100_calibration.json
 
 Each profile (`<workload>_eager.json` or `.json.xz`, recorded on the GPU machine by
-`scripts/benchmark_targets.py --profiles`) is analysed with the current analysis; each of its top opportunities
-is paired with the measured row of the same workload and change class (`scripts/calibrate_estimates.py`'s
+`benchmarks/benchmark_targets.py --profiles`) is analysed with the current analysis; each of its top opportunities
+is paired with the measured row of the same workload and change class (`benchmarks/calibrate_estimates.py`'s
 calibration.json; a later file wins). An estimate is an upper bound: the window over the window less the estimated
 saving bounds the speedup. Bench times its own eager baseline (back-to-back calls), which need not equal the timing
 pass's window, so speedups are compared, not milliseconds: a measured speedup above the estimated one, or above the
@@ -129,7 +129,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", required=True, type=Path, help="folder of <workload>_eager.json[.xz] profiles")
     parser.add_argument("--measured", action="append", default=[], type=Path,
-                        help="a calibration.json of scripts/calibrate_estimates.py (repeatable; a later file wins)")
+                        help="a calibration.json of benchmarks/calibrate_estimates.py (repeatable; a later file wins)")
     parser.add_argument("--out", type=Path, help="write the rows here as JSON")
     args = parser.parse_args()
     measured = _measured(args.measured)

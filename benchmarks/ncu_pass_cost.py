@@ -5,7 +5,7 @@ cudaProfilerStop) under `ncu --replay-mode kernel` once per variant of the optio
 (clock control, cache control, metric subsets) and prints, per variant, the passes ncu reported, the window's
 seconds and the seconds per replayed kernel, as JSON. GPU machine only:
 
-    python3 scripts/ncu_pass_cost.py --out pass_cost.json
+    python3 benchmarks/ncu_pass_cost.py --out pass_cost.json
 """
 
 from __future__ import annotations

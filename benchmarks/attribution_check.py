@@ -1,6 +1,6 @@
 """Run `operator-profiler run` on the attribution checks (GPU machine) and print what each profile attributes.
 
-    python scripts/attribution_check.py --out "$OUT"   # full-size training step (eager, inductor), graph breaks
+    python benchmarks/attribution_check.py --out "$OUT"   # full-size training step (eager, inductor), graph breaks
 
 Per run: wall time of the command, kernel-time shares with an operator, a module path and a call site, kernel
 time by phase, backward kernel time with a module path, and the graph breaks with their lines. The profiles are

@@ -5,7 +5,7 @@ differing name stops the join) and prints, per counter key asked for, how far th
 from the first's, and how many kernels `analyze` puts in another bottleneck class (from counters alone: the
 launch-overhead rule, which reads the run's own idle gaps, is left out). No GPU needed:
 
-    python3 scripts/compare_counter_sets.py OLD/profile.json NEW/profile.json [--keys sm_throughput_pct,...]
+    python3 benchmarks/compare_counter_sets.py OLD/profile.json NEW/profile.json [--keys sm_throughput_pct,...]
 """
 
 from __future__ import annotations

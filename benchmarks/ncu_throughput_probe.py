@@ -13,9 +13,9 @@ inputs, which take several replay passes. This probe, on a GPU machine:
    them, without them and each other group) timed as `ncu_pass_cost.py` times them: passes per kernel and
    seconds per replayed kernel.
 
-    python3 scripts/ncu_throughput_probe.py --out probe/                  # GPU machine
-    python3 scripts/ncu_throughput_probe.py --compare probe/values.json   # anywhere
-    python3 scripts/ncu_throughput_probe.py --fixture probe/ tests/fixtures/h100_ncu_throughput_breakdowns.json.xz
+    python3 benchmarks/ncu_throughput_probe.py --out probe/                  # GPU machine
+    python3 benchmarks/ncu_throughput_probe.py --compare probe/values.json   # anywhere
+    python3 benchmarks/ncu_throughput_probe.py --fixture probe/ tests/fixtures/h100_ncu_throughput_breakdowns.json.xz
 
 `--fixture` keeps, per kernel, the five throughputs and every input of their breakdowns at the throughput's own
 roll-up (what tests/test_ncu_busiest_of.py replays).
@@ -33,7 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from mcp_server.process.child import run_child  # noqa: E402
 from mcp_server.schema.io import write_json_atomic  # noqa: E402

@@ -1,6 +1,6 @@
 """On a GPU machine: SIGKILL the CLI in the middle of each pass of a run and check that no process of the run is left.
 
-    python scripts/kill_check.py [--workload examples/conv_block/conv_block.py] [--out FILE.json]
+    python benchmarks/kill_check.py [--workload examples/conv_block/conv_block.py] [--out FILE.json]
 
 For each case (the nsys pass of `run`, its ncu pass, the ncu pass under torchrun with two ranks when two GPUs are
 visible), the CLI starts with a tag of this script's own in its environment, is killed with SIGKILL once its
