@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 
-from conftest import EXAMPLES
+from conftest import REPO
 
 from mcp_server.capture.passes import run_pass
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions
 from mcp_server.children.compiling import GRAPH_RECORDS
 from mcp_server.rundir import RunDir
 
-WORKLOAD = EXAMPLES / "mlp_activations" / "mlp_activations.py"
+WORKLOAD = REPO / "tests" / "workloads" / "tiny_train.py"
 
 
 def _pass(run_dir, name: str = "timing") -> tuple[dict, dict]:
