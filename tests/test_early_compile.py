@@ -24,7 +24,9 @@ from mcp_server.rundir import RunDir
 
 HARNESS = child_script("harness")
 
-WORKLOAD = EXAMPLES / "mlp_activations" / "mlp_activations.py"
+# On a GPU a workload whose Triton kernels autotune; on a CPU the smallest one Inductor compiles (C++ builds are slow)
+WORKLOAD = (EXAMPLES / "mlp_activations" / "mlp_activations.py" if torch.cuda.is_available()
+            else REPO / "tests" / "workloads" / "tiny_train.py")
 TINY = REPO / "tests" / "workloads" / "tiny_mlp.py"
 
 
