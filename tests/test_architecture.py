@@ -32,8 +32,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "mcp_server.tables", "mcp_server.ranks", "mcp_server.memory"),
     6: ("mcp_server.render",),
     7: ("mcp_server.api",),
-    8: ("mcp_server.serve",),  # the MCP face's own helpers: its registry calls the facade
-    9: ("mcp_server.cli", "mcp_server.server"),
+    8: ("mcp_server.serve",),  # the MCP face: its tools (serve.app) and registry call the facade
+    9: ("mcp_server.cli",),
     10: ("mcp_server.__main__",),
 }
 ROOT_PACKAGE = "mcp_server"  # its __init__ holds the version only: any module may import it

@@ -17,7 +17,7 @@ from mcp_server.errors import UsageError
 from mcp_server.schema.flags import cli_flag, cli_flags
 from mcp_server.schema.requests import CaptureOptions, NcuOptions
 from mcp_server.serve.paths import PROJECT_ENV
-from mcp_server.server import server
+from mcp_server.serve.app import server
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:

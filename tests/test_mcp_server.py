@@ -29,7 +29,7 @@ from mcp_server.serve.interpreter import PYTHON_ENV, choose_python
 from mcp_server.serve.paths import ALLOWED_ENV, PROJECT_ENV
 from mcp_server.serve.runner import run_engine
 from mcp_server.serve.strict import StrictServer
-from mcp_server.server import server
+from mcp_server.serve.app import server
 from plugins.ncu.command import find_ncu
 
 FIXTURES = REPO / "tests" / "fixtures"
