@@ -197,20 +197,17 @@ Workload = Annotated[Path, Field(description="The .py file defining get_model_an
 Baseline = Annotated[Path, Field(description="The baseline workload .py file.")]
 Optimized = Annotated[Path, Field(description="The optimized workload .py file.")]
 ProfilePath = Annotated[Path, Field(description="A profile.json (or the run directory holding it).")]
-BenchJson = Annotated[Path | None, Field(description="bench.json (from bench): the only source of a stated "
-                                         "speedup."), Flag("--bench")]
+BenchJson = Annotated[Path | None, Field(description="bench.json (from bench): the only speedup stated."),
+                      Flag("--bench")]
 
 
 class ProfileRequest(Request):
     """profile / run: capture a workload's window into a run directory and assemble profile.json."""
 
-    workload: Annotated[Path, Field(description="Python file with get_model_and_input() (or an NvtxCapture "
-                                    "window), or with --script any script, run as it is: `--script train.py -- "
-                                    "ARGS...`")]
+    workload: Workload
     python: Interpreter
     capture: CaptureOptions = CaptureOptions()
-    backend: Annotated[Backend, Field(description="auto uses nsys when an NVIDIA GPU, nsys and ncu are present, "
-                                      "else torch.profiler.")] = "auto"
+    backend: Backend = "auto"
     ncu: NcuOptions | None = Field(
         default=None, description="Replay the window under ncu too (the run verb); None: no counters."
     )
@@ -225,8 +222,7 @@ class ProfileRequest(Request):
         default=None, description="The command to record in the manifest (default: the equivalent CLI command)."
     )
     top: Top = 10
-    memory: bool = Field(default=False, description="Also run the memory pass after the others (alone on the GPU): "
-                         "memory.json, where every byte at the window's peak comes from.")
+    memory: bool = Field(default=False, description="Also run the memory pass after the others (memory.json).")
 
 
 class MemoryRequest(Request):
@@ -289,15 +285,15 @@ class AnalyzeRequest(Request):
     output: Annotated[Path | None, Field(description="Folder for analysis.json, charts, trace (default: "
                                          "./op_runs/<workload>-analysis-<time>)" + LOOP_NOTE), OUTPUT] = None
     project: Path
-    measure: Annotated[bool, Field(description="Microbenchmark a GPU missing from knowledge/devices.yaml."),
+    measure: Annotated[bool, Field(description="Microbenchmark a GPU missing from the device table."),
                        Flag("--no-microbench")] = True
 
 
 class CompareRequest(Request):
     """compare: per-operator, per-module and per-kernel deltas of two profiles."""
 
-    baseline: ProfilePath
-    optimized: ProfilePath
+    baseline: Path
+    optimized: Path
     allow_mismatch: bool = Field(default=False, description="Compare different devices or input shapes anyway.")
     output: Annotated[Path | None, Field(description="Folder for comparison.json/.md (default: "
                                          "./op_runs/<workload>-compare-<time>)" + LOOP_NOTE), OUTPUT] = None
@@ -356,12 +352,10 @@ class BenchRequest(Request):
     optimized: Optimized
     python: Interpreter
     timing: TimingOptions = TimingOptions()
-    rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3): rounds alternate the two sides' "
-                                 "processes, flipping their order every round.")] = 3
+    rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3).")] = 3
     baseline_mode: BaselineMode = "eager"
-    tier: Tier = Field(default="exact", description="The precision tier whose winner `free` runs.")
-    recipes: Path | None = Field(default=None, description="recipes.json for `free` (default: the one beside the "
-                                 "baseline workload).")
+    tier: Tier = Field(default="exact", description="The tier whose winner `free` runs.")
+    recipes: Path | None = Field(default=None, description="recipes.json for `free`.")
     output: Annotated[Path | None, Field(description="Folder for bench.json (bench_vs_free.json against free, "
                                          "bench_vs_<recipe>.json against a recipe; default "
                                          "./op_runs/<name>-bench-<time>)" + LOOP_NOTE), OUTPUT] = None
@@ -380,13 +374,10 @@ class RecipesRequest(Request):
     workload: Workload
     python: Interpreter
     timing: RecipeTiming = RecipeTiming()
-    thorough: bool = Field(default=False, description="Also max-autotune modes, and channels_last and cuDNN's "
-                           "autotuner on every recipe instead of each tier's winner (compiles for much longer).")
-    only: tuple[str, ...] = Field(default=(), description="Run only these recipes (beside fp32 eager, the reference).")
-    seeds: Annotated[tuple[int, ...], Field(min_length=1, description="Seeds whose models and inputs each recipe "
-                                            "is validated on (comma-separated on the command line).")] = (0, 1, 2)
-    jobs: Annotated[int | None, Field(ge=1, description="Recipe processes at a time (default: by the CPU count on a "
-                                      "GPU, 1 on the CPU).")] = None
+    thorough: bool = Field(default=False, description="Also max-autotune and every layout.")
+    only: tuple[str, ...] = Field(default=(), description="Only these recipes.")
+    seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2)
+    jobs: Annotated[int | None, Field(ge=1, description="Processes at a time.")] = None
     output: Annotated[Path | None, Field(description="Folder for recipes.json and frontier.png (default "
                                          "./op_runs/<name>-recipes-<time>)."), OUTPUT] = None
     project: Path
@@ -403,13 +394,10 @@ class OptimizeRequest(Request):
 
     workload: Workload
     python: Interpreter
-    tier: Tier = Field(default="exact", description="The precision tier whose frontier winner becomes the optimized "
-                       "workload: exact keeps fp32 (TF32 off); reduced allows TF32/bf16/fp16 within 1e-2.")
+    tier: Tier = "exact"
     timing: TimingOptions = TimingOptions()
-    recipes: Path | None = Field(default=None, description="A recipes.json measured earlier on this GPU for this "
-                                 "workload, to reuse instead of measuring the frontier again.")
-    thorough: bool = Field(default=False, description="Measure the frontier with --thorough (max-autotune modes, "
-                           "every layout combination).")
+    recipes: Path | None = Field(default=None, description="A recipes.json to reuse.")
+    thorough: bool = False
     output: Annotated[Path | None, Field(description="The folder every file goes into (default: a fresh one "
                                          "under op_runs/)."), OUTPUT] = None
     project: Path
@@ -422,25 +410,21 @@ class ValidateRequest(Request):
     baseline: Baseline
     optimized: Optimized
     python: Interpreter
-    seeds: Annotated[tuple[int, ...], Field(min_length=1, description="Seeds for fresh inputs (comma-separated on "
-                                            "the command line).")] = (0, 1, 2)
+    seeds: Annotated[tuple[int, ...], Field(min_length=1, description="Seeds for fresh inputs.")] = (0, 1, 2)
     rtol: Annotated[float | None, Field(ge=0, description="Relative tolerance for every dtype.")] = None
     atol: Annotated[float | None, Field(ge=0, description="Absolute tolerance for every dtype.")] = None
     tolerances: Annotated[dict[str, float] | None, Field(description="rtol per dtype class, e.g. bfloat16=2e-2."),
                           Flag("--tolerance", repeat=True)] = None
-    run_tests: Annotated[bool, Field(description="Run the workload's generated test_<name>.py beside it."),
+    run_tests: Annotated[bool, Field(description="Run the generated test_<name>.py beside it."),
                          Flag("--no-tests")] = True
     speedup: float | None = Field(default=None, description="Measured speedup to check for plausibility.")
     bench_json: BenchJson = None
-    max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound above which a speedup is "
-                                                         "suspect.")] = None
-    analysis: Path | None = Field(default=None, description="The baseline's analysis.json: its speed of light bounds "
-                                  "the speedup when max_plausible_speedup is not given.")
-    tier: Tier = Field(default="exact", description="Precision tier: exact keeps fp32 tolerances and dtypes; reduced "
-                       "holds float32 outputs to 1e-2 unless a tolerance names the class, and accepts them in "
-                       "float16/bfloat16.")
-    optimizations: Path | None = Field(default=None, description="optimizations.json: every implemented item must "
-                                       "fire its own pass (check planned_passes).")
+    max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None
+    analysis: Path | None = Field(default=None, description="The baseline's analysis.json (bounds the speedup).")
+    tier: Tier = Field(default="exact", description="exact: fp32 tolerances; reduced: 1e-2, fp16/bf16 outputs "
+                       "accepted.")
+    optimizations: Path | None = Field(default=None, description="optimizations.json: each implemented item must "
+                                       "fire its own pass.")
     output: Annotated[Path | None, Field(description="Folder for validation_report.json (default: "
                                          "./op_runs/<optimized>-validate-<time>)" + LOOP_NOTE), OUTPUT] = None
     project: Path
@@ -450,21 +434,18 @@ class ValidateRequest(Request):
 class ReportRequest(Request):
     """report: report.md and OPTIMIZED_WORKLOAD.md, or with `plan` proposal.md and implementation.md."""
 
-    baseline_profile: Annotated[Path, Field(description="The baseline profile.json (or its run directory)."),
-                                Positional("profile")]
-    optimized_profile: Path | None = Field(default=None, description="The optimized workload's profile.json.")
+    baseline_profile: Annotated[Path, Positional("profile")]
+    optimized_profile: Path | None = Field(default=None, description="The optimized workload's profile.")
     analysis: Path | None = Field(default=None, description="analysis.json: the optimized profile's (report) or the "
                                   "baseline's (plan).")
-    baseline_analysis: Path | None = Field(default=None, description="The baseline's analysis.json: its estimates "
-                                           "beside the measured speedup (default: the one optimizations.json names).")
-    comparison: Path | None = Field(default=None, description="comparison.json of the two profiles (from compare).")
+    baseline_analysis: Path | None = Field(default=None, description="The baseline's analysis.json (estimates "
+                                           "beside the speedup).")
+    comparison: Path | None = Field(default=None, description="comparison.json (from compare).")
     bench_json: BenchJson = None
-    recipes: Path | None = Field(default=None, description="recipes.json: the free frontier measured on the same GPU.")
-    bench_vs_free: Path | None = Field(default=None, description="bench_vs_free.json: the optimized workload against "
-                                       "the winner of its tier of the free frontier.")
+    recipes: Path | None = Field(default=None, description="recipes.json (from recipes).")
+    bench_vs_free: Path | None = Field(default=None, description="bench_vs_free.json (baseline_mode 'free').")
     validation: Path | None = Field(default=None, description="validation_report.json (from validate).")
-    optimizations: Path | None = Field(default=None, description="optimizations.json: what was planned, applied or "
-                                       "not.")
+    optimizations: Path | None = Field(default=None, description="optimizations.json of the changes made.")
     plan: bool = Field(default=False, description="Validate optimizations.json; write proposal.md and "
                        "implementation.md instead.")
     output: Annotated[Path | None, Field(description="Folder for the documents (default: "
@@ -483,5 +464,4 @@ class PreflightRequest(Request):
     """preflight: can this machine profile, under this interpreter?"""
 
     python: Interpreter
-    quick: bool = Field(default=False, description="Only find torch under that interpreter, without importing it, "
-                        "and skip the tools' versions.")
+    quick: bool = Field(default=False, description="Find torch without importing it; skip the tools' versions.")

@@ -74,7 +74,6 @@ from mcp_server.serve.tools import (
     ProfileRef,
     Python,
     TimeoutS,
-    Tolerances,
     call,
     request,
     server,
@@ -83,7 +82,7 @@ from mcp_server.serve.tools import (
 from mcp_server.serve.wording import mcp_words
 
 
-@tool("Preflight: can this machine profile?", READ_ONLY)
+@tool("Preflight: can this machine profile?", READ_ONLY, verb=PreflightRequest)
 async def preflight(ctx: Context, python: Python = None, quick: bool = False) -> PreflightResult:
     """Check the GPU, driver, torch/CUDA under the workload's interpreter, nsys, ncu and counter permission.
 
@@ -97,16 +96,16 @@ async def preflight(ctx: Context, python: Python = None, quick: bool = False) ->
     return found.model_copy(update={"summary": mcp_words(found.summary)})
 
 
-@tool("Profile a workload", RUNS_WORKLOAD, options=CaptureOptions)
+@tool("Profile a workload", RUNS_WORKLOAD, options=CaptureOptions, verb=ProfileRequest)
 async def profile(
-    workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
+    workload: str,
     ctx: Context,
     backend: Backend = "auto",
     counters: Annotated[bool, Field(description="Also replay kernels under ncu (slower).")] = False,
     python: Python = None,
     output: Output = None,
     top: Positive = 10,
-    memory: Annotated[bool, Field(description="Also run the memory pass after the others (memory.json).")] = False,
+    memory: bool = False,
     **capture: Any,
 ) -> ProfileRun:
     """Run a workload's measured window under a profiler; attribute every kernel to its operator and module.
@@ -127,11 +126,10 @@ async def profile(
     return await call(ctx, "profile", (3 if memory else 2) * options.timeout_s + ASSEMBLY_MARGIN_S, make)
 
 
-@tool("Memory: where every byte at the peak comes from", RUNS_WORKLOAD, options=CaptureOptions, only=WINDOW_OPTIONS)
+@tool("Memory: where every byte at the peak comes from", RUNS_WORKLOAD, options=CaptureOptions, only=WINDOW_OPTIONS,
+      verb=MemoryRequest)
 async def memory(
-    target: Annotated[str, Field(description="A workload .py to capture (GPU), or a run directory holding a memory "
-                                 "pass to rebuild memory.json from (no GPU).")],
-    ctx: Context, python: Python = None, output: Output = None, top: Positive = 10, **capture: Any,
+    target: str, ctx: Context, python: Python = None, output: Output = None, top: Positive = 10, **capture: Any,
 ) -> MemoryRun:
     """Record the CUDA caching allocator's history over the window; attribute every block live at the peak to its
     operator, module, phase, line and category (parameter, gradient, optimizer_state, activation, ...).
@@ -146,9 +144,9 @@ async def memory(
         capture=options, output=resolve_optional(output, "output directory"), project=project_dir(), top=top))
 
 
-@tool("Map: add ncu counters to a run", REPLACES_COUNTERS, name="map", options=NcuOptions)
+@tool("Map: add ncu counters to a run", REPLACES_COUNTERS, name="map", options=NcuOptions, verb=MapRequest)
 async def map_counters(
-    run_dir: Annotated[str, Field(description="A run directory captured with backend 'nsys'.")],
+    run_dir: str,
     ctx: Context,
     timeout_s: TimeoutS = 600.0,
     top: Positive = 10,
@@ -164,9 +162,9 @@ async def map_counters(
         top=top), "map")
 
 
-@tool("Assemble profile.json from a run directory", REBUILDS)
+@tool("Assemble profile.json from a run directory", REBUILDS, verb=AssembleRequest)
 async def assemble(
-    run_dir: Annotated[str, Field(description="A run directory (holding manifest.json).")],
+    run_dir: str,
     ctx: Context,
     top: Positive = 10,
 ) -> ProfileRun:
@@ -178,12 +176,12 @@ async def assemble(
                        lambda: request(AssembleRequest, run_dir=resolve(run_dir, "run directory"), top=top))
 
 
-@tool("Analyze a profile: bottleneck and opportunities", REBUILDS)
+@tool("Analyze a profile: bottleneck and opportunities", REBUILDS, verb=AnalyzeRequest)
 async def analyze(
     profile: ProfileRef,
     ctx: Context,
     output: Output = None,
-    measure: Annotated[bool, Field(description="Microbenchmark a GPU missing from the device table.")] = True,
+    measure: bool = True,
 ) -> AnalyzeResult:
     """Diagnose a profile: the bottleneck and its root cause, a per-stage table, patterns and ranked
     optimization opportunities with Amdahl-bounded estimates and pointers into knowledge/.
@@ -195,12 +193,12 @@ async def analyze(
         project=project_dir(), measure=measure))
 
 
-@tool("Compare two profiles", REBUILDS)
+@tool("Compare two profiles", REBUILDS, verb=CompareRequest)
 async def compare(
     baseline: ProfileRef,
     optimized: ProfileRef,
     ctx: Context,
-    allow_mismatch: Annotated[bool, Field(description="Compare different devices or input shapes anyway.")] = False,
+    allow_mismatch: bool = False,
     output: Output = None,
     top: Positive = 15,
 ) -> CompareResult:
@@ -215,16 +213,16 @@ async def compare(
         top=top))
 
 
-@tool("Bench two workloads, each in its own processes", RUNS_WORKLOAD, options=TimingOptions)
+@tool("Bench two workloads, each in its own processes", RUNS_WORKLOAD, options=TimingOptions, verb=BenchRequest)
 async def bench(
-    baseline: Annotated[str, Field(description="The baseline workload .py file.")],
-    optimized: Annotated[str, Field(description="The optimized workload .py file.")],
+    baseline: str,
+    optimized: str,
     ctx: Context,
     python: Python = None,
     rounds: Annotated[int, Field(ge=3)] = 3,
     baseline_mode: BaselineMode = "eager",
     tier: Tier = "exact",
-    recipes: Annotated[str | None, Field(description="recipes.json for 'free'.")] = None,
+    recipes: str | None = None,
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
     **timing: Any,
@@ -241,15 +239,15 @@ async def bench(
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
-@tool("Recipes: the free frontier of a workload", RUNS_WORKLOAD, options=RecipeTiming)
+@tool("Recipes: the free frontier of a workload", RUNS_WORKLOAD, options=RecipeTiming, verb=RecipesRequest)
 async def recipes(
-    workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
+    workload: str,
     ctx: Context,
     python: Python = None,
-    thorough: Annotated[bool, Field(description="Also max-autotune and every layout.")] = False,
-    only: Annotated[tuple[str, ...], Field(description="Only these recipes.")] = (),
+    thorough: bool = False,
+    only: tuple[str, ...] = (),
     seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2),
-    jobs: Annotated[int | None, Field(ge=1, description="Processes at a time.")] = None,
+    jobs: Annotated[int | None, Field(ge=1)] = None,
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
     **timing: Any,
@@ -266,13 +264,14 @@ async def recipes(
         project=project_dir(), timeout_s=timeout_s))
 
 
-@tool("Optimize: the frontier's winner as an optimized workload, proven", RUNS_WORKLOAD, options=TimingOptions)
+@tool("Optimize: the frontier's winner as an optimized workload, proven", RUNS_WORKLOAD, options=TimingOptions,
+      verb=OptimizeRequest)
 async def optimize(
-    workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
+    workload: str,
     ctx: Context,
     python: Python = None,
     tier: Tier = "exact",
-    recipes: Annotated[str | None, Field(description="A recipes.json to reuse.")] = None,
+    recipes: str | None = None,
     thorough: bool = False,
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
@@ -290,25 +289,23 @@ async def optimize(
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
-@tool("Validate an optimized workload", RUNS_WORKLOAD)
+@tool("Validate an optimized workload", RUNS_WORKLOAD, verb=ValidateRequest)
 async def validate(
-    baseline: Annotated[str, Field(description="The baseline workload .py file.")],
-    optimized: Annotated[str, Field(description="The optimized workload .py file.")],
+    baseline: str,
+    optimized: str,
     ctx: Context,
     python: Python = None,
-    seeds: Annotated[tuple[int, ...], Field(min_length=1, description="Seeds for fresh inputs.")] = (0, 1, 2),
-    rtol: Annotated[float | None, Field(ge=0, description="Relative tolerance for every dtype.")] = None,
-    atol: Annotated[float | None, Field(ge=0, description="Absolute tolerance for every dtype.")] = None,
-    tolerances: Tolerances = None,
-    run_tests: Annotated[bool, Field(description="Run the generated test_<name>.py beside it.")] = True,
-    speedup: Annotated[float | None, Field(description="Measured speedup to check for plausibility.")] = None,
-    bench_json: Annotated[str | None, Field(description="A bench.json whose speedup to check instead.")] = None,
-    max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None,
-    analysis: Annotated[str | None, Field(description="The baseline's analysis.json (bounds the speedup).")] = None,
-    tier: Annotated[Tier, Field(description="exact: fp32 tolerances; reduced: 1e-2, fp16/bf16 outputs "
-                                "accepted.")] = "exact",
-    optimizations: Annotated[str | None, Field(
-        description="optimizations.json: each implemented item must fire its own pass.")] = None,
+    seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2),
+    rtol: Annotated[float | None, Field(ge=0)] = None,
+    atol: Annotated[float | None, Field(ge=0)] = None,
+    tolerances: dict[str, float] | None = None,
+    run_tests: bool = True,
+    speedup: float | None = None,
+    bench_json: str | None = None,
+    max_plausible_speedup: Annotated[float | None, Field(ge=0)] = None,
+    analysis: str | None = None,
+    tier: Tier = "exact",
+    optimizations: str | None = None,
     output: Output = None,
     timeout_s: TimeoutS = 600.0,
 ) -> ValidateToolResult:
@@ -327,26 +324,20 @@ async def validate(
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
-@tool("Report: report.md and OPTIMIZED_WORKLOAD.md", REBUILDS)
+@tool("Report: report.md and OPTIMIZED_WORKLOAD.md", REBUILDS, verb=ReportRequest)
 async def report(
     baseline_profile: ProfileRef,
     ctx: Context,
-    optimized_profile: Annotated[str | None, Field(description="The optimized workload's profile.")] = None,
-    analysis: Annotated[str | None, Field(
-        description="analysis.json: the optimized profile's (report) or the baseline's (plan)."
-    )] = None,
-    baseline_analysis: Annotated[str | None, Field(
-        description="The baseline's analysis.json (estimates beside the speedup)."
-    )] = None,
-    comparison: Annotated[str | None, Field(description="comparison.json (from compare).")] = None,
-    bench_json: Annotated[str | None, Field(description="bench.json (from bench): the only speedup stated.")] = None,
-    recipes: Annotated[str | None, Field(description="recipes.json (from recipes).")] = None,
-    bench_vs_free: Annotated[str | None, Field(description="bench_vs_free.json (baseline_mode 'free').")] = None,
-    validation: Annotated[str | None, Field(description="validation_report.json (from validate).")] = None,
-    optimizations: Annotated[str | None, Field(description="optimizations.json of the changes made.")] = None,
-    plan: Annotated[bool, Field(
-        description="Validate optimizations.json; write proposal.md and implementation.md instead."
-    )] = False,
+    optimized_profile: str | None = None,
+    analysis: str | None = None,
+    baseline_analysis: str | None = None,
+    comparison: str | None = None,
+    bench_json: str | None = None,
+    recipes: str | None = None,
+    bench_vs_free: str | None = None,
+    validation: str | None = None,
+    optimizations: str | None = None,
+    plan: bool = False,
     output: Output = None,
 ) -> ReportResult:
     """Write report.md and, given validation, bench or optimizations, OPTIMIZED_WORKLOAD.md.
@@ -403,9 +394,9 @@ async def kernel_detail(profile: ProfileRef, kernel_id: int, ctx: Context) -> Ke
         KernelDetailRequest, profile=resolve(profile, "profile"), kernel_id=kernel_id), "query")
 
 
-@tool("Loop status: which optimization stage is next", READ_ONLY)
+@tool("Loop status: which optimization stage is next", READ_ONLY, verb=LoopStatusRequest)
 async def loop_status(
-    workload: Annotated[str, Field(description="The baseline NAME.py; its folder holds the loop's files.")],
+    workload: str,
     ctx: Context,
 ) -> LoopStatusResult:
     """Where the /optimize loop on a workload stands: each stage done, missing, stale or failed, from the

@@ -54,13 +54,13 @@ QUERY_LIMIT_S = 120.0
 ASSEMBLY_MARGIN_S = 300.0
 
 # Parameters shared by the tools are described once, in INSTRUCTIONS, not in every tool's schema.
+INSTRUCTED = frozenset({"python", "output", "timeout_s", "top", "limit", "profile"})
 Python = Annotated[str | None, Field()]
 Output = Annotated[str | None, Field()]
 TimeoutS = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
 ProfileRef = Annotated[str, Field()]
-Tolerances = Annotated[dict[str, float] | None, Field(description="rtol per dtype class, e.g. {'bfloat16': 2e-2}.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R", bound=BaseModel)
@@ -70,13 +70,16 @@ server = StrictServer(name="operator-profiler", version=__version__, instruction
 
 def tool(
     title: str, annotations: ToolAnnotations, name: str | None = None, options: type[BaseModel] | None = None,
-    only: tuple[str, ...] | None = None,
+    only: tuple[str, ...] | None = None, verb: type[BaseModel] | None = None,
 ) -> Callable[[F], F]:
-    """Register a tool whose description is its docstring, dedented. With `options`, the tool's `**options`
+    """Register a tool whose description is its docstring, dedented. With `verb`, each parameter named like a field
+    of that request model takes the field's description (`described`). With `options`, the tool's `**options`
     stands for one parameter per field of that request model (its type, bounds, default and description), or per
     field named in `only`."""
 
     def register(fn: F) -> F:
+        if verb is not None:
+            fn.__signature__ = described(fn, verb)  # type: ignore[attr-defined]
         if options is not None:
             fn.__signature__ = with_options(fn, options, only)  # type: ignore[attr-defined]
         server.add_tool(fn, name=name, title=title, description=inspect.cleandoc(fn.__doc__ or ""),
@@ -84,6 +87,19 @@ def tool(
         return fn
 
     return register
+
+
+def described(fn: Callable[..., Any], model: type[BaseModel]) -> inspect.Signature:
+    """`fn`'s signature, each parameter named like a field of `model` described by that field (the one place its
+    description is written); the parameters the instructions describe (`INSTRUCTED`) are left bare."""
+    signature = inspect.signature(fn, eval_str=True)
+    params = []
+    for param in signature.parameters.values():
+        field = model.model_fields.get(param.name)
+        if field is not None and field.description and param.name not in INSTRUCTED:
+            param = param.replace(annotation=Annotated[param.annotation, Field(description=field.description)])
+        params.append(param)
+    return signature.replace(parameters=params)
 
 
 def with_options(fn: Callable[..., Any], model: type[BaseModel], only: tuple[str, ...] | None = None
