@@ -2,8 +2,9 @@
 
 Each subcommand parses its arguments into the verb's typed request, runs the verb with a progress sink that
 shows its phases on stderr (one updating line on a terminal, plain lines otherwise; none with --quiet; the
-children's own output too with --verbose, which every pass keeps in its log anyway), and prints the result. The flags of
-the capture and ncu option groups are made from their request models' fields.
+children's own output too with --verbose, which every pass keeps in its log anyway), and prints the result. Every
+subcommand's arguments are made from its request model's fields (`add_options`): spelling, type, default, and the
+field's description as help; only --python, --quiet, --verbose, --json and --version are the command line's own.
 """
 
 from __future__ import annotations
@@ -430,8 +431,9 @@ def _add_capture_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_python(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--python", default=sys.executable,
-                   help="interpreter that runs the workload (default: this one, %(default)s)")
+    field = Interpreter.model_fields["python"]
+    p.add_argument(cli_flag("python", field).name, default=sys.executable,
+                   help=f"{field.description} (default: this one, %(default)s)")
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:

@@ -16,8 +16,8 @@ from mcp_server.cli import build_parser, options_from
 from mcp_server.errors import UsageError
 from mcp_server.schema.flags import cli_flag, cli_flags
 from mcp_server.schema.requests import CaptureOptions, NcuOptions
-from mcp_server.serve.paths import PROJECT_ENV
 from mcp_server.serve.app import server
+from mcp_server.serve.paths import PROJECT_ENV
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:

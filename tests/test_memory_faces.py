@@ -29,8 +29,8 @@ from mcp_server.memory.run import diagnosed
 from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.requests import AssembleRequest, Interpreter, ProfileRequest, ReportRequest, SummaryRequest
-from mcp_server.serve.runner import run_engine
 from mcp_server.serve.app import server
+from mcp_server.serve.runner import run_engine
 
 TINY = REPO / "tests" / "workloads" / "tiny_mlp.py"
 PROFILE = REPO / "tests" / "fixtures" / "h100_timing_profiles" / "encoder_train_step_train_eager.json.xz"

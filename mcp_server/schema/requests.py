@@ -1,9 +1,9 @@
 """The facade's typed requests (`mcp_server.api`): one model per verb, and the option groups they share.
 
-The CLI's flags and the MCP tools' parameters for the option groups (`CaptureOptions`, `NcuOptions`) are made
-from these fields, their types, bounds and descriptions: adding an option is one field here plus its use in the
-adapter that consumes it. A field's CLI spelling is `--<name-with-dashes>` (a boolean that defaults to true:
-`--no-<name>`) unless a `Flag` in its metadata says otherwise.
+The CLI's arguments and the MCP tools' parameter descriptions are made from these fields, their types, bounds and
+descriptions (each written once, here): adding an option is one field here plus its use in the adapter that
+consumes it. A field's CLI spelling is `--<name-with-dashes>` (a boolean that defaults to true: `--no-<name>`)
+unless a `Flag` in its metadata says otherwise; a required field is a positional argument.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ class NcuOptions(Request):
 class Interpreter(Request):
     """The Python that runs the workload, and why that one."""
 
-    python: str
+    python: Annotated[str, Field(description="The interpreter that runs the workload."), Flag("--python")]
     source: str = Field(
         default="argument",
         description="Why this one: 'argument', 'OPERATOR_PROFILER_PYTHON', 'project .venv', 'PATH' or 'manifest'.",

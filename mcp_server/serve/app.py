@@ -3,8 +3,9 @@
 Each tool is a thin face: its docstring is the description an agent reads, its return type the output schema,
 and its body builds the verb's typed request (paths resolved against the client's project, the workload's
 interpreter chosen) and hands the verb to `run_engine`, which runs it in a worker thread with progress,
-cancellation and a time limit. The parameters of the capture and ncu option groups are made from their request
-models' fields. Start-up imports no engine module and no torch: `api` is imported on the first call.
+cancellation and a time limit. A parameter named like a field of the verb's request model takes that field's
+description (`tool(verb=...)`), and the option groups' parameters are made from their models' fields. Start-up
+imports no engine module and no torch: `api` is imported on the first call.
 """
 
 from __future__ import annotations
