@@ -69,12 +69,10 @@ from mcp_server.serve.tools import (
     REBUILDS,
     REPLACES_COUNTERS,
     RUNS_WORKLOAD,
-    Count,
     Output,
     Positive,
     ProfileRef,
     Python,
-    TimeoutS,
     call,
     request,
     server,
@@ -105,7 +103,7 @@ async def profile(
     counters: Annotated[bool, Field(description="Also replay kernels under ncu (slower).")] = False,
     python: Python = None,
     output: Output = None,
-    top: Positive = 10,
+    top: int = 10,
     memory: bool = False,
     **capture: Any,
 ) -> ProfileRun:
@@ -130,7 +128,7 @@ async def profile(
 @tool("Memory: where every byte at the peak comes from", RUNS_WORKLOAD, options=CaptureOptions, only=WINDOW_OPTIONS,
       verb=MemoryRequest)
 async def memory(
-    target: str, ctx: Context, python: Python = None, output: Output = None, top: Positive = 10, **capture: Any,
+    target: str, ctx: Context, python: Python = None, output: Output = None, top: int = 10, **capture: Any,
 ) -> MemoryRun:
     """Record the CUDA caching allocator's history over the window; attribute every block live at the peak to its
     operator, module, phase, line and category (parameter, gradient, optimizer_state, activation, ...).
@@ -149,8 +147,8 @@ async def memory(
 async def map_counters(
     run_dir: str,
     ctx: Context,
-    timeout_s: TimeoutS = 600.0,
-    top: Positive = 10,
+    timeout_s: float = 600.0,
+    top: int = 10,
     **ncu: Any,
 ) -> ProfileRun:
     """Replay an nsys run's window kernels under Nsight Compute; rebuild its profile.json with counters.
@@ -167,7 +165,7 @@ async def map_counters(
 async def assemble(
     run_dir: str,
     ctx: Context,
-    top: Positive = 10,
+    top: int = 10,
 ) -> ProfileRun:
     """Rebuild a run directory's profile.json from its raw artifacts alone: no GPU and no workload needed.
 
@@ -201,7 +199,7 @@ async def compare(
     ctx: Context,
     allow_mismatch: bool = False,
     output: Output = None,
-    top: Positive = 15,
+    top: int = 15,
 ) -> CompareResult:
     """Per-operator, per-module and per-kernel deltas of an optimized profile against its baseline.
 
@@ -220,12 +218,12 @@ async def bench(
     optimized: str,
     ctx: Context,
     python: Python = None,
-    rounds: Annotated[int, Field(ge=3)] = 3,
+    rounds: int = 3,
     baseline_mode: BaselineMode = "eager",
     tier: Tier = "exact",
     recipes: str | None = None,
     output: Output = None,
-    timeout_s: TimeoutS = 600.0,
+    timeout_s: float = 600.0,
     **timing: Any,
 ) -> BenchToolResult:
     """Time two workloads, each in its own processes (rounds alternating): latency and back-to-back speedups, 95% CI.
@@ -247,10 +245,10 @@ async def recipes(
     python: Python = None,
     thorough: bool = False,
     only: tuple[str, ...] = (),
-    seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2),
-    jobs: Annotated[int | None, Field(ge=1)] = None,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    jobs: int | None = None,
     output: Output = None,
-    timeout_s: TimeoutS = 600.0,
+    timeout_s: float = 600.0,
     **timing: Any,
 ) -> RecipesResult:
     """The free frontier: every few-line recipe (compile modes, TF32, bf16/fp16 autocast or cast, channels_last,
@@ -275,7 +273,7 @@ async def optimize(
     recipes: str | None = None,
     thorough: bool = False,
     output: Output = None,
-    timeout_s: TimeoutS = 600.0,
+    timeout_s: float = 600.0,
     **timing: Any,
 ) -> OptimizeResult:
     """The floor in one call: profile, the free frontier, the tier's winner written as <name>_optimized.py, bench
@@ -296,19 +294,19 @@ async def validate(
     optimized: str,
     ctx: Context,
     python: Python = None,
-    seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2),
-    rtol: Annotated[float | None, Field(ge=0)] = None,
-    atol: Annotated[float | None, Field(ge=0)] = None,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    rtol: float | None = None,
+    atol: float | None = None,
     tolerances: dict[str, float] | None = None,
     run_tests: bool = True,
     speedup: float | None = None,
     bench_json: str | None = None,
-    max_plausible_speedup: Annotated[float | None, Field(ge=0)] = None,
+    max_plausible_speedup: float | None = None,
     analysis: str | None = None,
     tier: Tier = "exact",
     optimizations: str | None = None,
     output: Output = None,
-    timeout_s: TimeoutS = 600.0,
+    timeout_s: float = 600.0,
 ) -> ValidateToolResult:
     """Check that an optimized workload computes what the baseline does, and that its speedup is plausible.
 
@@ -370,9 +368,9 @@ async def top_operators(profile: ProfileRef, ctx: Context, limit: Positive = 10)
                        lambda: request(SummaryRequest, profile=resolve(profile, "profile"), top=limit), "query")
 
 
-@tool("One operator call in detail", READ_ONLY)
+@tool("One operator call in detail", READ_ONLY, verb=OperatorDetailRequest)
 async def operator_detail(
-    profile: ProfileRef, operator_id: str, ctx: Context, max_kernels: Count = 50
+    profile: ProfileRef, operator_id: str, ctx: Context, max_kernels: int = 50
 ) -> OperatorDetail:
     """One operator call (operator_id such as 'aten::linear#3'): module path, shapes, dtypes, fused ops, its
     kernels in launch order and their counters.

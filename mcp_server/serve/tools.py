@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from mcp_server import __version__
 from mcp_server.progress import Progress
-from mcp_server.schema.flags import usage_error
+from mcp_server.schema.flags import Flag, Positional, usage_error
 from mcp_server.serve.paths import CLIENT_ROOTS
 from mcp_server.serve.runner import client_roots, run_engine
 from mcp_server.serve.strict import StrictServer
@@ -57,8 +57,6 @@ ASSEMBLY_MARGIN_S = 300.0
 INSTRUCTED = frozenset({"python", "output", "timeout_s", "top", "limit", "profile"})
 Python = Annotated[str | None, Field()]
 Output = Annotated[str | None, Field()]
-TimeoutS = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
 ProfileRef = Annotated[str, Field()]
 
@@ -90,14 +88,19 @@ def tool(
 
 
 def described(fn: Callable[..., Any], model: type[BaseModel]) -> inspect.Signature:
-    """`fn`'s signature, each parameter named like a field of `model` described by that field (the one place its
-    description is written); the parameters the instructions describe (`INSTRUCTED`) are left bare."""
+    """`fn`'s signature, each parameter named like a field of `model` bounded and described by that field (the one
+    place its bounds and description are written); the parameters the instructions describe (`INSTRUCTED`) take
+    the bounds alone."""
     signature = inspect.signature(fn, eval_str=True)
     params = []
     for param in signature.parameters.values():
         field = model.model_fields.get(param.name)
-        if field is not None and field.description and param.name not in INSTRUCTED:
-            param = param.replace(annotation=Annotated[param.annotation, Field(description=field.description)])
+        if field is not None:
+            bounds = [item for item in field.metadata if not isinstance(item, (Flag, Positional))]
+            description = None if param.name in INSTRUCTED else field.description
+            if bounds or description:
+                metadata = (param.annotation, *bounds, Field(description=description))
+                param = param.replace(annotation=Annotated[metadata])  # a tuple: Annotated[type, *metadata]
         params.append(param)
     return signature.replace(parameters=params)
 
