@@ -207,7 +207,8 @@ class ProfileRequest(Request):
     workload: Workload
     python: Interpreter
     capture: CaptureOptions = CaptureOptions()
-    backend: Backend = "auto"
+    backend: Backend = Field(default="auto", description="auto: nsys with an NVIDIA GPU, nsys and ncu, else "
+                             "torch.profiler (CPU operator times without a GPU).")
     ncu: NcuOptions | None = Field(
         default=None, description="Replay the window under ncu too (the run verb); None: no counters."
     )
@@ -339,6 +340,8 @@ def _baseline_mode(value: str) -> str:
         raise ValueError(f"{value!r} is neither eager, free nor a recipe: {exc}") from None
 
 
+Precision = Annotated[Tier, Field(description="Precision tier: exact keeps fp32 and its tolerances (TF32 off); "
+                                  "reduced allows TF32/bf16/fp16, float32 outputs held to 1e-2.")]
 BaselineMode = Annotated[str, Field(
     description="The baseline: eager (as written), free (the tier's winner in recipes.json), or a recipe's name "
     "(e.g. reduce-overhead+bf16-cast)."
@@ -354,7 +357,7 @@ class BenchRequest(Request):
     timing: TimingOptions = TimingOptions()
     rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3).")] = 3
     baseline_mode: BaselineMode = "eager"
-    tier: Tier = Field(default="exact", description="The tier whose winner `free` runs.")
+    tier: Precision = "exact"
     recipes: Path | None = Field(default=None, description="recipes.json for `free`.")
     output: Annotated[Path | None, Field(description="Folder for bench.json (bench_vs_free.json against free, "
                                          "bench_vs_<recipe>.json against a recipe; default "
@@ -394,7 +397,7 @@ class OptimizeRequest(Request):
 
     workload: Workload
     python: Interpreter
-    tier: Tier = "exact"
+    tier: Precision = "exact"
     timing: TimingOptions = TimingOptions()
     recipes: Path | None = Field(default=None, description="A recipes.json to reuse.")
     thorough: bool = False
@@ -421,8 +424,7 @@ class ValidateRequest(Request):
     bench_json: BenchJson = None
     max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None
     analysis: Path | None = Field(default=None, description="The baseline's analysis.json (bounds the speedup).")
-    tier: Tier = Field(default="exact", description="exact: fp32 tolerances; reduced: 1e-2, fp16/bf16 outputs "
-                       "accepted.")
+    tier: Precision = "exact"
     optimizations: Path | None = Field(default=None, description="optimizations.json: each implemented item must "
                                        "fire its own pass.")
     output: Annotated[Path | None, Field(description="Folder for validation_report.json (default: "

@@ -110,8 +110,7 @@ async def profile(
     """Run a workload's measured window under a profiler; attribute every kernel to its operator and module.
 
     Use to find where a PyTorch model spends its time. Writes a run directory (profile.json) and returns the
-    window totals and top operators with their operator_ids (drill in with operator_detail). backend 'auto':
-    nsys with an NVIDIA GPU, nsys and ncu, else torch.profiler (CPU operator times without a GPU).
+    window totals and top operators with their operator_ids (drill in with operator_detail).
     """
     options = request(CaptureOptions, **capture)
 

@@ -34,14 +34,15 @@ directory); tools read and write only inside it, the client's roots and $OPERATO
 Parameters shared by the tools: python = the interpreter that runs the workload (default:
 $OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python, else python3 on PATH; every result says which
 interpreter and torch ran); output = the folder to write into (default: a fresh one under <project>/op_runs/);
-timeout_s = seconds each child process may run; profile, baseline, optimized (compare) = a profile.json or the
-run directory holding it; top, limit = how many rows. Timing (bench, recipes, optimize; each process of a side or a
-recipe): warmup = calls after the compiling one; calls = at most this many latency calls, each alone and
-synchronised; queued = at most this many calls per back-to-back block, one synchronisation each; blocks =
-back-to-back blocks; budget_s = seconds of timed calls aimed at (fewer calls when slow); input_sets = input sets
-rotated; seed = the seed of weights and inputs; throughput = state and rank by back-to-back, not latency.
-Several nodes (profile): nnodes, node_rank, master_addr, master_port, rdzv_backend, rdzv_endpoint, rdzv_id are
-torchrun's options of the same names. Leave out an optional parameter for its default.
+timeout_s = seconds each child process may run; tier = exact (fp32, TF32 off) or reduced (TF32/bf16/fp16 within
+1e-2); profile, baseline, optimized (compare) = a profile.json or the run directory holding it; top, limit = how
+many rows. Timing (bench, recipes, optimize; each process of a side or a recipe): warmup = calls after the
+compiling one; calls = at most this many latency calls, each alone and synchronised; queued = at most this many
+calls per back-to-back block, one synchronisation each; blocks = back-to-back blocks; budget_s = seconds of timed
+calls aimed at (fewer calls when slow); input_sets = input sets rotated; seed = the seed of weights and inputs;
+throughput = state and rank by back-to-back, not latency. Several nodes (profile): nnodes, node_rank, master_addr,
+master_port, rdzv_backend, rdzv_endpoint, rdzv_id are torchrun's options of the same names. Leave out an optional
+parameter for its default.
 """
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -54,7 +55,7 @@ QUERY_LIMIT_S = 120.0
 ASSEMBLY_MARGIN_S = 300.0
 
 # Parameters shared by the tools are described once, in INSTRUCTIONS, not in every tool's schema.
-INSTRUCTED = frozenset({"python", "output", "timeout_s", "top", "limit", "profile"})
+INSTRUCTED = frozenset({"python", "output", "timeout_s", "top", "limit", "profile", "tier"})
 Python = Annotated[str | None, Field()]
 Output = Annotated[str | None, Field()]
 Positive = Annotated[int, Field(ge=1)]
