@@ -67,6 +67,8 @@ MODELS = (CaptureOptions, NcuOptions, TimingOptions, ProfileRequest, MemoryReque
           SummaryRequest, AnalyzeRequest, CompareRequest, BenchRequest, RecipesRequest, OptimizeRequest,
           ValidateRequest, ReportRequest, LoopStatusRequest, PreflightRequest)
 """The request models and option groups whose fields are the CLI's arguments (a bad value names its flag)."""
+FACE_SET = ("project", "command_line")
+"""Request fields the CLI sets itself (the project is the working directory; the command line is argv)."""
 PROFILE_DESCRIPTION = (
     "Capture WORKLOAD's measured window into a run directory and write profile.json. WORKLOAD defines "
     "get_model_and_input() (the fast path), or with --script is any script, run unmodified with the arguments after "
@@ -105,10 +107,6 @@ def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], only: t
         default = f" (default {_shown(field.default)})" if field.default not in (None, ()) else ""
         parser.add_argument(*names, dest=name, type=_convert(kind), default=None, help=help_text + default,
                             action="append" if flag.repeat else "store", metavar=_metavar(name, kind))
-
-
-FACE_SET = ("project", "command_line")
-"""Request fields the CLI sets itself (the project is the working directory; the command line is argv)."""
 
 
 def _is_group(field: FieldInfo) -> bool:

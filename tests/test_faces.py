@@ -5,6 +5,7 @@ from its request model's fields, and a bad value is a one-line error in either."
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -135,5 +136,10 @@ def test_every_tool_parameter_named_like_a_request_field_is_described_by_that_fi
     for tool, properties in tools.items():
         model = verbs.get(tool)
         for name, schema in properties.items():
-            if model is not None and name in model.model_fields and "description" in schema:
-                assert schema["description"] == model.model_fields[name].description, (tool, name)
+            if model is None or name not in model.model_fields:
+                continue
+            field = model.model_fields[name]
+            if "description" in schema:
+                assert schema["description"] == field.description, (tool, name)
+            if "default" in schema:  # a tool's default is its request's
+                assert schema["default"] == json.loads(json.dumps(field.default)), (tool, name)
