@@ -33,8 +33,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "mcp_server.cli_text", "mcp_server.ranks", "mcp_server.memory"),
     7: ("mcp_server.render",),
     8: ("mcp_server.api",),
-    9: ("mcp_server.serve",),  # the MCP face's own helpers: its registry calls the facade
-    10: ("mcp_server.cli", "mcp_server.server"),
+    9: ("mcp_server.serve",),  # the MCP face: its tools (serve.app) and registry call the facade
+    10: ("mcp_server.cli",),
     11: ("mcp_server.__main__",),
 }
 ROOT_PACKAGE = "mcp_server"  # its __init__ holds the version only: any module may import it

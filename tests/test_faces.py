@@ -1,9 +1,11 @@
 """Both faces expose every option of the request models they are made from: adding a field to `CaptureOptions`
-or `NcuOptions` is a CLI flag and an MCP parameter at once, and a bad value is a one-line error in either."""
+or `NcuOptions` is a CLI flag and an MCP parameter at once, every verb's arguments and parameter descriptions come
+from its request model's fields, and a bad value is a one-line error in either."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,27 @@ from pydantic import BaseModel
 from mcp_server.cli import build_parser, options_from
 from mcp_server.errors import UsageError
 from mcp_server.schema.flags import cli_flag, cli_flags
-from mcp_server.schema.requests import CaptureOptions, NcuOptions
+from mcp_server.schema.requests import (
+    AnalyzeRequest,
+    AssembleRequest,
+    BenchRequest,
+    CaptureOptions,
+    CompareRequest,
+    LoopStatusRequest,
+    MapRequest,
+    MemoryRequest,
+    NcuOptions,
+    OptimizeRequest,
+    PreflightRequest,
+    ProfileRequest,
+    RecipesRequest,
+    ReportRequest,
+    SummaryRequest,
+    TimingOptions,
+    ValidateRequest,
+)
+from mcp_server.serve.app import server
 from mcp_server.serve.paths import PROJECT_ENV
-from mcp_server.server import server
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:
@@ -27,6 +47,15 @@ def _subparser(name: str) -> argparse.ArgumentParser:
 
 def _flags(name: str) -> set[str]:
     return {flag for action in _subparser(name)._actions for flag in action.option_strings}
+
+
+VERBS: dict[str, type[BaseModel]] = {
+    "profile": ProfileRequest, "run": ProfileRequest, "memory": MemoryRequest, "map": MapRequest,
+    "assemble": AssembleRequest, "summary": SummaryRequest, "analyze": AnalyzeRequest, "compare": CompareRequest,
+    "bench": BenchRequest, "recipes": RecipesRequest, "optimize": OptimizeRequest, "validate": ValidateRequest,
+    "report": ReportRequest, "preflight": PreflightRequest, "loop-status": LoopStatusRequest,
+}
+CLI_OWN = {"help", "python", "quiet", "verbose", "json"}  # the command line's own options, written once in cli.py
 
 
 def _tool_parameters() -> dict[str, set[str]]:
@@ -83,3 +112,34 @@ def test_a_bad_parameter_value_is_a_tool_error_naming_it(tmp_path: Path, monkeyp
 
     result = anyio.run(called)
     assert result.is_error and "kernel_regex: '-gemm' looks like a command-line option" in result.content[0].text
+
+
+@pytest.mark.parametrize("command", sorted(VERBS))
+def test_every_argument_is_a_field_of_the_verbs_request_and_its_help_the_fields_description(command: str):
+    groups = (VERBS[command], CaptureOptions, NcuOptions, TimingOptions)
+    for action in _subparser(command)._actions:
+        if action.dest in CLI_OWN or action.help == argparse.SUPPRESS:
+            continue
+        fields = [g.model_fields[action.dest] for g in groups if action.dest in g.model_fields]
+        assert fields, (command, action.dest)
+        described = [f.description.replace("%", "%%") for f in fields if f.description]
+        assert not described or any(d in (action.help or "") for d in described), (command, action.dest)
+
+
+def test_every_tool_parameter_named_like_a_request_field_is_described_by_that_field():
+    async def listed() -> dict[str, dict[str, Any]]:
+        async with Client(server) as client:
+            return {t.name: t.input_schema["properties"] for t in (await client.list_tools()).tools}
+
+    tools = anyio.run(listed)
+    verbs = {name.replace("-", "_"): model for name, model in VERBS.items()}
+    for tool, properties in tools.items():
+        model = verbs.get(tool)
+        for name, schema in properties.items():
+            if model is None or name not in model.model_fields:
+                continue
+            field = model.model_fields[name]
+            if "description" in schema:
+                assert schema["description"] == field.description, (tool, name)
+            if "default" in schema:  # a tool's default is its request's
+                assert schema["default"] == json.loads(json.dumps(field.default)), (tool, name)

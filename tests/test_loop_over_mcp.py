@@ -21,7 +21,7 @@ from mcp import Client
 
 from mcp_server.loop import STAGES
 from mcp_server.schema.optimizations import OptimizationPlan
-from mcp_server.server import server
+from mcp_server.serve.app import server
 
 WORKLOADS = REPO / "tests" / "workloads"
 SKILL = REPO / "skills" / "optimize" / "SKILL.md"

@@ -49,8 +49,8 @@ from mcp_server.schema.requests import (
 )
 from mcp_server.schema.results import LoopStatusResult
 from mcp_server.schema.types import STAGE_NAMES
+from mcp_server.serve.app import server
 from mcp_server.serve.paths import PROJECT_ENV
-from mcp_server.server import server
 
 WORKLOADS = REPO / "tests" / "workloads"
 PYTHON = Interpreter(python=sys.executable)

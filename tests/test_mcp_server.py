@@ -25,11 +25,11 @@ from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.io import load_profile
 from mcp_server.schema.requests import Interpreter
 from mcp_server.schema.results import ProfileRun
+from mcp_server.serve.app import server
 from mcp_server.serve.interpreter import PYTHON_ENV, choose_python
 from mcp_server.serve.paths import ALLOWED_ENV, PROJECT_ENV
 from mcp_server.serve.runner import run_engine
 from mcp_server.serve.strict import StrictServer
-from mcp_server.server import server
 from plugins.ncu.command import find_ncu
 
 FIXTURES = REPO / "tests" / "fixtures"

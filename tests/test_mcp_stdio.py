@@ -221,7 +221,7 @@ def test_tools_list_is_small_enough_for_an_agent_and_keeps_structured_output(pro
 
 
 def test_server_start_up_imports_no_engine_module_and_no_torch():
-    probe = ("import sys, mcp_server.server; "
+    probe = ("import sys, mcp_server.serve.app; "
              f"print([m for m in sys.modules if m.startswith({ENGINE_MODULES!r})])")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout.strip() == "[]"

@@ -28,8 +28,8 @@ from mcp_server.memory.run import diagnosed
 from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.requests import AssembleRequest, Interpreter, ProfileRequest, ReportRequest, SummaryRequest
+from mcp_server.serve.app import server
 from mcp_server.serve.runner import run_engine
-from mcp_server.server import server
 from plugins.executables import has_gpu
 
 TINY = REPO / "tests" / "workloads" / "tiny_mlp.py"

@@ -182,7 +182,7 @@ def _served_tools() -> dict[str, set[str]]:
     import anyio
     from mcp import Client
 
-    from mcp_server.server import server
+    from mcp_server.serve.app import server
 
     async def listed() -> dict[str, set[str]]:
         async with Client(server) as client:

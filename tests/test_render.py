@@ -241,7 +241,7 @@ def test_printed_bench_and_validate_settings_match_the_files(documents: dict[str
     assert (b.warmup, b.calls, b.rounds, b.input_sets, b.python) == (1, 10, 3, 1, bench.python_executable)
     assert b.baseline == Path("tests/workloads/tiny_mlp.py")
     v = build_parser().parse_args(commands["validate"][1:])
-    assert v.seeds == "0" and v.bench == loop["bench"] and v.python == report.python_executable
+    assert v.seeds == "0" and v.bench_json == loop["bench"] and v.python == report.python_executable
     order = [argv[1] for argv in printed_commands(documents["report.md"])]
     assert order.index("bench") < order.index("validate"), "validate reads bench.json: bench runs first"
 

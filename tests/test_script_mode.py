@@ -138,7 +138,7 @@ def test_script_mode_is_a_request_of_the_facade_and_a_parameter_of_the_mcp_tool(
     import anyio
     from mcp import Client
 
-    from mcp_server.server import server
+    from mcp_server.serve.app import server
 
     async def tool_schema() -> dict:
         async with Client(server) as client:

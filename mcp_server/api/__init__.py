@@ -1,6 +1,6 @@
 """The engine's facade: one function per verb, a typed request in, a schema model out.
 
-The CLI (`cli.py`) and the MCP server (`server.py`) are faces over these functions: they parse arguments or
+The CLI (`cli.py`) and the MCP server (`serve/app.py`) are faces over these functions: they parse arguments or
 MCP parameters into the request, show progress, and print or return the result. Every verb has the signature
 `verb(request, progress=quiet, cancel=None)`; `progress` receives phase lines and children's output, and setting
 `cancel` stops any child the verb started (CancelledCapture). Imports of the heavier stages (analysis's charts,

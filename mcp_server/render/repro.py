@@ -16,14 +16,26 @@ from mcp_server.proof.bench import bench_file
 from mcp_server.proof.validate import TOLERANCE_CLASSES
 from mcp_server.render.inputs import ReportInputs
 from mcp_server.rundir import RunDir
-from mcp_server.schema.flags import cli_flags
+from mcp_server.schema.flags import cli_flags, flag_of
 from mcp_server.schema.optimizations import OptimizationPlan
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, ValidationReport
 from mcp_server.schema.recipes import RecipesReport
-from mcp_server.schema.requests import TimingOptions
+from mcp_server.schema.requests import (
+    BenchRequest,
+    CaptureOptions,
+    CompareRequest,
+    Interpreter,
+    ProfileRequest,
+    RecipesRequest,
+    ReportRequest,
+    TimingOptions,
+    ValidateRequest,
+)
 
 PROGRAM = "operator-profiler"
+PYTHON = flag_of(Interpreter, "python")
+OUTPUT = flag_of(ProfileRequest, "output")  # every verb's output folder is spelt alike
 
 
 class CommandView(BaseModel):
@@ -63,13 +75,12 @@ def profile_command(profile: OperatorAttributedProfile, run_dir: Path, project_d
     if meta.tool.startswith("nsys"):
         argv = [PROGRAM, "run", show_path(meta.workload, project_dir)]
     else:
-        argv = [PROGRAM, "profile", show_path(meta.workload, project_dir), "--backend", "torch"]
-    argv += [
-        "--compile-mode", meta.compile_mode, "--warmup-iters", str(meta.warmup_iters), "--iters", str(meta.iters),
-        "--seed", str(meta.seed), "--python", meta.python_executable, "--output", show_path(run_dir, project_dir),
-    ]
+        argv = [PROGRAM, "profile", show_path(meta.workload, project_dir), flag_of(ProfileRequest, "backend"), "torch"]
+    for name in ("compile_mode", "warmup_iters", "iters", "seed"):  # the capture settings the profile records
+        argv += [flag_of(CaptureOptions, name), str(getattr(meta, name))]
+    argv += [PYTHON, meta.python_executable, OUTPUT, show_path(run_dir, project_dir)]
     if meta.run_mode == "train_step":
-        argv.append("--train-step")
+        argv.append(flag_of(CaptureOptions, "train_step"))
     return CommandView(purpose=purpose, argv=argv)
 
 
@@ -79,13 +90,14 @@ def bench_command(bench: BenchResult, out_dir: Path, project_dir: Path) -> Comma
                            queued=bench.queued, blocks=bench.blocks, budget_s=bench.budget_s,
                            throughput=bench.headline == "back_to_back")
     argv = [PROGRAM, "bench", show_path(bench.baseline.workload, project_dir),
-            show_path(bench.optimized.workload, project_dir), "--python", bench.python_executable,
-            "--rounds", str(bench.rounds), "--baseline-mode", bench.baseline_mode, *cli_flags(timing)]
+            show_path(bench.optimized.workload, project_dir), PYTHON, bench.python_executable,
+            flag_of(BenchRequest, "rounds"), str(bench.rounds), flag_of(BenchRequest, "baseline_mode"),
+            bench.baseline_mode, *cli_flags(timing)]
     if bench.baseline_mode == "free":
-        argv += ["--tier", bench.tier or "exact"]
+        argv += [flag_of(BenchRequest, "tier"), bench.tier or "exact"]
         if bench.recipes_path is not None:
-            argv += ["--recipes", show_path(bench.recipes_path, project_dir)]
-    argv += ["--output", show_path(out_dir, project_dir)]
+            argv += [flag_of(BenchRequest, "recipes"), show_path(bench.recipes_path, project_dir)]
+    argv += [OUTPUT, show_path(out_dir, project_dir)]
     against = {"eager": "eager as written", "free": f"the {bench.tier} tier's frontier winner"}.get(
         bench.baseline_mode, bench.baseline_mode)
     return CommandView(purpose=f"time the optimized workload against {against}, each side in its own processes "
@@ -94,9 +106,10 @@ def bench_command(bench: BenchResult, out_dir: Path, project_dir: Path) -> Comma
 
 def recipes_command(recipes: RecipesReport, out_dir: Path, project_dir: Path) -> CommandView:
     """`recipes` with the settings recipes.json records."""
-    argv = [PROGRAM, "recipes", show_path(recipes.workload, project_dir), "--python", recipes.python_executable,
-            "--seeds", ",".join(map(str, recipes.seeds)), *(["--thorough"] if recipes.thorough else []),
-            "--output", show_path(out_dir, project_dir)]
+    argv = [PROGRAM, "recipes", show_path(recipes.workload, project_dir), PYTHON, recipes.python_executable,
+            flag_of(RecipesRequest, "seeds"), ",".join(map(str, recipes.seeds)),
+            *([flag_of(RecipesRequest, "thorough")] if recipes.thorough else []),
+            OUTPUT, show_path(out_dir, project_dir)]
     return CommandView(purpose="measure the free frontier on this GPU (recipes.json, frontier.png)", argv=argv)
 
 
@@ -107,42 +120,42 @@ def validate_command(
     """`validate` with the seeds, tier and tolerances validation_report.json records (and the plan it checked)."""
     argv = [
         PROGRAM, "validate", show_path(report.baseline, project_dir), show_path(report.optimized, project_dir),
-        "--python", report.python_executable, "--seeds", ",".join(str(s) for s in report.seeds),
-        "--tier", report.tier,
+        PYTHON, report.python_executable, _validate("seeds"), ",".join(str(s) for s in report.seeds),
+        _validate("tier"), report.tier,
     ]
     if optimizations is not None:
-        argv += ["--optimizations", show_path(optimizations, project_dir)]
+        argv += [_validate("optimizations"), show_path(optimizations, project_dir)]
     for name, rtol in sorted(report.tolerances.items()):
         if name not in TOLERANCE_CLASSES:
             continue
-        argv += ["--tolerance", f"{name}={rtol:g}"]
+        argv += [_validate("tolerances"), f"{name}={rtol:g}"]
     if report.atol_override is not None:
-        argv += ["--atol", f"{report.atol_override:g}"]
+        argv += [_validate("atol"), f"{report.atol_override:g}"]
     if report.max_plausible_speedup is not None:
-        argv += ["--max-plausible-speedup", f"{report.max_plausible_speedup:g}"]
+        argv += [_validate("max_plausible_speedup"), f"{report.max_plausible_speedup:g}"]
     if report.speedup is not None and bench_path is not None:
-        argv += ["--bench", show_path(bench_path, project_dir)]
+        argv += [_validate("bench_json"), show_path(bench_path, project_dir)]
     elif report.speedup is not None:
-        argv += ["--speedup", f"{report.speedup:g}"]
-    argv += ["--output", show_path(out_dir, project_dir)]
+        argv += [_validate("speedup"), f"{report.speedup:g}"]
+    argv += [OUTPUT, show_path(out_dir, project_dir)]
     return CommandView(purpose="check the optimized workload against the baseline (validation_report.json)", argv=argv)
 
 
 def report_command(inputs: ReportInputs, out_dir: Path, project_dir: Path, plan: bool = False) -> CommandView:
     """`report` over the same files."""
     argv = [PROGRAM, "report", show_path(inputs.baseline_path, project_dir)]
-    for flag, path in (
-        ("--optimized-profile", inputs.optimized_path), ("--analysis", inputs.analysis_path),
-        ("--baseline-analysis", inputs.baseline_analysis_path),
-        ("--comparison", inputs.comparison_path), ("--bench", inputs.bench_path),
-        ("--recipes", inputs.recipes_path), ("--bench-vs-free", inputs.bench_vs_free_path),
-        ("--validation", inputs.validation_path), ("--optimizations", inputs.optimizations_path),
+    for name, path in (
+        ("optimized_profile", inputs.optimized_path), ("analysis", inputs.analysis_path),
+        ("baseline_analysis", inputs.baseline_analysis_path),
+        ("comparison", inputs.comparison_path), ("bench_json", inputs.bench_path),
+        ("recipes", inputs.recipes_path), ("bench_vs_free", inputs.bench_vs_free_path),
+        ("validation", inputs.validation_path), ("optimizations", inputs.optimizations_path),
     ):
         if path is not None:
-            argv += [flag, show_path(path, project_dir)]
+            argv += [flag_of(ReportRequest, name), show_path(path, project_dir)]
     if plan:
-        argv.append("--plan")
-    argv += ["--output", show_path(out_dir, project_dir)]
+        argv.append(flag_of(ReportRequest, "plan"))
+    argv += [OUTPUT, show_path(out_dir, project_dir)]
     what = "proposal.md and implementation.md" if plan else "report.md and OPTIMIZED_WORKLOAD.md"
     return CommandView(purpose=f"render {what} again from these files", argv=argv)
 
@@ -154,7 +167,7 @@ def report_commands(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> l
     """
     meta = inputs.baseline.capture_metadata
     commands = [CommandView(purpose="check GPU, driver, torch/CUDA, nsys, ncu and counter permission",
-                            argv=[PROGRAM, "preflight", "--python", meta.python_executable])]
+                            argv=[PROGRAM, "preflight", PYTHON, meta.python_executable])]
     base_run = rerun_dir(inputs.baseline_path)
     commands.append(profile_command(inputs.baseline, base_run, project_dir, "profile the baseline"))
     if inputs.optimized is not None and inputs.optimized_path is not None:
@@ -163,9 +176,9 @@ def report_commands(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> l
         argv = [PROGRAM, "compare", show_path(RunDir(base_run).profile_path, project_dir),
                 show_path(RunDir(opt_run).profile_path, project_dir)]
         if inputs.comparison is not None and inputs.comparison.allow_mismatch:
-            argv.append("--allow-mismatch")
+            argv.append(flag_of(CompareRequest, "allow_mismatch"))
         if inputs.comparison_path is not None:
-            argv += ["--output", show_path(inputs.comparison_path.parent, project_dir)]
+            argv += [OUTPUT, show_path(inputs.comparison_path.parent, project_dir)]
         commands.append(CommandView(purpose="per-operator deltas of the two profiles above (comparison.json)",
                                     argv=argv))
     if inputs.recipes is not None and inputs.recipes_path is not None:
@@ -193,23 +206,27 @@ def plan_commands(
     meta = inputs.baseline.capture_metadata
     baseline = show_path(plan.workload, project_dir)
     optimized = show_path(plan.optimized_workload or optimized_workload_path(plan.workload), project_dir)
-    options = ["--tier", plan.tier]  # the reduced tier holds float32 outputs to 1e-2 and records the tier
+    options = [_validate("tier"), plan.tier]  # the reduced tier holds float32 outputs to 1e-2 and records the tier
     if inputs.optimizations_path is not None:  # planned_passes: every implemented item fired its own pass
-        options += ["--optimizations", show_path(inputs.optimizations_path, project_dir)]
+        options += [_validate("optimizations"), show_path(inputs.optimizations_path, project_dir)]
     folder = show_path(Path(plan.workload).parent, project_dir)
-    python = ["--python", meta.python_executable]
+    python = [PYTHON, meta.python_executable]
     return [
         CommandView(purpose="check the optimized workload (validation_report.json)",
-                    argv=[PROGRAM, "validate", baseline, optimized, *python, *options, "--output", folder]),
-        *(CommandView(purpose=purpose, argv=[PROGRAM, "bench", baseline, optimized, *python, "--baseline-mode", mode,
-                                             *extra, "--output", folder])
+                    argv=[PROGRAM, "validate", baseline, optimized, *python, *options, OUTPUT, folder]),
+        *(CommandView(purpose=purpose, argv=[PROGRAM, "bench", baseline, optimized, *python,
+                                             flag_of(BenchRequest, "baseline_mode"), mode, *extra, OUTPUT, folder])
           for mode, extra, purpose in (
               ("eager", [], "measure the speedup over eager with its interval (bench.json)"),
-              ("free", ["--tier", plan.tier],
+              ("free", [flag_of(BenchRequest, "tier"), plan.tier],
                f"against the {plan.tier} tier's winner of the free frontier, recipes.json (bench_vs_free.json)"),
           )),
         report_command(inputs, out_dir, project_dir, plan=True),
     ]
+
+
+def _validate(name: str) -> str:
+    return flag_of(ValidateRequest, name)
 
 
 def optimized_workload_path(workload: str) -> str:

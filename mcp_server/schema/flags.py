@@ -1,7 +1,8 @@
 """How a request's fields are spelt on the command line, and how a request that failed validation is told.
 
 A field's CLI spelling is `--<name-with-dashes>` (a boolean that defaults to true: `--no-<name>`) unless a `Flag`
-in its metadata says otherwise.
+in its metadata says otherwise; a required field is a positional argument (its `Positional` names its metavar).
+Its help is the field's description: every face reads it from there.
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ from mcp_server.errors import UsageError
 
 
 class Flag(NamedTuple):
-    """A field's command-line spelling, where it is not `--<name-with-dashes>`; `repeat` for a list option."""
+    """A field's command-line spelling, where it is not `--<name-with-dashes>`; `repeat` for a list option, `short`
+    for a one-letter alias (`-o`)."""
 
     name: str
     repeat: bool = False
+    short: str | None = None
+
+
+class Positional(NamedTuple):
+    """How a required field, a positional argument on the command line, is named in usage lines."""
+
+    metavar: str
 
 
 class Request(BaseModel):
@@ -39,6 +48,11 @@ def cli_flag(name: str, field: FieldInfo) -> Flag:
     return Flag(f"--no-{dashed}" if field.default is True else f"--{dashed}", repeat=repeat)
 
 
+def flag_of(model: type[BaseModel], name: str) -> str:
+    """The command-line spelling of `model`'s field `name` (a printed command spells its flags with it)."""
+    return cli_flag(name, model.model_fields[name]).name
+
+
 def usage_error(exc: ValidationError, spell: Callable[[str], str] = str) -> UsageError:
     """The first problem of a request that failed validation, as a one-line UsageError; `spell` names a field as
     the face shows it (`--warmup-iters` on the command line, `warmup_iters` over MCP)."""
@@ -52,15 +66,19 @@ def usage_error(exc: ValidationError, spell: Callable[[str], str] = str) -> Usag
 
 
 def cli_flags(options: BaseModel) -> list[str]:
-    """The command-line arguments that ask for `options`: one per field that differs from its default."""
+    """The command-line arguments that ask for `options`: one per field that differs from its default (a required
+    field is a positional argument: the caller places it)."""
     argv: list[str] = []
     for name, field in type(options).model_fields.items():
         value = getattr(options, name)
-        if value == field.default:
+        if field.is_required() or value == field.default:
             continue
         flag = cli_flag(name, field).name
         if isinstance(value, bool):
             argv.append(flag)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                argv += [flag, f"{key}={item:g}"]
         elif isinstance(value, (tuple, list)):
             for item in value:
                 argv += [flag, str(item)]

@@ -1,9 +1,9 @@
 """The facade's typed requests (`mcp_server.api`): one model per verb, and the option groups they share.
 
-The CLI's flags and the MCP tools' parameters for the option groups (`CaptureOptions`, `NcuOptions`) are made
-from these fields, their types, bounds and descriptions: adding an option is one field here plus its use in the
-adapter that consumes it. A field's CLI spelling is `--<name-with-dashes>` (a boolean that defaults to true:
-`--no-<name>`) unless a `Flag` in its metadata says otherwise.
+The CLI's arguments and the MCP tools' parameter descriptions are made from these fields, their types, bounds and
+descriptions (each written once, here): adding an option is one field here plus its use in the adapter that
+consumes it. A field's CLI spelling is `--<name-with-dashes>` (a boolean that defaults to true: `--no-<name>`)
+unless a `Flag` in its metadata says otherwise; a required field is a positional argument.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mcp_server.schema.flags import Flag, Request
+from mcp_server.schema.flags import Flag, Positional, Request
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import canonical
 from mcp_server.schema.types import Backend, CompileMode, Tier
@@ -180,7 +180,7 @@ class NcuOptions(Request):
 class Interpreter(Request):
     """The Python that runs the workload, and why that one."""
 
-    python: str
+    python: Annotated[str, Field(description="The interpreter that runs the workload."), Flag("--python")]
     source: str = Field(
         default="argument",
         description="Why this one: 'argument', 'OPERATOR_PROFILER_PYTHON', 'project .venv', 'PATH' or 'manifest'.",
@@ -190,15 +190,25 @@ class Interpreter(Request):
 Top = Annotated[int, Field(ge=1, description="How many operators to list.")]
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, description="Seconds each child process may run."),
                     Flag("--timeout")]
+OUTPUT = Flag("--output", short="-o")
+LOOP_NOTE = ("; in a workload's own folder, or one holding loop_state.json, the loop checkpoints written are "
+             "recorded in loop_state.json (see loop-status)")
+Workload = Annotated[Path, Field(description="The .py file defining get_model_and_input().")]
+Baseline = Annotated[Path, Field(description="The baseline workload .py file.")]
+Optimized = Annotated[Path, Field(description="The optimized workload .py file.")]
+ProfilePath = Annotated[Path, Field(description="A profile.json (or the run directory holding it).")]
+BenchJson = Annotated[Path | None, Field(description="bench.json (from bench): the only speedup stated."),
+                      Flag("--bench")]
 
 
 class ProfileRequest(Request):
     """profile / run: capture a workload's window into a run directory and assemble profile.json."""
 
-    workload: Path
+    workload: Workload
     python: Interpreter
     capture: CaptureOptions = CaptureOptions()
-    backend: Backend = "auto"
+    backend: Backend = Field(default="auto", description="auto: nsys with an NVIDIA GPU, nsys and ncu, else "
+                             "torch.profiler (CPU operator times without a GPU).")
     ncu: NcuOptions | None = Field(
         default=None, description="Replay the window under ncu too (the run verb); None: no counters."
     )
@@ -206,23 +216,26 @@ class ProfileRequest(Request):
         default=True, description="With ncu options: fail where nsys + ncu cannot run, instead of profiling with "
         "torch.profiler and saying so."
     )
-    output: Path | None = Field(default=None, description="Run directory (default: a fresh one under op_runs/).")
+    output: Annotated[Path | None, Field(description="Run directory (default: a fresh one under op_runs/)."),
+                      OUTPUT] = None
     project: Path = Field(description="The folder whose op_runs/ holds fresh run directories.")
     command_line: list[str] | None = Field(
         default=None, description="The command to record in the manifest (default: the equivalent CLI command)."
     )
     top: Top = 10
-    memory: bool = Field(default=False, description="Also run the memory pass, after the others: memory.json.")
+    memory: bool = Field(default=False, description="Also run the memory pass after the others (memory.json).")
 
 
 class MemoryRequest(Request):
     """memory: where every byte at the window's peak comes from (a workload, captured), or memory.json rebuilt from
     a run directory's memory pass (no GPU)."""
 
-    target: Path = Field(description="A workload .py to capture, or a run directory holding a memory pass.")
+    target: Annotated[Path, Field(description="A workload .py to capture (GPU), or a run directory holding a memory "
+                                  "pass to rebuild memory.json from (no GPU)."), Positional("WORKLOAD|RUN_DIR")]
     python: Interpreter
     capture: CaptureOptions = CaptureOptions()
-    output: Path | None = Field(default=None, description="Run directory (default: a fresh one under op_runs/).")
+    output: Annotated[Path | None, Field(description="Run directory (default: a fresh one under op_runs/)."),
+                      OUTPUT] = None
     project: Path
     command_line: list[str] | None = None
     top: Annotated[int, Field(ge=1, description="How many holders to list.")] = 10
@@ -231,7 +244,7 @@ class MemoryRequest(Request):
 class MapRequest(Request):
     """map: add ncu counters to a run captured with the nsys backend."""
 
-    run_dir: Path
+    run_dir: Annotated[Path, Field(description="A run directory captured with backend 'nsys'.")]
     ncu: NcuOptions = NcuOptions()
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
     top: Top = 10
@@ -240,14 +253,14 @@ class MapRequest(Request):
 class AssembleRequest(Request):
     """assemble: rebuild profile.json from a run directory's raw artifacts."""
 
-    run_dir: Path
+    run_dir: Annotated[Path, Field(description="A run directory (holding manifest.json).")]
     top: Top = 10
 
 
 class SummaryRequest(Request):
     """summary: the window and the top operators of a profile (a profile.json or the run directory holding it)."""
 
-    profile: Path
+    profile: ProfilePath
     top: Top = 10
 
 
@@ -269,10 +282,12 @@ class KernelDetailRequest(Request):
 class AnalyzeRequest(Request):
     """analyze: roofline, bottlenecks, stalls, timeline health and ranked opportunities of a profile."""
 
-    profile: Path
-    output: Path | None = None
+    profile: ProfilePath
+    output: Annotated[Path | None, Field(description="Folder for analysis.json, charts, trace (default: "
+                                         "./op_runs/<workload>-analysis-<time>)" + LOOP_NOTE), OUTPUT] = None
     project: Path
-    measure: bool = Field(default=True, description="Microbenchmark a GPU missing from knowledge/devices.yaml.")
+    measure: Annotated[bool, Field(description="Microbenchmark a GPU missing from the device table."),
+                       Flag("--no-microbench")] = True
 
 
 class CompareRequest(Request):
@@ -280,12 +295,11 @@ class CompareRequest(Request):
 
     baseline: Path
     optimized: Path
-    allow_mismatch: bool = False
-    output: Path | None = None
+    allow_mismatch: bool = Field(default=False, description="Compare different devices or input shapes anyway.")
+    output: Annotated[Path | None, Field(description="Folder for comparison.json/.md (default: "
+                                         "./op_runs/<workload>-compare-<time>)" + LOOP_NOTE), OUTPUT] = None
     project: Path
     top: Annotated[int, Field(ge=1)] = 15
-
-
 class TimingOptions(Request):
     """How each measurement process times its calls (bench's sides, each recipe of the frontier)."""
 
@@ -326,6 +340,8 @@ def _baseline_mode(value: str) -> str:
         raise ValueError(f"{value!r} is neither eager, free nor a recipe: {exc}") from None
 
 
+Precision = Annotated[Tier, Field(description="Precision tier: exact keeps fp32 and its tolerances (TF32 off); "
+                                  "reduced allows TF32/bf16/fp16, float32 outputs held to 1e-2.")]
 BaselineMode = Annotated[str, Field(
     description="The baseline: eager (as written), free (the tier's winner in recipes.json), or a recipe's name "
     "(e.g. reduce-overhead+bf16-cast)."
@@ -335,17 +351,17 @@ BaselineMode = Annotated[str, Field(
 class BenchRequest(Request):
     """bench: a baseline and an optimized workload, each timed in its own processes, rounds alternating."""
 
-    baseline: Path
-    optimized: Path
+    baseline: Baseline
+    optimized: Optimized
     python: Interpreter
     timing: TimingOptions = TimingOptions()
-    rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3): rounds alternate the two sides' "
-                                 "processes, flipping their order every round.")] = 3
+    rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3).")] = 3
     baseline_mode: BaselineMode = "eager"
-    tier: Tier = Field(default="exact", description="The precision tier whose winner `free` runs.")
-    recipes: Path | None = Field(default=None, description="recipes.json for `free` (default: the one beside the "
-                                 "baseline workload).")
-    output: Path | None = None
+    tier: Precision = "exact"
+    recipes: Path | None = Field(default=None, description="recipes.json for `free`.")
+    output: Annotated[Path | None, Field(description="Folder for bench.json (bench_vs_free.json against free, "
+                                         "bench_vs_<recipe>.json against a recipe; default "
+                                         "./op_runs/<name>-bench-<time>)" + LOOP_NOTE), OUTPUT] = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
@@ -358,17 +374,15 @@ class BenchRequest(Request):
 class RecipesRequest(Request):
     """recipes: the free frontier of a workload, each recipe in its own process, validated and sorted into tiers."""
 
-    workload: Path
+    workload: Workload
     python: Interpreter
     timing: RecipeTiming = RecipeTiming()
-    thorough: bool = Field(default=False, description="Also max-autotune modes, and channels_last and cuDNN's "
-                           "autotuner on every recipe instead of each tier's winner (compiles for much longer).")
-    only: tuple[str, ...] = Field(default=(), description="Run only these recipes (beside fp32 eager, the reference).")
-    seeds: Annotated[tuple[int, ...], Field(min_length=1, description="Seeds whose models and inputs each recipe "
-                                            "is validated on.")] = (0, 1, 2)
-    jobs: Annotated[int | None, Field(ge=1, description="Recipe processes at a time (default: by the CPU count on a "
-                                      "GPU, 1 on the CPU).")] = None
-    output: Path | None = None
+    thorough: bool = Field(default=False, description="Also max-autotune and every layout.")
+    only: tuple[str, ...] = Field(default=(), description="Only these recipes.")
+    seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2)
+    jobs: Annotated[int | None, Field(ge=1, description="Processes at a time.")] = None
+    output: Annotated[Path | None, Field(description="Folder for recipes.json and frontier.png (default "
+                                         "./op_runs/<name>-recipes-<time>)."), OUTPUT] = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
@@ -381,17 +395,14 @@ class RecipesRequest(Request):
 class OptimizeRequest(Request):
     """optimize: the floor in one command, the tier's winner of the free frontier as an optimized workload, proven."""
 
-    workload: Path
+    workload: Workload
     python: Interpreter
-    tier: Tier = Field(default="exact", description="The precision tier whose frontier winner becomes the optimized "
-                       "workload: exact keeps fp32 (TF32 off); reduced allows TF32/bf16/fp16 within 1e-2.")
+    tier: Precision = "exact"
     timing: TimingOptions = TimingOptions()
-    recipes: Path | None = Field(default=None, description="A recipes.json measured earlier on this GPU for this "
-                                 "workload, to reuse instead of measuring the frontier again.")
-    thorough: bool = Field(default=False, description="Measure the frontier with --thorough (max-autotune modes, "
-                           "every layout combination).")
-    output: Path | None = Field(default=None, description="The folder every file goes into (default: a fresh one "
-                                "under op_runs/).")
+    recipes: Path | None = Field(default=None, description="A recipes.json to reuse.")
+    thorough: bool = False
+    output: Annotated[Path | None, Field(description="The folder every file goes into (default: a fresh one "
+                                         "under op_runs/)."), OUTPUT] = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
@@ -399,23 +410,25 @@ class OptimizeRequest(Request):
 class ValidateRequest(Request):
     """validate: numerical and behavioural checks of an optimized workload against its baseline."""
 
-    baseline: Path
-    optimized: Path
+    baseline: Baseline
+    optimized: Optimized
     python: Interpreter
-    seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2)
-    rtol: Annotated[float | None, Field(ge=0)] = None
-    atol: Annotated[float | None, Field(ge=0)] = None
-    tolerances: dict[str, float] | None = None
-    run_tests: bool = True
-    speedup: float | None = None
-    bench_json: Path | None = None
-    max_plausible_speedup: Annotated[float | None, Field(ge=0)] = None
-    analysis: Path | None = None  # the baseline's analysis.json: its speed of light bounds the speedup
-    tier: Tier = Field(default="exact", description="Precision tier: 'reduced' holds float32 outputs to 1e-2 and "
-                      "accepts them in float16/bfloat16.")
-    optimizations: Path | None = Field(default=None, description="optimizations.json: every implemented item must "
-                                       "fire its own pass (check planned_passes).")
-    output: Path | None = None
+    seeds: Annotated[tuple[int, ...], Field(min_length=1, description="Seeds for fresh inputs.")] = (0, 1, 2)
+    rtol: Annotated[float | None, Field(ge=0, description="Relative tolerance for every dtype.")] = None
+    atol: Annotated[float | None, Field(ge=0, description="Absolute tolerance for every dtype.")] = None
+    tolerances: Annotated[dict[str, float] | None, Field(description="rtol per dtype class, e.g. bfloat16=2e-2."),
+                          Flag("--tolerance", repeat=True)] = None
+    run_tests: Annotated[bool, Field(description="Run the generated test_<name>.py beside it."),
+                         Flag("--no-tests")] = True
+    speedup: float | None = Field(default=None, description="Measured speedup to check for plausibility.")
+    bench_json: BenchJson = None
+    max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None
+    analysis: Path | None = Field(default=None, description="The baseline's analysis.json (bounds the speedup).")
+    tier: Precision = "exact"
+    optimizations: Path | None = Field(default=None, description="optimizations.json: each implemented item must "
+                                       "fire its own pass.")
+    output: Annotated[Path | None, Field(description="Folder for validation_report.json (default: "
+                                         "./op_runs/<optimized>-validate-<time>)" + LOOP_NOTE), OUTPUT] = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
@@ -423,30 +436,34 @@ class ValidateRequest(Request):
 class ReportRequest(Request):
     """report: report.md and OPTIMIZED_WORKLOAD.md, or with `plan` proposal.md and implementation.md."""
 
-    baseline_profile: Path
-    optimized_profile: Path | None = None
-    analysis: Path | None = None
-    baseline_analysis: Path | None = None
-    comparison: Path | None = None
-    bench_json: Path | None = None
-    recipes: Path | None = Field(default=None, description="recipes.json: the free frontier measured on the same GPU.")
-    bench_vs_free: Path | None = Field(default=None, description="bench_vs_free.json: the optimized workload against "
-                                       "the winner of its tier of the free frontier.")
-    validation: Path | None = None
-    optimizations: Path | None = None
-    plan: bool = False
-    output: Path | None = None
+    baseline_profile: Annotated[Path, Positional("profile")]
+    optimized_profile: Path | None = Field(default=None, description="The optimized workload's profile.")
+    analysis: Path | None = Field(default=None, description="analysis.json: the optimized profile's (report) or the "
+                                  "baseline's (plan).")
+    baseline_analysis: Path | None = Field(default=None, description="The baseline's analysis.json (estimates "
+                                           "beside the speedup).")
+    comparison: Path | None = Field(default=None, description="comparison.json (from compare).")
+    bench_json: BenchJson = None
+    recipes: Path | None = Field(default=None, description="recipes.json (from recipes).")
+    bench_vs_free: Path | None = Field(default=None, description="bench_vs_free.json (baseline_mode 'free').")
+    validation: Path | None = Field(default=None, description="validation_report.json (from validate).")
+    optimizations: Path | None = Field(default=None, description="optimizations.json of the changes made.")
+    plan: bool = Field(default=False, description="Validate optimizations.json; write proposal.md and "
+                       "implementation.md instead.")
+    output: Annotated[Path | None, Field(description="Folder for the documents (default: "
+                                         "./op_runs/<workload>-report-<time>)" + LOOP_NOTE), OUTPUT] = None
     project: Path
 
 
 class LoopStatusRequest(Request):
     """loop_status: which stage of the optimization loop on a workload is next (its folder holds the checkpoints)."""
 
-    workload: Path
+    workload: Annotated[Path, Field(description="The baseline NAME.py; its folder holds the loop's files."),
+                        Positional("WORKLOAD")]
 
 
 class PreflightRequest(Request):
     """preflight: can this machine profile, under this interpreter?"""
 
     python: Interpreter
-    quick: bool = False
+    quick: bool = Field(default=False, description="Find torch without importing it; skip the tools' versions.")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from mcp_server import __version__
 from mcp_server.progress import Progress
-from mcp_server.schema.flags import usage_error
+from mcp_server.schema.flags import Flag, Positional, usage_error
 from mcp_server.serve.paths import CLIENT_ROOTS
 from mcp_server.serve.runner import client_roots, run_engine
 from mcp_server.serve.strict import StrictServer
@@ -34,14 +34,15 @@ directory); tools read and write only inside it, the client's roots and $OPERATO
 Parameters shared by the tools: python = the interpreter that runs the workload (default:
 $OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python, else python3 on PATH; every result says which
 interpreter and torch ran); output = the folder to write into (default: a fresh one under <project>/op_runs/);
-timeout_s = seconds each child process may run; profile, baseline, optimized (compare) = a profile.json or the
-run directory holding it; top, limit = how many rows. Timing (bench, recipes, optimize; each process of a side or a
-recipe): warmup = calls after the compiling one; calls = at most this many latency calls, each alone and
-synchronised; queued = at most this many calls per back-to-back block, one synchronisation each; blocks =
-back-to-back blocks; budget_s = seconds of timed calls aimed at (fewer calls when slow); input_sets = input sets
-rotated; seed = the seed of weights and inputs; throughput = state and rank by back-to-back, not latency.
-Several nodes (profile): nnodes, node_rank, master_addr, master_port, rdzv_backend, rdzv_endpoint, rdzv_id are
-torchrun's options of the same names. Leave out an optional parameter for its default.
+timeout_s = seconds each child process may run; tier = exact (fp32, TF32 off) or reduced (TF32/bf16/fp16 within
+1e-2); profile, baseline, optimized (compare) = a profile.json or the run directory holding it; top, limit = how
+many rows. Timing (bench, recipes, optimize; each process of a side or a recipe): warmup = calls after the
+compiling one; calls = at most this many latency calls, each alone and synchronised; queued = at most this many
+calls per back-to-back block, one synchronisation each; blocks = back-to-back blocks; budget_s = seconds of timed
+calls aimed at (fewer calls when slow); input_sets = input sets rotated; seed = the seed of weights and inputs;
+throughput = state and rank by back-to-back, not latency. Several nodes (profile): nnodes, node_rank, master_addr,
+master_port, rdzv_backend, rdzv_endpoint, rdzv_id are torchrun's options of the same names. Leave out an optional
+parameter for its default.
 """
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -54,13 +55,11 @@ QUERY_LIMIT_S = 120.0
 ASSEMBLY_MARGIN_S = 300.0
 
 # Parameters shared by the tools are described once, in INSTRUCTIONS, not in every tool's schema.
+INSTRUCTED = frozenset({"python", "output", "timeout_s", "top", "limit", "profile", "tier"})
 Python = Annotated[str | None, Field()]
 Output = Annotated[str | None, Field()]
-TimeoutS = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
 ProfileRef = Annotated[str, Field()]
-Tolerances = Annotated[dict[str, float] | None, Field(description="rtol per dtype class, e.g. {'bfloat16': 2e-2}.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R", bound=BaseModel)
@@ -70,13 +69,16 @@ server = StrictServer(name="operator-profiler", version=__version__, instruction
 
 def tool(
     title: str, annotations: ToolAnnotations, name: str | None = None, options: type[BaseModel] | None = None,
-    only: tuple[str, ...] | None = None,
+    only: tuple[str, ...] | None = None, verb: type[BaseModel] | None = None,
 ) -> Callable[[F], F]:
-    """Register a tool whose description is its docstring, dedented. With `options`, the tool's `**options`
+    """Register a tool whose description is its docstring, dedented. With `verb`, each parameter named like a field
+    of that request model takes the field's description (`described`). With `options`, the tool's `**options`
     stands for one parameter per field of that request model (its type, bounds, default and description), or per
     field named in `only`."""
 
     def register(fn: F) -> F:
+        if verb is not None:
+            fn.__signature__ = described(fn, verb)  # type: ignore[attr-defined]
         if options is not None:
             fn.__signature__ = with_options(fn, options, only)  # type: ignore[attr-defined]
         server.add_tool(fn, name=name, title=title, description=inspect.cleandoc(fn.__doc__ or ""),
@@ -84,6 +86,24 @@ def tool(
         return fn
 
     return register
+
+
+def described(fn: Callable[..., Any], model: type[BaseModel]) -> inspect.Signature:
+    """`fn`'s signature, each parameter named like a field of `model` bounded and described by that field (the one
+    place its bounds and description are written); the parameters the instructions describe (`INSTRUCTED`) take
+    the bounds alone."""
+    signature = inspect.signature(fn, eval_str=True)
+    params = []
+    for param in signature.parameters.values():
+        field = model.model_fields.get(param.name)
+        if field is not None:
+            bounds = [item for item in field.metadata if not isinstance(item, (Flag, Positional))]
+            description = None if param.name in INSTRUCTED else field.description
+            if bounds or description:
+                metadata = (param.annotation, *bounds, Field(description=description))
+                param = param.replace(annotation=Annotated[metadata])  # a tuple: Annotated[type, *metadata]
+        params.append(param)
+    return signature.replace(parameters=params)
 
 
 def with_options(fn: Callable[..., Any], model: type[BaseModel], only: tuple[str, ...] | None = None

@@ -3,8 +3,9 @@
 Each tool is a thin face: its docstring is the description an agent reads, its return type the output schema,
 and its body builds the verb's typed request (paths resolved against the client's project, the workload's
 interpreter chosen) and hands the verb to `run_engine`, which runs it in a worker thread with progress,
-cancellation and a time limit. The parameters of the capture and ncu option groups are made from their request
-models' fields. Start-up imports no engine module and no torch: `api` is imported on the first call.
+cancellation and a time limit. A parameter named like a field of the verb's request model takes that field's
+description (`tool(verb=...)`), and the option groups' parameters are made from their models' fields. Start-up
+imports no engine module and no torch: `api` is imported on the first call.
 """
 
 from __future__ import annotations
@@ -68,13 +69,10 @@ from mcp_server.serve.tools import (
     REBUILDS,
     REPLACES_COUNTERS,
     RUNS_WORKLOAD,
-    Count,
     Output,
     Positive,
     ProfileRef,
     Python,
-    TimeoutS,
-    Tolerances,
     call,
     request,
     server,
@@ -83,7 +81,7 @@ from mcp_server.serve.tools import (
 from mcp_server.serve.wording import mcp_words
 
 
-@tool("Preflight: can this machine profile?", READ_ONLY)
+@tool("Preflight: can this machine profile?", READ_ONLY, verb=PreflightRequest)
 async def preflight(ctx: Context, python: Python = None, quick: bool = False) -> PreflightResult:
     """Check the GPU, driver, torch/CUDA under the workload's interpreter, nsys, ncu and counter permission.
 
@@ -97,23 +95,22 @@ async def preflight(ctx: Context, python: Python = None, quick: bool = False) ->
     return found.model_copy(update={"summary": mcp_words(found.summary)})
 
 
-@tool("Profile a workload", RUNS_WORKLOAD, options=CaptureOptions)
+@tool("Profile a workload", RUNS_WORKLOAD, options=CaptureOptions, verb=ProfileRequest)
 async def profile(
-    workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
+    workload: str,
     ctx: Context,
     backend: Backend = "auto",
     counters: Annotated[bool, Field(description="Also replay kernels under ncu (slower).")] = False,
     python: Python = None,
     output: Output = None,
-    top: Positive = 10,
-    memory: Annotated[bool, Field(description="Also run the memory pass after the others (memory.json).")] = False,
+    top: int = 10,
+    memory: bool = False,
     **capture: Any,
 ) -> ProfileRun:
     """Run a workload's measured window under a profiler; attribute every kernel to its operator and module.
 
     Use to find where a PyTorch model spends its time. Writes a run directory (profile.json) and returns the
-    window totals and top operators with their operator_ids (drill in with operator_detail). backend 'auto':
-    nsys with an NVIDIA GPU, nsys and ncu, else torch.profiler (CPU operator times without a GPU).
+    window totals and top operators with their operator_ids (drill in with operator_detail).
     """
     options = request(CaptureOptions, **capture)
 
@@ -131,11 +128,10 @@ async def profile(
     return await call(ctx, "profile", (3 if memory else 2) * options.timeout_s + ASSEMBLY_MARGIN_S, make)
 
 
-@tool("Memory: where every byte at the peak comes from", RUNS_WORKLOAD, options=CaptureOptions, only=WINDOW_OPTIONS)
+@tool("Memory: where every byte at the peak comes from", RUNS_WORKLOAD, options=CaptureOptions, only=WINDOW_OPTIONS,
+      verb=MemoryRequest)
 async def memory(
-    target: Annotated[str, Field(description="A workload .py to capture (GPU), or a run directory holding a memory "
-                                 "pass to rebuild memory.json from (no GPU).")],
-    ctx: Context, python: Python = None, output: Output = None, top: Positive = 10, **capture: Any,
+    target: str, ctx: Context, python: Python = None, output: Output = None, top: int = 10, **capture: Any,
 ) -> MemoryRun:
     """Record the CUDA caching allocator's history over the window; attribute every block live at the peak to its
     operator, module, phase, line and category (parameter, gradient, optimizer_state, activation, ...).
@@ -150,12 +146,12 @@ async def memory(
         capture=options, output=resolve_optional(output, "output directory"), project=project_dir(), top=top))
 
 
-@tool("Map: add ncu counters to a run", REPLACES_COUNTERS, name="map", options=NcuOptions)
+@tool("Map: add ncu counters to a run", REPLACES_COUNTERS, name="map", options=NcuOptions, verb=MapRequest)
 async def map_counters(
-    run_dir: Annotated[str, Field(description="A run directory captured with backend 'nsys'.")],
+    run_dir: str,
     ctx: Context,
-    timeout_s: TimeoutS = 600.0,
-    top: Positive = 10,
+    timeout_s: float = 600.0,
+    top: int = 10,
     **ncu: Any,
 ) -> ProfileRun:
     """Replay an nsys run's window kernels under Nsight Compute; rebuild its profile.json with counters.
@@ -168,11 +164,11 @@ async def map_counters(
         top=top), "map")
 
 
-@tool("Assemble profile.json from a run directory", REBUILDS)
+@tool("Assemble profile.json from a run directory", REBUILDS, verb=AssembleRequest)
 async def assemble(
-    run_dir: Annotated[str, Field(description="A run directory (holding manifest.json).")],
+    run_dir: str,
     ctx: Context,
-    top: Positive = 10,
+    top: int = 10,
 ) -> ProfileRun:
     """Rebuild a run directory's profile.json from its raw artifacts alone: no GPU and no workload needed.
 
@@ -182,12 +178,12 @@ async def assemble(
                        lambda: request(AssembleRequest, run_dir=resolve(run_dir, "run directory"), top=top))
 
 
-@tool("Analyze a profile: bottleneck and opportunities", REBUILDS)
+@tool("Analyze a profile: bottleneck and opportunities", REBUILDS, verb=AnalyzeRequest)
 async def analyze(
     profile: ProfileRef,
     ctx: Context,
     output: Output = None,
-    measure: Annotated[bool, Field(description="Microbenchmark a GPU missing from the device table.")] = True,
+    measure: bool = True,
 ) -> AnalyzeResult:
     """Diagnose a profile: the bottleneck and its root cause, a per-stage table, patterns and ranked
     optimization opportunities with Amdahl-bounded estimates and pointers into knowledge/.
@@ -199,14 +195,14 @@ async def analyze(
         project=project_dir(), measure=measure))
 
 
-@tool("Compare two profiles", REBUILDS)
+@tool("Compare two profiles", REBUILDS, verb=CompareRequest)
 async def compare(
     baseline: ProfileRef,
     optimized: ProfileRef,
     ctx: Context,
-    allow_mismatch: Annotated[bool, Field(description="Compare different devices or input shapes anyway.")] = False,
+    allow_mismatch: bool = False,
     output: Output = None,
-    top: Positive = 15,
+    top: int = 15,
 ) -> CompareResult:
     """Per-operator, per-module and per-kernel deltas of an optimized profile against its baseline.
 
@@ -219,18 +215,18 @@ async def compare(
         top=top))
 
 
-@tool("Bench two workloads, each in its own processes", RUNS_WORKLOAD, options=TimingOptions)
+@tool("Bench two workloads, each in its own processes", RUNS_WORKLOAD, options=TimingOptions, verb=BenchRequest)
 async def bench(
-    baseline: Annotated[str, Field(description="The baseline workload .py file.")],
-    optimized: Annotated[str, Field(description="The optimized workload .py file.")],
+    baseline: str,
+    optimized: str,
     ctx: Context,
     python: Python = None,
-    rounds: Annotated[int, Field(ge=3)] = 3,
+    rounds: int = 3,
     baseline_mode: BaselineMode = "eager",
     tier: Tier = "exact",
-    recipes: Annotated[str | None, Field(description="recipes.json for 'free'.")] = None,
+    recipes: str | None = None,
     output: Output = None,
-    timeout_s: TimeoutS = 600.0,
+    timeout_s: float = 600.0,
     **timing: Any,
 ) -> BenchToolResult:
     """Time two workloads, each in its own processes (rounds alternating): latency and back-to-back speedups, 95% CI.
@@ -245,17 +241,17 @@ async def bench(
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
-@tool("Recipes: the free frontier of a workload", RUNS_WORKLOAD, options=RecipeTiming)
+@tool("Recipes: the free frontier of a workload", RUNS_WORKLOAD, options=RecipeTiming, verb=RecipesRequest)
 async def recipes(
-    workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
+    workload: str,
     ctx: Context,
     python: Python = None,
-    thorough: Annotated[bool, Field(description="Also max-autotune and every layout.")] = False,
-    only: Annotated[tuple[str, ...], Field(description="Only these recipes.")] = (),
-    seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2),
-    jobs: Annotated[int | None, Field(ge=1, description="Processes at a time.")] = None,
+    thorough: bool = False,
+    only: tuple[str, ...] = (),
+    seeds: tuple[int, ...] = (0, 1, 2),
+    jobs: int | None = None,
     output: Output = None,
-    timeout_s: TimeoutS = 600.0,
+    timeout_s: float = 600.0,
     **timing: Any,
 ) -> RecipesResult:
     """The free frontier: every few-line recipe (compile modes, TF32, bf16/fp16 autocast or cast, channels_last,
@@ -270,16 +266,17 @@ async def recipes(
         project=project_dir(), timeout_s=timeout_s))
 
 
-@tool("Optimize: the frontier's winner as an optimized workload, proven", RUNS_WORKLOAD, options=TimingOptions)
+@tool("Optimize: the frontier's winner as an optimized workload, proven", RUNS_WORKLOAD, options=TimingOptions,
+      verb=OptimizeRequest)
 async def optimize(
-    workload: Annotated[str, Field(description="The .py file defining get_model_and_input().")],
+    workload: str,
     ctx: Context,
     python: Python = None,
     tier: Tier = "exact",
-    recipes: Annotated[str | None, Field(description="A recipes.json to reuse.")] = None,
+    recipes: str | None = None,
     thorough: bool = False,
     output: Output = None,
-    timeout_s: TimeoutS = 600.0,
+    timeout_s: float = 600.0,
     **timing: Any,
 ) -> OptimizeResult:
     """The floor in one call: profile, the free frontier, the tier's winner written as <name>_optimized.py, bench
@@ -294,27 +291,25 @@ async def optimize(
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
-@tool("Validate an optimized workload", RUNS_WORKLOAD)
+@tool("Validate an optimized workload", RUNS_WORKLOAD, verb=ValidateRequest)
 async def validate(
-    baseline: Annotated[str, Field(description="The baseline workload .py file.")],
-    optimized: Annotated[str, Field(description="The optimized workload .py file.")],
+    baseline: str,
+    optimized: str,
     ctx: Context,
     python: Python = None,
-    seeds: Annotated[tuple[int, ...], Field(min_length=1, description="Seeds for fresh inputs.")] = (0, 1, 2),
-    rtol: Annotated[float | None, Field(ge=0, description="Relative tolerance for every dtype.")] = None,
-    atol: Annotated[float | None, Field(ge=0, description="Absolute tolerance for every dtype.")] = None,
-    tolerances: Tolerances = None,
-    run_tests: Annotated[bool, Field(description="Run the generated test_<name>.py beside it.")] = True,
-    speedup: Annotated[float | None, Field(description="Measured speedup to check for plausibility.")] = None,
-    bench_json: Annotated[str | None, Field(description="A bench.json whose speedup to check instead.")] = None,
-    max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None,
-    analysis: Annotated[str | None, Field(description="The baseline's analysis.json (bounds the speedup).")] = None,
-    tier: Annotated[Tier, Field(description="exact: fp32 tolerances; reduced: 1e-2, fp16/bf16 outputs "
-                                "accepted.")] = "exact",
-    optimizations: Annotated[str | None, Field(
-        description="optimizations.json: each implemented item must fire its own pass.")] = None,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    rtol: float | None = None,
+    atol: float | None = None,
+    tolerances: dict[str, float] | None = None,
+    run_tests: bool = True,
+    speedup: float | None = None,
+    bench_json: str | None = None,
+    max_plausible_speedup: float | None = None,
+    analysis: str | None = None,
+    tier: Tier = "exact",
+    optimizations: str | None = None,
     output: Output = None,
-    timeout_s: TimeoutS = 600.0,
+    timeout_s: float = 600.0,
 ) -> ValidateToolResult:
     """Check that an optimized workload computes what the baseline does, and that its speedup is plausible.
 
@@ -331,26 +326,20 @@ async def validate(
         output=resolve_optional(output, "output directory"), project=project_dir(), timeout_s=timeout_s))
 
 
-@tool("Report: report.md and OPTIMIZED_WORKLOAD.md", REBUILDS)
+@tool("Report: report.md and OPTIMIZED_WORKLOAD.md", REBUILDS, verb=ReportRequest)
 async def report(
     baseline_profile: ProfileRef,
     ctx: Context,
-    optimized_profile: Annotated[str | None, Field(description="The optimized workload's profile.")] = None,
-    analysis: Annotated[str | None, Field(
-        description="analysis.json: the optimized profile's (report) or the baseline's (plan)."
-    )] = None,
-    baseline_analysis: Annotated[str | None, Field(
-        description="The baseline's analysis.json (estimates beside the speedup)."
-    )] = None,
-    comparison: Annotated[str | None, Field(description="comparison.json (from compare).")] = None,
-    bench_json: Annotated[str | None, Field(description="bench.json (from bench): the only speedup stated.")] = None,
-    recipes: Annotated[str | None, Field(description="recipes.json (from recipes).")] = None,
-    bench_vs_free: Annotated[str | None, Field(description="bench_vs_free.json (baseline_mode 'free').")] = None,
-    validation: Annotated[str | None, Field(description="validation_report.json (from validate).")] = None,
-    optimizations: Annotated[str | None, Field(description="optimizations.json of the changes made.")] = None,
-    plan: Annotated[bool, Field(
-        description="Validate optimizations.json; write proposal.md and implementation.md instead."
-    )] = False,
+    optimized_profile: str | None = None,
+    analysis: str | None = None,
+    baseline_analysis: str | None = None,
+    comparison: str | None = None,
+    bench_json: str | None = None,
+    recipes: str | None = None,
+    bench_vs_free: str | None = None,
+    validation: str | None = None,
+    optimizations: str | None = None,
+    plan: bool = False,
     output: Output = None,
 ) -> ReportResult:
     """Write report.md and, given validation, bench or optimizations, OPTIMIZED_WORKLOAD.md.
@@ -382,9 +371,9 @@ async def top_operators(profile: ProfileRef, ctx: Context, limit: Positive = 10)
                        lambda: request(SummaryRequest, profile=resolve(profile, "profile"), top=limit), "query")
 
 
-@tool("One operator call in detail", READ_ONLY)
+@tool("One operator call in detail", READ_ONLY, verb=OperatorDetailRequest)
 async def operator_detail(
-    profile: ProfileRef, operator_id: str, ctx: Context, max_kernels: Count = 50
+    profile: ProfileRef, operator_id: str, ctx: Context, max_kernels: int = 50
 ) -> OperatorDetail:
     """One operator call (operator_id such as 'aten::linear#3'): module path, shapes, dtypes, fused ops, its
     kernels in launch order and their counters.
@@ -407,9 +396,9 @@ async def kernel_detail(profile: ProfileRef, kernel_id: int, ctx: Context) -> Ke
         KernelDetailRequest, profile=resolve(profile, "profile"), kernel_id=kernel_id), "query")
 
 
-@tool("Loop status: which optimization stage is next", READ_ONLY)
+@tool("Loop status: which optimization stage is next", READ_ONLY, verb=LoopStatusRequest)
 async def loop_status(
-    workload: Annotated[str, Field(description="The baseline NAME.py; its folder holds the loop's files.")],
+    workload: str,
     ctx: Context,
 ) -> LoopStatusResult:
     """Where the /optimize loop on a workload stands: each stage done, missing, stale or failed, from the
