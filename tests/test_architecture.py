@@ -178,3 +178,30 @@ def test_pyproject_ships_every_package_and_the_data_folders():
 
 def test_the_engine_and_the_harness_know_the_same_compile_modes():
     assert COMPILE_MODES == CHILD_COMPILE_MODES
+
+
+SHARED_NAMES = {
+    # A file name may repeat only where each file is one layer's side of the same subject: its schema (the
+    # model), its engine, its child process (children/), its face (api/) or its renderer (render/).
+    "attribute.py": {"assemble", "memory"},  # attribution of kernels, and of allocations, to operators
+    "build.py": {"ranks", "memory"},  # each builds its derived file (ranks.json, memory.json)
+    "common.py": {"api", "children"},  # each package's shared helpers
+    "documents.py": {"api", "render"},  # the documents verb's face and its renderer
+    "harness.py": {"children", "schema"},  # the harness child and its result's model
+    "loop.py": {"api", "schema"},  # loop status: its face and its model
+    "measure.py": {"children", "proof"},  # the isolated measurement: its child and the engine reading it
+    "memory.py": {"capture", "children", "render", "schema"},  # the memory pass at each layer
+    "proof.py": {"api", "schema"},  # bench/recipes/validate: their face and their models
+    "recipes.py": {"proof", "schema"},  # the frontier: its engine and its model
+    "validate.py": {"children", "proof"},  # validation: its child and its engine
+}
+
+
+def test_a_file_name_names_one_subject():
+    """Two modules share a file name only as the sides of one subject listed above: a new clash is named here."""
+    folders: dict[str, set[str]] = {}
+    for path in (REPO / "mcp_server").rglob("*.py"):
+        if path.name != "__init__.py":
+            folders.setdefault(path.name, set()).add(path.parent.name)
+    shared = {name: where for name, where in folders.items() if len(where) > 1}
+    assert shared == SHARED_NAMES
