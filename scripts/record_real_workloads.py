@@ -5,7 +5,8 @@ One command, torch with CUDA (torchvision for the training script), nsys and ncu
     python scripts/record_real_workloads.py --out "$OUT"        # --gpu h100 (default) names the files
 
 Each case runs the product's own CLI as a user would (`operator-profiler run ...` in a child process), first once to
-warm the machine's caches (bytecode, Inductor's, cuDNN's), then once measured; the measured run directory is packed
+warm the machine's caches (bytecode, Inductor's, cuDNN's; `--no-warm` skips it and measures the cold run), then once
+measured; the measured run directory is packed
 as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries it) for tests/fixtures/:
 
 - `decode_loop`: scripts/gpu_workloads/decode_loop.py as it is (`--script`, `--window-fn generate --steps 1:1`,
@@ -56,23 +57,32 @@ CASES: dict[str, list[str]] = {
 }
 
 
-def cli(*args: str, timeout: float = 900) -> tuple[int, float, str]:
+CASE_TIMEOUT_S = 900.0
+
+
+def cli(*args: str) -> tuple[int, float, str]:
     """The product's CLI in a child process: (exit code, wall seconds, its stderr's last lines)."""
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "mcp_server.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "mcp_server.cli", *args], capture_output=True, text=True,
+                              timeout=CASE_TIMEOUT_S, cwd=REPO)
+    except subprocess.TimeoutExpired as exc:
+        tail = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        return 124, time.monotonic() - t0, f"timed out after {CASE_TIMEOUT_S:.0f} s\n" + "\n".join(
+            tail.splitlines()[-15:])
     return proc.returncode, time.monotonic() - t0, "\n".join(proc.stderr.splitlines()[-15:])
 
 
-def run_case(name: str, work: Path) -> dict[str, Any]:
-    """Warm up, then `run` the case measured into work/<name>; its profile's numbers."""
+def run_case(name: str, work: Path, warm_up: bool) -> dict[str, Any]:
+    """Warm up (unless told not to), then `run` the case measured into work/<name>; its profile's numbers."""
     flags = CASES[name]
-    warm = work / f"{name}_warm"
-    code, warm_s, tail = cli("run", *_with_output(flags, warm), "-q")
-    row: dict[str, Any] = {"case": name, "command": ["operator-profiler", "run", *flags], "warm_run_s": warm_s}
-    if code != 0:
-        return {**row, "error": tail}
-    shutil.rmtree(warm, ignore_errors=True)
+    row: dict[str, Any] = {"case": name, "command": ["operator-profiler", "run", *flags], "warm_run_s": None}
+    if warm_up:
+        warm = work / f"{name}_warm"
+        code, row["warm_run_s"], tail = cli("run", *_with_output(flags, warm), "-q")
+        if code != 0:
+            return {**row, "error": tail}
+        shutil.rmtree(warm, ignore_errors=True)
     run_dir = work / name
     code, wall, tail = cli("run", *_with_output(flags, run_dir), "-q")
     row["run_s"] = round(wall, 1)
@@ -155,18 +165,25 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--gpu", default="h100")
     parser.add_argument("--work", type=Path, default=Path("/tmp/op_real_workloads"))
-    parser.add_argument("--cases", default=",".join(c for c in CASES if c != "decode_loop_hf"))
+    parser.add_argument("--cases", help="comma-separated cases (default: all; decode_loop_hf with transformers)")
+    parser.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True,
+                        help="run each case once unmeasured first (--no-warm: measure the first, cold run)")
+    parser.add_argument("--case-timeout", type=float, default=900.0, help="seconds each `run` may take")
     args = parser.parse_args()
-    cases = args.cases.split(",")
-    if importlib.util.find_spec("transformers") is not None and "decode_loop_hf" not in cases:
-        cases.append("decode_loop_hf")
+    cases = args.cases.split(",") if args.cases else [
+        c for c in CASES if c != "decode_loop_hf" or importlib.util.find_spec("transformers") is not None]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    global CASE_TIMEOUT_S
+    CASE_TIMEOUT_S = args.case_timeout
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in cases:
         print(f"== {name}", flush=True)
-        row = run_case(name, args.work)
+        row = run_case(name, args.work, args.warm)
         if "error" not in row:
             if name == "moe_routing":
                 analyze_moe(args.work / name, row)
@@ -176,7 +193,7 @@ def main() -> None:
         row["target_met"] = TARGETS[name](row) if name in TARGETS and "error" not in row else False
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k not in ("warnings", "passes")}, default=str), flush=True)
-    (args.out / f"{args.gpu}_real_workloads.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
+        (args.out / f"{args.gpu}_real_workloads.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
     print(f"\n{'case':16s} {'run s':>7s} {'attr %':>7s} {'module %':>8s} {'no ctr %':>8s} target")
     for r in rows:
         print(f"{r['case']:16s} {r.get('run_s', 'err')!s:>7s} {r.get('attributed_pct')!s:>7s} "
