@@ -79,12 +79,12 @@ def run_case(name: str, work: Path, warm_up: bool) -> dict[str, Any]:
     row: dict[str, Any] = {"case": name, "command": ["operator-profiler", "run", *flags], "warm_run_s": None}
     if warm_up:
         warm = work / f"{name}_warm"
-        code, row["warm_run_s"], tail = cli("run", *_with_output(flags, warm), "-q")
+        code, row["warm_run_s"], tail = cli("run", "-q", *_with_output(flags, warm))
         if code != 0:
             return {**row, "error": tail}
         shutil.rmtree(warm, ignore_errors=True)
     run_dir = work / name
-    code, wall, tail = cli("run", *_with_output(flags, run_dir), "-q")
+    code, wall, tail = cli("run", "-q", *_with_output(flags, run_dir))
     row["run_s"] = round(wall, 1)
     if code != 0:
         return {**row, "error": tail}

@@ -17,6 +17,7 @@ from fixtures_util import FIXTURES, extract_fixture
 from mcp_server.analysis import analyze_profile
 from mcp_server.assemble import assemble
 from mcp_server.assemble.attribute import CAPTURED_DETAIL
+from mcp_server.compare import compare_profiles
 from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import OperatorAttributedProfile
 
@@ -92,3 +93,9 @@ def test_a_workloads_own_cuda_graph_is_attributed_to_its_capture(tmp_path_factor
     assert profile.window.attributed_kernel_time_pct is not None and profile.window.attributed_kernel_time_pct >= 99.5
     replayed = [op for op in profile.operators if any(k.attribution.detail == CAPTURED_DETAIL for k in op.kernels)]
     assert any(op.operator_name == "aten::lstm" for op in replayed), "the cuDNN LSTM the graph replays"
+    # against the eager baseline's committed profile, the replayed LSTM pairs with the eager one
+    baseline = OperatorAttributedProfile.model_validate_json(
+        (REPO / "examples" / "lstm_sequence_encoder" / "profile.json").read_text())
+    comparison = compare_profiles(baseline, profile, allow_mismatch=True)
+    lstm = [d for d in comparison.operators if d.operator_name == "aten::lstm"]
+    assert [d.status for d in lstm] == ["matched"] and lstm[0].match_rule == "name_order"

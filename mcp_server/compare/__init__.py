@@ -174,7 +174,7 @@ def _operator_deltas(matching: Matching, gpu: bool) -> list[OperatorDelta]:
         base_metrics = operator_metrics(base_ops, gpu)
         rule = matching.rules[j]
         deltas.append(OperatorDelta(
-            status="matched" if rule in ("name_module_order", "renamed") else "fused",
+            status="matched" if rule in ("name_module_order", "renamed", "name_order") else "fused",
             match_rule=rule,  # type: ignore[arg-type]
             operator_name=name, module_path=module, call_order=order,
             baseline_operator_ids=[op.operator_id for op in base_ops],

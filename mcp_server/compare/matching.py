@@ -236,6 +236,7 @@ class Matching:
         self.taken: set[int] = set()
         self._exact()
         self._renamed()
+        self._unplaced()
         self._fused_by_names()
         self._fused_by_module()
 
@@ -264,6 +265,24 @@ class Matching:
             queue = free.get((op_family(opt.operator_name), opt.module_path))
             if queue:
                 self._assign(j, queue.pop(0), "renamed")
+
+    def _unplaced(self) -> None:
+        """Unfused operators left on both sides of which one has no module path (an operator a CUDA graph the
+        workload captured replays, outside eager mode's module ranges): same op family, paired in call order."""
+        free: dict[str, list[int]] = defaultdict(list)
+        for i in self._free_baseline():
+            base = self.baseline[i]
+            if not base.is_fused:
+                free[op_family(base.operator_name)].append(i)
+        for j, opt in enumerate(self.optimized):
+            if j in self.pairs or opt.is_fused:
+                continue
+            queue = free.get(op_family(opt.operator_name), [])
+            pick = next((i for i in queue if (self.baseline[i].module_path is None) != (opt.module_path is None)),
+                        None)
+            if pick is not None:
+                queue.remove(pick)
+                self._assign(j, pick, "name_order")
 
     def _free_baseline(self) -> list[int]:
         return [i for i in range(len(self.baseline)) if i not in self.taken]

@@ -68,9 +68,10 @@ class OperatorDelta(_Model):
     """One matched, fused, appeared or disappeared operator."""
 
     status: Literal["matched", "fused", "appeared", "disappeared"]
-    match_rule: Literal["name_module_order", "renamed", "fused_names", "fused_module", "none"] = Field(
+    match_rule: Literal["name_module_order", "renamed", "name_order", "fused_names", "fused_module", "none"] = Field(
         description="How the two sides were tied: same (name, module path, call order); same module path and "
-        "operator family under another name (aten::conv2d / aten::convolution); an optimized fused operator "
+        "operator family under another name (aten::conv2d / aten::convolution); same operator family in call "
+        "order where one side has no module path (a CUDA graph the workload captured); an optimized fused operator "
         "absorbing baseline operators named in its fused_operators; or by module path alone."
     )
     operator_name: str = Field(description="The optimized side's name (the baseline's when disappeared).")

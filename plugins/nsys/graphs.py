@@ -38,9 +38,11 @@ def capture_points(schema: Schema, strings: Strings) -> dict[int, CapturePoint]:
         elif thread is not None and start is not None:
             created[node] = (thread, start)
     found = dict(created)
+    # A clone made at instantiation has a creation event of its own as well (no original, at instantiation time):
+    # its capture point is its original's, so follow the links to the node nothing was cloned from.
     for node in parents:
         seen, current = set(), node
-        while current in parents and current not in created and current not in seen:
+        while current in parents and current not in seen:
             seen.add(current)
             current = parents[current]
         if current in created:
