@@ -7,7 +7,7 @@ MCP parameters into the request, show progress, and print or return the result. 
 Jinja2's templates, the memory pass's replay) happen inside the verbs that need them.
 """
 
-from mcp_server.api.capture import assemble, map_run, memory, profile, run
+from mcp_server.api.capture import assemble, map_run, memory, profile
 from mcp_server.api.documents import report
 from mcp_server.api.loop import loop_status
 from mcp_server.api.machine import preflight
@@ -17,5 +17,5 @@ from mcp_server.api.reading import analyze, compare, kernel_detail, operator_det
 
 __all__ = [
     "analyze", "assemble", "bench", "compare", "kernel_detail", "loop_status", "map_run", "memory",
-    "operator_detail", "optimize", "preflight", "profile", "recipes", "report", "run", "summary", "validate",
+    "operator_detail", "optimize", "preflight", "profile", "recipes", "report", "summary", "validate",
 ]

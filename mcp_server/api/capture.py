@@ -23,7 +23,6 @@ from mcp_server.schema.requests import (
     Interpreter,
     MapRequest,
     MemoryRequest,
-    NcuOptions,
     ProfileRequest,
 )
 from mcp_server.schema.results import (
@@ -84,9 +83,6 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
         result.warnings.insert(0, NO_COUNTERS_HERE)
     result.warnings[:0] = stale
     return result
-def run(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
-    """profile with ncu counters: the nsys timeline and the ncu replay (default options unless `req.ncu`)."""
-    return profile(req if req.ncu is not None else req.model_copy(update={"ncu": NcuOptions()}), progress, cancel)
 def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
     """Replay a captured nsys run's kernels under ncu and rebuild its profile.json."""
     run_dir = RunDir.existing(req.run_dir)
