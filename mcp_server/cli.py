@@ -357,10 +357,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     req = options_from(args, BenchRequest, python=_interpreter(args), timing=options_from(args, TimingOptions),
                        project=Path.cwd())
     result = api.bench(req, _STATUS)
-    _print(result.summary)
-    for warning in result.warnings:
-        _print(f"warning: {warning}")
-    _print(f"wrote {result.bench_path}")
+    _print_outcome(result.summary, result.warnings, f"wrote {result.bench_path}")
     return 0
 
 
@@ -369,10 +366,8 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     req = options_from(args, RecipesRequest, python=_interpreter(args), timing=options_from(args, RecipeTiming),
                        project=Path.cwd())
     result = api.recipes(req, _STATUS)
-    _print(result.summary)
-    for warning in result.warnings:
-        _print(f"warning: {warning}")
-    _print(f"wrote {result.recipes_path}" + (f" and {result.frontier_chart}" if result.frontier_chart else ""))
+    _print_outcome(result.summary, result.warnings,
+                   f"wrote {result.recipes_path}" + (f" and {result.frontier_chart}" if result.frontier_chart else ""))
     return 0
 
 
@@ -381,11 +376,16 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     req = options_from(args, OptimizeRequest, python=_interpreter(args), timing=options_from(args, TimingOptions),
                        project=Path.cwd())
     result = api.optimize(req, _STATUS)
-    _print(result.summary)
-    for warning in result.warnings:
-        _print(f"warning: {warning}")
-    _print(f"wrote {len(result.files)} files into {result.out_dir}")
+    _print_outcome(result.summary, result.warnings, f"wrote {len(result.files)} files into {result.out_dir}")
     return 0 if result.validation_passed else 1
+
+
+def _print_outcome(summary: str, warnings: list[str], wrote: str) -> None:
+    """A verb's one-paragraph summary, its warnings, then what it wrote."""
+    _print(summary)
+    for warning in warnings:
+        _print(f"warning: {warning}")
+    _print(wrote)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
