@@ -1,7 +1,6 @@
-"""Issue 40's real workloads, replayed from their recordings (`scripts/record_real_workloads.py` on an H100:
+"""Real workloads, replayed from their H100 recordings (`scripts/record_real_workloads.py`:
 tests/fixtures/h100_<case>.tar.xz): a decode loop profiled as a plain script under the replay budget, a plain
-training script, an MoE layer's synchronisations, and a workload that captures its own CUDA graph. A case whose
-recording is not in tests/fixtures/ yet is skipped, saying so."""
+training script, an MoE layer's synchronisations, and a workload that captures its own CUDA graph."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ from mcp_server.schema.profile import OperatorAttributedProfile
 
 
 def _recorded(case: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (FIXTURES / f"h100_{case}.tar.xz").is_file():
-        pytest.skip(f"tests/fixtures/h100_{case}.tar.xz is not recorded yet (scripts/record_real_workloads.py)")
+    assert (FIXTURES / f"h100_{case}.tar.xz").is_file(), "recorded by scripts/record_real_workloads.py on an H100"
     return extract_fixture(f"h100_{case}", tmp_path_factory) / case
 
 
