@@ -4,7 +4,7 @@ the matching itself (exact, renamed, fused by names, fused by module; see the pa
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from mcp_server.schema.profile import OperatorAttributedProfile, OperatorRecord
 from mcp_server.schema.proof import OperatorMetrics, ProfileSummary
@@ -254,35 +254,30 @@ class Matching:
 
     def _renamed(self) -> None:
         """Unfused operators left on both sides, same module and op family, paired in call order."""
-        free: dict[tuple[str, str | None], list[int]] = defaultdict(list)
-        for i in self._free_baseline():
-            base = self.baseline[i]
-            if not base.is_fused:
-                free[(op_family(base.operator_name), base.module_path)].append(i)
-        for j, opt in enumerate(self.optimized):
-            if j in self.pairs or opt.is_fused:
-                continue
-            queue = free.get((op_family(opt.operator_name), opt.module_path))
-            if queue:
-                self._assign(j, queue.pop(0), "renamed")
+        self._pair_in_order(lambda op: (op_family(op.operator_name), op.module_path), "renamed")
 
     def _unplaced(self) -> None:
         """Unfused operators left on both sides of which one has no module path (an operator a CUDA graph the
         workload captured replays, outside eager mode's module ranges): same op family, paired in call order."""
-        free: dict[str, list[int]] = defaultdict(list)
+        self._pair_in_order(lambda op: op_family(op.operator_name), "name_order",
+                            lambda base, opt: (base.module_path is None) != (opt.module_path is None))
+
+    def _pair_in_order(self, key: Callable[[OperatorRecord], object], rule: str,
+                       fits: Callable[[OperatorRecord, OperatorRecord], bool] = lambda base, opt: True) -> None:
+        """Each unpaired unfused optimized operator takes the first free unfused baseline operator of its `key`
+        that `fits` it."""
+        free: dict[object, list[int]] = defaultdict(list)
         for i in self._free_baseline():
-            base = self.baseline[i]
-            if not base.is_fused:
-                free[op_family(base.operator_name)].append(i)
+            if not self.baseline[i].is_fused:
+                free[key(self.baseline[i])].append(i)
         for j, opt in enumerate(self.optimized):
             if j in self.pairs or opt.is_fused:
                 continue
-            queue = free.get(op_family(opt.operator_name), [])
-            pick = next((i for i in queue if (self.baseline[i].module_path is None) != (opt.module_path is None)),
-                        None)
+            queue = free.get(key(opt), [])
+            pick = next((i for i in queue if fits(self.baseline[i], opt)), None)
             if pick is not None:
                 queue.remove(pick)
-                self._assign(j, pick, "name_order")
+                self._assign(j, pick, rule)
 
     def _free_baseline(self) -> list[int]:
         return [i for i in range(len(self.baseline)) if i not in self.taken]
