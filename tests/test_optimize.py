@@ -15,7 +15,14 @@ from mcp_server.cli import main as cli
 from mcp_server.proof.validate import validate
 from mcp_server.render.recipe_workload import recipe_workload, write_recipe_workload
 from mcp_server.schema.recipes import RecipesReport, Winner
-from mcp_server.schema.requests import Interpreter, OptimizeRequest, RecipesRequest, RecipeTiming
+from mcp_server.schema.requests import (
+    BenchRequest,
+    Interpreter,
+    OptimizeRequest,
+    RecipesRequest,
+    RecipeTiming,
+    TimingOptions,
+)
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 FAST = RecipeTiming(warmup=2, calls=12, queued=12, blocks=1, budget_s=0.2, input_sets=1)
@@ -48,6 +55,29 @@ def test_a_cuda_graph_recipe_is_written_with_its_step_marks_and_copied_outputs(f
     assert "torch.compiler.cudagraph_mark_step_begin()" in source and "t.clone()" in source
     assert "torch.backends.cudnn.allow_tf32 = False" in source
     assert f"sys.path.insert(0, {str(WORKLOADS)!r})" in source
+    # the inputs' cast and layout are converted once, before the calls, as recipes converted them: not in run()
+    run_body = source.split("def run(")[1].split("return run")[0]
+    assert "x.to(" not in run_body and "channels_last" not in run_body
+    prepare = source.split("def prepare_inputs(")[1]
+    assert "x.to(torch.float16)" in prepare and "memory_format=torch.channels_last" in prepare
+
+
+def test_a_cast_recipe_s_inputs_are_converted_by_prepare_inputs_in_validate_and_bench(frontier: Path,
+                                                                                       tmp_path: Path) -> None:
+    """The whole model in bf16 rejects float32 inputs: validate and bench run it only by applying prepare_inputs."""
+    report = _report(frontier)
+    winner = Winner(tier="reduced", metric="latency", recipe="eager+bf16-cast", time_ns=1.0, code=[])
+    optimized = write_recipe_workload(WORKLOADS / "tiny_mlp.py", winner, report, frontier, tmp_path)
+    verdict = validate(WORKLOADS / "tiny_mlp.py", optimized, python=sys.executable, seeds=(0,), run_tests=False,
+                       tier="reduced", out_dir=tmp_path)
+    checks = {c.name: c.status for c in verdict.checks}
+    assert checks["runs"] == "pass", verdict.checks
+    assert verdict.max_rel_error is not None and verdict.max_rel_error < 0.05  # bf16's rounding, measured
+    assert checks["input_mutation"] == checks["output_aliasing"] == "pass"
+    result = api.bench(BenchRequest(baseline=WORKLOADS / "tiny_mlp.py", optimized=optimized, python=PYTHON,
+                                    timing=TimingOptions(**FAST.model_dump()), output=tmp_path / "bench",
+                                    project=tmp_path))
+    assert result.speedup.point > 0 and result.optimized.how_run == "optimize()"
 
 
 def test_an_autocast_recipe_written_as_code_passes_validate_in_the_reduced_tier(frontier: Path, tmp_path: Path):

@@ -144,6 +144,6 @@ def _versus_winner(recipe: str) -> str:
     """What the optimized workload differs in from the winner it is benched against."""
     _, precision, channels_last, _ = recipe_parts(recipe)
     if precision.endswith("-cast") or channels_last:
-        return ("the winner's code, but given the baseline's inputs: their cast and layout conversion run in each "
-                "timed call, which the recipe's calls are given done")
-    return "the same code twice: the measurement's spread"
+        return ("the winner's code, its inputs converted once by prepare_inputs as the recipe's were: the difference "
+                "is the measurement's spread; a caller holding the baseline's inputs converts each batch itself")
+    return "the same code twice: the difference is the measurement's spread"

@@ -333,6 +333,14 @@ def recipe_of(module: Any) -> str | None:
     return recipe if isinstance(recipe, str) and recipe and not getattr(module, "BACKEND_NAME", None) else None
 
 
+def inputs_preparer(module: Any) -> Callable[[Any], Any]:
+    """The optimized workload's `prepare_inputs(inputs)`: turns the baseline's inputs into the ones its optimized
+    callable takes (a cast, a layout), applied once per input set before any call, as a recipe's input lines are.
+    The identity when it has none."""
+    prepare = getattr(module, "prepare_inputs", None)
+    return prepare if callable(prepare) else (lambda inputs: inputs)
+
+
 def optimized_callable(module: Any, model: Any) -> tuple[Any, str]:
     """How the optimized workload is run: its `optimize(model)`, else torch.compile with its BACKEND_NAME."""
     import torch

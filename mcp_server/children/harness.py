@@ -40,6 +40,7 @@ from mcp_server.children.common import (
     as_call,
     cannot_write,
     environment,
+    inputs_preparer,
     load_workload,
     model_and_inputs,
     now,
@@ -163,6 +164,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     elif args.compile_mode == "optimized":
         backend = RecordingBackend(module, result["root_module"])
         fn = backend.optimize(fn)
+    if args.compile_mode == "optimized":  # its inputs as its prepare_inputs turns them, before the window
+        inputs = inputs_preparer(module)(inputs)
+        call_args, call_kwargs = as_call(inputs)
     elif args.compile_mode != "eager":
         backend = RecordingInductor(args.compile_mode, result["root_module"],
                                     cached_only=early,

@@ -36,6 +36,7 @@ from mcp_server.children.common import (
     as_call,
     device_of,
     flatten,
+    inputs_preparer,
     load_same_weights,
     load_workload,
     model_and_inputs,
@@ -168,7 +169,7 @@ def _how(args: argparse.Namespace, base_mod: Any, model: Any, device: str, resul
         if fn is opt_model:
             result["warnings"].append(f"the optimized workload ran as {how}: nothing was compiled")
         result["how_run"], result["graphs"] = how, True
-        return fn, lambda x: x
+        return fn, inputs_preparer(opt_mod)
     result["how_run"], result["graphs"] = "as written (eager)", False
     return model, lambda x: x
 

@@ -28,6 +28,7 @@ from mcp_server.children.common import (
     as_call,
     device_of,
     flatten,
+    inputs_preparer,
     load_same_weights,
     load_workload,
     model_and_inputs,
@@ -179,8 +180,9 @@ def _one_seed(
             return False
         fn, state["how"] = optimized_callable(opt_mod, opt_model)
         state["returned_model"] = state["returned_model"] or fn is opt_model
-        out_a, snap_a, mut_a, alias_a = call(fn, inputs_a)
-        out_b, snap_b, mut_b, alias_b = call(fn, inputs_b)
+        prepare = inputs_preparer(opt_mod)
+        out_a, snap_a, mut_a, alias_a = call(fn, prepare(inputs_a))
+        out_b, snap_b, mut_b, alias_b = call(fn, prepare(inputs_b))
     except Exception as exc:  # noqa: BLE001 - the optimized workload's failure is a failed check
         first = str(exc).splitlines()[0] if str(exc) else ""
         checks.set("runs", "fail", f"seed {seed}: the optimized workload raised {type(exc).__name__}: {first}")

@@ -4,7 +4,9 @@ The file follows the optimized-workload contract with `RECIPE` in place of a bac
 backend checks and says why): it imports the baseline's `get_model_and_input` from the baseline's folder, and its
 `optimize(model)` applies the recipe exactly as `recipes` measured it, plus, where CUDA graphs replay the calls,
 a copy of each output (a replay overwrites the previous call's outputs, which validate's output_caching check and
-any caller keeping them would see).
+any caller keeping them would see). The recipe's input conversions (a cast, channels_last) go in `prepare_inputs`,
+which validate, bench and profiling apply once per input set before the calls, as `recipes` did before its timed
+calls: the optimized workload is timed as its recipe was.
 """
 
 from __future__ import annotations
@@ -22,8 +24,35 @@ def _dtype(precision: str) -> str:
     return "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
 
 
+def input_casts(recipe: str) -> list[str]:
+    """The expressions, in `x`, that convert one input tensor for `recipe` (its cast, then its layout)."""
+    _, precision, channels_last, _ = recipe_parts(recipe)
+    casts = []
+    if precision.endswith("-cast"):
+        casts.append(f"x.to({_dtype(precision)}) if x.is_floating_point() else x")
+    if channels_last:
+        casts.append("x.contiguous(memory_format=torch.channels_last) if x.is_floating_point() and x.dim() == 4 "
+                     "else x")
+    return casts
+
+
+def prepare_inputs_source(recipe: str) -> list[str]:
+    """`prepare_inputs(inputs)`: the recipe's input conversions, applied once per input set before any call, as
+    `recipes` applied them before its timed calls; empty when the recipe converts no input."""
+    casts = input_casts(recipe)
+    if not casts:
+        return []
+    lines = ["", "", "def prepare_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:",
+             f'    """The baseline\'s inputs as {recipe} takes them, converted once before the calls (not in '
+             'each call)."""']
+    for cast in casts:
+        lines.append(f"    inputs = tuple(({cast}) if isinstance(x, torch.Tensor) else x for x in inputs)")
+    return lines + ["    return inputs"]
+
+
 def optimize_body(recipe: str, device: str) -> list[str]:
-    """The lines of `optimize(model)` that apply `recipe` (indented four spaces), ending with `return run`."""
+    """The lines of `optimize(model)` that apply `recipe` (indented four spaces), ending with `return run`; its
+    inputs come converted by `prepare_inputs` (`prepare_inputs_source`)."""
     mode, precision, channels_last, cudnn_benchmark = recipe_parts(recipe)
     lines = []
     if device == "cuda":
@@ -31,14 +60,10 @@ def optimize_body(recipe: str, device: str) -> list[str]:
         lines += [f"torch.backends.cuda.matmul.allow_tf32 = {tf32}", f"torch.backends.cudnn.allow_tf32 = {tf32}"]
     if cudnn_benchmark:
         lines.append("torch.backends.cudnn.benchmark = True")
-    casts = []
     if precision.endswith("-cast"):
         lines.append(f"model = model.to({_dtype(precision)})")
-        casts.append(f"x.to({_dtype(precision)}) if x.is_floating_point() else x")
     if channels_last:
         lines.append("model = model.to(memory_format=torch.channels_last)")
-        casts.append("x.contiguous(memory_format=torch.channels_last) if x.is_floating_point() and x.dim() == 4 "
-                     "else x")
     if mode == "eager":
         lines.append("compiled = model")
     elif mode == "compile":
@@ -46,8 +71,6 @@ def optimize_body(recipe: str, device: str) -> list[str]:
     else:
         lines.append(f'compiled = torch.compile(model, mode="{mode}")')
     lines += ["", "def run(*inputs: Any) -> Any:"]
-    for cast in casts:
-        lines.append(f"    inputs = tuple(({cast}) if isinstance(x, torch.Tensor) else x for x in inputs)")
     call = "compiled(*inputs)"
     if mode in GRAPH_MODES:
         lines.append("    torch.compiler.cudagraph_mark_step_begin()")
@@ -100,9 +123,11 @@ def recipe_workload(workload: Path, winner: Winner, report: RecipesReport, recip
         "",
         "",
         "def optimize(model: torch.nn.Module) -> Any:",
-        f'    """{winner.recipe} applied to `model`: a callable taking the baseline\'s inputs."""',
     ]
-    return "\n".join(head + optimize_body(winner.recipe, report.device_type)) + "\n"
+    takes = ("inputs converted once by prepare_inputs" if input_casts(winner.recipe) else "the baseline's inputs")
+    head.append(f'    """{winner.recipe} applied to `model`: a callable taking {takes}."""')
+    body = optimize_body(winner.recipe, report.device_type) + prepare_inputs_source(winner.recipe)
+    return "\n".join(head + body) + "\n"
 
 
 def write_recipe_workload(workload: Path, winner: Winner, report: RecipesReport, recipes_path: Path,
