@@ -1,15 +1,17 @@
 """`operator-profiler bench` against an independent timer, each side in its own processes; and the old method.
 
     python benchmarks/bench_agreement.py --out FILE [--pairs conv_block mlp_activations] [--processes 3]
+        [--rounds 3] [--cycles 2] [--methods timer loop] [--no-old-method]
 
 For each example pair (the baseline as written, its committed optimized workload run through `optimize(model)`):
-1. `operator-profiler bench` (3 rounds, one input set) reads both sides' latency and back-to-back medians;
+1. `operator-profiler bench` (3 rounds, one input set) reads both sides' latency and back-to-back medians per round;
 2. two independent timers, `--processes` fresh processes per side and per timer, each building the side the same
    way: `torch.utils.benchmark.Timer.blocked_autorange` (which synchronises the GPU at the end of each block;
    back-to-back = the statement `fn(*args)`, latency = `fn(*args); torch.cuda.synchronize()`), and a plain loop
    (CUDA events around one call and a synchronisation, median of 100 calls after 20 warm-up calls; 200 calls queued
-   with one synchronisation, per call). The medians of the processes' medians are compared with bench's: they
-   should agree within 5 %;
+   with one synchronisation, per call). The medians of the processes' medians are compared with the median of
+   bench's rounds: they should agree within 5 %. The methods take turns in time, `--cycles` times (bench, then the
+   independent processes), since the host's speed drifts while they run;
 3. the old method, in one process: the baseline under torch.compile(mode="reduce-overhead") and bf16 autocast (the
    old bench's free recipe) and the optimized workload built side by side and called interleaved (A B A B ...), each
    call timed with CUDA events and no synchronisation between calls, as the one-process bench did.
@@ -147,29 +149,47 @@ def _child(args: list[str]) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure_pair(name: str, processes: int, rounds: int) -> dict[str, Any]:
-    """bench, the independent timers and the old method on one example pair."""
+def measure_pair(name: str, processes: int, rounds: int, cycles: int, methods: list[str],
+                 old_method: bool) -> dict[str, Any]:
+    """bench, the independent timers and (with `old_method`) the old method on one example pair.
+
+    The host's speed drifts while processes run (`process_spread.py`: a host-bound call's time moves up to 2x within
+    one process, over seconds), so the methods take turns in time: each of `cycles` cycles runs one bench of `rounds`
+    rounds, then `processes` processes per side of each independent method, the sides alternating. Each method's
+    figure is the median of its processes' medians, over every cycle."""
     base, opt = _paths(name)
-    with tempfile.TemporaryDirectory() as out:
-        subprocess.run(["operator-profiler", "bench", str(base), str(opt), "--rounds", str(rounds), "--input-sets",
-                        "1", "--output", out, "--quiet"], check=True)
-        bench = json.loads((Path(out) / "bench.json").read_text())
-    row: dict[str, Any] = {"pair": name}
+    bench_rounds: dict[str, dict[str, list[float]]] = {s: {"latency": [], "back_to_back": []} for s in SIDES}
+    bench_cpus: dict[str, list[Any]] = {s: [] for s in SIDES}
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {m: {s: [] for s in SIDES} for m in methods}
+    for _ in range(cycles):
+        with tempfile.TemporaryDirectory() as out:
+            subprocess.run(["operator-profiler", "bench", str(base), str(opt), "--rounds", str(rounds),
+                            "--input-sets", "1", "--output", out, "--quiet"], check=True)
+            bench = json.loads((Path(out) / "bench.json").read_text())
+        for side in SIDES:
+            for r in bench[side]["rounds"]:
+                bench_rounds[side]["latency"].append(statistics.median(r["latency_ns"]) / 1e3)
+                bench_rounds[side]["back_to_back"].append(statistics.median(r["back_to_back_ns"]) / 1e3)
+                bench_cpus[side].append(r.get("cpus"))
+        for _ in range(processes):
+            for method in methods:
+                for side in SIDES:
+                    runs[method][side].append(_child(["--independent", name, side, method]))
+    row: dict[str, Any] = {"pair": name, "cycles": cycles, "bench_rounds_per_cycle": rounds,
+                           "processes_per_cycle": processes}
     for side in SIDES:
-        runs = {method: [_child(["--independent", name, side, method]) for _ in range(processes)]
-                for method in ("timer", "loop")}
         for metric in ("latency", "back_to_back"):
-            key = "latency_ns" if metric == "latency" else "back_to_back_ns"
-            ours = bench[side][metric]["median_ns"] / 1e3
-            cell: dict[str, Any] = {"bench_us": ours, "bench_rounds_us": [
-                statistics.median(r[key]) / 1e3 for r in bench[side]["rounds"]]}
-            cell["bench_cpus"] = [r.get("cpus") for r in bench[side]["rounds"]]
-            for method, found in runs.items():
-                theirs = statistics.median(r[f"{metric}_us"] for r in found)
-                cell[f"{method}_us"], cell[f"{method}_runs_us"] = theirs, [r[f"{metric}_us"] for r in found]
+            ours = statistics.median(bench_rounds[side][metric])
+            cell: dict[str, Any] = {"bench_us": ours, "bench_rounds_us": bench_rounds[side][metric],
+                                    "bench_cpus": bench_cpus[side]}
+            for method in methods:
+                found = [r[f"{metric}_us"] for r in runs[method][side]]
+                theirs = statistics.median(found)
+                cell[f"{method}_us"], cell[f"{method}_runs_us"] = theirs, found
                 cell[f"vs_{method}"] = ours / theirs - 1
             row[f"{side}_{metric}"] = cell
-    row["old_interleaved"] = _child(["--interleaved", name])
+    if old_method:
+        row["old_interleaved"] = _child(["--interleaved", name])
     return row
 
 
@@ -180,6 +200,9 @@ def main() -> int:
     parser.add_argument("--pairs", nargs="+", default=["conv_block", "mlp_activations"])
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cycles", type=int, default=2)
+    parser.add_argument("--methods", nargs="+", choices=("timer", "loop"), default=["timer", "loop"])
+    parser.add_argument("--no-old-method", action="store_true", help="skip the one-process interleaved method")
     parser.add_argument("--independent", nargs=3, metavar=("PAIR", "SIDE", "METHOD"))
     parser.add_argument("--interleaved", metavar="PAIR")
     args = parser.parse_args()
@@ -187,22 +210,25 @@ def main() -> int:
         found = independent(*args.independent) if args.independent else interleaved(args.interleaved)
         print(json.dumps(found), flush=True)
         os._exit(0)  # skip the interpreter's teardown (Inductor's compile workers take seconds)
-    rows = [measure_pair(name, args.processes, args.rounds) for name in args.pairs]
+    rows = [measure_pair(name, args.processes, args.rounds, args.cycles, args.methods, not args.no_old_method)
+            for name in args.pairs]
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
-    print(f"{'pair':18s} {'side':9s} {'metric':12s} {'bench us':>9s} {'Timer us':>9s} {'diff':>7s} {'loop us':>9s} "
-          f"{'diff':>7s}  per process: bench | Timer | loop")
+    heads = "".join(f" {m + ' us':>9s} {'diff':>7s}" for m in args.methods)
+    print(f"{'pair':18s} {'side':9s} {'metric':12s} {'bench us':>9s}{heads}  per process: "
+          + " | ".join(["bench", *args.methods]))
     for row in rows:
         for side in SIDES:
             for metric in ("latency", "back_to_back"):
                 c = row[f"{side}_{metric}"]
+                cells = "".join(f" {c[m + '_us']:9.1f} {c['vs_' + m] * 100:6.1f}%" for m in args.methods)
                 spread = " | ".join(" ".join(f"{v:.0f}" for v in c[k]) for k in
-                                    ("bench_rounds_us", "timer_runs_us", "loop_runs_us"))
-                print(f"{row['pair']:18s} {side:9s} {metric:12s} {c['bench_us']:9.1f} {c['timer_us']:9.1f} "
-                      f"{c['vs_timer'] * 100:6.1f}% {c['loop_us']:9.1f} {c['vs_loop'] * 100:6.1f}%  {spread}")
-        old = row["old_interleaved"]
-        print(f"{row['pair']:26s} old one-process interleaved events: baseline {old['baseline_us']:.1f} us, "
-              f"optimized {old['optimized_us']:.1f} us")
+                                    ["bench_rounds_us", *(m + "_runs_us" for m in args.methods)])
+                print(f"{row['pair']:18s} {side:9s} {metric:12s} {c['bench_us']:9.1f}{cells}  {spread}")
+        old = row.get("old_interleaved")
+        if old:
+            print(f"{row['pair']:26s} old one-process interleaved events: baseline {old['baseline_us']:.1f} us, "
+                  f"optimized {old['optimized_us']:.1f} us")
     return 0
 
 
