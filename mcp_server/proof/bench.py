@@ -208,6 +208,26 @@ def _side(workload: Path, runs: list[Measured], recipe: str | None) -> BenchSide
     )
 
 
+PROCESS_SPREAD = 1.15  # per-process medians further apart than this are said, with what it means
+
+
+def spread_notes(name: str, side: BenchSide) -> list[str]:
+    """What the side's processes disagree on: a metric whose per-process medians span more than PROCESS_SPREAD.
+
+    A host-bound call (Python, guards, CUDA-graph bookkeeping) runs as fast as the host's CPU does at that moment,
+    and on a shared machine that moves by up to 2x between processes and within one over seconds: its median is
+    one draw per process, and the interval over rounds says how far that reaches."""
+    notes = []
+    for metric in ("latency", "back_to_back"):
+        medians = [statistics.median(m.latency_ns if metric == "latency" else m.back_to_back_ns) for m in side.rounds]
+        low, high = min(medians), max(medians)
+        if low > 0 and high / low > PROCESS_SPREAD:
+            notes.append(f"the {name} side's {metric.replace('_', '-')} medians ranged {low / 1e3:.1f}–"
+                         f"{high / 1e3:.1f} µs between its processes ({high / low:.2f}×): a host-bound call moves "
+                         "with the host's speed; its interval is wide for that reason, and more --rounds narrow it")
+    return notes
+
+
 def _result(
     base_path: Path, opt_path: Path, measured: dict[str, list[Measured]], orders: list[list[str]],
     options: TimingOptions, rounds: int, baseline_mode: str, tier: str, recipe: str | None,
@@ -219,6 +239,7 @@ def _result(
     warnings = list(dict.fromkeys(w for runs in measured.values() for m in runs for w in m.raw.get("warnings", [])))
     if clocks.note:
         warnings.append(clocks.note)
+    warnings += [note for name, side in (("baseline", base), ("optimized", opt)) for note in spread_notes(name, side)]
     if min(base.latency.min_ns, opt.latency.min_ns) <= 0:
         warnings.append("some calls took 0 ns by the timer: the workload is too small to time per call")
 
