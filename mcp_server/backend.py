@@ -1,9 +1,10 @@
 """What a profiler backend is: the one object that says what it needs on this machine, which passes it plans,
 how preflight checks it, and how its run directory assembles.
 
-The objects live in their adapters (`mcp_server/assemble/nsys.py`, `mcp_server/assemble/torch_profiler.py`) and
-are listed, in the order `--backend auto` prefers them, in `mcp_server.assemble.registry.REGISTRY`. Capture,
-preflight, assemble and the faces read them there; none of them branches on a backend's name.
+The objects live in their adapters (`mcp_server/backends/nsys.py`, `mcp_server/backends/torch_profiler.py`), which
+also run their main pass (capture's `CapturingBackend` adds that half), and are listed, in the order `--backend auto`
+prefers them, in `mcp_server.backends.registry.REGISTRY`. Capture, preflight, assemble and the faces read them there;
+none of them branches on a backend's name.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from mcp_server.assemble.registry import REGISTRY
+from mcp_server.backends.registry import REGISTRY
 from mcp_server.process.bytecode import (
     MIN_WORKERS,
     OPT_OUT,

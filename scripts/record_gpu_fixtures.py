@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mcp_server import api  # noqa: E402
-from mcp_server.assemble.registry import REGISTRY  # noqa: E402
+from mcp_server.backends.registry import REGISTRY  # noqa: E402
 from mcp_server.schema.io import load_profile  # noqa: E402
 from mcp_server.schema.requests import CaptureOptions, Interpreter, NcuOptions, ProfileRequest  # noqa: E402
 

@@ -15,7 +15,7 @@ from conftest import REPO
 from fixtures_util import NSYS_RUNS, run_dir
 
 from mcp_server.analysis import analyze_profile, format_summary
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.analysis import Analysis, Bottleneck
 from mcp_server.schema.export import schema_text

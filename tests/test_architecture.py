@@ -27,15 +27,16 @@ LAYERS: dict[int, tuple[str, ...]] = {
     1: ("mcp_server.progress", "mcp_server.schema", "mcp_server.data"),
     2: ("plugins",),
     3: ("mcp_server.process", "mcp_server.rundir", "mcp_server.loop"),
-    4: ("mcp_server.backend",),  # the protocol both sides of the run directory read; the registry is assemble's
+    4: ("mcp_server.backend",),  # the protocol both sides of the run directory read; the registry is above them
     5: ("mcp_server.capture", "mcp_server.assemble"),
-    6: ("mcp_server.queries", "mcp_server.analysis", "mcp_server.compare", "mcp_server.proof", "mcp_server.preflight",
+    6: ("mcp_server.backends",),  # each backend's adapter names its capture and assemble halves; the registry
+    7: ("mcp_server.queries", "mcp_server.analysis", "mcp_server.compare", "mcp_server.proof", "mcp_server.preflight",
         "mcp_server.cli_text", "mcp_server.ranks", "mcp_server.memory"),
-    7: ("mcp_server.render",),
-    8: ("mcp_server.api",),
-    9: ("mcp_server.serve",),  # the MCP face: its tools (serve.app) and registry call the facade
-    10: ("mcp_server.cli",),
-    11: ("mcp_server.__main__",),
+    8: ("mcp_server.render",),
+    9: ("mcp_server.api",),
+    10: ("mcp_server.serve",),  # the MCP face: its tools (serve.app) and registry call the facade
+    11: ("mcp_server.cli",),
+    12: ("mcp_server.__main__",),
 }
 ROOT_PACKAGE = "mcp_server"  # its __init__ holds the version only: any module may import it
 MAX_LINES = 500
@@ -182,7 +183,8 @@ def test_the_engine_and_the_harness_know_the_same_compile_modes():
 
 SHARED_NAMES = {
     # A file name may repeat only where each file is one layer's side of the same subject: its schema (the
-    # model), its engine, its child process (children/), its face (api/) or its renderer (render/).
+    # model), its engine, its child process (children/), its face (api/), its renderer (render/) or a backend's
+    # adapter (backends/).
     "attribute.py": {"assemble", "memory"},  # attribution of kernels, and of allocations, to operators
     "build.py": {"ranks", "memory"},  # each builds its derived file (ranks.json, memory.json)
     "common.py": {"api", "children"},  # each package's shared helpers
@@ -191,8 +193,10 @@ SHARED_NAMES = {
     "loop.py": {"api", "schema"},  # loop status: its face and its model
     "measure.py": {"children", "proof"},  # the isolated measurement: its child and the engine reading it
     "memory.py": {"capture", "children", "render", "schema"},  # the memory pass at each layer
+    "nsys.py": {"assemble", "backends"},  # the nsys + ncu backend: its assembler and its adapter
     "proof.py": {"api", "schema"},  # bench/recipes/validate: their face and their models
     "recipes.py": {"proof", "schema"},  # the frontier: its engine and its model
+    "torch_profiler.py": {"assemble", "backends"},  # the torch.profiler backend: its assembler and its adapter
     "validate.py": {"children", "proof"},  # validation: its child and its engine
 }
 

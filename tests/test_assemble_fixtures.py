@@ -43,7 +43,7 @@ from fixtures_util import (
     run_dir,
 )
 
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import OperatorAttributedProfile
 from plugins.ncu.command import default_metrics

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from mcp_server.assemble import assemble, write_profile
+from mcp_server.assemble import write_profile
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord
 from plugins.nsys.reader import read_nsys_sqlite

@@ -1,8 +1,9 @@
-"""The backend registry: one object per profiler backend, read by auto, preflight, the pass plan and assemble.
+"""The backend registry: one object per profiler backend, read by auto, preflight, the pass plan, capture and
+assemble.
 
 A third backend is written here as the adapter skeleton it would need (what it lacks, which passes it plans, how
-preflight checks it, how its run directory assembles) and registered for the test alone: every reader picks it
-up from that one entry.
+preflight checks it, how it runs its main pass, how its run directory assembles) and registered for the test alone:
+every reader picks it up from that one entry.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from typing import get_args
 
 import pytest
 
-from mcp_server.assemble import assemble
-from mcp_server.assemble.registry import AUTO, REGISTRY, captured_by, choose_backend
-from mcp_server.backend import Backend
-from mcp_server.capture.passes import MAIN_PASSES
+from mcp_server.backends.registry import AUTO, REGISTRY, assemble, captured_by, choose_backend
+from mcp_server.capture.passes import Cancel, CapturingBackend
 from mcp_server.capture.plan import plan_passes
-from mcp_server.capture.torchrun import RANK_PASSES
+from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.schedule import capture
 from mcp_server.errors import BackendUnavailable, ProfileFormatError
 from mcp_server.preflight import format_report, preflight
+from mcp_server.progress import Progress
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import CaptureMetadata, OperatorAttributedProfile, WindowTotals
@@ -62,6 +63,21 @@ class FakeBackend:
         path = self.tools()[FAKE_TOOL]
         return [PreflightCheck(name=FAKE_TOOL, ok=path is not None, detail=path or "not found", remedy=self.remedy)]
 
+    def run_main(self, req: CaptureRequest, progress: Progress, cancel: Cancel) -> PassRecord:
+        """Its main pass: a file in the pass's folder, where its profiler would write its trace."""
+        folder = req.run_dir.path / self.main_pass
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "trace.fake").write_text(f"{req.workload.name}\n")
+        progress(f"{self.title}: recorded {req.workload.name}")
+        return PassRecord(name=self.main_pass, profiler=self.name, command=[FAKE_TOOL, str(req.workload)],
+                          directory=self.main_pass, started_at="2026-12-01T00:00:01+00:00", wall_time_s=0.0,
+                          exit_code=0, artifacts=[f"{self.main_pass}/trace.fake"])
+
+    def run_ranks(self, req: CaptureRequest, ranks: list[int], progress: Progress,
+                  cancel: Cancel) -> dict[int, PassRecord]:
+        """Its main pass on every rank."""
+        return {rank: self.run_main(req, progress, cancel) for rank in ranks}
+
     def assemble(self, run_dir: RunDir, manifest: RunManifest) -> OperatorAttributedProfile:
         """A profile of no operators, saying who assembled it."""
         meta = CaptureMetadata(
@@ -78,7 +94,7 @@ FAKE = FakeBackend()
 
 
 @contextmanager
-def _registered(backend: Backend) -> Iterator[None]:
+def _registered(backend: CapturingBackend) -> Iterator[None]:
     """`backend` registered first (the one `auto` prefers), the shipped ones after it, for one test."""
     shipped = dict(REGISTRY)
     REGISTRY.clear()
@@ -108,7 +124,6 @@ def test_the_registry_names_the_backends_the_schema_accepts():
     for name, backend in REGISTRY.items():
         assert backend.name == name
         assert backend.label in get_args(CaptureBackend) and backend.main_pass in get_args(PassName)
-        assert backend.main_pass in MAIN_PASSES and backend.main_pass in RANK_PASSES
 
 
 def test_auto_prefers_the_first_registered_backend_this_machine_has_everything_for(fake: FakeBackend):
@@ -158,6 +173,18 @@ def test_assemble_dispatches_to_the_backend_whose_main_pass_the_run_holds(fake: 
     run_dir.write_manifest(manifest)
     assert captured_by(manifest) is fake
     assert assemble(run_dir).warnings == ["assembled by fake from run"]
+
+
+def test_capture_runs_the_registered_backends_main_pass_and_assemble_reads_it_back(fake: FakeBackend,
+                                                                                    tmp_path: Path):
+    lines: list[str] = []
+    req = CaptureRequest(workload=Path(__file__).resolve().parent / "workloads" / "tiny_mlp.py",
+                         run_dir=RunDir(tmp_path / "run"))
+    manifest = capture(req, choose_backend(AUTO), ["operator-profiler", "profile", "tiny_mlp.py"], lines.append)
+    assert manifest.backend == fake.label and [p.name for p in manifest.passes] == [fake.main_pass]
+    assert (tmp_path / "run" / fake.main_pass / "trace.fake").read_text() == "tiny_mlp.py\n"
+    assert f"{fake.title}: recorded tiny_mlp.py" in "\n".join(lines)
+    assert assemble(req.run_dir).warnings == ["assembled by fake from run"]
 
 
 def test_a_run_holding_no_backends_main_pass_is_refused(tmp_path: Path):

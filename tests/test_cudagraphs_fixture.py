@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fixtures_util import extract_fixture, raw_node_modules, raw_window_kernels
 
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import AttributionMethod, Confidence
 

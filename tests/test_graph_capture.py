@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mcp_server.assemble.attribute import CAPTURED_DETAIL, attribute_kernels
 from mcp_server.assemble.provenance import Provenance
-from mcp_server.assemble.registry import REGISTRY
+from mcp_server.backends.registry import REGISTRY
 from mcp_server.capture.plan import plan_passes
 from mcp_server.children.contract import GRAPH_CAPTURE_RANGE, MEASURE_RANGE
 from plugins.nsys.reader import read_nsys_sqlite

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fixtures_util import TORCH_RUNS, RawTrace, enclosing, is_op_name, ns, raw_trace, run_dir
 
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import AttributionMethod, Confidence
 from plugins.torch_profiler.reader import KinetoCapture, read_kineto_trace

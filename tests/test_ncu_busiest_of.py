@@ -16,7 +16,7 @@ import lzma
 import pytest
 from fixtures_util import FIXTURES, extract_fixture, raw_ncu_actions
 
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.requests import NcuOptions
 from plugins.ncu.command import collected_metrics, default_metrics, metric_inputs, profile_options

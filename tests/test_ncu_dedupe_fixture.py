@@ -15,7 +15,7 @@ import importlib.util
 import pytest
 from fixtures_util import extract_fixture, match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
 
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import MANIFEST_VERSION
 from mcp_server.schema.requests import NcuOptions

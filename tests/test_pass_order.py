@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-from mcp_server.assemble.registry import REGISTRY
+from mcp_server.backends.registry import REGISTRY
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions
 from mcp_server.capture.schedule import capture
 from mcp_server.rundir import RunDir

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.assemble.registry import REGISTRY
+from mcp_server.backends.registry import REGISTRY
 from mcp_server.capture.plan import BYTECODE, TIMING_WINDOWS, gpu_order, plan_passes
 from mcp_server.capture.request import CaptureRequest, GpuTurn, Torchrun, WorkloadOptions, harness_command
 from mcp_server.children.contract import HARNESS_FLAGS, harness_argv, harness_parser

@@ -13,8 +13,8 @@ import pytest
 from conftest import REPO
 from fixtures_util import extract_fixture, interval_union
 
-from mcp_server.assemble import assemble
 from mcp_server.assemble.collectives import kernel_collective, operator_collective
+from mcp_server.backends.registry import assemble
 from mcp_server.errors import UsageError
 from mcp_server.ranks.event_tables import EVENTS_FILE, profile_events, write_events, write_rank_events
 from mcp_server.ranks.merge import merge_ranks, rank_files

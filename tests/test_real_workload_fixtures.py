@@ -14,8 +14,8 @@ from conftest import REPO
 from fixtures_util import FIXTURES, extract_fixture
 
 from mcp_server.analysis import analyze_profile
-from mcp_server.assemble import assemble
 from mcp_server.assemble.attribute import CAPTURED_DETAIL
+from mcp_server.backends.registry import assemble
 from mcp_server.compare import compare_profiles
 from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import OperatorAttributedProfile

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fixtures_util import FIXTURES, extract_fixture, run_dir
 
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from plugins.nsys.reader import read_nsys_sqlite
 from plugins.torch_profiler.reader import read_kineto_trace

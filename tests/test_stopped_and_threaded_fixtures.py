@@ -10,7 +10,7 @@ import json
 import pytest
 from fixtures_util import kernels_of, match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
 
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from plugins.ncu.command import default_metrics, is_replayed_kernel
 

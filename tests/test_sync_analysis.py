@@ -9,7 +9,7 @@ import pytest
 from fixtures_util import extract_fixture
 
 from mcp_server.analysis import analyze_profile
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import (
     Attribution,

@@ -14,7 +14,7 @@ import pytest
 from fixtures_util import extract_fixture, raw_enclosing_ranges, raw_window_kernels
 
 from mcp_server.analysis import analyze_profile
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import OperatorAttributedProfile
 

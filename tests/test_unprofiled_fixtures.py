@@ -21,7 +21,7 @@ import pytest
 from fixtures_util import extract_fixture, kernels_of, ns
 
 from mcp_server.analysis import analyze_profile
-from mcp_server.assemble import assemble
+from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.analysis import Analysis, Bottleneck
 from mcp_server.schema.profile import OperatorAttributedProfile

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from mcp_server.api.common import PROGRAM, Cancel
-from mcp_server.assemble import assemble as assemble_profile
 from mcp_server.assemble import write_profile
-from mcp_server.assemble.registry import AUTO, REGISTRY, choose_backend
+from mcp_server.backends.registry import AUTO, REGISTRY, choose_backend
+from mcp_server.backends.registry import assemble as assemble_profile
 from mcp_server.capture.leftovers import owner, stopped_beside, taken_over
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions, check_workload
 from mcp_server.capture.schedule import capture, map_counters

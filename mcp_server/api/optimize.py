@@ -20,7 +20,7 @@ from mcp_server.api.common import Cancel
 from mcp_server.api.documents import report
 from mcp_server.api.proof import bench, recipes, validate
 from mcp_server.api.reading import analyze, compare
-from mcp_server.assemble.registry import AUTO, choose_backend
+from mcp_server.backends.registry import AUTO, choose_backend
 from mcp_server.children.contract import recipe_parts
 from mcp_server.compare import ProfileMismatch
 from mcp_server.errors import ProfilerError, UsageError

@@ -1,7 +1,7 @@
 """Assemble: rebuild profile.json from a run directory's raw artifacts alone (no GPU, no workload).
 
 The readers' records are joined (nsys timeline with ncu counters), each kernel attributed to its operator and
-module, and the operators aggregated: `assemble(run_dir)` is a pure function of the run directory's files.
+module, and the operators aggregated: a profile is a pure function of the run directory's files.
 """
 
 from __future__ import annotations
@@ -11,24 +11,20 @@ from pathlib import Path
 from mcp_server.assemble.collectives import annotate
 from mcp_server.assemble.events import apply_unprofiled_idle
 from mcp_server.assemble.metadata import harness_result
-from mcp_server.assemble.registry import captured_by
 from mcp_server.assemble.unprofiled import apply_unprofiled, read_unprofiled
-from mcp_server.errors import ProfileFormatError
+from mcp_server.backend import Backend
 from mcp_server.rundir import RunDir
 from mcp_server.schema.io import write_model_streaming
+from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.types import COUNTER_PASS
 from plugins.bulk import gc_paused
 
 
-def assemble(run_dir: RunDir) -> OperatorAttributedProfile:
-    """Rebuild the profile of a run directory from its manifest and raw artifacts."""
-    manifest = run_dir.read_manifest()
+def assemble_with(run_dir: RunDir, manifest: RunManifest, backend: Backend) -> OperatorAttributedProfile:
+    """Rebuild the profile of a run directory, captured by `backend`, from its manifest and raw artifacts
+    (`mcp_server.backends.registry.assemble` finds the backend in the manifest)."""
     with gc_paused():
-        try:
-            backend = captured_by(manifest)
-        except ProfileFormatError as exc:
-            raise ProfileFormatError(f"{run_dir.path} holds no capture pass", exc.remedy) from None
         profile, main = backend.assemble(run_dir, manifest), backend.main_pass
         if manifest.distributed is not None:  # one rank of a torchrun launch
             annotate(profile, harness_result(run_dir, main).distributed)
@@ -53,4 +49,4 @@ def write_profile(path: Path, profile: OperatorAttributedProfile) -> Path:
     return path
 
 
-__all__ = ["assemble", "write_profile"]
+__all__ = ["assemble_with", "write_profile"]

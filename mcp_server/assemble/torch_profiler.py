@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, attribute_stream, work_of
@@ -14,8 +13,6 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import AggregatedMetrics, OperatorAttributedProfile, OperatorRecord, WindowTotals
 from mcp_server.schema.records import CpuOp
-from mcp_server.schema.results import PreflightCheck
-from mcp_server.schema.types import CaptureBackend, PassName
 from plugins.torch_profiler.reader import read_kineto_trace
 
 GENERATED_CPU_KERNEL = "cpp_fused_"
@@ -159,40 +156,3 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
         capture_metadata=meta, window=window, operators=operators, unattributed_kernels=unattributed,
         runtime_events=events, warnings=warnings,
     )
-
-
-@dataclass(frozen=True)
-class TorchProfilerBackend:
-    """The torch.profiler backend: Kineto's trace, on any machine torch runs on (CPU operator times without a
-    CUDA GPU)."""
-
-    name: str = "torch"
-    title: str = "torch.profiler (Kineto)"
-    label: CaptureBackend = "torch"
-    main_pass: PassName = "torch"
-    counters: bool = False
-    records_graph_captures: bool = False
-    remedy: str = "install torch in the workload's environment"
-    preflight_needs: tuple[str, ...] = ()
-    required_checks: tuple[str, ...] = ()
-    preflight_line: str = ("backend auto -> torch.profiler: operator times (CPU operators without a CUDA GPU); "
-                           "`[info]` lines say what the GPU path would need")
-
-    def missing(self) -> list[str]:
-        """Nothing: torch.profiler ships with torch, which every workload imports."""
-        return []
-
-    def tools(self) -> dict[str, str | None]:
-        """None: the profiler runs inside the workload's process."""
-        return {}
-
-    def tool_checks(self, quick: bool) -> list[PreflightCheck]:
-        """None: preflight's torch check is this backend's."""
-        return []
-
-    def assemble(self, run_dir: RunDir, manifest: RunManifest) -> OperatorAttributedProfile:
-        """The torch pass's Kineto trace."""
-        return assemble_torch(run_dir, manifest)
-
-
-TORCH_PROFILER = TorchProfilerBackend()

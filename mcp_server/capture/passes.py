@@ -8,7 +8,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
+from mcp_server.backend import Backend
 from mcp_server.capture.request import CaptureRequest, harness_command
 from mcp_server.children.contract import (
     CANNOT_WRITE,
@@ -251,9 +253,18 @@ def nsys_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = 
     return exported_timeline(nsys, run_dir, record, req.timeout_s, progress, cancel)
 
 
-MainPass = Callable[[CaptureRequest, Progress, Cancel], PassRecord]
-MAIN_PASSES: dict[PassName, MainPass] = {"torch": torch_pass, "nsys": nsys_pass}
-"""The capture half of each backend: the function that runs its main pass (a backend's `main_pass` names it)."""
+class CapturingBackend(Backend, Protocol):
+    """A backend as capture runs it: the protocol, plus the two functions that run its main pass (its adapter in
+    `mcp_server.backends` points them at this package's passes)."""
+
+    def run_main(self, req: CaptureRequest, progress: Progress, cancel: Cancel) -> PassRecord:
+        """Run its main pass into `req.run_dir` (in one process)."""
+        ...
+
+    def run_ranks(self, req: CaptureRequest, ranks: list[int], progress: Progress,
+                  cancel: Cancel) -> dict[int, PassRecord]:
+        """Run its main pass on every rank of a torchrun launch."""
+        ...
 
 
 def exported_timeline(

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mcp_server.backend import Backend
 from mcp_server.capture.passes import (
-    MAIN_PASSES,
     Cancel,
+    CapturingBackend,
     NotCached,
     ReplayCount,
     ncu_pass,
@@ -61,7 +60,7 @@ def new_manifest(req: CaptureRequest, label: CaptureBackend, command_line: list[
 
 def capture(
     req: CaptureRequest,
-    backend: Backend,
+    backend: CapturingBackend,
     command_line: list[str],
     progress: Progress = quiet,
     ncu: NcuOptions | None = None,
@@ -105,15 +104,15 @@ def _record(req: CaptureRequest, manifest: RunManifest, records: list[PassRecord
     return manifest
 
 
-def _described(req: CaptureRequest, backend: Backend, command_line: list[str]) -> RunManifest:
+def _described(req: CaptureRequest, backend: CapturingBackend, command_line: list[str]) -> RunManifest:
     manifest = new_manifest(req, backend.label, command_line, backend.tools())
     req.run_dir.write_manifest(manifest)
     return manifest
 
 
 def _in_turn(
-    req: CaptureRequest, backend: Backend, ncu: NcuOptions | None, timing: bool, progress: Progress, outer: Cancel,
-    compiled: Path | None = None,
+    req: CaptureRequest, backend: CapturingBackend, ncu: NcuOptions | None, timing: bool, progress: Progress,
+    outer: Cancel, compiled: Path | None = None,
 ) -> list[PassRecord]:
     """Run a backend's passes at once, as `plan_passes` plans them: their imports overlap, then they take the GPU in
     turn.
@@ -174,8 +173,7 @@ def _in_turn(
         return _compiled_in_turn(run, request(name), name, progress, filled=marker(plan[name].retry_after))
 
     def main_then_variants() -> list[PassRecord]:
-        main_pass = MAIN_PASSES[main_name]
-        records = [in_turn(main_name, lambda r: main_pass(r, tagged(main_name, progress), cancel))]
+        records = [in_turn(main_name, lambda r: backend.run_main(r, tagged(main_name, progress), cancel))]
         if ncu is None:
             return records
         found = ncu_variants_pass(request(NCU_VARIANTS), ncu, tagged(NCU_VARIANTS, progress), cancel, waiting, replays)

@@ -11,11 +11,16 @@ others; the error names the rank.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import replace
 
-from mcp_server.backend import Backend
-from mcp_server.capture.passes import Cancel, PassProgress, exported_timeline, raise_for_harness, require_ncu
+from mcp_server.capture.passes import (
+    Cancel,
+    CapturingBackend,
+    PassProgress,
+    exported_timeline,
+    raise_for_harness,
+    require_ncu,
+)
 from mcp_server.capture.plan import TIMING_WINDOWS
 from mcp_server.capture.request import CaptureRequest, harness_command
 from mcp_server.capture.schedule import new_manifest
@@ -81,7 +86,7 @@ def nccl_excluded(options: NcuOptions) -> NcuOptions:
 
 def capture_ranks(
     req: CaptureRequest,
-    backend: Backend,
+    backend: CapturingBackend,
     command_line: list[str],
     progress: Progress = quiet,
     ncu: NcuOptions | None = None,
@@ -117,7 +122,7 @@ def capture_ranks(
     with precompiling(req.python, req.workload, req.run_dir.bytecode_log, req.compile_mode != "eager",
                       tagged("bytecode", progress), workers=precompile_workers(passes=len(ranks))) as precompile:
         try:
-            done(RANK_PASSES[backend.main_pass](req, ranks, progress, cancel))
+            done(backend.run_ranks(req, ranks, progress, cancel))
             if timing:
                 timed = req.with_turn(windows=TIMING_WINDOWS)
                 done(rank_pass(timed, ranks, "timing", "kernels", [], progress, cancel))
@@ -167,7 +172,7 @@ def _write_manifests(run_dir: RunDir, manifest: RunManifest, per_rank: dict[int,
     run_dir.write_manifest(top)
 
 
-def _nsys_ranks(req: CaptureRequest, ranks: list[int], progress: Progress, cancel: Cancel) -> dict[int, PassRecord]:
+def nsys_ranks(req: CaptureRequest, ranks: list[int], progress: Progress, cancel: Cancel) -> dict[int, PassRecord]:
     """The nsys pass on every rank, then each rank's report exported to SQLite."""
     nsys = find_nsys()
     if nsys is None:
@@ -179,14 +184,9 @@ def _nsys_ranks(req: CaptureRequest, ranks: list[int], progress: Progress, cance
     return records
 
 
-def _torch_ranks(req: CaptureRequest, ranks: list[int], progress: Progress, cancel: Cancel) -> dict[int, PassRecord]:
+def torch_ranks(req: CaptureRequest, ranks: list[int], progress: Progress, cancel: Cancel) -> dict[int, PassRecord]:
     """The torch.profiler pass on every rank."""
     return rank_pass(req, ranks, "torch", "torch", [], progress, cancel)
-
-
-RankPass = Callable[[CaptureRequest, list[int], Progress, Cancel], dict[int, PassRecord]]
-RANK_PASSES: dict[PassName, RankPass] = {"torch": _torch_ranks, "nsys": _nsys_ranks}
-"""The torchrun half of each backend: the function that runs its main pass on every rank (by `main_pass`)."""
 
 
 def rank_pass(

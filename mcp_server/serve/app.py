@@ -115,7 +115,7 @@ async def profile(
     options = request(CaptureOptions, **capture)
 
     def make() -> ProfileRequest:
-        from mcp_server.assemble.registry import REGISTRY  # imported here: start-up imports no engine module
+        from mcp_server.backends.registry import REGISTRY  # imported here: start-up imports no engine module
 
         named = REGISTRY.get(backend)  # a backend named (not auto) for its counters needs them
         counted = named is not None and named.counters

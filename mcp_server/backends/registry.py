@@ -1,24 +1,28 @@
 """The profiler backends, in the order `--backend auto` prefers them: the one place a backend is plugged in.
 
-A new backend is one adapter (an object with the `mcp_server.backend.Backend` protocol, beside its assembler in
-this package) and one entry here; `auto`, preflight, assemble and the faces read this mapping.
+A new backend is one adapter (an object with the capture side's `CapturingBackend` protocol, in this package, whose
+main pass and assembler sit in `capture` and `assemble`) and one entry here; `auto`, preflight, capture, assemble and
+the faces read this mapping.
 """
 
 from __future__ import annotations
 
-from mcp_server.assemble.nsys import NSYS
-from mcp_server.assemble.torch_profiler import TORCH_PROFILER
-from mcp_server.backend import Backend
+from mcp_server.assemble import assemble_with
+from mcp_server.backends.nsys import NSYS
+from mcp_server.backends.torch_profiler import TORCH_PROFILER
+from mcp_server.capture.passes import CapturingBackend
 from mcp_server.errors import BackendUnavailable, ProfileFormatError
+from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import RunManifest
+from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.types import BACKENDS
 
 AUTO = "auto"  # the choice that takes the first backend this machine has everything for
 
-REGISTRY: dict[str, Backend] = {backend.name: backend for backend in (NSYS, TORCH_PROFILER)}
+REGISTRY: dict[str, CapturingBackend] = {backend.name: backend for backend in (NSYS, TORCH_PROFILER)}
 
 
-def choose_backend(requested: str) -> Backend:
+def choose_backend(requested: str) -> CapturingBackend:
     """The backend a capture runs: for `auto` the first one whose needs this machine meets; a named one when it
     does (BackendUnavailable, naming what is missing, when not)."""
     if requested == AUTO:
@@ -35,9 +39,19 @@ def choose_backend(requested: str) -> Backend:
     return named
 
 
-def captured_by(manifest: RunManifest) -> Backend:
+def captured_by(manifest: RunManifest) -> CapturingBackend:
     """The backend whose main pass a run directory's manifest holds (ProfileFormatError when none does)."""
     for backend in REGISTRY.values():
         if manifest.pass_named(backend.main_pass) is not None:
             return backend
     raise ProfileFormatError("the run directory holds no capture pass", "re-run `operator-profiler profile`")
+
+
+def assemble(run_dir: RunDir) -> OperatorAttributedProfile:
+    """Rebuild the profile of a run directory from its manifest and raw artifacts, by the backend that captured it."""
+    manifest = run_dir.read_manifest()
+    try:
+        backend = captured_by(manifest)
+    except ProfileFormatError as exc:
+        raise ProfileFormatError(f"{run_dir.path} holds no capture pass", exc.remedy) from None
+    return assemble_with(run_dir, manifest, backend)
