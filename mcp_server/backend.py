@@ -37,6 +37,11 @@ class Backend(Protocol):
         ...
 
     @property
+    def profile_tool(self) -> str:
+        """What the profiles it assembles say made them (`capture_metadata.tool`, before any `+ncu`)."""
+        ...
+
+    @property
     def main_pass(self) -> PassName:
         """The pass that records the window's operators and kernels (also its folder in the run directory)."""
         ...

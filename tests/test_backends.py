@@ -25,6 +25,7 @@ from mcp_server.capture.schedule import capture
 from mcp_server.errors import BackendUnavailable, ProfileFormatError
 from mcp_server.preflight import format_report, preflight
 from mcp_server.progress import Progress
+from mcp_server.render.repro import profile_command
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import CaptureMetadata, OperatorAttributedProfile, WindowTotals
@@ -41,6 +42,7 @@ class FakeBackend:
     name: str = "fake"
     title: str = "fake profiler"
     label: CaptureBackend = "memory"
+    profile_tool: str = "fake"
     main_pass: PassName = "memory"
     counters: bool = False
     records_graph_captures: bool = False
@@ -124,6 +126,7 @@ def test_the_registry_names_the_backends_the_schema_accepts():
     for name, backend in REGISTRY.items():
         assert backend.name == name
         assert backend.label in get_args(CaptureBackend) and backend.main_pass in get_args(PassName)
+    assert [b.profile_tool for b in REGISTRY.values()] == ["nsys", "torch_profiler"]  # what their profiles say
 
 
 def test_auto_prefers_the_first_registered_backend_this_machine_has_everything_for(fake: FakeBackend):
@@ -184,7 +187,15 @@ def test_capture_runs_the_registered_backends_main_pass_and_assemble_reads_it_ba
     assert manifest.backend == fake.label and [p.name for p in manifest.passes] == [fake.main_pass]
     assert (tmp_path / "run" / fake.main_pass / "trace.fake").read_text() == "tiny_mlp.py\n"
     assert f"{fake.title}: recorded tiny_mlp.py" in "\n".join(lines)
-    assert assemble(req.run_dir).warnings == ["assembled by fake from run"]
+    profile = assemble(req.run_dir)
+    assert profile.warnings == ["assembled by fake from run"]
+    rerun = profile_command(profile, req.run_dir.path, tmp_path, "capture again").argv
+    assert rerun[1:2] == ["profile"] and rerun[3:5] == ["--backend", "fake"]  # no counters: not `run`
+    for shipped, verb in (("nsys+ncu", "run"), ("torch_profiler", "profile")):
+        meta = profile.capture_metadata.model_copy(update={"tool": shipped})
+        argv = profile_command(profile.model_copy(update={"capture_metadata": meta}), req.run_dir.path, tmp_path,
+                               "capture again").argv
+        assert argv[1] == verb and ("--backend" in argv) == (verb == "profile")
 
 
 def test_a_run_holding_no_backends_main_pass_is_refused(tmp_path: Path):

@@ -40,6 +40,7 @@ class NsysBackend:
     name: str = "nsys"
     title: str = "nsys timeline"
     label: CaptureBackend = "nsys+ncu"
+    profile_tool: str = "nsys"
     main_pass: PassName = "nsys"
     counters: bool = True
     records_graph_captures: bool = True

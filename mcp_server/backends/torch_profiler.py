@@ -25,6 +25,7 @@ class TorchProfilerBackend:
     name: str = "torch"
     title: str = "torch.profiler (Kineto)"
     label: CaptureBackend = "torch"
+    profile_tool: str = "torch_profiler"
     main_pass: PassName = "torch"
     counters: bool = False
     records_graph_captures: bool = False

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from mcp_server.backends.registry import REGISTRY
 from mcp_server.proof.bench import bench_file
 from mcp_server.proof.validate import TOLERANCE_CLASSES
 from mcp_server.render.inputs import ReportInputs
@@ -70,12 +71,15 @@ def rerun_dir(profile_path: Path) -> Path:
 
 
 def profile_command(profile: OperatorAttributedProfile, run_dir: Path, project_dir: Path, purpose: str) -> CommandView:
-    """`run` (nsys + ncu) or `profile --backend torch`, with the capture settings the profile records."""
+    """`run` (a backend with counters: nsys + ncu) or `profile --backend NAME`, with the capture settings the profile
+    records."""
     meta = profile.capture_metadata
-    if meta.tool.startswith("nsys"):
+    backend = next((b for b in REGISTRY.values() if b.profile_tool == meta.tool.split("+")[0]), None)
+    if backend is not None and backend.counters:
         argv = [PROGRAM, "run", show_path(meta.workload, project_dir)]
     else:
-        argv = [PROGRAM, "profile", show_path(meta.workload, project_dir), flag_of(ProfileRequest, "backend"), "torch"]
+        argv = [PROGRAM, "profile", show_path(meta.workload, project_dir)]
+        argv += [flag_of(ProfileRequest, "backend"), backend.name] if backend is not None else []
     for name in ("compile_mode", "warmup_iters", "iters", "seed"):  # the capture settings the profile records
         argv += [flag_of(CaptureOptions, name), str(getattr(meta, name))]
     argv += [PYTHON, meta.python_executable, OUTPUT, show_path(run_dir, project_dir)]
