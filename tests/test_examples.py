@@ -110,7 +110,8 @@ def test_an_eager_forward_calling_an_lstm_is_offered_the_whole_forward_graph_not
 
     profile_path = EXAMPLES / "lstm_sequence_encoder" / "profile.json"
     analysis = analyze_profile(load_profile(profile_path), tmp_path, profile_path=profile_path, measure=False)
-    graphs = [o for o in analysis.opportunities if o.change_class == "cuda_graphs"]
+    assert not [o for o in analysis.opportunities if o.change_class == "cuda_graphs"]
+    graphs = [o for o in analysis.opportunities if o.change_class == "whole_forward_graph"]
     assert len(graphs) == 1 and graphs[0].knowledge == "knowledge/fx_patterns/whole_forward_graph.py"
     assert "reduce-overhead' cannot" in graphs[0].title and "rnn_operators=1" in graphs[0].triggers
     fusion = [o for o in analysis.opportunities if o.change_class == "inductor_config"]

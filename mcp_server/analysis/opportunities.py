@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mcp_server.analysis.devices import peak_at_clock
+from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledge_of
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes
 from mcp_server.analysis.syncs import SHORT_END
@@ -22,11 +23,9 @@ from mcp_server.analysis.timeline_health import Placed
 from mcp_server.schema.analysis import DeviceSpec, Finding, KernelAnalysis, Opportunity, SyncPoint, TimelineHealth
 from mcp_server.schema.profile import OperatorAttributedProfile
 
-PATTERNS = "knowledge/fx_patterns/{}.py"
 NOT_ADDITIVE = "; overlaps other launch-removing changes: savings are not additive"
 # Operators of nn.RNNBase modules: Dynamo skips a whole frame that calls one (torch._dynamo.config.allow_rnn is off)
 RNN_OPERATORS = frozenset({"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"})
-WHOLE_FORWARD = "whole_forward_graph"
 
 
 def _us(ns: float) -> str:
@@ -138,9 +137,8 @@ def build_opportunities(
     kinds = {f.kind: f for f in findings}
     out: list[Opportunity] = []
 
-    def add(title: str, cls: str, finding_kinds: list[str], e2e: int, kernel: int, label: str,
-            ops: list[str] | None = None, modules: list[str] | None = None, triggers: list[str] | None = None,
-            knowledge: str | None = None) -> None:
+    def add(title: str, cls: PatternName, finding_kinds: Iterable[str], e2e: int, kernel: int, label: str,
+            ops: list[str] | None = None, modules: list[str] | None = None, triggers: list[str] | None = None) -> None:
         found = [kinds[k] for k in finding_kinds if k in kinds]
         out.append(Opportunity(
             rank=0, title=title, change_class=cls,
@@ -148,7 +146,7 @@ def build_opportunities(
             module_paths=modules if modules is not None else _merge(f.module_paths for f in found),
             triggers=triggers if triggers is not None else _merge(f.triggers for f in found),
             kernel_time_saving_ns=kernel, estimated_saving_ns=e2e, estimated_saving_pct=100.0 * e2e / window,
-            estimate_label=label, knowledge=knowledge or PATTERNS.format(cls), findings=[f.kind for f in found],
+            estimate_label=label, knowledge=knowledge_of(cls), findings=[f.kind for f in found],
         ))
 
     host_bound = "host_bound_window" in kinds or "tiny_kernel_swarm" in kinds
@@ -162,14 +160,13 @@ def build_opportunities(
         if rnns:
             title = (f"Capture the whole forward in one CUDA graph, its {len(rnns)} RNN call(s) included "
                      "(Dynamo skips a forward that calls an RNN module, so mode='reduce-overhead' cannot)")
-        add(title, "cuda_graphs", ["host_bound_window", "tiny_kernel_swarm"], e2e, 0,
+        add(title, "whole_forward_graph" if rnns else "cuda_graphs", PATTERNS["cuda_graphs"].answers, e2e, 0,
             f"estimate (upper bound): every idle gap between kernels shrinks to ~{_us(gap)} under graph replay "
             f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); "
             + ("gaps measured without the profiler" if health.unprofiled else "gaps inflated by profiler "
                "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"],
             triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
-                             [f"rnn_operators={len(rnns)}"]]) if rnns else None,
-            knowledge=PATTERNS.format(WHOLE_FORWARD) if rnns else None)
+                             [f"rnn_operators={len(rnns)}"]]) if rnns else None)
         _after(out[-1], needs)
     chains = _chains(placed, fusible) if mode == "eager" and fusible else []
     if chains:
@@ -195,7 +192,7 @@ def build_opportunities(
         else:  # the GPU is the critical path: the memory passes fusion removes shorten it
             e2e, how, triggers = kernel, "the GPU being the critical path", []
         add(f"Fuse {len(fusible)} element-wise/normalisation kernels with torch.compile (Inductor)",
-            "inductor_config", ["tiny_kernel_swarm", "host_bound_window"], e2e, kernel,
+            "inductor_config", PATTERNS["inductor_config"].answers, e2e, kernel,
             f"estimate (upper bound): the {len(fusible)} element-wise/normalisation kernels' time fuses away into "
             f"their neighbours{f' and cuDNN drops its {len(layouts)} layout conversions' if layouts else ''}"
             f"{f', the {len(attention)} unfused attention GEMMs become fused attention' if attention else ''}, "
@@ -205,7 +202,8 @@ def build_opportunities(
         if host_bound and not rnns:  # its estimate counts the host gaps of a whole-window compile
             _after(out[-1], needs)
     target = _target_precision(device)
-    for kind, cls in (("fp32_matmul", "dtype_autocast"), ("fp32_conv", "channels_last")):
+    precision: tuple[tuple[str, PatternName], ...] = (("fp32_matmul", "dtype_autocast"), ("fp32_conv", "channels_last"))
+    for kind, cls in precision:
         finding = kinds.get(kind)
         if finding is None:
             continue
@@ -235,7 +233,8 @@ def build_opportunities(
                 "sdpa_substitution", [kind], e2e, kernel,
                 "estimate (upper bound): each attention block's kernels and the idle time between them become one "
                 f"fused kernel of at least {_us(rule('estimates', 'kernel_floor_ns'))}")
-    removals = (("conv_bn_unfolded", "conv_bn_fold", "Fold {n} batch norms into the preceding convolutions"),
+    removals: tuple[tuple[str, PatternName, str], ...] = (
+        ("conv_bn_unfolded", "conv_bn_fold", "Fold {n} batch norms into the preceding convolutions"),
                 ("layout_conversion", "channels_last", "Convert model and input to channels_last once ({n} copies)"),
                 ("separate_qkv", "qkv_fusion", "Fuse separate q/k/v projections into one GEMM ({n} kernels)"))
     for kind, cls, title in removals:
@@ -269,8 +268,7 @@ def build_opportunities(
             + ("measured without the profiler" if source == "unprofiled" else "inflated by profiler instrumentation: "
                "no timing pass ran") + "; the host still launches the work after it", ops=[],
             modules=list(dict.fromkeys(p.module_path for p in waiting if p.module_path)),
-            triggers=[f"{_site(p)}: {p.api} x{p.count}, idle_after_ns={p.idle_after_ns}" for p in waiting[:5]],
-            knowledge="knowledge/fx_patterns/host_syncs.md")
+            triggers=[f"{_site(p)}: {p.api} x{p.count}, idle_after_ns={p.idle_after_ns}" for p in waiting[:5]])
     busy = max(health.gpu_busy_ns, 1)
     keep = [o for o in out if o.estimated_saving_pct >= rule("estimates", "min_saving_pct")
             or 100.0 * o.kernel_time_saving_ns / busy >= rule("estimates", "min_kernel_saving_pct")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from mcp_server.analysis.pattern_registry import PATTERNS, covered_by
 from mcp_server.compare import COUNTERS, total
 from mcp_server.queries import top_operators
 from mcp_server.render.inputs import ReportInputs
@@ -353,13 +354,17 @@ def diagnosis_text(analysis: Analysis) -> str:
     return f"{d.bottleneck.value}: {d.root_cause}{triggers}"
 
 
-def residual_from_analysis(analysis: Analysis, applied: list[OptimizationItem]) -> list[ResidualView]:
-    """The analysis's ranked opportunities that no applied item addressed (same pattern, or shared operators)."""
+def residual_from_analysis(analysis: Analysis, applied: list[OptimizationItem],
+                           recipe: str | None = None) -> list[ResidualView]:
+    """The analysis's ranked opportunities that no applied item addressed (same pattern, or shared operators) and
+    that the free recipe the optimized workload applies (`recipe`) does not already apply (pattern_registry)."""
     patterns = {item.pattern.split("#", 1)[0] for item in applied}
     operator_ids = {op for item in applied for op in item.target.operator_ids}
     rows = []
     for opp in analysis.opportunities:
         if opp.knowledge in patterns or operator_ids & set(opp.operators):
+            continue
+        if recipe is not None and opp.change_class in PATTERNS and covered_by(opp.change_class, recipe):
             continue
         where = ", ".join(opp.module_paths[:4]) or "the window"
         ops = f"`{', '.join(opp.operators[:3])}`{' …' if len(opp.operators) > 3 else ''} in " if opp.operators else ""
@@ -385,7 +390,8 @@ def residual_views(inputs: ReportInputs, items: list[ItemView]) -> list[Residual
     """What is left: analysis opportunities not addressed, plan items not applied, where the time is now."""
     plan = inputs.optimizations
     applied = [i for i, v in zip(plan.items if plan else [], items, strict=True) if v.applied]
-    rows = residual_from_analysis(inputs.analysis, applied) if inputs.analysis is not None else []
+    recipe = inputs.validation.recipe if inputs.validation is not None else None
+    rows = residual_from_analysis(inputs.analysis, applied, recipe) if inputs.analysis is not None else []
     for view in items:
         if not view.applied:
             rows.append(ResidualView(source="optimizations.json", title=f"#{view.rank} {view.title} ({view.status})",

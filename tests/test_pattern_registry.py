@@ -1,0 +1,83 @@
+"""The pattern registry is the one table of optimization patterns: its rows, the files under knowledge/fx_patterns/,
+the propose skill's catalog and the analysis's opportunities all agree with it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from mcp_server.analysis import analyze_profile
+from mcp_server.analysis.pattern_registry import FOLDER, PATTERNS, FindingKind, PatternName, covered_by, knowledge_of
+from mcp_server.render.views import residual_from_analysis
+from mcp_server.schema.io import load_profile
+
+REPO = Path(__file__).resolve().parents[1]
+CATALOG = REPO / "skills" / "propose" / "references" / "pattern-catalog.md"
+ROW = re.compile(r"^\| (?P<evidence>.+?) \| `(?P<file>[a-z0-9_]+)\.py`.*? \| (?P<ir>[a-z-]+) \| (?P<passes>.+) \|$")
+
+
+def test_every_pattern_file_has_its_row_and_every_row_its_files():
+    files = {p.stem for p in (REPO / FOLDER).iterdir() if p.suffix in (".py", ".md") and p.stem != "__init__"}
+    assert files == set(PATTERNS)
+    for name, pattern in PATTERNS.items():
+        assert (REPO / pattern.note).is_file(), pattern.note
+        assert (REPO / FOLDER / f"{name}.py").is_file() == pattern.code, name
+        assert knowledge_of(name) == pattern.knowledge and (REPO / pattern.knowledge).is_file()
+
+
+def test_a_note_that_states_its_ir_level_states_the_registry_s():
+    for name, pattern in PATTERNS.items():
+        stated = re.search(r"IR level:\s*\*\*([a-z-]+)\*\*", (REPO / pattern.note).read_text(encoding="utf-8"))
+        if stated:
+            assert stated.group(1) == pattern.ir_level, name
+
+
+def test_the_propose_skill_s_catalog_lists_the_registry_s_patterns_with_their_level_and_pass():
+    rows = [m for line in CATALOG.read_text(encoding="utf-8").splitlines() if (m := ROW.match(line))]
+    listed = {m["file"] for m in rows}
+    assert listed == {name for name, p in PATTERNS.items() if p.code}  # host_syncs has no code: analyze names it
+    for m in rows:
+        pattern = PATTERNS[m["file"]]  # type: ignore[index]
+        assert m["ir"] == pattern.ir_level, m["file"]
+        assert ("precision_change" in m["passes"]) == pattern.precision_change, m["file"]
+    for name, pattern in PATTERNS.items():  # a pattern may have several rows (Inductor's presets): one is its own
+        assert any(f"`{pattern.pass_name}`" in m["passes"] for m in rows if m["file"] == name) or not pattern.code
+
+
+def test_a_pattern_a_recipe_applies_is_covered_by_that_recipe_only():
+    assert covered_by("cuda_graphs", "reduce-overhead+fp16-cast+channels-last")
+    assert covered_by("channels_last", "reduce-overhead+fp16-cast+channels-last")
+    assert not covered_by("cuda_graphs", "compile+bf16-autocast")
+    assert not covered_by("sdpa_substitution", "reduce-overhead+fp16-cast")  # beyond every recipe
+    assert covered_by("inductor_config", "reduce-overhead+fp16-cast")  # reduce-overhead compiles with Inductor
+    assert {name for name, p in PATTERNS.items() if not p.recipes} == {
+        "whole_forward_graph", "sdpa_substitution", "conv_bn_fold", "qkv_fusion", "graph_breaks", "host_syncs"}
+    assert set(get_args(PatternName)) == set(PATTERNS)
+
+
+@pytest.mark.parametrize("example", ["conv_block", "gpt2"])
+def test_the_analysis_s_opportunities_are_registered_patterns_answering_their_findings(example: str, tmp_path: Path):
+    """The examples' recorded H100 profiles: every opportunity names a registered pattern, points to its knowledge
+    and cites only findings that pattern answers."""
+    path = REPO / "examples" / example / "profile.json"
+    analysis = analyze_profile(load_profile(path), tmp_path, profile_path=path, measure=False)
+    assert analysis.opportunities
+    for opportunity in analysis.opportunities:
+        pattern = PATTERNS[opportunity.change_class]  # type: ignore[index]
+        assert opportunity.knowledge == pattern.knowledge
+        assert set(opportunity.findings) <= set(pattern.answers) <= set(get_args(FindingKind))
+
+
+def test_what_is_left_after_a_recipe_leaves_out_the_patterns_that_recipe_applies(tmp_path: Path):
+    """gpt2's eager H100 analysis offers Inductor's fusion, CUDA graphs, SDPA and tensor-core GEMMs; after the winner
+    reduce-overhead+fp16-cast only the SDPA substitution, which no recipe makes, is left."""
+    path = REPO / "examples" / "gpt2" / "profile.json"
+    analysis = analyze_profile(load_profile(path), tmp_path, profile_path=path, measure=False)
+    everything = {r.pattern for r in residual_from_analysis(analysis, [])}
+    after = {r.pattern for r in residual_from_analysis(analysis, [], recipe="reduce-overhead+fp16-cast")}
+    assert everything == {knowledge_of(n) for n in ("inductor_config", "cuda_graphs", "sdpa_substitution",
+                                                     "dtype_autocast")}
+    assert after == {knowledge_of("sdpa_substitution")}
