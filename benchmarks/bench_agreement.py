@@ -87,22 +87,35 @@ def independent(name: str, side: str, method: str) -> dict[str, float]:
                 min_run_time=1.0)
             b2b = Timer(stmt="mark(); fn(*args)", globals=scope).blocked_autorange(min_run_time=1.0)
             return {"latency_us": latency.median * 1e6, "back_to_back_us": b2b.median * 1e6}
-        times = []
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(100):
-            start.record()
-            mark()
-            fn(*args)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
+        latency, b2b = event_times(fn, args, mark, calls=100, queued=200, blocks=1)
+    return {"latency_us": statistics.median(latency), "back_to_back_us": b2b[0]}
+
+
+def event_times(fn: Any, args: tuple[Any, ...], mark: Any, calls: int, queued: int,
+                blocks: int) -> tuple[list[float], list[float]]:
+    """The plain loop (us): `calls` calls each alone, CUDA events around it and a synchronisation; then `blocks`
+    times `queued` calls queued with one synchronisation, per call."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    latency = []
+    for _ in range(calls):
         start.record()
-        for _ in range(200):
+        mark()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        latency.append(start.elapsed_time(end) * 1e3)
+    per_call = []
+    for _ in range(blocks):
+        start.record()
+        for _ in range(queued):
             mark()
             fn(*args)
         end.record()
         end.synchronize()
-    return {"latency_us": statistics.median(times), "back_to_back_us": start.elapsed_time(end) * 1e3 / 200}
+        per_call.append(start.elapsed_time(end) * 1e3 / queued)
+    return latency, per_call
 
 
 def interleaved(name: str, rounds: int = 6, reps: int = 20) -> dict[str, float]:

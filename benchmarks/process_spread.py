@@ -45,7 +45,7 @@ def timed(pair: str, side: str) -> dict[str, Any]:
     import gc
 
     import torch
-    from bench_agreement import build
+    from bench_agreement import build, event_times
 
     fn, args, graphs = build(pair, side)
     mark = torch.compiler.cudagraph_mark_step_begin if graphs else (lambda: None)
@@ -57,37 +57,12 @@ def timed(pair: str, side: str) -> dict[str, Any]:
         gc.collect()
         gc.disable()
         segments = [host_launch(fn, args, mark)]
-        host = []
-        for _ in range(200):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter_ns()
-            mark()
-            fn(*args)
-            host.append(time.perf_counter_ns() - t0)
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        segments.append(host_launch(fn, args, mark, calls=200))
         t_start = time.time()
-        latency = []
-        for _ in range(200):
-            start.record()
-            mark()
-            fn(*args)
-            end.record()
-            end.synchronize()
-            latency.append(start.elapsed_time(end) * 1e3)
-        b2b = []
-        for _ in range(3):
-            start.record()
-            for _ in range(200):
-                mark()
-                fn(*args)
-            end.record()
-            end.synchronize()
-            b2b.append(start.elapsed_time(end) * 1e3 / 200)
+        latency, b2b = event_times(fn, args, mark, calls=200, queued=200, blocks=3)
         t_end = time.time()
         segments.append(host_launch(fn, args, mark))
         gc.enable()
-    segments.insert(1, statistics.median(host) / 1e3)
     return {"host_launch_us": segments[1], "host_segments_us": segments, "latency_us": statistics.median(latency),
             "back_to_back_us": statistics.median(b2b), "cpu_affinity": sorted(os.sched_getaffinity(0)),
             "window": [t_start, t_end]}

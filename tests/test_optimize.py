@@ -21,7 +21,6 @@ from mcp_server.schema.requests import (
     OptimizeRequest,
     RecipesRequest,
     RecipeTiming,
-    TimingOptions,
 )
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -75,7 +74,7 @@ def test_a_cast_recipe_s_inputs_are_converted_by_prepare_inputs_in_validate_and_
     assert verdict.max_rel_error is not None and verdict.max_rel_error < 0.05  # bf16's rounding, measured
     assert checks["input_mutation"] == checks["output_aliasing"] == "pass"
     result = api.bench(BenchRequest(baseline=WORKLOADS / "tiny_mlp.py", optimized=optimized, python=PYTHON,
-                                    timing=TimingOptions(**FAST.model_dump()), output=tmp_path / "bench",
+                                    timing=FAST, output=tmp_path / "bench",
                                     project=tmp_path))
     assert result.speedup.point > 0 and result.optimized.how_run == "optimize()"
 

@@ -7,8 +7,9 @@
 
 Builds the workload with `get_model_and_input()` under the seed; with `--recipe` applies that free recipe
 (`recipe.py`), with `--optimized` builds the optimized workload, loads the baseline's state_dict into it and runs it
-through its `optimize(model)`. After the first call (compilation included, timed apart) and the warm-up calls, it
-times, under `torch.no_grad()`, rotating among `--input-sets` input sets:
+through its `optimize(model)`, each input set converted once by its `prepare_inputs` where it has one. After the
+first call (compilation included, timed apart) and the warm-up calls, it times, under `torch.no_grad()`, rotating
+among `--input-sets` input sets:
 - latency: each call alone, CUDA events around it and a synchronisation after it (`perf_counter_ns` on the CPU);
 - back-to-back: `--queued` calls queued, one synchronisation, the time per call, `--blocks` times.
 Counts shrink so that the timing fits `--budget-s` (at least 10 calls each). With `--validate-seeds`, each seed's
