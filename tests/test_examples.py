@@ -20,6 +20,8 @@ from mcp_server.loop import loop_status
 EXAMPLES = REPO / "examples"
 OPTIMIZED = sorted(p for p in EXAMPLES.glob("*/*_optimized.py") if not p.name.startswith("test_"))
 REPORTED = sorted(p.parent for p in EXAMPLES.glob("*/report.md"))
+# redone from the free frontier's winner by the loop (benchmarks/examples_loop.py, H100, 2026-11-28)
+REDONE = {"conv_block", "depthwise_separable_conv", "embedding_projection", "gpt2", "mlp_activations"}
 
 
 def _json(path: Path) -> dict:
@@ -94,6 +96,10 @@ def test_the_loop_is_complete_but_for_what_its_folder_lacks(folder: Path, tmp_pa
     status = loop_status(copy / f"{folder.name}.py")
     if not (folder / "comparison.json").is_file():  # compare refused these two profiles: no comparison
         assert status.next_stage == "compare" and status.reason == "missing: comparison.json, comparison.md"
+        return
+    if folder.name in REDONE:  # the loop's GPU stages run again on the new plan: every stage current
+        assert status.next_stage is None and not status.recompute, status.reason
+        assert all(s.status == "done" for s in status.stages)
         return
     # The benches were measured again (each side in its own processes) after the validation that read the earlier
     # bench.json: the loop resumes at bench, whose last step validates with the new bench.json on the GPU.

@@ -20,13 +20,12 @@ def test_matches_baseline_and_applies_its_passes() -> None:
     compiled = optimized.optimize(model)
     with torch.no_grad():
         expected = base_model(*inputs)
-        got = compiled(*inputs)
-    # reduced tier: FP16 convolutions (weights stored in float16, autocast), compared at the reduced tier's tolerance
-    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * expected.abs().max().item())
-    assert got.dtype == torch.float32
-    assert model.features[0].conv.weight.dtype == torch.float16
-    assert model.features[0].conv.weight.is_contiguous(memory_format=torch.channels_last)
+        got = compiled(*optimized.prepare_inputs(inputs))
+    # reduced tier: the whole model in float16 (the tier's winner in recipes.json), compared at the reduced tier's
+    # tolerance
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got.float(), expected, rtol=1e-2, atol=1e-2 * expected.abs().max().item())
     assert optimized.APPLIED_PASSES.get("fp16_weights", 0) >= 1
     assert optimized.APPLIED_PASSES.get("channels_last", 0) >= 1
     if expected.is_cuda:
-        assert optimized.APPLIED_PASSES.get("cuda_graphs", 0) >= 1
+        assert optimized.APPLIED_PASSES.get("whole_forward_graph", 0) == 1  # one CUDA graph per input signature

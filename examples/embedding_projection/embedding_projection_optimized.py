@@ -1,22 +1,18 @@
-"""embedding_projection, optimized for inference on the GPU in the reduced precision tier (evidence:
-examples/embedding_projection/analysis.json, H100).
+"""embedding_projection, optimized beyond the free frontier, reduced tier
+(evidence: examples/embedding_projection/recipes.json, NVIDIA H100 80GB HBM3).
 
-The window is compute-bound (GPU busy 95.6 % of 7.080 ms without the profiler): 99 % of kernel time is three
-FP32 GEMMs on CUDA cores, the 32000-wide vocabulary projection the largest. Its speed of light with FP16/BF16
-tensor cores is 0.469 ms.
-
-1. `fp16_weights` (module level, knowledge/fx_patterns/fp16_weights.py): the Linear weights are stored in
-   float16 once and each call runs under float16 autocast: the GEMMs run on FP16 tensor cores, and no kernel
-   re-casts a weight per call (the free bf16-autocast recipe re-casts the 131 MB vocabulary weight every call).
-   The logits stay in float16, as autocast returns them (`with_autocast_keep_dtype`; the reduced tier accepts
-   them): a cast back to float32 is one more pass over 524 MB (measured on the H100: 0.567x the free recipe with
-   it).
-2. `inductor_fusion` (inductor-config, knowledge/fx_patterns/inductor_config.py): Inductor fuses the LayerNorm,
-   GELU and residual add (the analysis's 4 fusible kernels).
-3. `cuda_graphs` (inductor-config, knowledge/fx_patterns/cuda_graphs.py): the graph is replayed as a CUDA graph,
-   outputs cloned. The vocabulary projection runs outside the graph (`outside_graph`), so its 262 MB output is a
-   fresh tensor instead of a graph buffer to clone (measured: 0.882x the free recipe with the logits cloned out
-   of the graph, 1.121x with the projection outside it).
+1. The tier's winner, `reduce-overhead+fp16-cast` (recipes.json: 727.6 µs per call alone, 624.8 µs per call back to
+   back; largest relative error against fp32 eager 0.0024): the whole model cast to float16, its inputs converted
+   once by `prepare_inputs`; recorded as `fp16_weights`.
+2. `whole_forward_graph` (module level, knowledge/fx_patterns/whole_forward_graph.py): the winner ran under
+   `torch.compile(mode="reduce-overhead")`, whose CUDA graph trees check guards, inputs and outputs on every call; a
+   call alone took 102.8 µs more than queued back to back, host work the GPU waits for. Here Inductor compiles the
+   same graph without CUDA graphs (this workload's backend) and the whole call is captured in one
+   `torch.cuda.CUDAGraph` per input signature and replayed: each call copies its inputs in, replays and returns
+   copies of the outputs. The vocabulary projection `logits` (a (16, 256, 32000) float16 output, 262 MB) runs
+   after the replay, outside the graph (`detach_head`): copied out of a graph buffer, that output added about
+   140 µs per call (measured on the H100 with it inside: 0.845x the winner by latency, 769.7 against 630.9 µs
+   back to back).
 """
 
 from __future__ import annotations
@@ -26,75 +22,103 @@ from typing import Any
 
 import torch
 from embedding_projection import get_model_and_input  # noqa: F401 - same model and inputs as the baseline
-from torch import fx, nn
-from torch.utils._pytree import tree_map
+from torch import nn
+from torch.utils._pytree import tree_flatten, tree_map
 
 BACKEND_NAME = "embedding_projection_opt"
 APPLIED_PASSES: dict[str, int] = {}
-
-MATMUL_MODULES: tuple[type[nn.Module], ...] = (
-    nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
-)
+WARMUP_CALLS = 3
 
 
-def cast_matmul_weights(model: nn.Module, dtype: torch.dtype = torch.float16) -> nn.Module:
-    """The same model with the parameters of its Linear and convolution modules stored in `dtype` once, in
-    place; every other parameter and buffer (norms, embeddings not tied to a Linear) keeps its dtype."""
-    for module in model.modules():
-        if isinstance(module, MATMUL_MODULES):
-            module.to(dtype)
-    return model
+# copied from knowledge/fx_patterns/whole_forward_graph.py
+def _signature(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    leaves, _ = tree_flatten(args)
+    return tuple((tuple(x.shape), x.dtype, x.device) if isinstance(x, torch.Tensor) else x for x in leaves)
 
 
-def with_autocast_keep_dtype(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) -> Callable[..., Any]:
-    """`fn` run under `torch.autocast(dtype=dtype)` on the device of its tensor arguments (CUDA when any is on
-    CUDA, else CPU); outputs as autocast returns them, those it computed in `dtype` left in `dtype`: no cast pass
-    over a large output. The reduced tier accepts a float32 output returned in float16 or bfloat16."""
+class _Captured:
+    """One input signature's graph: its static inputs, static outputs and the graph to replay."""
 
-    def run(*args: Any, **kwargs: Any) -> Any:
-        leaves: list[Any] = []
-        tree_map(leaves.append, (args, kwargs))
-        device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
-        with torch.autocast(device, dtype=dtype):
-            return fn(*args, **kwargs)
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.inputs = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, args)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_CALLS):
+                fn(*self.inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = fn(*self.inputs)
 
-    return run
+    def __call__(self, args: tuple[Any, ...]) -> Any:
+        for static, value in zip(tree_flatten(self.inputs)[0], tree_flatten(args)[0], strict=True):
+            if isinstance(static, torch.Tensor):
+                static.copy_(value)
+        self.graph.replay()
+        return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, self.outputs)
 
 
-def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a compiled callable so every tensor it returns is a fresh copy (safe across CUDA graph replays)."""
+def detach_head(model: nn.Module, name: str) -> nn.Module:
+    """Take `model`'s child module `name` out of its forward, in place (an `nn.Identity` in its place), and return
+    it: the caller applies it to the captured graph's output, so a large output (a vocabulary's logits) is a fresh
+    tensor each call instead of a graph buffer to copy. Load the state_dict before: the keys of `name` go."""
+    head = getattr(model, name)
+    setattr(model, name, nn.Identity())
+    return head
+
+
+def graph_whole_forward(fn: Callable[..., Any], on_capture: Callable[[], None] | None = None) -> Callable[..., Any]:
+    """`fn` replayed from one CUDA graph per input signature, outputs cloned; `fn` itself on a CPU or when
+    gradients are on (a captured forward records no autograd graph). `on_capture` runs after each capture."""
+    graphs: dict[tuple[Any, ...], _Captured] = {}
 
     def run(*args: Any) -> Any:
-        return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, compiled(*args))
+        leaves, _ = tree_flatten(args)
+        on_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in leaves)
+        if not on_cuda or torch.is_grad_enabled():
+            return fn(*args)
+        key = _signature(args)
+        if key not in graphs:
+            graphs[key] = _Captured(fn, args)
+            if on_capture is not None:
+                on_capture()
+        return graphs[key](args)
 
     return run
-
-
-def outside_graph(module: torch.nn.Module) -> torch.nn.Module:
-    """`module`, in place, run outside any compiled graph (`torch.compiler.disable` on its forward): its outputs
-    are fresh tensors, not CUDA-graph buffers to clone. Parameters and state_dict keys are unchanged."""
-    module.forward = torch.compiler.disable(module.forward)  # type: ignore[method-assign]
-    return module
 
 
 @torch._dynamo.register_backend(name=BACKEND_NAME)
-def embedding_projection_backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
-    """Compile with Inductor (recorded as `inductor_fusion`); on CUDA with CUDA graphs on and the outputs cloned
-    (recorded as `cuda_graphs`)."""
+def embedding_projection_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """Compile with Inductor's default options, no CUDA graphs: the whole call is captured around it."""
     from torch._inductor.compile_fx import compile_fx
 
-    APPLIED_PASSES["inductor_fusion"] = APPLIED_PASSES.get("inductor_fusion", 0) + 1
-    if not any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
-        return compile_fx(gm, example_inputs)
-    APPLIED_PASSES["cuda_graphs"] = APPLIED_PASSES.get("cuda_graphs", 0) + 1
-    return clone_outputs(compile_fx(gm, example_inputs, config_patches={"triton.cudagraphs": True}))
+    APPLIED_PASSES["inductor"] = APPLIED_PASSES.get("inductor", 0) + 1
+    return compile_fx(gm, example_inputs)
+
+
+def _captured() -> None:
+    APPLIED_PASSES["whole_forward_graph"] = APPLIED_PASSES.get("whole_forward_graph", 0) + 1
 
 
 def optimize(model: torch.nn.Module) -> Any:
-    """The model, its Linear weights stored in float16 once and its vocabulary projection left outside the graph,
-    compiled with this workload's registered backend and run under float16 autocast (logits returned in
-    float16)."""
-    cast_matmul_weights(model)
+    """The model in float16, compiled with this workload's backend, each call replayed from one CUDA graph per
+    input signature on a GPU up to the vocabulary projection, which runs after it (taking inputs converted by
+    `prepare_inputs`)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = model.to(torch.float16)
     APPLIED_PASSES["fp16_weights"] = APPLIED_PASSES.get("fp16_weights", 0) + 1
-    outside_graph(model.logits)
-    return with_autocast_keep_dtype(torch.compile(model, backend=BACKEND_NAME))
+    logits = detach_head(model, "logits")  # its 262 MB output: a fresh tensor, not a graph buffer to copy
+    body = graph_whole_forward(torch.compile(model, backend=BACKEND_NAME), on_capture=_captured)
+
+    def run(input_ids: torch.Tensor) -> torch.Tensor:
+        return logits(body(input_ids))
+
+    return run
+
+
+def prepare_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The baseline's inputs as the optimized call takes them, converted once before the calls."""
+    inputs = tuple(x.to(torch.float16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+    return inputs

@@ -1,16 +1,15 @@
-"""mlp_activations, optimized for inference on the GPU in the reduced precision tier (evidence:
-examples/mlp_activations/analysis.json, H100).
+"""mlp_activations, optimized beyond the free frontier, reduced tier
+(evidence: examples/mlp_activations/recipes.json, NVIDIA H100 80GB HBM3).
 
-1. `fp16_weights` (module level, knowledge/fx_patterns/fp16_weights.py): the nine float32 GEMMs hold 1.044 ms
-   of the 1.065 ms kernel time, on CUDA cores (tensor pipe 0 %). Their weights are stored in float16 once and
-   each call runs under float16 autocast, outputs returned as float32: FP16 tensor cores without autocast's
-   per-call weight casts (16 MB read and 8 MB written per 2048x2048 weight). Tried before it, on the H100: BF16
-   weights (bf16_weights.py), max relative error 1.6-1.9 % > the reduced tier's 1e-2 (FAIL); TF32
-   (tf32_scoped.py), PASS at 2.2e-3 but 0.993x the best free recipe. FP16 keeps TF32's 10 mantissa bits at
-   BF16's tensor-core rate.
-2. `cuda_graphs` (inductor-config, knowledge/fx_patterns/cuda_graphs.py): once the GEMMs are short, the 17
-   launches are a large share of the window; Inductor compiles the graph with CUDA graphs on and the outputs
-   cloned.
+1. The tier's winner, `reduce-overhead+fp16-cast` (recipes.json: 243.9 µs per call alone, 141.0 µs per call back to
+   back; largest relative error against fp32 eager 0.0022): the whole model cast to float16, its inputs converted
+   once by `prepare_inputs`; recorded as `fp16_weights`.
+2. `whole_forward_graph` (module level, knowledge/fx_patterns/whole_forward_graph.py): the winner ran under
+   `torch.compile(mode="reduce-overhead")`, whose CUDA graph trees check guards, inputs and outputs on every call; a
+   call alone took 102.9 µs more than queued back to back, host work the GPU waits for. Here Inductor compiles the
+   same graph without CUDA graphs (this workload's backend) and the whole call is captured in one
+   `torch.cuda.CUDAGraph` per input signature and replayed: each call copies its inputs in, replays and returns
+   copies of the outputs.
 """
 
 from __future__ import annotations
@@ -20,66 +19,86 @@ from typing import Any
 
 import torch
 from mlp_activations import get_model_and_input  # noqa: F401 - same model and inputs as the baseline
-from torch import nn
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 BACKEND_NAME = "mlp_activations_opt"
 APPLIED_PASSES: dict[str, int] = {}
+WARMUP_CALLS = 3
 
 
+# copied from knowledge/fx_patterns/whole_forward_graph.py
+def _signature(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    leaves, _ = tree_flatten(args)
+    return tuple((tuple(x.shape), x.dtype, x.device) if isinstance(x, torch.Tensor) else x for x in leaves)
 
 
-def clone_outputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a compiled callable so every tensor it returns is a fresh copy (safe across CUDA graph replays)."""
+class _Captured:
+    """One input signature's graph: its static inputs, static outputs and the graph to replay."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.inputs = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, args)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_CALLS):
+                fn(*self.inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = fn(*self.inputs)
+
+    def __call__(self, args: tuple[Any, ...]) -> Any:
+        for static, value in zip(tree_flatten(self.inputs)[0], tree_flatten(args)[0], strict=True):
+            if isinstance(static, torch.Tensor):
+                static.copy_(value)
+        self.graph.replay()
+        return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, self.outputs)
+
+
+def graph_whole_forward(fn: Callable[..., Any], on_capture: Callable[[], None] | None = None) -> Callable[..., Any]:
+    """`fn` replayed from one CUDA graph per input signature, outputs cloned; `fn` itself on a CPU or when
+    gradients are on (a captured forward records no autograd graph). `on_capture` runs after each capture."""
+    graphs: dict[tuple[Any, ...], _Captured] = {}
 
     def run(*args: Any) -> Any:
-        return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, compiled(*args))
-
-    return run
-
-
-MATMUL_MODULES: tuple[type[nn.Module], ...] = (
-    nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
-)
-
-
-def cast_matmul_weights(model: nn.Module, dtype: torch.dtype = torch.float16) -> nn.Module:
-    """The same model with the parameters of its Linear and convolution modules stored in `dtype` once, in
-    place; every other parameter and buffer (norms, embeddings not tied to a Linear) keeps its dtype."""
-    for module in model.modules():
-        if isinstance(module, MATMUL_MODULES):
-            module.to(dtype)
-    return model
-
-
-def with_autocast(fn: Callable[..., Any], dtype: torch.dtype = torch.float16) -> Callable[..., Any]:
-    """`fn` run under `torch.autocast(dtype=dtype)` on the device of its tensor arguments (CUDA when any is on
-    CUDA, else CPU); outputs in `dtype` come back as float32, every other output unchanged."""
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        leaves: list[Any] = []
-        tree_map(leaves.append, (args, kwargs))
-        device = "cuda" if any(isinstance(v, torch.Tensor) and v.is_cuda for v in leaves) else "cpu"
-        with torch.autocast(device, dtype=dtype):
-            out = fn(*args, **kwargs)
-        return tree_map(lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == dtype else v, out)
+        leaves, _ = tree_flatten(args)
+        on_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in leaves)
+        if not on_cuda or torch.is_grad_enabled():
+            return fn(*args)
+        key = _signature(args)
+        if key not in graphs:
+            graphs[key] = _Captured(fn, args)
+            if on_capture is not None:
+                on_capture()
+        return graphs[key](args)
 
     return run
 
 
 @torch._dynamo.register_backend(name=BACKEND_NAME)
 def mlp_activations_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-    """Compile with Inductor; on CUDA with CUDA graphs on and the outputs cloned (recorded as `cuda_graphs`)."""
+    """Compile with Inductor's default options, no CUDA graphs: the whole call is captured around it."""
     from torch._inductor.compile_fx import compile_fx
 
-    if not any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
-        return compile_fx(gm, example_inputs)
-    APPLIED_PASSES["cuda_graphs"] = APPLIED_PASSES.get("cuda_graphs", 0) + 1
-    return clone_outputs(compile_fx(gm, example_inputs, config_patches={"triton.cudagraphs": True}))
+    APPLIED_PASSES["inductor"] = APPLIED_PASSES.get("inductor", 0) + 1
+    return compile_fx(gm, example_inputs)
+
+
+def _captured() -> None:
+    APPLIED_PASSES["whole_forward_graph"] = APPLIED_PASSES.get("whole_forward_graph", 0) + 1
 
 
 def optimize(model: torch.nn.Module) -> Any:
-    """The model, its Linear weights stored in float16, compiled with this workload's registered backend and
-    run under float16 autocast (outputs returned as float32)."""
+    """The model in float16, compiled with this workload's backend, each call replayed from
+    one CUDA graph per input signature on a GPU (taking inputs converted by `prepare_inputs`)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = model.to(torch.float16)
     APPLIED_PASSES["fp16_weights"] = APPLIED_PASSES.get("fp16_weights", 0) + 1
-    return with_autocast(torch.compile(cast_matmul_weights(model), backend=BACKEND_NAME))
+    return graph_whole_forward(torch.compile(model, backend=BACKEND_NAME), on_capture=_captured)
+
+
+def prepare_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The baseline's inputs as the optimized call takes them, converted once before the calls."""
+    inputs = tuple(x.to(torch.float16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+    return inputs
