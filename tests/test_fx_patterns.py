@@ -578,6 +578,21 @@ def test_whole_forward_graph_compiles_around_rnns_and_passes_through_without_cud
     assert captures == [], "no CUDA graph is captured on the CPU"
 
 
+def test_detach_head_takes_the_head_out_of_the_forward_for_the_caller_to_apply() -> None:
+    pattern = _load("whole_forward_graph")
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    ids = torch.randint(0, 50, (4, 7))
+    with torch.no_grad():
+        expected = model(ids)
+        head = pattern.detach_head(model, "head")
+        body = pattern.graph_whole_forward(model)
+        got = head(body(ids))
+    assert isinstance(model.head, nn.Identity) and isinstance(head, nn.Linear)
+    assert not any(name.startswith("head.") for name in model.state_dict())
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
 # --------------------------------------------------------------------------- tf32_scoped
 
 

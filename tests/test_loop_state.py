@@ -296,6 +296,7 @@ def test_two_tools_recording_at_once_both_keep_their_record(tmp_path: Path):
         state = read_state(tmp_path)
         assert state is not None and set(state.checkpoints) == {"analysis.json", "bench.json"}
         assert {r.tool for r in state.checkpoints.values()} == {"analyze", "bench"}
+    assert not list(tmp_path.glob(".*")), "the lock is the folder's own: no lock file is left beside the user's files"
 
 
 # --------------------------------------------------------------------------- the faces

@@ -473,14 +473,19 @@ def test_a_workload_not_faster_than_the_free_recipe_is_told_what_the_floor_says(
 
 
 def test_a_rejected_item_is_listed_apart_from_the_changes_to_make(loop: dict[str, Path], tmp_path: Path) -> None:
-    """gpt2's plan keeps its measured TF32 item as rejected: proposal.md and implementation.md list it under
-    "Tried and rejected" with its reason, never among the changes to implement."""
+    """An item the bench rejected (gpt2's plan with its SDPA item marked so): proposal.md and implementation.md
+    list it under "Tried and rejected" with its reason, never among the changes to implement."""
     folder = REPO / "examples" / "gpt2"
-    written = render_plan(folder / "profile.json", folder / "optimizations.json", tmp_path,
-                          analysis=folder / "analysis.json", project_dir=REPO)
     plan = OptimizationPlan.model_validate_json((folder / "optimizations.json").read_text())
+    for item in plan.items:
+        if item.pass_name == "sdpa_substitution":
+            item.status, item.status_reason = "rejected", "(this test's) its bench did not beat the floor"
+    changed = tmp_path / "optimizations.json"
+    changed.write_text(plan.model_dump_json())
+    written = render_plan(folder / "profile.json", changed, tmp_path / "out", analysis=folder / "analysis.json",
+                          project_dir=REPO)
     rejected = [i for i in plan.items if i.status == "rejected"]
-    assert rejected, "gpt2's plan records the TF32 version it replaced"
+    assert len(rejected) == 1
     for name in ("proposal.md", "implementation.md"):
         text = next(p for p in written if p.name == name).read_text()
         changes, tried = text.split("## Tried and rejected", 1)
@@ -490,35 +495,37 @@ def test_a_rejected_item_is_listed_apart_from_the_changes_to_make(loop: dict[str
 
 
 def test_the_usage_line_names_module_level_changes_around_torch_compile(tmp_path: Path) -> None:
-    """gpt2's optimize() wraps torch.compile in module-level changes (FP16 weights, autocast): its
-    OPTIMIZED_WORKLOAD.md says so. sdpa_attention's plan cut to its FX pass and Inductor option (QKV fusion, CUDA
-    graphs; its module-level FP16 item left out) reads as a plain torch.compile. The opening says a backend
+    """gpt2's optimize() wraps torch.compile in module-level changes (the float16 cast, the whole-call CUDA graph):
+    its OPTIMIZED_WORKLOAD.md says so. sdpa_attention's plan cut to its FX pass and Inductor option (QKV fusion,
+    CUDA graphs; its module-level FP16 item left out) reads as a plain torch.compile. The opening says a backend
     rewrites the graph only where an applied item is an FX pass (the QKV fusion), and that it hands the graph to
-    Inductor with options where the applied items are Inductor options and module changes
-    (depthwise_separable_conv: CUDA graphs only)."""
+    Inductor with options where the applied items are Inductor options (the same plan cut to CUDA graphs)."""
     sdpa = REPO / "examples" / "sdpa_attention"
-    plan = json.loads((sdpa / "optimizations.json").read_text())
-    plan["items"] = [i for i in plan["items"] if i["ir_level"] != "module"]
-    for rank, item in enumerate(plan["items"], 1):
-        item["rank"] = rank
-    plan["tier"] = "exact"
-    cut = tmp_path / "sdpa_fx_only.json"
-    cut.write_text(OptimizationPlan.model_validate(plan).model_dump_json())
+    cuts = {}
+    for label, levels in (("sdpa_fx", ("functional", "inductor-config")), ("sdpa_inductor", ("inductor-config",))):
+        plan = json.loads((sdpa / "optimizations.json").read_text())
+        plan["items"] = [i for i in plan["items"] if i["ir_level"] in levels]
+        for rank, item in enumerate(plan["items"], 1):
+            item["rank"] = rank
+        plan["tier"] = "exact"
+        cuts[label] = tmp_path / f"{label}.json"
+        cuts[label].write_text(OptimizationPlan.model_validate(plan).model_dump_json())
     lines, openings = {}, {}
-    for example, plan_file in (("gpt2", None), ("sdpa_attention", cut), ("depthwise_separable_conv", None)):
+    for label, example, plan_file in (("gpt2", "gpt2", None), ("sdpa_fx", "sdpa_attention", cuts["sdpa_fx"]),
+                                      ("sdpa_inductor", "sdpa_attention", cuts["sdpa_inductor"])):
         folder = REPO / "examples" / example
-        paths = render_report(folder / "profile.json", tmp_path / example, bench=folder / "bench.json",
+        paths = render_report(folder / "profile.json", tmp_path / label, bench=folder / "bench.json",
                               validation=folder / "validation_report.json",
                               optimizations=plan_file or folder / "optimizations.json", project_dir=REPO)
         text = next(p for p in paths if p.name == "OPTIMIZED_WORKLOAD.md").read_text()
-        lines[example] = next(line for line in text.splitlines() if line.startswith("compiled = optimize(model)"))
-        openings[example] = text.splitlines()[2]
-    assert "which rewrites the graph before handing it on" in openings["sdpa_attention"]
-    assert "which hands the graph to Inductor with the options below" in openings["depthwise_separable_conv"]
-    assert "rewrites" not in openings["depthwise_separable_conv"]
+        lines[label] = next(line for line in text.splitlines() if line.startswith("compiled = optimize(model)"))
+        openings[label] = text.splitlines()[2]
+    assert "which rewrites the graph before handing it on" in openings["sdpa_fx"]
+    assert "which hands the graph to Inductor with the options below" in openings["sdpa_inductor"]
+    assert "rewrites" not in openings["sdpa_inductor"]
     assert lines["gpt2"].endswith("# the module-level changes below, around torch.compile(model, backend=BACKEND_NAME)")
-    assert lines["sdpa_attention"].endswith("# torch.compile(model, backend=BACKEND_NAME)")
-    assert "module-level" not in lines["sdpa_attention"]
+    assert lines["sdpa_fx"].endswith("# torch.compile(model, backend=BACKEND_NAME)")
+    assert "module-level" not in lines["sdpa_fx"]
 
 
 def test_the_analysis_bound_says_which_applied_changes_it_covers() -> None:

@@ -12,7 +12,7 @@ Two kinds of saving, both upper bounds and labelled estimates:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from mcp_server.analysis.devices import peak_at_clock
 from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledge_of
@@ -20,6 +20,7 @@ from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes
 from mcp_server.analysis.syncs import SHORT_END
 from mcp_server.analysis.timeline_health import Placed
+from mcp_server.assemble.attribute import CAPTURED_DETAIL
 from mcp_server.schema.analysis import DeviceSpec, Finding, KernelAnalysis, Opportunity, SyncPoint, TimelineHealth
 from mcp_server.schema.profile import OperatorAttributedProfile
 
@@ -120,6 +121,32 @@ def _runs(profile: OperatorAttributedProfile, finding: Finding) -> list[list[int
     return groups
 
 
+def _captured(profile: OperatorAttributedProfile) -> bool:
+    """Whether the window replays a CUDA graph the workload captured itself (kernels attributed through the
+    capture's ranges): its call is one graph already, as far as it chose."""
+    return any(k.attribution.detail == CAPTURED_DETAIL for op in profile.operators for k in op.kernels)
+
+
+def _whole_call(add: Callable[..., None], placed: list[Placed], health: TimelineHealth, mode: str) -> None:
+    """A compiled window whose kernels run close together but whose call leaves the GPU idle around them: the host
+    work of each call (Dynamo's guards, CUDA graph trees' checks, input and output handling) is the idle time, and
+    one torch.cuda.CUDAGraph replayed for the whole call leaves a copy in, a replay and a copy out."""
+    inner = sum(p.gap_before_ns for p in placed[1:])
+    around = max(0, health.idle_ns - inner)
+    if around <= inner or around * 100 < rule("timeline", "whole_call_idle_pct") * max(health.window_ns, 1):
+        return
+    graphs = "CUDA graph trees' checks" if mode == "cudagraphs" else "CUDA graph trees' checks where it uses them"
+    add(f"Replay the whole call from one torch.cuda.CUDAGraph: {_us(around)} of host work around the kernels "
+        f"(Dynamo's guards, {graphs}, input handling) keeps the GPU idle", "whole_forward_graph",
+        PATTERNS["whole_forward_graph"].answers, around, 0,
+        "estimate (upper bound): the idle time before and after the window's kernels goes, "
+        + ("measured without the profiler" if health.unprofiled else "inflated by profiler instrumentation: no "
+           "timing pass ran")
+        + f" ({_us(inner)} between kernels stays); an input copy, one replay and an output copy remain"
+        + NOT_ADDITIVE, modules=["(whole window)"],
+        triggers=[f"idle_around_kernels_ns={around}", f"idle_between_kernels_ns={inner}", f"compile_mode={mode}"])
+
+
 def build_opportunities(
     profile: OperatorAttributedProfile, placed: list[Placed], analyses: dict[int, KernelAnalysis],
     findings: list[Finding], health: TimelineHealth, device: DeviceSpec | None, fusible: set[int],
@@ -167,6 +194,9 @@ def build_opportunities(
                "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"],
             triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
                              [f"rnn_operators={len(rnns)}"]]) if rnns else None)
+        _after(out[-1], needs)
+    if mode in ("cudagraphs", "optimized") and not rnns and placed and not _captured(profile):
+        _whole_call(add, placed, health, mode)
         _after(out[-1], needs)
     chains = _chains(placed, fusible) if mode == "eager" and fusible else []
     if chains:

@@ -6,8 +6,8 @@ files named in the stage table's RECORDED set, does a tool record what it wrote;
 fresh ones under op_runs/, or any other folder) get no loop_state.json.
 
 Two tools may finish at once in one folder: each reads, changes and writes loop_state.json while holding an
-exclusive `flock` on the sidecar `.loop_state.lock`, and writes it atomically, so both records are kept and a
-reader never sees half a file.
+exclusive `flock` on the folder itself (no lock file is left beside the user's), and writes it atomically, so both
+records are kept and a reader never sees half a file.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,7 +29,6 @@ from mcp_server.schema.io import read_text, write_model_atomic
 from mcp_server.schema.loop import LOOP_STATE_JSON, LOOP_STATE_VERSION, CheckpointRecord, InputRecord, LoopState
 from mcp_server.schema.types import LoopTool
 
-LOCK = ".loop_state.lock"
 CHUNK = 1 << 20
 REMEDY = f"delete {LOOP_STATE_JSON}: the loop then judges its checkpoints by modification times"
 
@@ -108,11 +108,14 @@ def updating_state(folder: Path) -> Iterator[LoopState]:
     """Hold the folder's loop-state lock, read loop_state.json (a new one when absent), let the caller change it,
     and write it back atomically (nothing when the body raises)."""
     folder = Path(folder)
-    with open(folder / LOCK, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released when the handle closes
+    handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the descriptor closes
         state = read_state(folder) or LoopState()
         yield state
         write_model_atomic(state_path(folder), state)
+    finally:
+        os.close(handle)
 
 
 class Recorder:

@@ -1,0 +1,52 @@
+"""A compiled window whose GPU idles around its kernels is offered one CUDA graph for the whole call.
+
+Replayed from real H100 profiles: `h100_mlp_activations_graph_trees.profile.json.xz` is mlp_activations' earlier
+optimized workload (fp16 weights, Inductor with CUDA graph trees), reprofiled by the loop with `operator-profiler
+run --compile-mode optimized` on 2026-11-24 (examples/mlp_activations/profile_optimized.json until it was redone);
+the examples' current profile_optimized.json files replay a graph each workload captured itself.
+"""
+
+from __future__ import annotations
+
+import lzma
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from fixtures_util import FIXTURES
+
+from mcp_server.analysis import analyze_profile
+from mcp_server.schema.analysis import Analysis
+from mcp_server.schema.io import load_profile
+
+
+def _analysis(path: Path, out: Path) -> Analysis:
+    return analyze_profile(load_profile(path), out, profile_path=path, measure=False)
+
+
+def test_graph_trees_leave_the_gpu_idle_around_the_kernels_so_the_whole_call_is_offered(tmp_path: Path) -> None:
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((FIXTURES / "h100_mlp_activations_graph_trees.profile.json.xz").read_bytes()))
+    analysis = _analysis(path, tmp_path / "out")
+    whole = [o for o in analysis.opportunities if o.change_class == "whole_forward_graph"]
+    assert len(whole) == 1 and whole[0].rank == 1
+    opportunity = whole[0]
+    # measured without the profiler: a 315.5 us window, 126.8 us of GPU work, the idle between kernels apart
+    health = analysis.timeline
+    assert health is not None
+    inner = int(next(t for t in opportunity.triggers if t.startswith("idle_between_kernels_ns=")).split("=")[1])
+    assert opportunity.estimated_saving_ns == health.idle_ns - inner > inner
+    assert health.window_ns == 315_488 and "143.3 us of host work around the kernels" in opportunity.title
+    assert opportunity.knowledge == "knowledge/fx_patterns/whole_forward_graph.py"
+    assert "estimate (upper bound)" in opportunity.estimate_label and "compile_mode=optimized" in opportunity.triggers
+
+
+@pytest.mark.parametrize("name", ["mlp_activations", "gpt2", "embedding_projection", "conv_block"])
+def test_a_window_replaying_the_workloads_own_graph_is_not_offered_it_again(name: str, tmp_path: Path) -> None:
+    analysis = _analysis(REPO / "examples" / name / "profile_optimized.json", tmp_path)
+    assert not [o for o in analysis.opportunities if o.change_class == "whole_forward_graph"]
+
+
+def test_an_eager_window_is_offered_reduce_overhead_first(tmp_path: Path) -> None:
+    analysis = _analysis(REPO / "examples" / "mlp_activations" / "profile.json", tmp_path)
+    assert not [o for o in analysis.opportunities if o.change_class == "whole_forward_graph"]
