@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mcp_server.children.contract import CONTRACT, SCRIPT_WINDOW, harness_argv
+from mcp_server.children.contract import CONTRACT, RECORDINGS, SCRIPT_WINDOW, harness_argv
 from mcp_server.errors import UsageError, WorkloadError
 from mcp_server.process import child_command
 from mcp_server.rundir import RunDir
@@ -150,7 +150,7 @@ def harness_command(req: CaptureRequest, profiler: str, name: PassName) -> list[
         "workload": req.workload.resolve(), "run_dir": run_dir.pass_dir(name).resolve(),
         "result": run_dir.harness_result(name).resolve(), "profiler": profiler, "compile_mode": options.compile_mode,
         "warmup_iters": options.warmup_iters, "iters": options.iters, "seed": options.seed,
-        "kineto_trace": run_dir.kineto_trace(name).resolve() if profiler in ("torch", "kernels") else None,
+        "kineto_trace": run_dir.kineto_trace(name).resolve() if RECORDINGS[profiler].kineto else None,
         "windows": turn.windows if turn.windows > 1 else None,
         "unprofiled_windows": turn.unprofiled_windows or None,
         "provenance": run_dir.provenance(name).resolve() if options.compile_mode != "eager" else None,

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 # A workload defines or imports get_model_and_input (an optimized workload imports its baseline's).
 CONTRACT = re.compile(
@@ -55,7 +56,35 @@ def recipe_name(compile_mode: str, precision: str, channels_last: bool = False, 
     return "+".join([compile_mode, precision] + [CHANNELS_LAST] * channels_last + [CUDNN_BENCHMARK] * cudnn_benchmark)
 
 
-PROFILERS = ("torch", "nvtx", "kernels", "none", "memory")
+
+
+class Recording(NamedTuple):
+    """What one `--profiler` mode of the harness records over the window: the one table its branches read."""
+
+    torch_profiler: bool = False  # torch.profiler runs over the window; ranges are its record_function scopes
+    nvtx: bool = False  # ranges are NVTX push/pop, for nsys (which starts its collection at the window)
+    kernel_trace: bool = False  # a kernel-only Kineto trace and SM clock samples around an otherwise bare window
+    memory: bool = False  # the CUDA caching allocator's history over the window
+
+    @property
+    def ranged(self) -> bool:
+        """Whether operator, module and call-site ranges are opened (record_function or NVTX)."""
+        return self.torch_profiler or self.nvtx
+
+    @property
+    def kineto(self) -> bool:
+        """Whether it writes a Kineto trace (`--kineto-trace`)."""
+        return self.torch_profiler or self.kernel_trace
+
+
+RECORDINGS: dict[str, Recording] = {
+    "torch": Recording(torch_profiler=True),  # the torch.profiler backend's main pass
+    "nvtx": Recording(nvtx=True),  # the nsys backend's main pass, and ncu's replays filtered by NVTX
+    "kernels": Recording(kernel_trace=True),  # the timing pass
+    "none": Recording(),  # a window timed with no profiler
+    "memory": Recording(memory=True),  # the memory pass
+}
+PROFILERS = tuple(RECORDINGS)
 
 MEASURE_RANGE = "operator_profiler::measure"
 # Around a CUDA graph the workload captures (nsys pass): the ranges open inside it name each captured kernel's

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from mcp_server.children.contract import MODULE_RANGE_PREFIX
+from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS
 from mcp_server.children.sites import site_ranges
 
 Listener = Callable[[Any, str, bool], None]  # (module, path, started): started False once its call returned
@@ -32,7 +32,7 @@ class GlobalModules:
         self.listeners: list[Listener] = []
         self._open_range: Callable[[str], Any] | None = None
         self._close_range: Callable[[Any], None] | None = None
-        if profiler in ("torch", "nvtx"):
+        if RECORDINGS[profiler].ranged:
             self._open_range, self._close_range = site_ranges(profiler)
         self._paths: dict[int, dict[int, str]] = {}  # id(root) -> id(module) -> path
         self._classes: dict[str, str] = {}  # path -> class name

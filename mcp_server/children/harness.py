@@ -72,6 +72,7 @@ from mcp_server.children.contract import (
     NOT_CACHED,
     OUT_OF_MEMORY,
     PHASE_MARKER,
+    RECORDINGS,
     SCRIPT_WINDOW,
     WORKLOAD_RAISED,
     harness_parser,
@@ -117,6 +118,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     """Build, compile, warm up and measure a `get_model_and_input()` workload."""
     import torch
 
+    recording = RECORDINGS[args.profiler]
     ranks = launched_by_torchrun()
     if ranks:  # before anything touches the GPU: this rank's device is its local rank's
         _enter(result, "process group")
@@ -170,7 +172,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     elif args.compile_mode != "eager":
         backend = RecordingInductor(args.compile_mode, result["root_module"],
                                     cached_only=early,
-                                    cpu_kernel_ranges=args.profiler == "torch" and not torch.cuda.is_available())
+                                    cpu_kernel_ranges=recording.torch_profiler and not torch.cuda.is_available())
         fn = torch.compile(fn, backend=backend)
 
     def step() -> None:
@@ -183,7 +185,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     step = memory_step(step)
     _enter(result, "waiting for the previous pass")
     lock.warmup(early)
-    clocks = ClockSampler().start() if args.profiler == "kernels" and torch.cuda.is_available() else None
+    clocks = ClockSampler().start() if recording.kernel_trace and torch.cuda.is_available() else None
     _enter(result, "warmup")
     t0 = time.perf_counter_ns()
     last_step_ns = 0
@@ -197,7 +199,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     if args.unprofiled_windows and not torch.cuda.is_available():  # a GPU's run has its timing pass for this
         _enter(result, "unprofiled windows")
         result["unprofiled_windows"] = _unprofiled_windows(step, args.iters, args.unprofiled_windows)
-    trace = KernelTrace(args.kineto_trace) if args.profiler == "kernels" else None
+    trace = KernelTrace(args.kineto_trace) if recording.kernel_trace else None
     if trace is not None:
         trace.prepare()  # its imports now, while the previous pass may still measure, not in this window's turn
     _enter(result, "waiting for the GPU lock (window)")
@@ -205,10 +207,10 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     if ranks:
         _enter(result, "barrier")
         barrier()
-    ranged = eager and args.profiler in ("torch", "nvtx")
+    ranged = eager and recording.ranged
     hooks = ModuleRanges(model, args.profiler, result["root_module"]) if ranged else None
     frames = UserFrames() if ranged else None
-    scoped = _profiled_calls(args, model, result["root_module"]) if ranged and args.profiler == "nvtx" else None
+    scoped = _profiled_calls(args, model, result["root_module"]) if ranged and recording.nvtx else None
     _enter(result, "measure")
     queue_ahead_ns = None
     if args.queue_ahead and torch.cuda.is_available():
@@ -220,7 +222,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         timed = []
         for number in range(count):
             last = release and number == count - 1
-            window = MeasuredWindow("none" if args.profiler == "kernels" else args.profiler, args.kineto_trace,
+            window = MeasuredWindow("none" if recording.kernel_trace else args.profiler, args.kineto_trace,
                                     queue_ahead_ns, on_gpu_done=lock.release if last else None,
                                     scoped=scoped is not None)
             with window, ExitStack() as traced:
@@ -276,7 +278,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
                 result["waited_for_tuned_configurations"] = backend.waited_for_tuning
         write_json(args.provenance, inductor_provenance(backend, args.provenance.parent))
         result["artifacts"].append(_artifact(args.provenance, args.run_dir))
-    if args.profiler == "torch" or (trace is not None and trace.traced):
+    if recording.torch_profiler or (trace is not None and trace.traced):
         result["artifacts"].append(_artifact(args.kineto_trace, args.run_dir))
     elif trace is not None:
         result["warnings"].append("no CUDA device: the timing pass traced no kernels")
@@ -317,7 +319,7 @@ def _run_script_workload(args: argparse.Namespace, result: dict[str, Any]) -> No
     if not window_file.exists():
         raise ContractError(f"{args.workload} finished without closing an NvtxCapture window")
     result["window"] = {**json.loads(window_file.read_text(encoding="utf-8")), "iters": 1}
-    if args.profiler == "torch":
+    if RECORDINGS[args.profiler].torch_profiler:
         result["artifacts"].append(_artifact(args.kineto_trace, args.run_dir))
 
 
@@ -347,7 +349,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--queue-ahead times the window without a profiler: use it with --profiler none")
     if args.graph_replay and args.profiler != "none":
         parser.error("--graph-replay times the window without a profiler: use it with --profiler none")
-    if args.profiler in ("torch", "kernels") and args.kineto_trace is None:
+    if RECORDINGS[args.profiler].kineto and args.kineto_trace is None:
         parser.error(f"--profiler {args.profiler} needs --kineto-trace FILE")
     if args.windows < 1:
         parser.error("--windows must be at least 1")
@@ -400,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             module = load_workload(args.workload)
             if not callable(getattr(module, "get_model_and_input", None)):
                 raise ContractError(f"{args.workload} defines no callable get_model_and_input()")
-            with capture_memory(args.profiler == "memory", args.run_dir, result):
+            with capture_memory(RECORDINGS[args.profiler].memory, args.run_dir, result):
                 run_contract(module, args, result)
         elif SCRIPT_WINDOW.search(source):
             result["workload_kind"] = "script"

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
-from mcp_server.children.contract import SITE_RANGE_PREFIX
+from mcp_server.children.contract import RECORDINGS, SITE_RANGE_PREFIX
 
 # Torch functions that only read a tensor's metadata: they launch nothing, so they open no range.
 _METADATA = frozenset({
@@ -69,7 +69,7 @@ def site_ranges(profiler: str) -> tuple[Callable[[str], Any], Callable[[Any], No
     """(open, close) of a named range for the window's profiler: NVTX push/pop, or a profiler range."""
     import torch
 
-    if profiler == "torch":
+    if RECORDINGS[profiler].torch_profiler:
         def open_range(name: str) -> Any:
             ctx = torch.autograd.profiler.record_function(name)
             ctx.__enter__()
@@ -119,7 +119,7 @@ class ThreadCapture:
         import torch
         from torch.autograd.profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
 
-        if self.profiler == "nvtx" and not torch.autograd._profiler_enabled():
+        if RECORDINGS[self.profiler].nvtx and not torch.autograd._profiler_enabled():
             torch.autograd._enable_profiler(
                 ProfilerConfig(ProfilerState.NVTX, self.record_shapes, False, False, False, False,
                                _ExperimentalConfig()),

@@ -32,6 +32,7 @@ from types import FrameType, MethodType
 from typing import Any
 
 from mcp_server.children.common import ContractError
+from mcp_server.children.contract import RECORDINGS
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
@@ -59,12 +60,13 @@ class StepWindows:
 
         self.args, self.lock, self.modules, self.enter = args, lock, modules, enter
         self.warmup, self.active = args.warmup_iters, args.iters
-        self.profiler = "none" if args.profiler == "kernels" else args.profiler
+        recording = RECORDINGS[args.profiler]
+        self.profiler = "none" if recording.kernel_trace else args.profiler
         self.untraced = args.windows
-        self.trace = KernelTrace(args.kineto_trace) if args.profiler == "kernels" else None
+        self.trace = KernelTrace(args.kineto_trace) if recording.kernel_trace else None
         self.total = self.untraced + (TRACED_WINDOWS if self.trace is not None else 0)
         self.cuda = torch.cuda.is_available()
-        self.ranged = self.profiler in ("torch", "nvtx")
+        self.ranged = recording.ranged
         self.scoped = modules.scoped
         self.opens_at_start = True
         self.steps = 0
@@ -327,7 +329,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     result["warmed_up_early"] = bool(args.warm_up_early)
     from mcp_server.children.clocks import ClockSampler
 
-    clocks = ClockSampler().start() if args.profiler == "kernels" and torch.cuda.is_available() else None
+    clocks = ClockSampler().start() if RECORDINGS[args.profiler].kernel_trace and torch.cuda.is_available() else None
     script = Path(args.workload).resolve()
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *args.script_arg]
@@ -390,7 +392,7 @@ def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any
         result["traced_windows"] = windows.traced
     if modules.started:
         result["replayed_calls"] = modules.started
-    if args.profiler == "torch" or (windows.trace is not None and windows.trace.traced):
+    if RECORDINGS[args.profiler].torch_profiler or (windows.trace is not None and windows.trace.traced):
         result["artifacts"].append(os.path.relpath(args.kineto_trace, args.run_dir))
     elif windows.trace is not None:
         result["warnings"].append("no CUDA device: the timing pass traced no kernels")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_server.children.common import export_trace
-from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX
+from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, RECORDINGS
 
 SLEEP_CALIBRATION_CYCLES = 10_000_000
 
@@ -27,6 +27,7 @@ class MeasuredWindow:
         on_gpu_done: Callable[[], None] | None = None, scoped: bool = False,
     ) -> None:
         self.profiler = profiler
+        self.recording = RECORDINGS[profiler]
         self.scoped = scoped  # `ProfiledCalls` starts and stops the profiler around chosen module calls
         self.kineto_trace = kineto_trace
         self.on_gpu_done = on_gpu_done
@@ -44,14 +45,14 @@ class MeasuredWindow:
         self.cuda = torch.cuda.is_available()
         if self.cuda:
             torch.cuda.synchronize()
-        if self.profiler == "torch":
+        if self.recording.torch_profiler:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if self.cuda:
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             self._prof = torch.profiler.profile(activities=activities, record_shapes=True)
             self._prof.start()
             self._enter(torch.autograd.profiler.record_function(MEASURE_RANGE))
-        elif self.profiler == "nvtx" and self.cuda:
+        elif self.recording.nvtx and self.cuda:
             if not self.scoped:
                 t0 = time.perf_counter_ns()
                 torch.cuda.profiler.start()
@@ -86,11 +87,11 @@ class MeasuredWindow:
             self.on_gpu_done()
         while self._stack:
             self._stack.pop().__exit__(None, None, None)
-        if self.profiler == "torch":
+        if self.recording.torch_profiler:
             self._prof.stop()
             if self.kineto_trace is not None:
                 export_trace(self._prof, self.kineto_trace)
-        elif self.profiler == "nvtx" and self.cuda:
+        elif self.recording.nvtx and self.cuda:
             torch.cuda.nvtx.range_pop()
             if not self.scoped:
                 t0 = time.perf_counter_ns()
@@ -152,6 +153,7 @@ class ModuleRanges:
 
         self._torch = torch
         self.profiler = profiler
+        self.recording = RECORDINGS[profiler]
         self._open: list[Any] = []
         self._handles = []
         for path, module in model.named_modules():
@@ -162,7 +164,7 @@ class ModuleRanges:
         name = MODULE_RANGE_PREFIX + path
 
         def hook(module: Any, args: Any) -> None:
-            if self.profiler == "torch":
+            if self.recording.torch_profiler:
                 ctx = self._torch.autograd.profiler.record_function(name)
                 ctx.__enter__()
                 self._open.append(ctx)
@@ -172,7 +174,7 @@ class ModuleRanges:
         return hook
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if self.profiler == "torch":
+        if self.recording.torch_profiler:
             if self._open:
                 self._open.pop().__exit__(None, None, None)
         else:
