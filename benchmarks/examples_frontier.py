@@ -48,16 +48,31 @@ def example(name: str, out: Path, reuse: Path | None) -> dict[str, object]:
                   str(dest / "recipes.json"), "--output", str(dest)])
     recipes = json.loads((dest / "recipes.json").read_text())
     winner = next(w for w in recipes["winners"] if w["tier"] == tier and w["metric"] == "latency")
-    row: dict[str, object] = {"example": name, "tier": tier, "winner": winner["recipe"],
-                              "recipes_s": recipes_s, "bench_s": eager_s, "bench_free_s": free_s}
+    return {"example": name, "tier": tier, "winner": winner["recipe"], "recipes_s": recipes_s, "bench_s": eager_s,
+            "bench_free_s": free_s, **bench_numbers(dest)}
+
+
+def bench_numbers(folder: Path) -> dict[str, object]:
+    """Per bench file of `folder` (bench.json: eager; bench_vs_free.json: free) and metric: baseline and optimized
+    medians (us), the speedup and its 95 % CI."""
+    row: dict[str, object] = {}
     for label, file in (("eager", "bench.json"), ("free", "bench_vs_free.json")):
-        bench = json.loads((dest / file).read_text())
+        bench = json.loads((folder / file).read_text())
         for metric in ("latency", "back_to_back"):
             s = bench[f"{metric}_speedup"]
             row[f"{label}_{metric}"] = (bench["baseline"][metric]["median_ns"] / 1e3,
                                         bench["optimized"][metric]["median_ns"] / 1e3, s["point"], s["ci_low"],
                                         s["ci_high"])
     return row
+
+
+def print_benches(row: dict[str, object]) -> None:
+    """The rows `bench_numbers` made, one line per bench and metric."""
+    for label in ("eager", "free"):
+        for metric in ("latency", "back_to_back"):
+            b, o, point, low, high = row[f"{label}_{metric}"]  # type: ignore[misc]
+            print(f"  vs {label:5s} {metric:12s} baseline {b:9.1f} us  optimized {o:9.1f} us  "
+                  f"{point:.3f}x ({low:.3f}-{high:.3f})")
 
 
 def main() -> int:
@@ -71,11 +86,7 @@ def main() -> int:
     (args.out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     for row in rows:
         print(f"{row['example']} ({row['tier']}; winner {row['winner']}; recipes {row['recipes_s']} s)")
-        for label in ("eager", "free"):
-            for metric in ("latency", "back_to_back"):
-                b, o, point, low, high = row[f"{label}_{metric}"]  # type: ignore[misc]
-                print(f"  vs {label:5s} {metric:12s} baseline {b:9.1f} us  optimized {o:9.1f} us  "
-                      f"{point:.3f}x ({low:.3f}-{high:.3f})")
+        print_benches(row)
     return 0
 
 

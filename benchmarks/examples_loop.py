@@ -17,21 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
+from examples_frontier import bench_numbers, print_benches, run
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run(argv: list[str]) -> float:
-    """Run one CLI command, quietly; its wall time in seconds."""
-    t0 = time.monotonic()
-    subprocess.run(["operator-profiler", *argv, "--quiet"], check=True)
-    return time.monotonic() - t0
 
 
 def example(name: str, out: Path, scratch: Path) -> dict[str, object]:
@@ -53,16 +46,8 @@ def example(name: str, out: Path, scratch: Path) -> dict[str, object]:
                                "--bench", str(folder / "bench.json"), "--output", str(folder)])
     with tarfile.open(out / f"{name}.tar.xz", "w:xz") as tar:
         tar.add(folder, arcname=name)
-    row: dict[str, object] = {"example": name, "tier": tier, **times,
-                              "passed": json.loads((folder / "validation_report.json").read_text())["passed"]}
-    for label, file in (("eager", "bench.json"), ("free", "bench_vs_free.json")):
-        bench = json.loads((folder / file).read_text())
-        for metric in ("latency", "back_to_back"):
-            s = bench[f"{metric}_speedup"]
-            row[f"{label}_{metric}"] = (bench["baseline"][metric]["median_ns"] / 1e3,
-                                        bench["optimized"][metric]["median_ns"] / 1e3, s["point"], s["ci_low"],
-                                        s["ci_high"])
-    return row
+    return {"example": name, "tier": tier, **times,
+            "passed": json.loads((folder / "validation_report.json").read_text())["passed"], **bench_numbers(folder)}
 
 
 def main() -> int:
@@ -80,11 +65,7 @@ def main() -> int:
     for row in rows:
         stages = ", ".join(f"{k.removesuffix('_s')} {v:.0f} s" for k, v in row.items() if k.endswith("_s"))
         print(f"{row['example']} ({row['tier']}; validation {'PASS' if row['passed'] else 'FAIL'}; {stages})")
-        for label in ("eager", "free"):
-            for metric in ("latency", "back_to_back"):
-                b, o, point, low, high = row[f"{label}_{metric}"]  # type: ignore[misc]
-                print(f"  vs {label:5s} {metric:12s} baseline {b:9.1f} us  optimized {o:9.1f} us  "
-                      f"{point:.3f}x ({low:.3f}-{high:.3f})")
+        print_benches(row)
     return 0
 
 

@@ -56,8 +56,6 @@ def recipe_name(compile_mode: str, precision: str, channels_last: bool = False, 
     return "+".join([compile_mode, precision] + [CHANNELS_LAST] * channels_last + [CUDNN_BENCHMARK] * cudnn_benchmark)
 
 
-
-
 class Recording(NamedTuple):
     """What one `--profiler` mode of the harness records over the window: the one table its branches read."""
 
