@@ -1,6 +1,6 @@
 """The GPU stages of the optimization loop for example folders whose plan and optimized workload are written.
 
-    python benchmarks/examples_loop.py NAME [NAME ...] --out DIR
+    python benchmarks/examples_loop.py NAME [NAME ...] --out DIR [--rounds N]
 
 For each example (GPU machine, full size), in `examples/<name>/` as the optimize skill's loop writes them:
 reprofile (`operator-profiler run --compile-mode optimized`, its profile.json copied to profile_optimized.json),
@@ -27,7 +27,7 @@ from examples_frontier import bench_numbers, print_benches, run
 REPO = Path(__file__).resolve().parents[1]
 
 
-def example(name: str, out: Path, scratch: Path) -> dict[str, object]:
+def example(name: str, out: Path, scratch: Path, rounds: int) -> dict[str, object]:
     """The loop's GPU stages of one example folder; the folder packed into out/<name>.tar.xz."""
     folder = REPO / "examples" / name
     base, opt = folder / f"{name}.py", folder / f"{name}_optimized.py"
@@ -38,8 +38,9 @@ def example(name: str, out: Path, scratch: Path) -> dict[str, object]:
                                  str(capture["warmup_iters"]), "--iters", str(capture["iters"]), "--seed",
                                  str(capture["seed"]), "--output", str(run_dir)])}
     shutil.copy(run_dir / "profile.json", folder / "profile_optimized.json")
-    times["bench_s"] = run(["bench", str(base), str(opt), "--output", str(folder)])
-    times["bench_free_s"] = run(["bench", str(base), str(opt), "--baseline-mode", "free", "--tier", tier,
+    times["bench_s"] = run(["bench", str(base), str(opt), "--rounds", str(rounds), "--output", str(folder)])
+    times["bench_free_s"] = run(["bench", str(base), str(opt), "--rounds", str(rounds), "--baseline-mode", "free",
+                                 "--tier", tier,
                                  "--recipes", str(folder / "recipes.json"), "--output", str(folder)])
     times["validate_s"] = run(["validate", str(base), str(opt), "--tier", tier, "--optimizations",
                                str(folder / "optimizations.json"), "--analysis", str(folder / "analysis.json"),
@@ -55,12 +56,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="+")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=3, help="processes per side in each bench (default 3)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.names:
-            rows.append(example(name, args.out, Path(scratch)))
+            rows.append(example(name, args.out, Path(scratch), args.rounds))
             (args.out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     for row in rows:
         stages = ", ".join(f"{k.removesuffix('_s')} {v:.0f} s" for k, v in row.items() if k.endswith("_s"))

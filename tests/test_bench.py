@@ -131,13 +131,14 @@ def test_each_side_runs_in_its_own_processes_rounds_alternating(tmp_path):
 
 
 def test_processes_that_disagree_are_said_with_their_range():
-    """sdpa_attention's bench against eager on the H100: its side compiled with CUDA graph trees measured 1.34x
-    apart between processes by latency (host-bound calls), its GPU-bound eager side within 15 %."""
+    """sdpa_attention's bench against eager on the H100 (10 processes a side): its float16 side, whose call alone
+    waits on the host, measured 1.29x apart between processes by latency and within 15 % back to back; the
+    GPU-bound fp32 eager side within 15 % by both."""
     result = load_bench_result(REPO / "examples" / "sdpa_attention" / "bench.json")
     optimized, baseline = spread_notes("optimized", result.optimized), spread_notes("baseline", result.baseline)
-    assert baseline == [] and len(optimized) == 2
-    assert optimized[0].startswith("the optimized side's latency medians ranged ") and "(1.34×)" in optimized[0]
-    assert "more --rounds narrow it" in optimized[0] and optimized[1].startswith("the optimized side's back-to-back")
+    assert baseline == [] and len(optimized) == 1
+    assert optimized[0].startswith("the optimized side's latency medians ranged ") and "(1.29×)" in optimized[0]
+    assert "more --rounds narrow it" in optimized[0]
 
 
 @pytest.mark.slow

@@ -59,8 +59,8 @@ def floor_evidence(floor: SpeedOfLight, tier: str) -> str:
         text += (": the exact tier may not lower precision, so what is left between the window and its floor is how "
                  "efficiently the kernels themselves run." if tier == "exact" else ".")
     else:
-        text += ("; faster math would not lower it: its time is bytes, not FLOPs, and only fewer or narrower bytes "
-                 "would.")
+        text += ("; tensor cores would not lower it (its kernels' math already runs in half precision, or their time "
+                 "is bytes): what is left is how efficiently the kernels run, and the time between them.")
     return text
 
 

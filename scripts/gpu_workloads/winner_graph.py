@@ -1,0 +1,58 @@
+"""Beyond the reduced tier's winner, shared by the own models' optimized workloads in this folder.
+
+The winner both own models had on the H100 and the H200 (`reduce-overhead+fp16-cast+channels-last+cudnn-benchmark`,
+docs/measurements/h100_optimize_own.json) as plain code: the whole model in float16 and channels_last, cuDNN's
+autotuner on, the inputs converted once by `prepare_inputs`. Instead of the recipe's `mode="reduce-overhead"`,
+Inductor compiles the graph without CUDA graphs and the whole call is replayed from one `torch.cuda.CUDAGraph` per
+input signature (knowledge/fx_patterns/whole_forward_graph.py, imported from the repository, not copied): the host
+work reduce-overhead's graph trees do on every call is gone. Each `<name>_optimized.py` takes its baseline's
+`get_model_and_input` and this module's `BACKEND_NAME`, `APPLIED_PASSES`, `optimize` and `prepare_inputs`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "knowledge" / "fx_patterns"))
+from whole_forward_graph import graph_whole_forward  # noqa: E402 - the pattern's own code
+
+BACKEND_NAME = "winner_graph_opt"
+APPLIED_PASSES: dict[str, int] = {}
+
+
+def _count(name: str) -> None:
+    APPLIED_PASSES[name] = APPLIED_PASSES.get(name, 0) + 1
+
+
+@torch._dynamo.register_backend(name=BACKEND_NAME)
+def winner_graph_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """Compile with Inductor's default options, no CUDA graphs: the whole call is captured around it."""
+    from torch._inductor.compile_fx import compile_fx
+
+    _count("inductor")
+    return compile_fx(gm, example_inputs)
+
+
+def optimize(model: torch.nn.Module) -> Any:
+    """The model in float16, channels_last, cuDNN autotuning on, compiled with this module's backend, each call
+    replayed from one CUDA graph per input signature on a GPU (taking inputs converted by `prepare_inputs`)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    model = model.to(torch.float16)
+    _count("fp16_weights")
+    model = model.to(memory_format=torch.channels_last)
+    _count("channels_last")
+    return graph_whole_forward(torch.compile(model, backend=BACKEND_NAME), on_capture=lambda: _count(
+        "whole_forward_graph"))
+
+
+def prepare_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The baseline's inputs as the optimized call takes them (float16, 4-d ones channels_last), converted once."""
+    inputs = tuple(x.to(torch.float16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+    return tuple(x.contiguous(memory_format=torch.channels_last)
+                 if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 4 else x for x in inputs)
