@@ -615,3 +615,33 @@ def test_the_residual_counts_unattributed_kernel_time_in_the_shares(tmp_path: Pa
     assert rows[0].startswith("- **99.5 % of the kernel time is in kernels no operator encloses** — 535 unattributed")
     assert "- **0.4 % of the kernel time is still here** — `triton_poi_fused_embedding_0`" in residual
     assert "99.5 % of the optimized profile's kernel time is in 535 kernels" in report.split("## Result")[0]
+
+
+def _mlp_report(tmp_path: Path, plan: Path | None = None) -> str:
+    """mlp_activations' report (H100 files of its folder), rendered again with `plan` in place of its own."""
+    folder = REPO / "examples" / "mlp_activations"
+    paths = render_report(folder / "profile.json", tmp_path, optimized_profile=folder / "profile_optimized.json",
+                          analysis=folder / "analysis_optimized" / "analysis.json",
+                          baseline_analysis=folder / "analysis.json", bench=folder / "bench.json",
+                          recipes=folder / "recipes.json", bench_vs_free=folder / "bench_vs_free.json",
+                          validation=folder / "validation_report.json",
+                          optimizations=plan or folder / "optimizations.json", project_dir=REPO)
+    report = next(p for p in paths if p.name == "report.md").read_text()
+    return report.split("### Estimates against the measurement")[1].split("###")[0]
+
+
+def test_estimates_against_the_winner_are_set_beside_the_bench_against_the_winner(tmp_path: Path) -> None:
+    """mlp_activations' plan starts from the floor: its items' estimates are against the frontier's winner
+    (`against: winner`), so the report sets them beside bench_vs_free.json's 1.49x, not bench.json's 7.40x against
+    eager, which the earlier rendering called "above the estimate"; a plan mixing the two baselines gets no verdict."""
+    folder = REPO / "examples" / "mlp_activations"
+    free = BenchResult.model_validate_json((folder / "bench_vs_free.json").read_text())
+    section = _mlp_report(tmp_path / "winner")
+    assert f"Measured: **{free.speedup.point:.2f}×**" in section
+    assert f"against the baseline run {free.baseline.how_run}" in section and "consistent with the estimate" in section
+    assert "end to end against the frontier's winner" in section
+    mixed = json.loads((folder / "optimizations.json").read_text())
+    mixed["items"][0]["expected_gain"]["against"] = "eager"
+    (tmp_path / "mixed.json").write_text(json.dumps(mixed))
+    section = _mlp_report(tmp_path / "mixed", tmp_path / "mixed.json")
+    assert "against different baselines" in section and "Measured:" not in section

@@ -49,12 +49,22 @@ def _analysis_speedup(analysis: Analysis | None, items: list[OptimizationItem]) 
 
 
 def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None, bench: BenchResult | None,
-                     analysis: Analysis | None) -> CalibrationView | None:
-    """What the applied items were expected to give, what bench measured, and the plausible ceiling."""
+                     analysis: Analysis | None, bench_vs_free: BenchResult | None = None) -> CalibrationView | None:
+    """What the applied items were expected to give, what bench measured against the same baseline (eager as
+    written: bench.json; the frontier's winner: bench_vs_free.json), and the plausible ceiling."""
     applied = validation.applied_passes if validation is not None else {}
     items = [i for i in plan.items if applied.get(i.pass_name)]
     if not items:
         return None
+    baselines = {i.expected_gain.against for i in items}
+    if baselines == {"winner"}:  # the analysis's opportunities are against the baseline as written: not here
+        bench, analysis = bench_vs_free, None
+        if bench is None:
+            return _unmeasured(items, "the estimates are against the frontier's winner and no bench_vs_free.json "
+                                      "measured the workload against it")
+    elif len(baselines) > 1:
+        return _unmeasured(items, "the applied items' estimates are against different baselines (eager as written, "
+                                  "the frontier's winner), so no product of them is set beside a measurement")
     by_analysis = _analysis_speedup(analysis, items)
     low = high = 1.0
     for item in items:
@@ -104,4 +114,18 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
         measured_ci=ci,
         baseline_how=bench.baseline.how_run if bench is not None else None, verdict=verdict,
         ceiling=sol.max_plausible_speedup if sol is not None else None, ceiling_note=ceiling_note,
+    )
+
+
+def _unmeasured(items: list[OptimizationItem], why: str) -> CalibrationView:
+    """The applied items' estimates with no measurement beside them, and why."""
+    low = high = 1.0
+    for item in items:
+        low *= item.expected_gain.end_to_end_speedup_low
+        high *= item.expected_gain.end_to_end_speedup_high
+    return CalibrationView(
+        rows=[EstimateRow(item=f"{i.rank}. {i.title}", plan_estimate=estimate_text(i), analysis_estimate=None)
+              for i in items],
+        estimated_low=low, estimated_high=high, analysis_estimate=None, analysis_source=None, analysis_covers=None,
+        measured=None, measured_ci=None, baseline_how=None, verdict=why, ceiling=None, ceiling_note=None,
     )

@@ -181,7 +181,7 @@ def build_report_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) ->
         baselines=baselines,
         validation=validation_view(inputs.validation) if inputs.validation else None,
         calibration=calibration_view(inputs.optimizations, inputs.validation, inputs.bench,
-                                     inputs.baseline_analysis)
+                                     inputs.baseline_analysis, inputs.bench_vs_free)
         if inputs.optimizations else None,
         totals=totals_view(inputs.comparison) if inputs.comparison else [],
         operators=operator_changes(inputs.comparison) if inputs.comparison else [],

@@ -325,7 +325,8 @@ def estimate_text(item: OptimizationItem) -> str:
     span = f"{gain.end_to_end_speedup_low:.2f}×–{gain.end_to_end_speedup_high:.2f}×"
     share = f"; {gain.operator_time_saved_pct:.0f} % of the targeted operators' time" \
         if gain.operator_time_saved_pct is not None else ""
-    return f"estimate: {span} end to end{share} ({gain.basis})"
+    against = " against the frontier's winner" if gain.against == "winner" else ""
+    return f"estimate: {span} end to end{against}{share} ({gain.basis})"
 
 
 def item_views(plan: OptimizationPlan, validation: ValidationReport | None = None) -> list[ItemView]:

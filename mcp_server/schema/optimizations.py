@@ -69,6 +69,12 @@ class ExpectedGain(_Model):
     end_to_end_speedup_low: float = Field(gt=0, description="Lower end of the estimated whole-window speedup (×).")
     end_to_end_speedup_high: float = Field(gt=0, description="Upper end of the estimated whole-window speedup (×).")
     basis: str = Field(description="How it was estimated, e.g. 'Amdahl: 58 % of kernel time × 2× faster conv'.")
+    against: Literal["eager", "winner"] = Field(
+        default="eager", description="The baseline the speedups are against: 'eager' (the workload as written) or "
+        "'winner' (the tier's winner of the free frontier: a plan that starts from the floor states its floor item "
+        "as 1.0× and each change beyond it as its gain over the floor). The report sets the applied items' product "
+        "beside bench.json's speedup for 'eager' and bench_vs_free.json's for 'winner'.",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> ExpectedGain:
