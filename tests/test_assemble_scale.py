@@ -53,15 +53,27 @@ def make_run(kernels: int, out: Path) -> dict[str, int]:
     return json.loads(proc.stdout)
 
 
+# Started from a small launcher that waits for it: Linux counts the memory of the process a child was spawned from
+# (up to its exec) in the child's peak RSS, and this test process may hold hundreds of MiB after other tests.
+LAUNCHER = """
+import json, os, subprocess, sys
+with open(sys.argv[2], "wb") as out:
+    child = subprocess.Popen(sys.argv[3:], stdout=out, stderr=subprocess.STDOUT)
+    _, status, usage = os.wait4(child.pid, 0)
+with open(sys.argv[1], "w") as measured:
+    json.dump([os.waitstatus_to_exitcode(status), usage.ru_maxrss], measured)
+"""
+
+
 def run_measured(args: list[str], cwd: Path, stdout: Path) -> tuple[int, float, float]:
-    """Run a child process; return its exit status, wall seconds and peak RSS in MiB (its own, from wait4)."""
-    with stdout.open("wb") as out:
-        start = time.monotonic()
-        proc = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.monotonic() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, wall, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
+    """Run a child process; return its exit status, wall seconds and peak RSS in MiB (its own, from wait4 in the
+    launcher that started it)."""
+    measured = stdout.with_suffix(".rusage.json")
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", LAUNCHER, str(measured), str(stdout), *args], cwd=cwd, check=True)
+    wall = time.monotonic() - start
+    status, max_rss_kib = json.loads(measured.read_text())
+    return status, wall, max_rss_kib / 1024  # ru_maxrss is in KiB on Linux
 
 
 @pytest.fixture(scope="module")
