@@ -14,36 +14,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tarfile
 from pathlib import Path
 
-from examples_frontier import bench_numbers, print_benches, run
+from examples_frontier import bench_numbers, frontier_and_benches, print_benches, run
 
 
 def check(pair: str, tier: str, out: Path) -> dict[str, object]:
     """The frontier, the two benches and the validation of one WORKLOAD:OPTIMIZED[:RECIPES] pair."""
     base, opt, *recipes = (Path(p).resolve() for p in pair.split(":"))
     dest = out / opt.stem
-    dest.mkdir(parents=True, exist_ok=True)
-    times: dict[str, float | None] = {"recipes_s": None}
-    if recipes:
-        shutil.copy(recipes[0], dest / "recipes.json")
-    else:
-        times["recipes_s"] = run(["recipes", str(base), "--output", str(dest)])
-    times["bench_s"] = run(["bench", str(base), str(opt), "--output", str(dest)])
-    times["bench_free_s"] = run(["bench", str(base), str(opt), "--baseline-mode", "free", "--tier", tier,
-                                 "--recipes", str(dest / "recipes.json"), "--output", str(dest)])
+    times = frontier_and_benches(base, opt, tier, dest, recipes[0] if recipes else None)
     times["validate_s"] = run(["validate", str(base), str(opt), "--tier", tier, "--bench", str(dest / "bench.json"),
                                "--output", str(dest)])
     with tarfile.open(out / f"{opt.stem}.tar.xz", "w:xz") as tar:
         tar.add(dest, arcname=opt.stem)
-    frontier = json.loads((dest / "recipes.json").read_text())
-    winner = next(w for w in frontier["winners"] if w["tier"] == tier and w["metric"] == "latency")
     verdict = json.loads((dest / "validation_report.json").read_text())
-    return {"workload": str(base), "optimized": str(opt), "tier": tier, "device": frontier.get("device_name"),
-            "winner": winner["recipe"], "winner_recipes_us": winner["time_ns"] / 1e3, **times,
+    device = json.loads((dest / "recipes.json").read_text()).get("device_name")
+    return {"workload": str(base), "optimized": str(opt), "tier": tier, "device": device, **times,
             "passed": verdict["passed"], "max_rel_error": verdict.get("max_rel_error"), **bench_numbers(dest)}
 
 

@@ -29,27 +29,35 @@ def run(argv: list[str]) -> float:
     return time.monotonic() - t0
 
 
+def frontier_and_benches(base: Path, opt: Path, tier: str, dest: Path, recipes: Path | None) -> dict[str, object]:
+    """Into `dest`: the free frontier of `base` (`recipes`, or a copy of the recipes.json named, with its
+    frontier.png when there is one), `opt` benched against eager (bench.json) and against the tier's winner
+    (bench_vs_free.json); the stages' wall times in seconds and the winner's recipe."""
+    dest.mkdir(parents=True, exist_ok=True)
+    recipes_s = None
+    if recipes is not None:
+        shutil.copy(recipes, dest / "recipes.json")
+        if recipes.with_name("frontier.png").is_file():
+            shutil.copy(recipes.with_name("frontier.png"), dest / "frontier.png")
+    else:
+        recipes_s = run(["recipes", str(base), "--output", str(dest)])
+    eager_s = run(["bench", str(base), str(opt), "--output", str(dest)])
+    free_s = run(["bench", str(base), str(opt), "--baseline-mode", "free", "--tier", tier, "--recipes",
+                  str(dest / "recipes.json"), "--output", str(dest)])
+    frontier = json.loads((dest / "recipes.json").read_text())
+    winner = next(w for w in frontier["winners"] if w["tier"] == tier and w["metric"] == "latency")
+    return {"winner": winner["recipe"], "winner_recipes_us": winner["time_ns"] / 1e3, "recipes_s": recipes_s,
+            "bench_s": eager_s, "bench_free_s": free_s}
+
+
 def example(name: str, out: Path, reuse: Path | None) -> dict[str, object]:
     """Recipes and the two benches of one example into out/<name>/."""
     folder = REPO / "examples" / name
-    dest = out / name
-    dest.mkdir(parents=True, exist_ok=True)
     tier = json.loads((folder / "optimizations.json").read_text())["tier"]
     reused = reuse / name / "recipes.json" if reuse is not None else None
-    if reused is not None and reused.is_file():
-        shutil.copy(reused, dest / "recipes.json")
-        shutil.copy(reused.with_name("frontier.png"), dest / "frontier.png")
-        recipes_s = None
-    else:
-        recipes_s = run(["recipes", str(folder / f"{name}.py"), "--output", str(dest)])
-    base, opt = str(folder / f"{name}.py"), str(folder / f"{name}_optimized.py")
-    eager_s = run(["bench", base, opt, "--output", str(dest)])
-    free_s = run(["bench", base, opt, "--baseline-mode", "free", "--tier", tier, "--recipes",
-                  str(dest / "recipes.json"), "--output", str(dest)])
-    recipes = json.loads((dest / "recipes.json").read_text())
-    winner = next(w for w in recipes["winners"] if w["tier"] == tier and w["metric"] == "latency")
-    return {"example": name, "tier": tier, "winner": winner["recipe"], "recipes_s": recipes_s, "bench_s": eager_s,
-            "bench_free_s": free_s, **bench_numbers(dest)}
+    times = frontier_and_benches(folder / f"{name}.py", folder / f"{name}_optimized.py", tier, out / name,
+                                 reused if reused is not None and reused.is_file() else None)
+    return {"example": name, "tier": tier, **times, **bench_numbers(out / name)}
 
 
 def bench_numbers(folder: Path) -> dict[str, object]:

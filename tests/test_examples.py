@@ -29,11 +29,8 @@ def _json(path: Path) -> dict:
 
 
 def _recipe_applied(folder: Path) -> str | None:
-    """The RECIPE an optimized workload names (the free recipe it applies as it is), if any."""
-    tree = ast.parse((folder / f"{folder.name}_optimized.py").read_text(encoding="utf-8"))
-    return next((node.value.value for node in tree.body if isinstance(node, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == "RECIPE" for t in node.targets)
-                 and isinstance(node.value, ast.Constant)), None)
+    """The free recipe the folder's optimized workload applies as it is (its RECIPE, as validate recorded it)."""
+    return _json(folder / "validation_report.json").get("recipe")
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,15 @@ def _analysis_speedup(analysis: Analysis | None, items: list[OptimizationItem]) 
     return out
 
 
+def _plan_span(items: list[OptimizationItem]) -> tuple[float, float]:
+    """The applied items' estimates together: the products of their low and high ends."""
+    low = high = 1.0
+    for item in items:
+        low *= item.expected_gain.end_to_end_speedup_low
+        high *= item.expected_gain.end_to_end_speedup_high
+    return low, high
+
+
 def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None, bench: BenchResult | None,
                      analysis: Analysis | None, bench_vs_free: BenchResult | None = None) -> CalibrationView | None:
     """What the applied items were expected to give, what bench measured against the same baseline (eager as
@@ -66,10 +75,7 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
         return _unmeasured(items, "the applied items' estimates are against different baselines (eager as written, "
                                   "the frontier's winner), so no product of them is set beside a measurement")
     by_analysis = _analysis_speedup(analysis, items)
-    low = high = 1.0
-    for item in items:
-        low *= item.expected_gain.end_to_end_speedup_low
-        high *= item.expected_gain.end_to_end_speedup_high
+    low, high = _plan_span(items)
     combined = None
     if by_analysis and analysis is not None and analysis.timeline is not None:
         saved = sum(analysis.timeline.window_ns * (1 - 1 / v) for v in by_analysis.values())
@@ -119,10 +125,7 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
 
 def _unmeasured(items: list[OptimizationItem], why: str) -> CalibrationView:
     """The applied items' estimates with no measurement beside them, and why."""
-    low = high = 1.0
-    for item in items:
-        low *= item.expected_gain.end_to_end_speedup_low
-        high *= item.expected_gain.end_to_end_speedup_high
+    low, high = _plan_span(items)
     return CalibrationView(
         rows=[EstimateRow(item=f"{i.rank}. {i.title}", plan_estimate=estimate_text(i), analysis_estimate=None)
               for i in items],
