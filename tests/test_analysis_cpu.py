@@ -61,3 +61,18 @@ def test_microbenchmark_measures_this_cpu():
     assert 1e6 < spec.peak_flop_per_s["fp32"] < 1e13
     assert 1e6 < spec.dram_bandwidth_bytes_per_s < 1e13
     assert spec.peak_clock_mhz == {} and "below theoretical peaks" in spec.notes[0]
+
+
+def test_the_outside_operators_warning_judges_the_fastest_window_without_the_profiler():
+    """A median another process stretched is no evidence that the workload runs outside its operators; a window
+    that is slow even at its fastest is."""
+    from mcp_server.assemble.torch_profiler import outside_operators, window_outside_operators
+    from mcp_server.schema.profile import WindowTotals
+
+    contended = WindowTotals(wall_time_ns=2_000_000, cpu_operator_time_ns=500_000, unprofiled_windows=5,
+                             unprofiled_wall_time_ns=28_000_000, unprofiled_wall_time_range_ns=[700_000, 40_000_000])
+    assert window_outside_operators(contended) is None and outside_operators(contended) == []
+    pooled = contended.model_copy(update={"unprofiled_wall_time_range_ns": [20_000_000, 40_000_000]})
+    assert window_outside_operators(pooled) == (20_000_000, 2.5)
+    [said] = outside_operators(pooled)
+    assert said.startswith("the window lasted 20.0 ms (the fastest of 5 windows without the profiler; median 28.0 ms)")

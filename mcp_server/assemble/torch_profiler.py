@@ -22,9 +22,11 @@ MIN_OUTSIDE_NS = 5_000_000  # ... and only when that leaves this much outside (a
 
 def window_outside_operators(window: WindowTotals) -> tuple[int, float] | None:
     """A CPU-only window that runs mostly outside its outermost torch operators: (the window's length, the share
-    its operators take, 0-100), else None. The window is the one timed without the profiler when the run has it
-    (the profiler's own overhead is then not counted against the operators), else the profiled one."""
-    whole = window.unprofiled_wall_time_ns or window.wall_time_ns
+    its operators take, 0-100), else None. The window is the fastest of those timed without the profiler when the
+    run has them (neither the profiler's overhead nor a window another process slowed down is counted against the
+    operators), else the profiled one."""
+    fastest = window.unprofiled_wall_time_range_ns[0] if window.unprofiled_wall_time_range_ns else None
+    whole = fastest or window.unprofiled_wall_time_ns or window.wall_time_ns
     if not whole or window.cpu_operator_time_ns is None:
         return None
     inside = min(100.0, 100.0 * window.cpu_operator_time_ns / whole)
@@ -40,7 +42,12 @@ def outside_operators(window: WindowTotals) -> list[str]:
     if found is None:
         return []
     whole, inside = found
-    which = " (median without the profiler)" if window.unprofiled_wall_time_ns else ""
+    which = ""
+    if window.unprofiled_wall_time_range_ns and window.unprofiled_wall_time_ns:
+        which = (f" (the fastest of {window.unprofiled_windows} windows without the profiler; median "
+                 f"{window.unprofiled_wall_time_ns / 1e6:.1f} ms)")
+    elif window.unprofiled_wall_time_ns:
+        which = " (median without the profiler)"
     return [f"the window lasted {whole / 1e6:.1f} ms{which} but its torch operators took "
             f"{(window.cpu_operator_time_ns or 0) / 1e6:.1f} ms ({inside:.1f} %): most of the window runs outside "
             "operators (Python code, other processes, waiting), which no operator table shows; the operators' "
