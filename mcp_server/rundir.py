@@ -11,17 +11,17 @@ import fcntl
 import json
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import IO, get_args
+from typing import IO
 
 from pydantic import ValidationError
 
 from mcp_server.errors import ProfileFormatError, UsageError
 from mcp_server.schema.io import write_model_atomic
 from mcp_server.schema.manifest import RunManifest, RunOwner
-from mcp_server.schema.types import PassName
+from mcp_server.schema.types import MEMORY_PASS, SHARED_PASSES, PassName
 
 MANIFEST = "manifest.json"
 PROFILE = "profile.json"
@@ -30,7 +30,7 @@ RANKS = "ranks.json"
 MEMORY, MEMORY_CHART = "memory.json", "memory_timeline.png"
 BYTECODE_LOG = "bytecode.log"
 MAP_BYTECODE_LOG = "bytecode.map.log"  # map's own: the capture's log stays what its manifest note names
-RUN_ENTRIES = frozenset({*get_args(PassName), MANIFEST, PROFILE, ANALYSIS, RANKS, BYTECODE_LOG, MAP_BYTECODE_LOG,
+RUN_ENTRIES = frozenset({*SHARED_PASSES, MANIFEST, PROFILE, ANALYSIS, RANKS, BYTECODE_LOG, MAP_BYTECODE_LOG,
                          MEMORY, MEMORY_CHART})
 RANK_FOLDER = re.compile(r"^rank(\d+)$")
 TORCHRUN_LOG = re.compile(r"^[a-z_]+\.torchrun\.log$")
@@ -131,11 +131,11 @@ class RunDir:
     def memory_snapshot(self, start: bool = False) -> Path:
         """The memory pass's pickled allocator snapshot after its window (or at its failure); with `start`, the one
         its trace starts from."""
-        return self.pass_dir("memory") / ("snapshot_start.pickle" if start else "snapshot.pickle")
+        return self.pass_dir(MEMORY_PASS) / ("snapshot_start.pickle" if start else "snapshot.pickle")
 
     def memory_record(self) -> Path:
         """What the memory pass's harness recorded beside the allocator (operators, modules, phases, tensors)."""
-        return self.pass_dir("memory") / "memory_record.json"
+        return self.pass_dir(MEMORY_PASS) / "memory_record.json"
 
     @property
     def memory_path(self) -> Path:
@@ -234,20 +234,21 @@ class RunDir:
             ) from exc
         return self
 
-    def claimable(self, workload: Path) -> list[Path]:
+    def claimable(self, workload: Path, pass_folders: Collection[str]) -> list[Path]:
         """The entries a capture of `workload` would clear here: none for an empty or new directory; a previous
         run of the same workload (its passes, manifest, profile and analysis), or the partial files of a run
-        stopped before it wrote its manifest. A directory holding another workload's run, or files that belong
-        to no run, is refused (a UsageError), before anything is written into it."""
+        stopped before it wrote its manifest. `pass_folders` are the backends' main passes (the registry's), besides
+        the passes every backend shares. A directory holding another workload's run, or files that belong to no run,
+        is refused (a UsageError), before anything is written into it."""
         if self.in_use():
             raise UsageError(f"{self.path} is in use by another run", "wait for it to finish, or pass another --output")
-        return self._clearable(workload)
+        return self._clearable(workload, pass_folders)
 
-    def _clearable(self, workload: Path) -> list[Path]:
+    def _clearable(self, workload: Path, pass_folders: Collection[str]) -> list[Path]:
         entries = [p for p in self.path.iterdir() if not p.name.startswith(".")] if self.path.is_dir() else []
         if not entries:
             return []
-        strangers = sorted(p.name for p in entries if not is_run_entry(p.name))
+        strangers = sorted(p.name for p in entries if not (p.name in pass_folders or is_run_entry(p.name)))
         if not self.manifest_path.is_file() and (strangers or self.owner() is None):
             raise UsageError(f"output directory {self.path} is not empty and holds no run",
                              "pass a new or empty directory as the output")
@@ -264,10 +265,10 @@ class RunDir:
                              "pass another output directory, or move those files away")
         return entries
 
-    def claim(self, workload: Path) -> RunDir:
+    def claim(self, workload: Path, pass_folders: Collection[str]) -> RunDir:
         """Make the directory this capture's own (`claimable` says what that clears), so nothing stale stays
         beside the new manifest. Called with the directory's lock held."""
-        entries = self._clearable(workload)
+        entries = self._clearable(workload, pass_folders)
         if not entries:
             return self.prepare()
         for entry in entries:
@@ -354,7 +355,8 @@ class RunDir:
 
 
 def is_run_entry(name: str) -> bool:
-    """Whether a run directory's entry `name` is one a capture writes."""
+    """Whether a run directory's entry `name` is one a capture writes whatever its backend (a backend's own main
+    pass is the registry's to name: `claimable`'s `pass_folders`)."""
     return name in RUN_ENTRIES or bool(RANK_FOLDER.match(name) or TORCHRUN_LOG.match(name))
 
 

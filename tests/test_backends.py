@@ -13,16 +13,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
 
 import pytest
 
-from mcp_server.backends.registry import AUTO, REGISTRY, assemble, captured_by, choose_backend
+from mcp_server.backends.registry import (
+    AUTO,
+    REGISTRY,
+    assemble,
+    backend_choices,
+    captured_by,
+    choose_backend,
+    pass_folders,
+)
 from mcp_server.capture.passes import Cancel, CapturingBackend
 from mcp_server.capture.plan import plan_passes
 from mcp_server.capture.request import CaptureRequest
 from mcp_server.capture.schedule import capture
-from mcp_server.errors import BackendUnavailable, ProfileFormatError
+from mcp_server.errors import BackendUnavailable, ProfileFormatError, UsageError
 from mcp_server.preflight import format_report, preflight
 from mcp_server.progress import Progress
 from mcp_server.render.repro import profile_command
@@ -30,20 +37,21 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import CaptureMetadata, OperatorAttributedProfile, WindowTotals
 from mcp_server.schema.results import PreflightCheck
-from mcp_server.schema.types import BACKENDS, CaptureBackend, PassName
+from mcp_server.schema.types import SHARED_PASSES, CaptureBackend, PassName
 
 FAKE_TOOL = "fake-profiler"
 
 
 @dataclass(frozen=True)
 class FakeBackend:
-    """The adapter a third backend would write: here its main pass reuses the `memory` pass's folder."""
+    """The adapter a third backend would write: its own name, manifest label and main pass, known to no module but
+    this one and the registry it is entered in."""
 
     name: str = "fake"
     title: str = "fake profiler"
-    label: CaptureBackend = "memory"
+    label: CaptureBackend = "fake+tracer"
     profile_tool: str = "fake"
-    main_pass: PassName = "memory"
+    main_pass: PassName = "fake_trace"
     counters: bool = False
     records_graph_captures: bool = False
     remedy: str = f"install {FAKE_TOOL}"
@@ -121,12 +129,39 @@ def fake_lacking() -> Iterator[FakeBackend]:
         yield lacking
 
 
-def test_the_registry_names_the_backends_the_schema_accepts():
-    assert set(BACKENDS) == {AUTO, *REGISTRY}
+def test_the_registry_names_the_backends_and_their_pass_folders():
+    assert backend_choices() == (AUTO, *REGISTRY)
     for name, backend in REGISTRY.items():
-        assert backend.name == name
-        assert backend.label in get_args(CaptureBackend) and backend.main_pass in get_args(PassName)
+        assert backend.name == name and backend.main_pass not in SHARED_PASSES
+    assert pass_folders() == {b.main_pass for b in REGISTRY.values()}
     assert [b.profile_tool for b in REGISTRY.values()] == ["nsys", "torch_profiler"]  # what their profiles say
+
+
+def test_a_registered_backend_is_accepted_by_every_face(fake: FakeBackend):
+    """The schema names no backend: the request, the CLI's --backend and a run directory's pass folder accept the
+    fake one while it is registered."""
+    from mcp_server.cli import build_parser
+    from mcp_server.schema.requests import Interpreter, ProfileRequest
+
+    python = Interpreter(python=sys.executable, source="argument")
+    assert ProfileRequest(workload=Path(__file__), python=python, project=Path(), backend="fake").backend == "fake"
+    assert build_parser().parse_args(["profile", "w.py", "--backend", "fake"]).backend == "fake"
+    assert fake.main_pass in pass_folders() and "fake" in backend_choices()
+
+
+def test_a_run_directory_holding_a_registered_backends_pass_can_be_captured_again(fake: FakeBackend, tmp_path: Path):
+    workload = Path(__file__).resolve().parent / "workloads" / "tiny_mlp.py"
+    req = CaptureRequest(workload=workload, run_dir=RunDir(tmp_path / "run"))
+    capture(req, fake, ["operator-profiler", "profile", "tiny_mlp.py"], lambda _: None)
+    assert sorted(p.name for p in req.run_dir.claimable(workload, pass_folders())) == [fake.main_pass, "manifest.json"]
+    with pytest.raises(UsageError, match=f"holds files of no run: {fake.main_pass}"):
+        req.run_dir.claimable(workload, frozenset())  # a folder no registered backend writes is not the run's
+
+
+def test_an_unregistered_backend_is_refused_naming_the_registered_ones():
+    with pytest.raises(BackendUnavailable, match="unknown backend 'fake'") as raised:
+        choose_backend("fake")
+    assert raised.value.remedy == f"choose one of {', '.join(backend_choices())}"
 
 
 def test_auto_prefers_the_first_registered_backend_this_machine_has_everything_for(fake: FakeBackend):
@@ -159,7 +194,7 @@ def test_preflight_falls_back_when_the_registered_backend_lacks_its_tool(fake_la
 def test_the_pass_plan_reads_the_backend(fake: FakeBackend):
     plan = plan_passes(fake, counters=True, whole_window=True, timing=True, compile_mode="eager", warmup_iters=3,
                        precompiling=False)
-    assert [p.name for p in plan] == ["timing", "memory"]  # no counter pass: the backend has none
+    assert [p.name for p in plan] == ["timing", fake.main_pass]  # no counter pass: the backend has none
     assert not any(p.record_graph_capture for p in plan)
 
 

@@ -13,10 +13,11 @@ import pytest
 from conftest import EXAMPLES
 
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions
-from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass
+from mcp_server.capture.variants import WaitingVariantPass
 from mcp_server.errors import WorkloadError
 from mcp_server.rundir import RunDir
 from mcp_server.schema.requests import NcuOptions
+from mcp_server.schema.types import VARIANT_PASS
 from plugins.ncu.command import attach_command, capture_command, launch_command
 
 STANDIN = Path(__file__).parent / "scripts" / "ncu_standin.py"
@@ -91,9 +92,9 @@ def test_attach_runs_the_waiting_workload_to_its_window(request_, started):
     with pytest.raises(WorkloadError, match="during measure"):
         waiting.attach(VARIANTS, None)
     assert any("attaching ncu to the waiting workload" in line for line in lines)
-    attach_log = request_.run_dir.attach_log(NCU_VARIANTS).read_text()
+    attach_log = request_.run_dir.attach_log(VARIANT_PASS).read_text()
     assert "Disconnected" in attach_log, "ncu stayed attached until the workload ended"
-    assert request_.run_dir.ncu_report(NCU_VARIANTS).is_file()
+    assert request_.run_dir.ncu_report(VARIANT_PASS).is_file()
     assert _gone(_launcher_pid(lines))
 
 
@@ -104,7 +105,7 @@ def test_discard_stops_the_waiting_workload(request_, started):
     pid = _launcher_pid(lines)
     waiting.discard()
     assert _gone(pid), "the launcher (and the workload it holds) is stopped"
-    assert not request_.run_dir.harness_result(NCU_VARIANTS).exists(), "the workload never ran"
+    assert not request_.run_dir.harness_result(VARIANT_PASS).exists(), "the workload never ran"
 
 
 def test_a_failed_attach_stops_the_workload_so_a_fresh_pass_can_replay(request_, monkeypatch, started):
@@ -133,7 +134,7 @@ def test_a_pass_stopped_before_the_precompile_ended_never_starts(request_, start
     waiting = started(request_, NcuOptions(), lines.append, None, (tmp_path / "never",))
     waiting.discard()
     assert not waiting._thread.is_alive() and lines == []
-    assert not request_.run_dir.output_log(NCU_VARIANTS).exists()
+    assert not request_.run_dir.output_log(VARIANT_PASS).exists()
 
 
 def test_the_main_window_ending_first_starts_it_too(request_, started, tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mcp_server.api.common import PROGRAM, Cancel
 from mcp_server.assemble import write_profile
-from mcp_server.backends.registry import AUTO, REGISTRY, choose_backend
+from mcp_server.backends.registry import AUTO, REGISTRY, choose_backend, pass_folders
 from mcp_server.backends.registry import assemble as assemble_profile
 from mcp_server.capture.leftovers import owner, stopped_beside, taken_over
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions, check_workload
@@ -30,6 +30,7 @@ from mcp_server.schema.results import (
     MemoryRun,
     ProfileRun,
 )
+from mcp_server.schema.types import MEMORY_LABEL, MEMORY_PASS
 from plugins.executables import has_gpu
 
 NO_COUNTERS_HERE = (
@@ -53,7 +54,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
         progress(f"profile: {NO_COUNTERS_HERE}")
     check_workload(req.workload, req.python.python, req.capture.script)  # before any directory is made
     run_dir = RunDir(output_folder(req.output, req.project, req.workload))
-    run_dir.claimable(req.workload)  # a folder that is not ours is refused before anything is written into it
+    run_dir.claimable(req.workload, pass_folders())  # a folder not ours is refused before anything is written
     cap = CaptureRequest.of(req.workload, run_dir, req.python.python, req.capture)
     label = chosen.title + (" + ncu counters" if counters else "")
     note = f"{req.backend} -> {label}" + (
@@ -66,7 +67,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
     with run_dir.locked(owner("run" if counters else "profile")):
         stale = taken_over(run_dir, "profile", progress)
         stale += stopped_beside(req.project, "profile", progress) if req.output is None else []
-        run_dir.claim(req.workload)
+        run_dir.claim(req.workload, pass_folders())
         try:
             (capture_ranks if cap.distributed else capture)(
                 cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())
@@ -115,7 +116,7 @@ def assemble(req: AssembleRequest, progress: Progress = quiet, cancel: Cancel = 
     run_dir = RunDir.existing(req.run_dir)
     manifest = run_dir.read_manifest()
     progress(f"assemble: {run_dir.path}")
-    if manifest.backend == "memory":
+    if manifest.backend == MEMORY_LABEL:
         raise UsageError(f"{run_dir.path} holds the memory pass alone: it has no profile to assemble",
                          "rebuild its memory.json with `operator-profiler memory RUN_DIR` (the memory tool)")
     with run_dir.locked(owner("assemble")):
@@ -152,7 +153,7 @@ def _profile_run(run_dir: RunDir, interp: Interpreter, note: str, top: int, prog
     path = write_profile(run_dir.profile_path, profile)
     write_events_of(run_dir, profile)
     memory_path = None
-    if run_dir.read_manifest().pass_named("memory") is not None and run_dir.memory_record().is_file():
+    if run_dir.read_manifest().pass_named(MEMORY_PASS) is not None and run_dir.memory_record().is_file():
         from mcp_server.memory.run import write_memory
 
         progress("building memory.json")

@@ -17,7 +17,7 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.io import write_model_streaming
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
-from mcp_server.schema.types import COUNTER_PASS
+from mcp_server.schema.types import COUNTER_PASS, TIMING_PASS
 from plugins.bulk import gc_paused
 
 
@@ -32,7 +32,7 @@ def assemble_with(run_dir: RunDir, manifest: RunManifest, backend: Backend) -> O
             if profile.capture_metadata.distributed is not None and counters is not None:
                 profile.capture_metadata.distributed.ncu_excluded_collectives = any(
                     "NCCL" in note for note in counters.notes)
-        if manifest.pass_named("timing") is not None:
+        if manifest.pass_named(TIMING_PASS) is not None:
             kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
             apply_unprofiled(profile, read_unprofiled(run_dir, kernels))
             apply_unprofiled_idle(profile)

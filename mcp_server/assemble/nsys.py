@@ -18,6 +18,7 @@ from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.requests import NcuOptions
+from mcp_server.schema.types import COUNTER_PASS, VARIANT_PASS
 from plugins.ncu.command import default_metrics
 from plugins.ncu.reader import NcuCapture, NcuReportError, read_ncu_report
 from plugins.nsys.reader import NsysExportError, NsysWindow, WindowKernel, read_window
@@ -73,10 +74,10 @@ def _assemble(
     counter_warnings: list[str] = []
     counter_notes: list[str] = []
     counters: Counters | None = None
-    ncu_pass, variants_pass = manifest.pass_named("ncu"), manifest.pass_named("ncu_variants")
+    ncu_pass, variants_pass = manifest.pass_named(COUNTER_PASS), manifest.pass_named(VARIANT_PASS)
     if ncu_pass is not None:
         options = _options(ncu_pass)
-        reports = [run_dir.ncu_report("ncu")] + ([run_dir.ncu_report("ncu_variants")] if variants_pass else [])
+        reports = [run_dir.ncu_report(COUNTER_PASS)] + ([run_dir.ncu_report(VARIANT_PASS)] if variants_pass else [])
         with ThreadPoolExecutor(max_workers=len(reports)) as pool:
             # Each report is read in a child process: all at once, while this one reads the timeline.
             reading = [pool.submit(_read_counters, path) for path in reports]

@@ -22,6 +22,7 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import TimedWindow, load_harness
 from mcp_server.schema.profile import Clocks, KernelRecord, OperatorAttributedProfile
 from mcp_server.schema.records import TraceKernel
+from mcp_server.schema.types import TIMING_PASS
 from plugins.torch_profiler.reader import read_kineto_trace
 
 MAX_NAME_MISMATCH = 0.05  # launches whose name differs from the attributed one; above this, no per-kernel gaps
@@ -43,7 +44,7 @@ class Unprofiled:
 
 def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofiled | None:
     """The timing pass of `run_dir` against the attributed window's `kernels` (None when it did not run)."""
-    result = load_harness(run_dir.harness_result("timing"))
+    result = load_harness(run_dir.harness_result(TIMING_PASS))
     if result is None or not result.ok:
         return None
     window = result.the_window
@@ -51,7 +52,7 @@ def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofi
     traced_windows = result.traced_windows or windows
     summary = Unprofiled(windows=len(windows), wall_ns=_median_elapsed(windows), wall_range_ns=_range(windows),
                          traced_wall_ns=_median_elapsed(traced_windows), clocks=result.clocks)
-    trace = run_dir.kineto_trace("timing")
+    trace = run_dir.kineto_trace(TIMING_PASS)
     if not trace.is_file():
         summary.warnings.append("the timing pass traced no kernels: no unprofiled GPU busy time")
         return summary

@@ -2,7 +2,8 @@
 
 A new backend is one adapter (an object with the capture side's `CapturingBackend` protocol, in this package, whose
 main pass and assembler sit in `capture` and `assemble`) and one entry here; `auto`, preflight, capture, assemble and
-the faces read this mapping.
+the faces read this mapping. The schema names no backend: what `--backend` accepts, what a manifest's label and a
+pass folder may be, is what this mapping holds.
 """
 
 from __future__ import annotations
@@ -15,11 +16,21 @@ from mcp_server.errors import BackendUnavailable, ProfileFormatError
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
-from mcp_server.schema.types import BACKENDS
 
 AUTO = "auto"  # the choice that takes the first backend this machine has everything for
 
 REGISTRY: dict[str, CapturingBackend] = {backend.name: backend for backend in (NSYS, TORCH_PROFILER)}
+
+
+def backend_choices() -> tuple[str, ...]:
+    """What `--backend` (and the MCP `backend` parameter) accepts: `auto`, then each backend by preference."""
+    return (AUTO, *REGISTRY)
+
+
+def pass_folders() -> frozenset[str]:
+    """The run-directory folders of the backends' main passes (a run directory holds these besides the shared
+    passes' folders)."""
+    return frozenset(backend.main_pass for backend in REGISTRY.values())
 
 
 def choose_backend(requested: str) -> CapturingBackend:
@@ -32,7 +43,7 @@ def choose_backend(requested: str) -> CapturingBackend:
         raise BackendUnavailable("no profiler backend can run here", "install torch in the workload's environment")
     named = REGISTRY.get(requested)
     if named is None:
-        raise BackendUnavailable(f"unknown backend {requested!r}", f"choose one of {', '.join(BACKENDS)}")
+        raise BackendUnavailable(f"unknown backend {requested!r}", f"choose one of {', '.join(backend_choices())}")
     missing = named.missing()
     if missing:
         raise BackendUnavailable(f"backend {named.name} needs {', '.join(missing)}, not found here", named.remedy)

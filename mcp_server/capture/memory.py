@@ -17,6 +17,7 @@ from mcp_server.children.contract import CONTRACT
 from mcp_server.errors import BackendUnavailable, ProfilerError, UsageError, WorkloadError
 from mcp_server.progress import Progress, quiet
 from mcp_server.schema.manifest import PassRecord, RunManifest
+from mcp_server.schema.types import MEMORY_LABEL, MEMORY_PASS
 from plugins.executables import has_gpu
 
 NO_GPU = ("the memory pass records the CUDA caching allocator: no NVIDIA GPU here (nvidia-smi not found)",
@@ -39,12 +40,12 @@ def check_memory_request(req: CaptureRequest) -> None:
 def memory_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:
     """Run the memory pass into its folder of the run directory, holding the run's GPU lock for its window."""
     run_dir = req.run_dir
-    done = run_dir.window_done("memory")
+    done = run_dir.window_done(MEMORY_PASS)
     warmup = req.options.warmup_iters if req.compile_mode == "cudagraphs" else min(req.options.warmup_iters, 1)
     recorded = replace(req, turn=GpuTurn(lock=run_dir.gpu_lock, done=done)).with_options(warmup_iters=warmup)
     progress("memory pass: recording the CUDA caching allocator's history over the window")
     try:
-        record, _ = run_pass(recorded, "memory", "memory", progress=progress, cancel=cancel)
+        record, _ = run_pass(recorded, MEMORY_PASS, "memory", progress=progress, cancel=cancel)
     finally:
         for marker in (done, run_dir.gpu_lock):
             marker.unlink(missing_ok=True)
@@ -58,7 +59,7 @@ def capture_memory(req: CaptureRequest, command_line: list[str], progress: Progr
                    cancel: Cancel = None) -> RunManifest:
     """A run of the memory pass alone (the `memory` verb): manifest.json with its record, written also when it fails."""
     run_dir = req.run_dir.prepare()
-    manifest = new_manifest(req, "memory", command_line)
+    manifest = new_manifest(req, MEMORY_LABEL, command_line)
     run_dir.write_manifest(manifest)
     try:
         manifest.passes.append(memory_pass(req, progress, cancel))

@@ -31,7 +31,7 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import HarnessError, HarnessResult, load_harness
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
-from mcp_server.schema.types import PassName
+from mcp_server.schema.types import TIMING_PASS, PassName
 from plugins.executables import gpu_name
 from plugins.ncu.command import capture_command as ncu_capture
 from plugins.ncu.command import find_ncu, is_replayed_kernel
@@ -239,7 +239,7 @@ def timing_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel 
     """Measure the window with no profiler (no NVTX, no hooks, no operator recording), `req.windows` times, while
     CUPTI alone records the kernels: the ground truth of the window's length and GPU busy time."""
     progress(f"timing pass: measuring the window {req.turn.windows} times without the profiler")
-    return run_pass(req, "timing", "kernels", progress=progress, cancel=cancel)[0]
+    return run_pass(req, TIMING_PASS, "kernels", progress=progress, cancel=cancel)[0]
 
 
 def nsys_pass(req: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> PassRecord:

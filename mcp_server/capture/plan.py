@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mcp_server.backend import Backend
-from mcp_server.schema.types import COUNTER_PASS, CompileMode, PassName
+from mcp_server.schema.types import COUNTER_PASS, TIMING_PASS, VARIANT_PASS, CompileMode, PassName
 
 # Modes whose timing and ncu passes warm up beside the main pass: nothing in their warm-up autotunes when cuDNN's
 # autotuner is off (the harness checks) and Inductor compiles from its cache only; the user's `optimize()` may.
@@ -69,20 +69,20 @@ def plan_passes(
     graphs = backend.records_graph_captures and compile_mode in GRAPH_CAPTURE_MODES
     plan: list[PlannedPass] = []
     if timing:
-        plan.append(PlannedPass("timing", "timing", after=BYTECODE if precompiling else None, done="timing",
+        plan.append(PlannedPass(TIMING_PASS, "timing", after=BYTECODE if precompiling else None, done=TIMING_PASS,
                                 windows=TIMING_WINDOWS, best_effort=True))
     if several:
-        plan.append(PlannedPass(main, "main", after="timing" if timing else None, done=main,
+        plan.append(PlannedPass(main, "main", after=TIMING_PASS if timing else None, done=main,
                                 warm_up_early=early and timing, record_graph_capture=graphs))
     else:
         plan.append(PlannedPass(main, "main", locked=False, record_graph_capture=graphs))
     if counters:
         plan.append(PlannedPass(COUNTER_PASS, "ncu", after=main, done=COUNTER_PASS, warm_up_early=early,
-                                retry_after="timing" if timing else None))
+                                retry_after=TIMING_PASS if timing else None))
         if whole_window:
             # Only the compiled kernels are needed: one warm-up iteration compiles (CUDA-graph trees need more).
             plan.append(PlannedPass(
-                "ncu_variants", "main", after=COUNTER_PASS,
+                VARIANT_PASS, "main", after=COUNTER_PASS,
                 warmup_iters=warmup_iters if compile_mode == "cudagraphs" or script else min(warmup_iters, 1),
                 import_compiler_early=True, suspended=True,
                 started_after=(BYTECODE, main) if precompiling else ()))

@@ -23,7 +23,7 @@ from mcp_server.capture.passes import (
 )
 from mcp_server.capture.plan import BYTECODE, Marker, plan_passes
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions
-from mcp_server.capture.variants import NCU_VARIANTS, WaitingVariantPass, ncu_variants_pass, planned
+from mcp_server.capture.variants import WaitingVariantPass, ncu_variants_pass, planned
 from mcp_server.errors import CancelledCapture, ProfilerError
 from mcp_server.process import now_iso
 from mcp_server.process.bytecode import Precompile, precompile_notes, precompiling
@@ -31,7 +31,7 @@ from mcp_server.progress import Progress, quiet
 from mcp_server.progress import tagged as _tagged
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.requests import NcuOptions
-from mcp_server.schema.types import COUNTER_PASS, CaptureBackend, PassName, RunMode
+from mcp_server.schema.types import COUNTER_PASS, TIMING_PASS, VARIANT_PASS, CaptureBackend, PassName, RunMode
 from plugins.executables import query_gpu, tool_version
 
 
@@ -164,8 +164,8 @@ def _in_turn(
     main_name = backend.main_pass
     cancel = threading.Event()
     replays = ReplayCount()
-    variants = plan.get(NCU_VARIANTS)
-    waiting = (WaitingVariantPass(request(NCU_VARIANTS), ncu, tagged(NCU_VARIANTS, progress), cancel,
+    variants = plan.get(VARIANT_PASS)
+    waiting = (WaitingVariantPass(request(VARIANT_PASS), ncu, tagged(VARIANT_PASS, progress), cancel,
                                   after=tuple(p for m in variants.started_after if (p := marker(m)) is not None))
                if variants is not None and ncu is not None else None)
 
@@ -176,12 +176,12 @@ def _in_turn(
         records = [in_turn(main_name, lambda r: backend.run_main(r, tagged(main_name, progress), cancel))]
         if ncu is None:
             return records
-        found = ncu_variants_pass(request(NCU_VARIANTS), ncu, tagged(NCU_VARIANTS, progress), cancel, waiting, replays)
+        found = ncu_variants_pass(request(VARIANT_PASS), ncu, tagged(VARIANT_PASS, progress), cancel, waiting, replays)
         return records + ([found] if found else [])
 
     def no_profiler() -> list[PassRecord]:
         try:
-            return [in_turn("timing", lambda r: timing_pass(r, tagged("timing", progress), cancel))]
+            return [in_turn(TIMING_PASS, lambda r: timing_pass(r, tagged(TIMING_PASS, progress), cancel))]
         except CancelledCapture:
             raise
         except ProfilerError as exc:
@@ -191,7 +191,7 @@ def _in_turn(
                     record.notes.append("the timing pass failed; the run went on without it")
             return [r for r in exc.records if isinstance(r, PassRecord)]
         finally:
-            run_dir.window_done("timing").touch()  # also when the pass stopped before its harness marked it done
+            run_dir.window_done(TIMING_PASS).touch()  # also when the pass stopped before its harness marked it done
 
     def counters() -> list[PassRecord]:
         assert ncu is not None
@@ -300,7 +300,7 @@ def map_counters(
     with req.run_dir.updating_manifest() as manifest:
         with precompiling(req.python, req.workload, req.run_dir.map_bytecode_log, req.compile_mode != "eager",
                           _tagged("bytecode", progress)) as precompile:
-            manifest.passes = [p for p in manifest.passes if p.name not in (COUNTER_PASS, NCU_VARIANTS)]
+            manifest.passes = [p for p in manifest.passes if p.name not in (COUNTER_PASS, VARIANT_PASS)]
             manifest.passes.append(ncu_pass(req, options, progress, cancel, replays=replays))
             if plan is not None:
                 variants = ncu_variants_pass(req, options, progress, cancel, plan=plan)

@@ -33,7 +33,7 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import HarnessResult, load_harness
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.requests import NcuOptions
-from mcp_server.schema.types import COUNTER_PASS, PassName
+from mcp_server.schema.types import COUNTER_PASS, TIMING_PASS, PassName
 from plugins.executables import gpu_name
 from plugins.ncu.command import capture_command as ncu_capture
 from plugins.nsys.command import capture_command as nsys_capture
@@ -125,7 +125,7 @@ def capture_ranks(
             done(backend.run_ranks(req, ranks, progress, cancel))
             if timing:
                 timed = req.with_turn(windows=TIMING_WINDOWS)
-                done(rank_pass(timed, ranks, "timing", "kernels", [], progress, cancel))
+                done(rank_pass(timed, ranks, TIMING_PASS, "kernels", [], progress, cancel))
             if ncu is not None and backend.counters:
                 done(_ncu_ranks(req, ranks, ncu, progress, cancel))
         except ProfilerError:

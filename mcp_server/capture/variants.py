@@ -32,11 +32,10 @@ from mcp_server.progress import Progress
 from mcp_server.schema.io import write_text_atomic
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
-from mcp_server.schema.types import PassName
+from mcp_server.schema.types import VARIANT_PASS
 from plugins.executables import gpu_name
 from plugins.ncu.command import attach_command, launch_command
 
-NCU_VARIANTS: PassName = "ncu_variants"
 ATTACHED_EXIT_S = 60.0  # how long an attached workload may take to exit once ncu's session has ended
 WAITING_LINE = "==PROF== Waiting for profiler to attach"  # what ncu --mode launch prints once it listens
 POLL_S = 0.1
@@ -61,7 +60,7 @@ def ncu_variants_pass(
     pass's `replays` learn how many kernels it replays."""
     if plan is None:
         plan = planned(req, options, progress, replays)
-    calls = req.run_dir.replay_calls(NCU_VARIANTS)
+    calls = req.run_dir.replay_calls(VARIANT_PASS)
     calls.unlink(missing_ok=True)
     if not (plan.variants and options.whole_window):
         if waiting is not None:
@@ -75,7 +74,7 @@ def ncu_variants_pass(
         until_replay_nearly_done(replays, req.turn.after, cancel, progress)
     record = waiting.attach(variant_options, cancel) if waiting is not None else None
     if record is None:
-        record = ncu_pass(req.with_turn(replay_calls=calls), variant_options, progress, cancel, name=NCU_VARIANTS)
+        record = ncu_pass(req.with_turn(replay_calls=calls), variant_options, progress, cancel, name=VARIANT_PASS)
     if plan.calls is not None:
         record.replayed_launches = plan.replayed
     if (note := budget_note(plan)) is not None:
@@ -93,7 +92,7 @@ def until_replay_nearly_done(replays: ReplayCount, ended: Path, cancel: Cancel, 
         if left is not None and left <= lead_s:
             return
         if not said:
-            progress(f"{NCU_VARIANTS} pass: attaching ncu once the ncu pass's replay is about {lead_s:.0f} s from "
+            progress(f"{VARIANT_PASS} pass: attaching ncu once the ncu pass's replay is about {lead_s:.0f} s from "
                      "its end")
             said = True
         time.sleep(POLL_S)
@@ -131,7 +130,7 @@ class WaitingVariantPass:
         self._waiting = threading.Event()  # ncu's launcher said it waits for a connection
         self._record: PassRecord | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"pass-{NCU_VARIANTS}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"pass-{VARIANT_PASS}", daemon=True)
 
     def start(self) -> WaitingVariantPass:
         """Start the workload (once a file of `after` exists, when given); it runs until its first CUDA call, then
@@ -145,7 +144,7 @@ class WaitingVariantPass:
                 return
             time.sleep(POLL_S)
         waiting = replace(self.req, timeout_s=2 * self.req.timeout_s)  # its limit also covers the wait for nsys
-        waiting = waiting.with_turn(replay_calls=self.req.run_dir.replay_calls(NCU_VARIANTS))
+        waiting = waiting.with_turn(replay_calls=self.req.run_dir.replay_calls(VARIANT_PASS))
         prefix = launch_command(self.ncu, self.port, self.options)
 
         def watch(line: str) -> None:
@@ -154,7 +153,7 @@ class WaitingVariantPass:
             self.progress(line)
 
         try:
-            self._record, _ = run_pass(waiting, NCU_VARIANTS, "nvtx", prefix, watch, self._stop)
+            self._record, _ = run_pass(waiting, VARIANT_PASS, "nvtx", prefix, watch, self._stop)
         except BaseException as exc:  # noqa: BLE001 - reported by attach(), or dropped by discard()
             self._error = exc
 
@@ -162,25 +161,25 @@ class WaitingVariantPass:
         """Attach ncu with `options` and let the pass run to its end; None when ncu could not attach (the
         workload is then stopped, and the caller replays in a fresh process)."""
         run_dir = self.req.run_dir
-        cmd = attach_command(self.ncu, self.port, run_dir.ncu_report_base(NCU_VARIANTS), options,
+        cmd = attach_command(self.ncu, self.port, run_dir.ncu_report_base(VARIANT_PASS), options,
                              self.req.compile_mode == "cudagraphs", gpu_name())
         deadline = time.monotonic() + self.req.timeout_s
         while not self._waiting.wait(timeout=POLL_S) and self._thread.is_alive() and time.monotonic() < deadline:
             if cancel is not None and cancel.is_set():
                 break
         early = EarlyStop()
-        log = run_dir.attach_log(NCU_VARIANTS)
+        log = run_dir.attach_log(VARIANT_PASS)
         if self._waiting.is_set():
-            self.progress(f"{NCU_VARIANTS} pass: attaching ncu to the waiting workload to replay the shape variants")
+            self.progress(f"{VARIANT_PASS} pass: attaching ncu to the waiting workload to replay the shape variants")
             code, _ = run_child(cmd, log, self.req.timeout_s, self.progress, cancel, early)
-            if code == 0 or run_dir.ncu_report(NCU_VARIANTS).is_file():
+            if code == 0 or run_dir.ncu_report(VARIANT_PASS).is_file():
                 self._thread.join(timeout=ATTACHED_EXIT_S)  # an attached workload ends with ncu's session
         if not self._waiting.is_set() or self._thread.is_alive() or self._record is None and self._error is None:
             self.discard()
-            self.progress(f"{NCU_VARIANTS} pass: ncu could not attach (see {log}); replaying in a fresh process")
+            self.progress(f"{VARIANT_PASS} pass: ncu could not attach (see {log}); replaying in a fresh process")
             return None
         if self._error is not None:
-            raise_if_permission(self.req, NCU_VARIANTS)
+            raise_if_permission(self.req, VARIANT_PASS)
             raise self._error
         assert self._record is not None
         self._record.attach_command = cmd

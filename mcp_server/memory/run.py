@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mcp_server.backends.registry import pass_folders
 from mcp_server.capture.memory import capture_memory, check_memory_request, memory_pass
 from mcp_server.capture.passes import Cancel
 from mcp_server.capture.request import CaptureRequest
@@ -28,6 +29,7 @@ from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.memory import MemoryProfile
 from mcp_server.schema.requests import MemoryRequest
 from mcp_server.schema.results import MemoryRun
+from mcp_server.schema.types import MEMORY_PASS
 from plugins.executables import has_gpu
 
 PROGRAM = "operator-profiler"
@@ -65,7 +67,7 @@ def memory(req: MemoryRequest, progress: Progress = quiet, cancel: Cancel = None
                                        "--output", str(run_dir.path), *cli_flags(req.capture)]
         progress(f"memory: the allocator's history of {req.target} into {run_dir.path} under {req.python.python}")
         with run_dir.locked():
-            run_dir.claim(Path(req.target))
+            run_dir.claim(Path(req.target), pass_folders())
             try:
                 capture_memory(cap, command, progress, cancel)
             except WorkloadOutOfMemory as exc:
@@ -79,7 +81,7 @@ def _result(run_dir: RunDir, profile: MemoryProfile, chart: Path | None, python:
     peak = profile.oom.held if profile.oom is not None and profile.oom.held is not None else profile.at_peak
     lines = (oom_lines(profile, profile.oom, run_dir.memory_path, run_dir.memory_snapshot())
              if profile.oom is not None else memory_lines(profile, run_dir.memory_path, top))
-    harness = load_harness(run_dir.harness_result("memory"))
+    harness = load_harness(run_dir.harness_result(MEMORY_PASS))
     torch_version = harness.environment.get("torch_version") if harness is not None else None
     return MemoryRun(
         run_dir=str(run_dir.path), memory_path=str(run_dir.memory_path), chart_path=str(chart) if chart else None,
@@ -107,7 +109,7 @@ def diagnosed(exc: WorkloadOutOfMemory, run_dir: RunDir) -> WorkloadOutOfMemory:
 
 def _record(run_dir: RunDir, records: list[PassRecord]) -> None:
     with run_dir.updating_manifest() as manifest:
-        manifest.passes = [p for p in manifest.passes if p.name != "memory"] + records
+        manifest.passes = [p for p in manifest.passes if p.name != MEMORY_PASS] + records
 
 
 def add_memory_pass(cap: CaptureRequest, progress: Progress = quiet, cancel: Cancel = None) -> list[str]:

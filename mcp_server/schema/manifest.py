@@ -17,7 +17,8 @@ class PassRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: PassName = Field(description="'torch', 'nsys', 'ncu', 'ncu_variants', 'timing' or 'memory'.")
+    name: PassName = Field(description="A backend's main pass ('nsys', 'torch'), or a pass every backend may plan: "
+                           "'timing', 'ncu', 'ncu_variants', 'memory'.")
     profiler: str = Field(description="What the harness did in its window: torch, nvtx or none.")
     command: list[str]
     attach_command: list[str] | None = Field(
@@ -59,7 +60,8 @@ class RunManifest(BaseModel):
     created_at: str
     workload: str
     python: str
-    backend: CaptureBackend = Field(description="'torch', 'nsys+ncu' or 'memory' (the memory pass alone).")
+    backend: CaptureBackend = Field(description="The label of the backend that captured it ('nsys+ncu', 'torch'), or "
+                                    "'memory' (the memory pass alone).")
     compile_mode: CompileMode
     run_mode: RunMode
     warmup_iters: int

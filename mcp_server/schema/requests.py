@@ -207,8 +207,9 @@ class ProfileRequest(Request):
     workload: Workload
     python: Interpreter
     capture: CaptureOptions = CaptureOptions()
-    backend: Backend = Field(default="auto", description="auto: nsys with an NVIDIA GPU, nsys and ncu, else "
-                             "torch.profiler (CPU operator times without a GPU).")
+    backend: Backend = Field(default="auto", description="auto: the first backend this machine has everything for "
+                             "(nsys + ncu with an NVIDIA GPU, else torch.profiler: CPU operator times without a GPU); "
+                             "or one backend by name (an unknown name is refused with the list).")
     ncu: NcuOptions | None = Field(
         default=None, description="Replay the window under ncu too (the run verb); None: no counters."
     )

@@ -2,27 +2,51 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
+
+from pydantic import StringConstraints
 
 CompileMode = Literal["eager", "inductor", "cudagraphs", "optimized"]
 """How the harness runs the model: as written, `torch.compile` (Inductor), `torch.compile(mode="reduce-overhead")`
 (Inductor with CUDA graphs), or the workload's own `optimize(model)`."""
 
-Backend = Literal["auto", "torch", "nsys"]
-"""The profiler a capture asks for: `auto` chooses nsys (+ ncu) when an NVIDIA GPU, nsys and ncu are present."""
+NAME_PATTERN = r"^[a-z][a-z0-9_+]*$"
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+"""A backend's or a pass's name. Which backends exist is the registry's to say (`mcp_server.backends.registry`), not
+the schema's: a backend added there is accepted here without a change."""
 
-CaptureBackend = Literal["torch", "nsys+ncu", "memory"]
-"""What a run directory was captured with (`nsys+ncu` holds the nsys pass, and ncu's once counters were added;
-`memory` holds the memory pass alone)."""
+Backend = Name
+"""The profiler a capture asks for: `auto` (the first backend of the registry this machine has everything for), or
+a registered backend's name; `choose_backend` refuses any other."""
+
+CaptureBackend = Name
+"""What a run directory was captured with: a registered backend's label (`nsys+ncu` holds the nsys pass, and ncu's
+once counters were added), or `memory` (the memory pass alone)."""
 
 RunMode = Literal["inference", "train_step"]
 """What one window iteration runs: a forward under `no_grad`, or the workload's `train_step(model, inputs)`."""
 
-PassName = Literal["torch", "nsys", "ncu", "ncu_variants", "timing", "memory"]
-"""A capture pass, and the sub-directory of the run directory holding its artifacts."""
+PassName = Name
+"""A capture pass, and the sub-directory of the run directory holding its artifacts: a registered backend's main
+pass, or one of the passes every backend may plan (`SHARED_PASSES`)."""
+
+TIMING_PASS: PassName = "timing"
+"""The pass that times the window without the profiler (and traces its kernels for busy time and gaps)."""
 
 COUNTER_PASS: PassName = "ncu"
 """The pass that replays the window's kernels under ncu for their hardware counters (a backend with `counters`)."""
+
+VARIANT_PASS: PassName = "ncu_variants"
+"""The counter pass's second half: the shape variants of the configurations the counter pass replayed."""
+
+MEMORY_PASS: PassName = "memory"
+"""The memory pass: the CUDA caching allocator's history over the window (`memory`, or `profile --memory`)."""
+
+SHARED_PASSES: tuple[PassName, ...] = (TIMING_PASS, COUNTER_PASS, VARIANT_PASS, MEMORY_PASS)
+"""The passes that belong to no one backend; each backend's main pass is named by its adapter."""
+
+MEMORY_LABEL: CaptureBackend = "memory"
+"""The manifest's backend for a run directory that holds the memory pass alone."""
 
 Tier = Literal["exact", "reduced"]
 """Precision tier: `exact` keeps fp32 everywhere; `reduced` allows BF16/FP16/TF32 compute within a stated tolerance."""
@@ -44,6 +68,5 @@ LoopTool = Literal["analyze", "recipes", "compare", "bench", "validate", "report
 """The engine tools that record the loop checkpoints they write in loop_state.json."""
 
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
-BACKENDS: tuple[str, ...] = get_args(Backend)
 TIERS: tuple[str, ...] = get_args(Tier)
 STAGE_NAMES: tuple[str, ...] = get_args(StageName)
