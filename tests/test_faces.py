@@ -143,3 +143,19 @@ def test_every_tool_parameter_named_like_a_request_field_is_described_by_that_fi
                 assert schema["description"] == field.description, (tool, name)
             if "default" in schema:  # a tool's default is its request's
                 assert schema["default"] == json.loads(json.dumps(field.default)), (tool, name)
+
+
+def test_a_tool_whose_default_disagrees_with_its_request_is_refused_at_registration():
+    from pydantic import BaseModel
+
+    from mcp_server.serve.tools import described
+
+    class Listing(BaseModel):
+        top: int = 10
+        python: str
+
+    async def listing(top: int = 20, python: str | None = None) -> None:
+        """A tool that says 20 where its verb says 10 (python: the face chooses it)."""
+
+    with pytest.raises(TypeError, match="tool listing: parameter top defaults to 20, its field of Listing to 10"):
+        described(listing, Listing)

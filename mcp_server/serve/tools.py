@@ -56,6 +56,8 @@ ASSEMBLY_MARGIN_S = 300.0
 
 # Parameters shared by the tools are described once, in INSTRUCTIONS, not in every tool's schema.
 INSTRUCTED = frozenset({"python", "output", "timeout_s", "top", "limit", "profile", "tier"})
+# Parameters whose default the face chooses where the request cannot: the workload's interpreter.
+FACE_CHOSEN = frozenset({"python"})
 Python = Annotated[str | None, Field()]
 Output = Annotated[str | None, Field()]
 Positive = Annotated[int, Field(ge=1)]
@@ -91,11 +93,17 @@ def tool(
 def described(fn: Callable[..., Any], model: type[BaseModel]) -> inspect.Signature:
     """`fn`'s signature, each parameter named like a field of `model` bounded and described by that field (the one
     place its bounds and description are written); the parameters the instructions describe (`INSTRUCTED`) take
-    the bounds alone."""
+    the bounds alone. A parameter whose default is not its field's (but for `FACE_CHOSEN`) is a TypeError when the
+    tool is registered: the server does not start with a tool that disagrees with its verb."""
     signature = inspect.signature(fn, eval_str=True)
     params = []
     for param in signature.parameters.values():
         field = model.model_fields.get(param.name)
+        if field is not None and param.name not in FACE_CHOSEN and param.kind is not inspect.Parameter.VAR_KEYWORD:
+            expected = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
+            if param.default != expected:
+                raise TypeError(f"tool {fn.__name__}: parameter {param.name} defaults to {param.default!r}, "
+                                f"its field of {model.__name__} to {expected!r}")
         if field is not None:
             bounds = [item for item in field.metadata if not isinstance(item, (Flag, Positional))]
             description = None if param.name in INSTRUCTED else field.description
