@@ -1,4 +1,5 @@
-"""The closed vocabularies of the tool, each defined once: every model, request and face uses these."""
+"""The vocabularies of the tool, each defined once: every model, request and face uses these. The closed ones are
+Literals; backend and pass names are names by pattern, since the backend registry, not the schema, says which exist."""
 
 from __future__ import annotations
 
