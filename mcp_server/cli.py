@@ -85,11 +85,12 @@ RUN_DESCRIPTION = (
 
 
 def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], only: tuple[str, ...] | None = None,
-                skip: tuple[str, ...] = (), choices: dict[str, tuple[str, ...]] | None = None) -> None:
+                skip: tuple[str, ...] = (), shown: dict[str, tuple[str, ...]] | None = None) -> None:
     """One argument per field of `model` that the command line sets (or per field named in `only`, less `skip`): a
     required field is a positional, any other a flag spelt by `cli_flag`; the field's description is its help, and
-    its value is checked by the model. Option groups and the fields the face sets itself are left out. `choices`
-    names the values a field takes where a registry, not its type, holds them (the backends)."""
+    its value is checked by the model. Option groups and the fields the face sets itself are left out. `shown`
+    names the values a field's help lists where a registry, not its type, holds them (the backends; the verb refuses
+    any other with its one-line error)."""
     for name, field in model.model_fields.items():
         if (only is not None and name not in only) or name in skip or name in FACE_SET or _is_group(field):
             continue
@@ -107,7 +108,7 @@ def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], only: t
                                 help=f"turn off: {help_text}" if negates else help_text)
             continue
         default = f" (default {_shown(field.default)})" if field.default not in (None, ()) else ""
-        listed = (choices or {}).get(name)
+        listed = (shown or {}).get(name)
         parser.add_argument(*names, dest=name, type=_convert(kind), default=None, help=help_text + default,
                             action="append" if flag.repeat else "store",
                             metavar="{" + ",".join(listed) + "}" if listed else _metavar(name, kind))
@@ -426,7 +427,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_capture_options(p: argparse.ArgumentParser) -> None:
     add_options(p, ProfileRequest, skip=("require_counters", "top", "memory"),
-                choices={"backend": backend_choices()})
+                shown={"backend": backend_choices()})
     _add_python(p)
     add_options(p, CaptureOptions)
     add_options(p, ProfileRequest, only=("memory",))

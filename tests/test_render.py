@@ -650,3 +650,17 @@ def test_estimates_against_the_winner_are_set_beside_the_bench_against_the_winne
     (tmp_path / "mixed.json").write_text(json.dumps(mixed))
     section = _mlp_report(tmp_path / "mixed", tmp_path / "mixed.json")
     assert "against different baselines" in section and "Measured:" not in section
+
+
+def test_estimates_against_the_winner_without_a_bench_against_it_are_left_unmeasured() -> None:
+    """bench.json's speedup is against eager: it is not set beside estimates against the frontier's winner."""
+    from mcp_server.render.calibration import calibration_view
+
+    folder = REPO / "examples" / "mlp_activations"
+    view = calibration_view(load_optimizations(folder / "optimizations.json"),
+                            ValidationReport.model_validate_json((folder / "validation_report.json").read_text()),
+                            BenchResult.model_validate_json((folder / "bench.json").read_text()),
+                            Analysis.model_validate_json((folder / "analysis.json").read_text()), bench_vs_free=None)
+    assert view is not None and view.rows and view.measured is None and view.measured_ci is None
+    assert view.verdict.startswith("the estimates are against the frontier's winner and no bench_vs_free.json")
+    assert view.analysis_estimate is None and view.analysis_covers is None and view.ceiling is None

@@ -66,14 +66,16 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
     if not items:
         return None
     baselines = {i.expected_gain.against for i in items}
+    unmeasured = None  # why no measurement is set beside the estimates, where none can be
     if baselines == {"winner"}:  # the analysis's opportunities are against the baseline as written: not here
         bench, analysis = bench_vs_free, None
         if bench is None:
-            return _unmeasured(items, "the estimates are against the frontier's winner and no bench_vs_free.json "
-                                      "measured the workload against it")
+            unmeasured = ("the estimates are against the frontier's winner and no bench_vs_free.json measured the "
+                          "workload against it")
     elif len(baselines) > 1:
-        return _unmeasured(items, "the applied items' estimates are against different baselines (eager as written, "
-                                  "the frontier's winner), so no product of them is set beside a measurement")
+        bench, analysis = None, None
+        unmeasured = ("the applied items' estimates are against different baselines (eager as written, the "
+                      "frontier's winner), so no product of them is set beside a measurement")
     by_analysis = _analysis_speedup(analysis, items)
     low, high = _plan_span(items)
     combined = None
@@ -83,7 +85,9 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
     sol = analysis.speed_of_light if analysis is not None else None
     measured = bench.speedup.point if bench is not None else None
     ci = (bench.speedup.ci_low, bench.speedup.ci_high) if bench is not None else None
-    if measured is None:
+    if unmeasured is not None:
+        verdict = unmeasured
+    elif measured is None:
         verdict = "no bench.json: nothing measured to set beside the estimates"
     elif ci is not None and ci[0] <= high and ci[1] >= low:  # the interval reaches the estimate: no verdict beyond it
         verdict = (f"consistent with the estimate: {measured:.2f}× measured (95 % CI {ci[0]:.2f}×–{ci[1]:.2f}×), "
@@ -96,7 +100,7 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
     else:
         verdict = f"within the estimate: {measured:.2f}× measured, {low:.2f}×–{high:.2f}× estimated"
     rest = len(items) - len(by_analysis)
-    covers = None if not rest else (f"{len(by_analysis)} of {len(items)} applied changes only; the "
+    covers = None if not rest or analysis is None else (f"{len(by_analysis)} of {len(items)} applied changes only; the "
                                     + ("other has no opportunity of its" if rest == 1 else
                                        f"other {rest} have no opportunity of their") + " pattern")
     if measured is not None and combined is not None and covers is None and measured > combined:
@@ -122,13 +126,3 @@ def calibration_view(plan: OptimizationPlan, validation: ValidationReport | None
         ceiling=sol.max_plausible_speedup if sol is not None else None, ceiling_note=ceiling_note,
     )
 
-
-def _unmeasured(items: list[OptimizationItem], why: str) -> CalibrationView:
-    """The applied items' estimates with no measurement beside them, and why."""
-    low, high = _plan_span(items)
-    return CalibrationView(
-        rows=[EstimateRow(item=f"{i.rank}. {i.title}", plan_estimate=estimate_text(i), analysis_estimate=None)
-              for i in items],
-        estimated_low=low, estimated_high=high, analysis_estimate=None, analysis_source=None, analysis_covers=None,
-        measured=None, measured_ci=None, baseline_how=None, verdict=why, ceiling=None, ceiling_note=None,
-    )
