@@ -1,6 +1,6 @@
-"""Both faces expose every option of the request models they are made from: adding a field to `CaptureOptions`
-or `NcuOptions` is a CLI flag and an MCP parameter at once, every verb's arguments and parameter descriptions come
-from its request model's fields, and a bad value is a one-line error in either."""
+"""Both faces expose every option of the request models they are made from: adding a field to a verb's request or
+an option group is a CLI flag and an MCP parameter at once (each tool's parameters are exactly its verb's fields),
+every argument's and parameter's description comes from its field, and a bad value is a one-line error in either."""
 
 from __future__ import annotations
 
@@ -18,15 +18,18 @@ from mcp_server.cli import build_parser, options_from
 from mcp_server.errors import UsageError
 from mcp_server.schema.flags import cli_flag, cli_flags
 from mcp_server.schema.requests import (
+    WINDOW_OPTIONS,
     AnalyzeRequest,
     AssembleRequest,
     BenchRequest,
     CaptureOptions,
     CompareRequest,
+    KernelDetailRequest,
     LoopStatusRequest,
     MapRequest,
     MemoryRequest,
     NcuOptions,
+    OperatorDetailRequest,
     OptimizeRequest,
     PreflightRequest,
     ProfileRequest,
@@ -38,6 +41,7 @@ from mcp_server.schema.requests import (
 )
 from mcp_server.serve.app import server
 from mcp_server.serve.paths import PROJECT_ENV
+from mcp_server.serve.tools import generated, option_group
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:
@@ -145,17 +149,63 @@ def test_every_tool_parameter_named_like_a_request_field_is_described_by_that_fi
                 assert schema["default"] == json.loads(json.dumps(field.default)), (tool, name)
 
 
-def test_a_tool_whose_default_disagrees_with_its_request_is_refused_at_registration():
-    from pydantic import BaseModel
+TOOLS: dict[str, tuple[type[BaseModel], set[str]]] = {  # each tool's verb, and the fields it leaves to the face
+    "preflight": (PreflightRequest, set()), "profile": (ProfileRequest, {"ncu", "require_counters"}),
+    "memory": (MemoryRequest, set()), "map": (MapRequest, set()), "assemble": (AssembleRequest, set()),
+    "analyze": (AnalyzeRequest, set()), "compare": (CompareRequest, set()), "bench": (BenchRequest, set()),
+    "recipes": (RecipesRequest, set()), "optimize": (OptimizeRequest, set()), "validate": (ValidateRequest, set()),
+    "report": (ReportRequest, set()), "top_operators": (SummaryRequest, set()),
+    "operator_detail": (OperatorDetailRequest, set()), "kernel_detail": (KernelDetailRequest, set()),
+    "loop_status": (LoopStatusRequest, set()),
+}
+FACE_OWN = {"profile": {"counters"}, "top_operators": {"limit"}}  # top_operators calls SummaryRequest's top limit
 
-    from mcp_server.serve.tools import described
 
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_every_tool_parameter_is_a_field_of_its_verbs_request_and_every_field_a_parameter(tool: str):
+    model, left = TOOLS[tool]
+    expected: set[str] = set()
+    for name, field in model.model_fields.items():
+        group = option_group(field)
+        if name in {"project", "command_line"} | left or (tool == "top_operators" and name == "top"):
+            continue
+        if group is not None and name != "python":
+            only = WINDOW_OPTIONS if tool == "memory" else tuple(group.model_fields)
+            expected |= set(only)
+        else:
+            expected.add(name)
+    assert _tool_parameters()[tool] == expected | FACE_OWN.get(tool, set())
+
+
+def test_a_tool_declaring_a_field_of_its_verb_itself_is_refused_at_registration():
     class Listing(BaseModel):
         top: int = 10
         python: str
+        capture: CaptureOptions = CaptureOptions()
 
-    async def listing(top: int = 20, python: str | None = None) -> None:
-        """A tool that says 20 where its verb says 10 (python: the face chooses it)."""
+    async def listing(ctx: Any, top: int = 20, **values: Any) -> None:
+        """A tool that writes a parameter its verb declares."""
 
-    with pytest.raises(TypeError, match="tool listing: parameter top defaults to 20, its field of Listing to 10"):
-        described(listing, Listing)
+    with pytest.raises(TypeError, match="tool listing: parameter top is a field of Listing: the model declares it"):
+        generated(listing, Listing, {"capture": None})
+
+    async def grouped(ctx: Any, **values: Any) -> None:
+        """A tool that says nothing of its verb's option group."""
+
+    with pytest.raises(TypeError, match="option group capture of Listing is neither in groups nor hidden"):
+        generated(grouped, Listing, {})
+    parameters = generated(grouped, Listing, {"capture": ("iters",)}).parameters
+    assert list(parameters) == ["ctx", "top", "python", "iters"]
+    assert parameters["python"].default is None and parameters["top"].default == 10
+
+
+def test_a_top_operators_call_takes_its_limit_as_the_requests_top(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(PROJECT_ENV, str(tmp_path))
+
+    async def called() -> Any:
+        async with Client(server) as client:
+            return await client.call_tool("top_operators", {"profile": "missing.json", "limit": 0})
+
+    result = anyio.run(called)  # the bound is SummaryRequest.top's, under the tool's name for it
+    text = result.content[0].text
+    assert result.is_error and "limit" in text and "greater than or equal to 1" in text

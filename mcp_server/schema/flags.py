@@ -2,7 +2,7 @@
 
 A field's CLI spelling is `--<name-with-dashes>` (a boolean that defaults to true: `--no-<name>`) unless a `Flag`
 in its metadata says otherwise; a required field is a positional argument (its `Positional` names its metavar).
-Its help is the field's description: every face reads it from there.
+Its help is the field's description: every face reads it from there. A path field's `PathRole` says what it names.
 """
 
 from __future__ import annotations
@@ -29,6 +29,14 @@ class Positional(NamedTuple):
     """How a required field, a positional argument on the command line, is named in usage lines."""
 
     metavar: str
+
+
+class PathRole(NamedTuple):
+    """What a path field names (`what`, in a face's errors), for a face that resolves the paths it is given (the MCP
+    server resolves them against the client's project and confines them); `workload`: an existing .py file."""
+
+    what: str
+    workload: bool = False
 
 
 class Request(BaseModel):

@@ -1,9 +1,10 @@
 """The facade's typed requests (`mcp_server.api`): one model per verb, and the option groups they share.
 
-The CLI's arguments and the MCP tools' parameter descriptions are made from these fields, their types, bounds and
+The CLI's arguments and the MCP tools' parameters are made from these fields, their types, bounds, defaults and
 descriptions (each written once, here): adding an option is one field here plus its use in the adapter that
-consumes it. A field's CLI spelling is `--<name-with-dashes>` (a boolean that defaults to true: `--no-<name>`)
-unless a `Flag` in its metadata says otherwise; a required field is a positional argument.
+consumes it. A path field's `PathRole` tells the MCP face how to resolve it. A field's CLI spelling is
+`--<name-with-dashes>` (a boolean that defaults to true: `--no-<name>`) unless a `Flag` in its metadata says
+otherwise; a required field is a positional argument.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mcp_server.schema.flags import Flag, Positional, Request
+from mcp_server.schema.flags import Flag, PathRole, Positional, Request
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import canonical
 from mcp_server.schema.types import Backend, CompileMode, Tier
@@ -191,14 +192,19 @@ Top = Annotated[int, Field(ge=1, description="How many operators to list.")]
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, description="Seconds each child process may run."),
                     Flag("--timeout")]
 OUTPUT = Flag("--output", short="-o")
+OUT_DIR = PathRole("output directory")
 LOOP_NOTE = ("; in a workload's own folder, or one holding loop_state.json, the loop checkpoints written are "
              "recorded in loop_state.json (see loop-status)")
-Workload = Annotated[Path, Field(description="The .py file defining get_model_and_input().")]
-Baseline = Annotated[Path, Field(description="The baseline workload .py file.")]
-Optimized = Annotated[Path, Field(description="The optimized workload .py file.")]
-ProfilePath = Annotated[Path, Field(description="A profile.json (or the run directory holding it).")]
+Workload = Annotated[Path, Field(description="The .py file defining get_model_and_input()."),
+                     PathRole("workload", True)]
+Baseline = Annotated[Path, Field(description="The baseline workload .py file."),
+                     PathRole("baseline workload", True)]
+Optimized = Annotated[Path, Field(description="The optimized workload .py file."),
+                     PathRole("optimized workload", True)]
+ProfilePath = Annotated[Path, Field(description="A profile.json (or the run directory holding it)."),
+                        PathRole("profile")]
 BenchJson = Annotated[Path | None, Field(description="bench.json (from bench): the only speedup stated."),
-                      Flag("--bench")]
+                      Flag("--bench"), PathRole("bench.json")]
 
 
 class ProfileRequest(Request):
@@ -218,7 +224,7 @@ class ProfileRequest(Request):
         "torch.profiler and saying so."
     )
     output: Annotated[Path | None, Field(description="Run directory (default: a fresh one under op_runs/)."),
-                      OUTPUT] = None
+                      OUTPUT, OUT_DIR] = None
     project: Path = Field(description="The folder whose op_runs/ holds fresh run directories.")
     command_line: list[str] | None = Field(
         default=None, description="The command to record in the manifest (default: the equivalent CLI command)."
@@ -232,11 +238,12 @@ class MemoryRequest(Request):
     a run directory's memory pass (no GPU)."""
 
     target: Annotated[Path, Field(description="A workload .py to capture (GPU), or a run directory holding a memory "
-                                  "pass to rebuild memory.json from (no GPU)."), Positional("WORKLOAD|RUN_DIR")]
+                                  "pass to rebuild memory.json from (no GPU)."), Positional("WORKLOAD|RUN_DIR"),
+                      PathRole("workload or run directory")]
     python: Interpreter
     capture: CaptureOptions = CaptureOptions()
     output: Annotated[Path | None, Field(description="Run directory (default: a fresh one under op_runs/)."),
-                      OUTPUT] = None
+                      OUTPUT, OUT_DIR] = None
     project: Path
     command_line: list[str] | None = None
     top: Annotated[int, Field(ge=1, description="How many holders to list.")] = 10
@@ -245,7 +252,8 @@ class MemoryRequest(Request):
 class MapRequest(Request):
     """map: add ncu counters to a run captured with the nsys backend."""
 
-    run_dir: Annotated[Path, Field(description="A run directory captured with backend 'nsys'.")]
+    run_dir: Annotated[Path, Field(description="A run directory captured with backend 'nsys'."),
+                       PathRole("run directory")]
     ncu: NcuOptions = NcuOptions()
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
     top: Top = 10
@@ -254,7 +262,7 @@ class MapRequest(Request):
 class AssembleRequest(Request):
     """assemble: rebuild profile.json from a run directory's raw artifacts."""
 
-    run_dir: Annotated[Path, Field(description="A run directory (holding manifest.json).")]
+    run_dir: Annotated[Path, Field(description="A run directory (holding manifest.json)."), PathRole("run directory")]
     top: Top = 10
 
 
@@ -268,7 +276,7 @@ class SummaryRequest(Request):
 class OperatorDetailRequest(Request):
     """One operator call of a profile in detail."""
 
-    profile: Path
+    profile: ProfilePath
     operator_id: str
     max_kernels: Annotated[int, Field(ge=0)] = 50
 
@@ -276,7 +284,7 @@ class OperatorDetailRequest(Request):
 class KernelDetailRequest(Request):
     """One kernel launch of a profile in detail."""
 
-    profile: Path
+    profile: ProfilePath
     kernel_id: int
 
 
@@ -285,7 +293,7 @@ class AnalyzeRequest(Request):
 
     profile: ProfilePath
     output: Annotated[Path | None, Field(description="Folder for analysis.json, charts, trace (default: "
-                                         "./op_runs/<workload>-analysis-<time>)" + LOOP_NOTE), OUTPUT] = None
+                                         "./op_runs/<workload>-analysis-<time>)" + LOOP_NOTE), OUTPUT, OUT_DIR] = None
     project: Path
     measure: Annotated[bool, Field(description="Microbenchmark a GPU missing from the device table."),
                        Flag("--no-microbench")] = True
@@ -294,11 +302,11 @@ class AnalyzeRequest(Request):
 class CompareRequest(Request):
     """compare: per-operator, per-module and per-kernel deltas of two profiles."""
 
-    baseline: Path
-    optimized: Path
+    baseline: Annotated[Path, PathRole("profile")]
+    optimized: Annotated[Path, PathRole("profile")]
     allow_mismatch: bool = Field(default=False, description="Compare different devices or input shapes anyway.")
     output: Annotated[Path | None, Field(description="Folder for comparison.json/.md (default: "
-                                         "./op_runs/<workload>-compare-<time>)" + LOOP_NOTE), OUTPUT] = None
+                                         "./op_runs/<workload>-compare-<time>)" + LOOP_NOTE), OUTPUT, OUT_DIR] = None
     project: Path
     top: Annotated[int, Field(ge=1)] = 15
 class TimingOptions(Request):
@@ -359,10 +367,11 @@ class BenchRequest(Request):
     rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3).")] = 3
     baseline_mode: BaselineMode = "eager"
     tier: Precision = "exact"
-    recipes: Path | None = Field(default=None, description="recipes.json for `free`.")
+    recipes: Annotated[Path | None, PathRole("recipes.json")] = Field(
+        default=None, description="recipes.json for `free`.")
     output: Annotated[Path | None, Field(description="Folder for bench.json (bench_vs_free.json against free, "
                                          "bench_vs_<recipe>.json against a recipe; default "
-                                         "./op_runs/<name>-bench-<time>)" + LOOP_NOTE), OUTPUT] = None
+                                         "./op_runs/<name>-bench-<time>)" + LOOP_NOTE), OUTPUT, OUT_DIR] = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
@@ -383,7 +392,7 @@ class RecipesRequest(Request):
     seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2)
     jobs: Annotated[int | None, Field(ge=1, description="Processes at a time.")] = None
     output: Annotated[Path | None, Field(description="Folder for recipes.json and frontier.png (default "
-                                         "./op_runs/<name>-recipes-<time>)."), OUTPUT] = None
+                                         "./op_runs/<name>-recipes-<time>)."), OUTPUT, OUT_DIR] = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
@@ -400,10 +409,11 @@ class OptimizeRequest(Request):
     python: Interpreter
     tier: Precision = "exact"
     timing: TimingOptions = TimingOptions()
-    recipes: Path | None = Field(default=None, description="A recipes.json to reuse.")
+    recipes: Annotated[Path | None, PathRole("recipes.json")] = Field(
+        default=None, description="A recipes.json to reuse.")
     thorough: bool = False
     output: Annotated[Path | None, Field(description="The folder every file goes into (default: a fresh one "
-                                         "under op_runs/)."), OUTPUT] = None
+                                         "under op_runs/)."), OUTPUT, OUT_DIR] = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
@@ -424,12 +434,13 @@ class ValidateRequest(Request):
     speedup: float | None = Field(default=None, description="Measured speedup to check for plausibility.")
     bench_json: BenchJson = None
     max_plausible_speedup: Annotated[float | None, Field(ge=0, description="Roofline bound on speedup.")] = None
-    analysis: Path | None = Field(default=None, description="The baseline's analysis.json (bounds the speedup).")
+    analysis: Annotated[Path | None, PathRole("analysis.json")] = Field(
+        default=None, description="The baseline's analysis.json (bounds the speedup).")
     tier: Precision = "exact"
-    optimizations: Path | None = Field(default=None, description="optimizations.json: each implemented item must "
-                                       "fire its own pass.")
+    optimizations: Annotated[Path | None, PathRole("optimizations.json")] = Field(
+        default=None, description="optimizations.json: each implemented item must fire its own pass.")
     output: Annotated[Path | None, Field(description="Folder for validation_report.json (default: "
-                                         "./op_runs/<optimized>-validate-<time>)" + LOOP_NOTE), OUTPUT] = None
+                                         "./op_runs/<optimized>-validate-<time>)" + LOOP_NOTE), OUTPUT, OUT_DIR] = None
     project: Path
     timeout_s: Seconds = DEFAULT_TIMEOUT_S
 
@@ -437,22 +448,30 @@ class ValidateRequest(Request):
 class ReportRequest(Request):
     """report: report.md and OPTIMIZED_WORKLOAD.md, or with `plan` proposal.md and implementation.md."""
 
-    baseline_profile: Annotated[Path, Positional("profile")]
-    optimized_profile: Path | None = Field(default=None, description="The optimized workload's profile.")
-    analysis: Path | None = Field(default=None, description="analysis.json: the optimized profile's (report) or the "
+    baseline_profile: Annotated[Path, Positional("profile"), PathRole("profile")]
+    optimized_profile: Annotated[Path | None, PathRole("profile")] = Field(
+        default=None, description="The optimized workload's profile.")
+    analysis: Annotated[Path | None, PathRole("analysis.json")] = Field(
+        default=None, description="analysis.json: the optimized profile's (report) or the "
                                   "baseline's (plan).")
-    baseline_analysis: Path | None = Field(default=None, description="The baseline's analysis.json (estimates "
+    baseline_analysis: Annotated[Path | None, PathRole("analysis.json")] = Field(
+        default=None, description="The baseline's analysis.json (estimates "
                                            "beside the speedup).")
-    comparison: Path | None = Field(default=None, description="comparison.json (from compare).")
+    comparison: Annotated[Path | None, PathRole("comparison.json")] = Field(
+        default=None, description="comparison.json (from compare).")
     bench_json: BenchJson = None
-    recipes: Path | None = Field(default=None, description="recipes.json (from recipes).")
-    bench_vs_free: Path | None = Field(default=None, description="bench_vs_free.json (baseline_mode 'free').")
-    validation: Path | None = Field(default=None, description="validation_report.json (from validate).")
-    optimizations: Path | None = Field(default=None, description="optimizations.json of the changes made.")
+    recipes: Annotated[Path | None, PathRole("recipes.json")] = Field(
+        default=None, description="recipes.json (from recipes).")
+    bench_vs_free: Annotated[Path | None, PathRole("bench_vs_free.json")] = Field(
+        default=None, description="bench_vs_free.json (baseline_mode 'free').")
+    validation: Annotated[Path | None, PathRole("validation_report.json")] = Field(
+        default=None, description="validation_report.json (from validate).")
+    optimizations: Annotated[Path | None, PathRole("optimizations.json")] = Field(
+        default=None, description="optimizations.json of the changes made.")
     plan: bool = Field(default=False, description="Validate optimizations.json; write proposal.md and "
                        "implementation.md instead.")
     output: Annotated[Path | None, Field(description="Folder for the documents (default: "
-                                         "./op_runs/<workload>-report-<time>)" + LOOP_NOTE), OUTPUT] = None
+                                         "./op_runs/<workload>-report-<time>)" + LOOP_NOTE), OUTPUT, OUT_DIR] = None
     project: Path
 
 
@@ -460,7 +479,7 @@ class LoopStatusRequest(Request):
     """loop_status: which stage of the optimization loop on a workload is next (its folder holds the checkpoints)."""
 
     workload: Annotated[Path, Field(description="The baseline NAME.py; its folder holds the loop's files."),
-                        Positional("WORKLOAD")]
+                        Positional("WORKLOAD"), PathRole("workload", True)]
 
 
 class PreflightRequest(Request):

@@ -1,22 +1,26 @@
 """The MCP face's tool registry: the server object and its instructions, the decorator that registers a tool (its
-description the docstring, its option-group parameters made from a request model), and the call that hands a tool's
+description the docstring, its parameters made from its verb's request model), the request built from a call's
+arguments, and the call that hands a tool's
 request to the engine's facade in a worker thread. Imports no engine module: `api` is imported on the first call."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from types import ModuleType
-from typing import Annotated, Any, TypeVar
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType, UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from mcp_server import __version__
 from mcp_server.progress import Progress
-from mcp_server.schema.flags import Flag, Positional, usage_error
-from mcp_server.serve.paths import CLIENT_ROOTS
+from mcp_server.schema.flags import Flag, PathRole, Positional, usage_error
+from mcp_server.serve.interpreter import choose_python
+from mcp_server.serve.paths import CLIENT_ROOTS, project_dir, resolve, workload_file
 from mcp_server.serve.runner import client_roots, run_engine
 from mcp_server.serve.strict import StrictServer
 
@@ -56,73 +60,141 @@ ASSEMBLY_MARGIN_S = 300.0
 
 # Parameters shared by the tools are described once, in INSTRUCTIONS, not in every tool's schema.
 INSTRUCTED = frozenset({"python", "output", "timeout_s", "top", "limit", "profile", "tier"})
-# Parameters whose default the face chooses where the request cannot: the workload's interpreter.
+# Parameters whose value the face chooses from what it is given: the workload's interpreter.
 FACE_CHOSEN = frozenset({"python"})
+# Request fields the face sets itself: the project is the client's; the command line is the CLI's.
+FACE_SET = frozenset({"project", "command_line"})
 Python = Annotated[str | None, Field()]
-Output = Annotated[str | None, Field()]
-Positive = Annotated[int, Field(ge=1)]
-ProfileRef = Annotated[str, Field()]
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R", bound=BaseModel)
+G = TypeVar("G", bound=BaseModel)
 
 server = StrictServer(name="operator-profiler", version=__version__, instructions=INSTRUCTIONS)
 
 
 def tool(
-    title: str, annotations: ToolAnnotations, name: str | None = None, options: type[BaseModel] | None = None,
-    only: tuple[str, ...] | None = None, verb: type[BaseModel] | None = None,
+    title: str, annotations: ToolAnnotations, verb: type[BaseModel], name: str | None = None,
+    groups: Mapping[str, tuple[str, ...] | None] | None = None, hidden: tuple[str, ...] = (),
+    renamed: Mapping[str, str] | None = None,
 ) -> Callable[[F], F]:
-    """Register a tool whose description is its docstring, dedented. With `verb`, each parameter named like a field
-    of that request model takes the field's description (`described`). With `options`, the tool's `**options`
-    stands for one parameter per field of that request model (its type, bounds, default and description), or per
-    field named in `only`."""
+    """Register a tool whose description is its docstring, dedented, and whose parameters are made from its verb's
+    request model (`generated`): the function declares only the context and any parameter of the face's own, and
+    takes the rest as `**values` (`face_request` turns them into the request). `groups` names the option-group
+    fields whose own fields are parameters too (all, or the tuple named); `hidden`, the fields the face sets itself;
+    `renamed`, a field the tool calls otherwise (the tool receives it under the field's name)."""
 
     def register(fn: F) -> F:
-        if verb is not None:
-            fn.__signature__ = described(fn, verb)  # type: ignore[attr-defined]
-        if options is not None:
-            fn.__signature__ = with_options(fn, options, only)  # type: ignore[attr-defined]
-        server.add_tool(fn, name=name, title=title, description=inspect.cleandoc(fn.__doc__ or ""),
+        names = dict(renamed or {})
+        face: Callable[..., Any] = fn
+        if names:
+            back = {shown: field for field, shown in names.items()}
+
+            async def face(ctx: Context, **arguments: Any) -> Any:
+                return await fn(ctx, **{back.get(key, key): value for key, value in arguments.items()})
+
+        face.__signature__ = generated(fn, verb, groups or {}, hidden, names)  # type: ignore[attr-defined]
+        server.add_tool(face, name=name or fn.__name__, title=title, description=inspect.cleandoc(fn.__doc__ or ""),
                         annotations=annotations)
         return fn
 
     return register
 
 
-def described(fn: Callable[..., Any], model: type[BaseModel]) -> inspect.Signature:
-    """`fn`'s signature, each parameter named like a field of `model` bounded and described by that field (the one
-    place its bounds and description are written); the parameters the instructions describe (`INSTRUCTED`) take
-    the bounds alone. A parameter whose default is not its field's (but for `FACE_CHOSEN`) is a TypeError when the
-    tool is registered: the server does not start with a tool that disagrees with its verb."""
+def generated(fn: Callable[..., Any], model: type[BaseModel], groups: Mapping[str, tuple[str, ...] | None],
+              hidden: tuple[str, ...] = (), renamed: Mapping[str, str] | None = None) -> inspect.Signature:
+    """`fn`'s signature with its `**values` replaced by one keyword parameter per field of `model`: its type (a path
+    is a string the face resolves), bounds, default and description (the one place each is written; the parameters
+    the instructions describe, `INSTRUCTED`, take no description). An option group's fields stand for it where
+    `groups` names it. The interpreter (`FACE_CHOSEN`) is an optional string the face chooses from. A parameter of
+    `fn`'s own named like a field, or a group neither in `groups` nor `hidden`, is a TypeError when the tool is
+    registered: every parameter of a verb comes from its model."""
     signature = inspect.signature(fn, eval_str=True)
-    params = []
-    for param in signature.parameters.values():
-        field = model.model_fields.get(param.name)
-        if field is not None and param.name not in FACE_CHOSEN and param.kind is not inspect.Parameter.VAR_KEYWORD:
-            expected = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
-            if param.default != expected:
-                raise TypeError(f"tool {fn.__name__}: parameter {param.name} defaults to {param.default!r}, "
-                                f"its field of {model.__name__} to {expected!r}")
-        if field is not None:
-            bounds = [item for item in field.metadata if not isinstance(item, (Flag, Positional))]
-            description = None if param.name in INSTRUCTED else field.description
-            if bounds or description:
-                metadata = (param.annotation, *bounds, Field(description=description))
-                param = param.replace(annotation=Annotated[metadata])  # a tuple: Annotated[type, *metadata]
-        params.append(param)
+    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    clash = sorted({p.name for p in own} & set(model.model_fields))
+    if clash:
+        raise TypeError(f"tool {fn.__name__}: parameter {', '.join(clash)} is a field of {model.__name__}: "
+                        "the model declares it")
+    params = list(own)
+    for name, field in model.model_fields.items():
+        if name in FACE_SET or name in hidden:
+            continue
+        if name in FACE_CHOSEN:
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Python))
+            continue
+        group = option_group(field)
+        if group is None:
+            params.append(_parameter((renamed or {}).get(name, name), field))
+        elif name in groups:
+            only = groups[name]
+            params += [
+                inspect.Parameter(option, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=info.annotation)
+                for option, info in group.model_fields.items() if only is None or option in only
+            ]
+        else:
+            raise TypeError(f"tool {fn.__name__}: option group {name} of {model.__name__} is neither in groups nor "
+                            "hidden")
     return signature.replace(parameters=params)
 
 
-def with_options(fn: Callable[..., Any], model: type[BaseModel], only: tuple[str, ...] | None = None
-                  ) -> inspect.Signature:
-    """`fn`'s signature with its `**options` replaced by keyword parameters, one per field of `model`: each takes
-    the field's type, and the field itself (default, bounds, description) as its default."""
-    signature = inspect.signature(fn, eval_str=True)
-    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field, annotation=field.annotation)
-               for name, field in model.model_fields.items() if only is None or name in only]
-    return signature.replace(parameters=params)
+def _parameter(name: str, field: FieldInfo) -> inspect.Parameter:
+    """The keyword parameter for one field: a path as a string; bounds and description from the field."""
+    annotation = _given(field.annotation)
+    bounds = [item for item in field.metadata if not isinstance(item, (Flag, Positional, PathRole))]
+    description = None if name in INSTRUCTED else field.description
+    if bounds or description:
+        metadata = (annotation, *bounds, Field(description=description))
+        annotation = Annotated[metadata]  # a tuple: Annotated[type, *metadata]
+    default = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _given(annotation: Any) -> Any:
+    """The type a client gives a field in: a path as a string."""
+    if annotation is Path:
+        return str
+    if get_origin(annotation) in (Union, UnionType):
+        return Union[tuple(str if arg is Path else arg for arg in get_args(annotation))]  # noqa: UP007 - built
+    return annotation
+
+
+def option_group(field: FieldInfo) -> type[BaseModel] | None:
+    """The option-group model a field holds (`CaptureOptions`, `TimingOptions`, ...), or None."""
+    kinds = get_args(field.annotation) if get_origin(field.annotation) in (Union, UnionType) else (field.annotation,)
+    found = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+    return found[0] if found else None
+
+
+def options(model: type[G], values: Mapping[str, Any]) -> G:
+    """An option group from a tool's arguments: the fields of `model` among them (the others keep their defaults)."""
+    return request(model, **{name: values[name] for name in model.model_fields if name in values})
+
+
+def face_request(model: type[R], values: Mapping[str, Any], **given: Any) -> R:
+    """`model`'s request from a tool's arguments: each path resolved against the project and confined (its
+    `PathRole`: a workload must be an existing file), the interpreter chosen (`choose_python`), the project set,
+    each option group built from its fields among the arguments; `given` sets fields the face computed."""
+    fields: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if name in given:
+            fields[name] = given[name]
+        elif name == "project":
+            fields[name] = project_dir()
+        elif name in FACE_CHOSEN:
+            fields[name] = choose_python(values.get(name))
+        elif (group := option_group(field)) is not None:
+            if any(option in values for option in group.model_fields):
+                fields[name] = options(group, values)
+        elif name in values:
+            fields[name] = _resolved(values[name], field)
+    return request(model, **fields)
+
+
+def _resolved(value: Any, field: FieldInfo) -> Any:
+    role = next((item for item in field.metadata if isinstance(item, PathRole)), None)
+    if role is None or value is None:
+        return value
+    return workload_file(value, role.what) if role.workload else resolve(value, role.what)
 
 
 def facade() -> ModuleType:
