@@ -209,3 +209,17 @@ def test_a_top_operators_call_takes_its_limit_as_the_requests_top(tmp_path: Path
     result = anyio.run(called)  # the bound is SummaryRequest.top's, under the tool's name for it
     text = result.content[0].text
     assert result.is_error and "limit" in text and "greater than or equal to 1" in text
+
+
+def test_the_instructions_describe_the_shared_parameters_in_their_fields_words():
+    from mcp_server.schema.requests import TORCHRUN_OPTIONS
+    from mcp_server.serve.schemas import SHARED
+    from mcp_server.serve.tools import INSTRUCTIONS
+
+    text = " ".join(INSTRUCTIONS.split())
+    fields = {**TimingOptions.model_fields, **{n: CaptureOptions.model_fields[n] for n in TORCHRUN_OPTIONS}}
+    for name in SHARED:  # left out of every schema: said once, in the field's own words
+        description = (fields[name].description or "").rstrip(".")
+        assert f"{name} = {description[:1].lower()}{description[1:]}" in text, name
+    tier = (ValidateRequest.model_fields["tier"].description or "").rstrip(".")
+    assert f"tier = {tier[:1].lower()}{tier[1:]}" in text

@@ -6,6 +6,7 @@ request to the engine's facade in a worker thread. Imports no engine module: `ap
 from __future__ import annotations
 
 import inspect
+import textwrap
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType, UnionType
@@ -19,12 +20,20 @@ from pydantic.fields import FieldInfo
 from mcp_server import __version__
 from mcp_server.progress import Progress
 from mcp_server.schema.flags import Flag, PathRole, Positional, usage_error
+from mcp_server.schema.requests import (
+    TORCHRUN_OPTIONS,
+    CaptureOptions,
+    Interpreter,
+    SummaryRequest,
+    TimingOptions,
+    ValidateRequest,
+)
 from mcp_server.serve.interpreter import choose_python
 from mcp_server.serve.paths import CLIENT_ROOTS, project_dir, resolve, workload_file
 from mcp_server.serve.runner import client_roots, run_engine
 from mcp_server.serve.strict import StrictServer
 
-INSTRUCTIONS = """\
+FLOW = """\
 Operator Profiler attributes every CUDA kernel of a PyTorch workload to the operator (aten::linear, an
 Inductor-fused group) and nn.Module path that launched it, and proves optimizations with evidence.
 A workload is a .py file defining get_model_and_input() -> (model, inputs).
@@ -35,19 +44,39 @@ confidence intervals) -> profile the optimized workload -> compare (which operat
 loop_status says which stage of that loop is next for a workload whose folder holds the loop's files.
 Relative paths resolve against the project directory (CLAUDE_PROJECT_DIR, else the server's working
 directory); tools read and write only inside it, the client's roots and $OPERATOR_PROFILER_ALLOWED_DIRS.
-Parameters shared by the tools: python = the interpreter that runs the workload (default:
-$OPERATOR_PROFILER_PYTHON, else <project>/.venv/bin/python, else python3 on PATH; every result says which
-interpreter and torch ran); output = the folder to write into (default: a fresh one under <project>/op_runs/);
-timeout_s = seconds each child process may run; tier = exact (fp32, TF32 off) or reduced (TF32/bf16/fp16 within
-1e-2); profile, baseline, optimized (compare) = a profile.json or the run directory holding it; top, limit = how
-many rows. Timing (bench, recipes, optimize; each process of a side or a recipe): warmup = calls after the
-compiling one; calls = at most this many latency calls, each alone and synchronised; queued = at most this many
-calls per back-to-back block, one synchronisation each; blocks = back-to-back blocks; budget_s = seconds of timed
-calls aimed at (fewer calls when slow); input_sets = input sets rotated; seed = the seed of weights and inputs;
-throughput = state and rank by back-to-back, not latency. Several nodes (profile): nnodes, node_rank, master_addr,
-master_port, rdzv_backend, rdzv_endpoint, rdzv_id are torchrun's options of the same names. Leave out an optional
-parameter for its default.
 """
+
+
+def _clause(description: str | None) -> str:
+    text = (description or "").rstrip(".")
+    return text[:1].lower() + text[1:]
+
+
+def _listed(fields: Mapping[str, FieldInfo]) -> str:
+    return "; ".join(f"{name} = {_clause(field.description)}" for name, field in fields.items())
+
+
+def shared_parameters() -> str:
+    """What the parameters several tools share mean, said once for every tool (their schemas leave it out: the
+    `INSTRUCTED` verb fields, and the timing and torchrun options, `schemas.SHARED`), from their fields' descriptions
+    where one field says it for all."""
+    interpreter = _clause(Interpreter.model_fields["python"].description)
+    return (
+        f"Parameters shared by the tools: python = {interpreter} (default: $OPERATOR_PROFILER_PYTHON, else "
+        "<project>/.venv/bin/python, else python3 on PATH; every result says which interpreter and torch ran); output "
+        "= the folder to write into (default: a fresh one under <project>/op_runs/); "
+        f"timeout_s = {_clause(ValidateRequest.model_fields['timeout_s'].description)}; "
+        f"tier = {_clause(ValidateRequest.model_fields['tier'].description)}; "
+        f"profile = {_clause(SummaryRequest.model_fields['profile'].description)}; top, limit = how many rows. "
+        "Timing (bench, recipes, optimize; each process of a side or a recipe): "
+        f"{_listed(TimingOptions.model_fields)}. "
+        "Several nodes (profile): "
+        f"{_listed({name: CaptureOptions.model_fields[name] for name in TORCHRUN_OPTIONS})}. "
+        "Leave out an optional parameter for its default.\n"
+    )
+
+
+INSTRUCTIONS = FLOW + textwrap.fill(shared_parameters(), 116) + "\n"
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 RUNS_WORKLOAD = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
