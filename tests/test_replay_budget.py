@@ -15,7 +15,7 @@ from conftest import REPO
 
 from mcp_server.assemble.aggregate import counter_coverage
 from mcp_server.assemble.join import join_counters, shape_distance
-from mcp_server.capture.budget import budget_note, spread_order, within_budget
+from mcp_server.capture.budget import budget_note, refitted, spread_order, within_budget
 from mcp_server.capture.replay_plan import plan_launches, plan_replays
 from mcp_server.schema.profile import Attribution, AttributionMethod, Confidence, KernelRecord, Metric, WindowTotals
 from mcp_server.schema.records import CounterRecord
@@ -58,6 +58,45 @@ def test_resnet50s_variants_under_a_tight_budget(resnet50):
     tiny = within_budget(plan, (plan.configurations - 10) * EACH_S, EACH_S)
     assert tiny.main_limit == plan.configurations - 10 and tiny.variants == [] and tiny.calls == []
     assert tiny.left_out == plan.variants and "replays the first" in (budget_note(tiny) or "")
+
+
+def test_a_plan_is_fitted_again_at_the_pace_the_ncu_pass_is_measured_to_replay_at(resnet50):
+    plan = plan_replays(resnet50)
+    budget = (plan.configurations + len(plan.replayed) // 2) * EACH_S
+    estimated = within_budget(plan, budget, EACH_S)  # the plan's estimate, before the pass replayed anything
+    assert estimated.main_limit is None and estimated.variants and estimated.left_out
+    assert refitted(estimated, EACH_S * 1.05) is estimated and refitted(estimated, None) is estimated
+    slow = refitted(estimated, 2 * EACH_S)  # a training step's kernels: ncu saves and restores what they write
+    assert slow.seconds_each == 2 * EACH_S and slow.budget_s == budget
+    assert slow.main_limit == math.floor(budget / (2 * EACH_S)) < plan.configurations
+    assert slow.variants == [] and sorted(slow.left_out) == plan.variants and "replays the first" in (
+        budget_note(slow) or "")
+    fast = refitted(slow, EACH_S / 2)  # from the plan itself, not from the one fitted at the slow pace
+    assert fast.main_limit is None and fast.variants == plan.variants and fast.left_out == []
+    assert plan.unfitted is None and fast.unfitted is plan
+
+
+def test_the_variant_pass_does_not_run_when_the_measured_pace_leaves_no_room(resnet50, tmp_path):
+    from mcp_server.capture.passes import ReplayCount
+    from mcp_server.capture.request import CaptureRequest, WorkloadOptions
+    from mcp_server.capture.variants import ncu_variants_pass
+    from mcp_server.rundir import RunDir
+
+    plan = plan_replays(resnet50)
+    budget = (plan.configurations + len(plan.replayed)) * EACH_S
+    estimated = within_budget(plan, budget, EACH_S)
+    assert estimated.variants == plan.variants, "at the estimate every variant fits"
+    replays = ReplayCount()
+    for i in range(6):  # the ncu pass, measured: 3 x the estimate per kernel
+        replays.replayed(100.0 + 3 * EACH_S * i)
+    req = CaptureRequest(workload=tmp_path / "w.py", run_dir=RunDir(tmp_path / "run"), options=WorkloadOptions(),
+                         timeout_s=60)
+    said: list[str] = []
+    record = ncu_variants_pass(req, NcuOptions(replay_budget_s=budget), said.append, replays=replays,
+                               plan=estimated)
+    assert record is None, "no ncu was run: the configurations take the whole budget at the measured pace"
+    assert any("0.90 s per kernel, not the 0.30 s estimated" in line for line in said)
+    assert any("not run: the configurations take the whole replay budget" in line for line in said)
 
 
 def test_spread_order_reaches_both_ends_then_halves():

@@ -23,11 +23,13 @@ Call = tuple[str, int]  # (module path, its range's start)
 
 
 def within_budget(plan: ReplayPlan, budget_s: float, seconds_each: float) -> ReplayPlan:
-    """`plan` fitted to `budget_s` seconds of replay at `seconds_each` per replayed kernel (a copy; `plan` is kept).
+    """`plan` fitted to `budget_s` seconds of replay at `seconds_each` per replayed kernel (a copy; `plan` is kept; a
+    plan fitted before is fitted again from its `unfitted` plan).
 
     The configurations come first; the variants' module calls (scoped plans) or the run of variant launches (the
     others) then take what is left, as described in the module's docstring."""
-    fitted = replace(plan, budget_s=budget_s, seconds_each=seconds_each, left_out=[])
+    plan = plan.unfitted or plan  # a fitted plan is fitted again from the plan it was fitted from
+    fitted = replace(plan, budget_s=budget_s, seconds_each=seconds_each, left_out=[], unfitted=plan)
     affordable = max(1, math.floor(budget_s / seconds_each + 1e-9))  # 1e-9: 17.1 s / 0.3 s is 57
     if plan.configurations > affordable:
         fitted.main_limit = affordable
@@ -38,6 +40,19 @@ def within_budget(plan: ReplayPlan, budget_s: float, seconds_each: float) -> Rep
     if plan.calls is None:
         return _run_prefix(fitted, room)
     return _spread_calls(fitted, room)
+
+
+def refitted(plan: ReplayPlan, seconds_each: float | None, tolerance: float = 0.1) -> ReplayPlan:
+    """`plan` fitted again to its budget at `seconds_each`, the pace the ncu pass was measured to replay at (a plan is
+    first fitted at an estimate: the pass has not replayed enough kernels to measure its pace when the plan is made,
+    and a training step's kernels, whose written buffers ncu saves and restores for every pass, replay at twice the
+    estimate); `plan` itself when the pace is unknown or within `tolerance` of the pace it was fitted at."""
+    fitted_at = plan.seconds_each
+    if seconds_each is None or plan.budget_s is None or fitted_at is None:
+        return plan
+    if abs(seconds_each - fitted_at) <= tolerance * fitted_at:
+        return plan
+    return within_budget(plan, plan.budget_s, seconds_each)
 
 
 def _without_variants(plan: ReplayPlan) -> ReplayPlan:

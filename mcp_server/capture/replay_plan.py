@@ -69,6 +69,7 @@ class ReplayPlan:
     seconds_each: float | None = None  # the cost of one replayed kernel it was fitted with
     main_limit: int | None = None  # the main pass stops after this many configurations (they alone exceed the budget)
     left_out: list[int] = field(default_factory=list)  # variants not replayed: they take the nearest measured shape
+    unfitted: ReplayPlan | None = field(default=None, repr=False, compare=False)  # the plan before it was fitted
 
     @property
     def kernel_regex(self) -> str:

@@ -303,7 +303,7 @@ def map_counters(
             manifest.passes = [p for p in manifest.passes if p.name not in (COUNTER_PASS, VARIANT_PASS)]
             manifest.passes.append(ncu_pass(req, options, progress, cancel, replays=replays))
             if plan is not None:
-                variants = ncu_variants_pass(req, options, progress, cancel, plan=plan)
+                variants = ncu_variants_pass(req, options, progress, cancel, plan=plan, replays=replays)
                 if variants:
                     manifest.passes.append(variants)
         manifest.notes += precompile_notes(precompile, req.run_dir.path, "map's ncu pass")

@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from mcp_server.capture.budget import budget_note, within_budget
+from mcp_server.capture.budget import budget_note, refitted, within_budget
 from mcp_server.capture.passes import (
     Cancel,
     ReplayCount,
@@ -57,7 +57,9 @@ def ncu_variants_pass(
     """Replay the shape variants of the nsys timeline's replay plan when there are any and `options` is the
     default deduplicated replay of the whole window. A `waiting` pass (started early, suspended) is attached to,
     or stopped when there is nothing to replay. Without a `plan`, it is made and announced here, and the ncu
-    pass's `replays` learn how many kernels it replays."""
+    pass's `replays` learn how many kernels it replays. Once the ncu pass's pace is measured (`replays`), the plan
+    is fitted to the budget again at that pace: a pass whose configurations took the whole budget leaves no room
+    for variants, and this pass does not run."""
     if plan is None:
         plan = planned(req, options, progress, replays)
     calls = req.run_dir.replay_calls(VARIANT_PASS)
@@ -66,12 +68,18 @@ def ncu_variants_pass(
         if waiting is not None:
             waiting.discard()
         return None
-    variant_options = variants_options(options, plan)
-    if plan.calls is not None:  # read by the pass's harness when its window begins
-        write_text_atomic(calls, json.dumps(plan.calls))
     if waiting is not None and replays is not None and req.turn.after is not None:
         # this pass takes the GPU once the ncu pass's window has ended: that window's marker bounds the wait
         until_replay_nearly_done(replays, req.turn.after, cancel, progress)
+    if replays is not None:
+        plan = _at_measured_pace(plan, replays, progress)
+        if not plan.variants:
+            if waiting is not None:
+                waiting.discard()
+            return None
+    variant_options = variants_options(options, plan)
+    if plan.calls is not None:  # read by the pass's harness when its window begins
+        write_text_atomic(calls, json.dumps(plan.calls))
     record = waiting.attach(variant_options, cancel) if waiting is not None else None
     if record is None:
         record = ncu_pass(req.with_turn(replay_calls=calls), variant_options, progress, cancel, name=VARIANT_PASS)
@@ -80,6 +88,22 @@ def ncu_variants_pass(
     if (note := budget_note(plan)) is not None:
         record.notes.append(note)
     return record
+
+
+def _at_measured_pace(plan: ReplayPlan, replays: ReplayCount, progress: Progress) -> ReplayPlan:
+    """The plan fitted again at the pace the ncu pass replays at, measured by now (`budget.refitted`), said when it
+    changes what the variant pass replays."""
+    fitted = refitted(plan, replays.pace())
+    if fitted is plan:
+        return plan
+    progress(f"ncu: the ncu pass replays {replays.pace():.2f} s per kernel, not the {plan.seconds_each:.2f} s "
+             "estimated: the replay budget is fitted again")
+    if (note := budget_note(fitted)) is not None:
+        progress(f"ncu: {note}")
+    if not fitted.variants:
+        progress(f"{VARIANT_PASS} pass: not run: the configurations take the whole replay budget; each shape variant "
+                 "takes the counters of the nearest measured shape of its configuration")
+    return fitted
 
 
 def until_replay_nearly_done(replays: ReplayCount, ended: Path, cancel: Cancel, progress: Progress,
