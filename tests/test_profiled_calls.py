@@ -64,3 +64,27 @@ def test_removed_hooks_profile_nothing():
     ProfiledCalls(model, "Shared", [("head", 0)], switched.append).remove()
     model(torch.randn(2, 4))
     assert switched == []
+
+
+def test_a_scripts_warm_up_calls_are_not_profiled_and_numbers_count_from_the_window():
+    """A script's module hooks are installed before its warm-up steps, which run the same calls as the window: a
+    call number names a call of the window only (the decode loop's variant pass replayed every chosen call twice,
+    once in the warm-up step and once in the window, when they counted from the script's start)."""
+    from mcp_server.children.global_modules import GlobalModules
+
+    model = Shared()
+    switched: list[bool] = []
+    entered: list[str] = []
+    modules = GlobalModules("none", [("block", 1)], switched.append).install()
+    model.head.register_forward_pre_hook(lambda m, a: entered.append("head"))
+    try:
+        model(torch.ones(1, 4))  # the warm-up step: block calls 0, 1, 2 run before the window
+        assert switched == []
+        modules.start_counting()  # the window
+        model(torch.ones(1, 4))
+        assert switched == [True, False]
+        modules.stop_counting()  # after the window
+        model(torch.ones(1, 4))
+        assert switched == [True, False] and modules.started == 1
+    finally:
+        modules.remove()

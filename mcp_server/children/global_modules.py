@@ -6,7 +6,8 @@ of every model the script builds. A module called while no other is running is a
 (as the contract's `ModuleRanges` names the model), its descendants' the paths `named_modules()` gives them under
 it. While `ranging` is on, every call is wrapped in a `module:<path>` range (NVTX, or a profiler range for
 torch.profiler); `calls` turns profiling on only during chosen calls (a shape-variant replay), counted from
-`start_counting()`. `listeners` are told of every call's start and end (the step driver counts module steps there).
+`start_counting()` (the window's start) until `stop_counting()`. `listeners` are told of every call's start and end
+(the step driver counts module steps there).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class GlobalModules:
             self._wanted.setdefault(path, set()).add(number)
         self._switch = switch
         self._seen: dict[str, int] = {}
+        self._counting = False  # calls count (and a chosen one is profiled) only inside a window
         self._depth = 0
         self.started = 0  # profiled calls started (a variant replay)
 
@@ -65,8 +67,14 @@ class GlobalModules:
         return bool(self._wanted)
 
     def start_counting(self) -> None:
-        """Call numbers of `calls` count from now (the window's start)."""
+        """Call numbers of `calls` count from now (the window's start); before it, no call is profiled (a script's
+        warm-up steps run the same module calls: profiled, ncu would replay each chosen call twice)."""
         self._seen.clear()
+        self._counting = True
+
+    def stop_counting(self) -> None:
+        """No call is profiled from now (the window's end)."""
+        self._counting = False
 
     def modules(self) -> dict[str, str]:
         """Every path seen under a root, with its class name."""
@@ -105,7 +113,7 @@ class GlobalModules:
             listener(module, path, True)
         handle = self._open_range(MODULE_RANGE_PREFIX + path) if self.ranging and self._open_range else None
         profiled = False
-        if path in self._wanted:
+        if self._counting and path in self._wanted:
             number = self._seen.get(path, 0)
             self._seen[path] = number + 1
             profiled = number in self._wanted[path]

@@ -127,6 +127,7 @@ class StepWindows:
         window, stack = self._open
         self._open = None
         self.modules.ranging = False
+        self.modules.stop_counting()
         stack.close()
         window.__exit__(None, None, None)
         timed = {"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns}
