@@ -14,7 +14,7 @@ from mcp_server.memory.snapshot import device_state, device_trace, load_snapshot
 from mcp_server.rundir import RunDir
 from mcp_server.schema.io import read_model
 from mcp_server.schema.memory import MemoryMoment, MemoryProfile, MemoryRecord, OomDiagnosis
-from mcp_server.schema.types import CompileMode, RunMode
+from mcp_server.schema.types import MEMORY_PASS, CompileMode, RunMode
 
 REMEDY = "re-run the memory pass (`operator-profiler memory WORKLOAD`)"
 FRAMES_SHOWN = 6
@@ -28,7 +28,7 @@ def read_record(run_dir: RunDir) -> MemoryRecord:
 def build_memory(run_dir: RunDir) -> MemoryProfile:
     """memory.json's content for the run directory's memory pass."""
     manifest = run_dir.read_manifest()
-    if manifest.pass_named("memory") is None and not run_dir.memory_record().is_file():
+    if manifest.pass_named(MEMORY_PASS) is None and not run_dir.memory_record().is_file():
         raise ProfileFormatError(f"{run_dir.path} holds no memory pass",
                                  "capture one: `operator-profiler memory WORKLOAD` or `run --memory`")
     record = read_record(run_dir)
