@@ -1,6 +1,7 @@
 """Real workloads, replayed from their H100 recordings (`scripts/record_real_workloads.py`:
 tests/fixtures/h100_<case>.tar.xz): a decode loop profiled as a plain script under the replay budget, a plain
-training script, an MoE layer's synchronisations, and a workload that captures its own CUDA graph."""
+training script, an MoE layer's synchronisations, and a workload that captures its own CUDA graph; and the decode loop
+recorded again on an H200 (tests/fixtures/h200_decode_loop.tar.xz) once its variant replay kept to the window."""
 
 from __future__ import annotations
 
@@ -46,6 +47,22 @@ def test_a_decode_loop_plans_its_replay_within_the_budget(tmp_path_factory):
     manifest = json.loads((run / "manifest.json").read_text())
     ncu = next(p for p in manifest["passes"] if p["name"] == "ncu")
     assert ncu["ncu"]["replay_budget_s"] == 60.0
+
+
+def test_a_scripts_variant_pass_replays_its_module_calls_in_the_window_only(tmp_path_factory):
+    """Recorded on an H200 once the script's module calls counted from the window's start: the variant pass replayed
+    the launches its plan named, once, and every record joins a window launch. (The H100 recording, made before,
+    replayed them in the warm-up step too: 143 of its records match no window launch.)"""
+    run = extract_fixture("h200_decode_loop", tmp_path_factory) / "decode_loop"
+    profile = assemble(RunDir(run))
+    manifest = json.loads((run / "manifest.json").read_text())
+    variants = next(p for p in manifest["passes"] if p["name"] == "ncu_variants")
+    attached = (run / "ncu_variants" / "attach.log").read_text()
+    assert attached.count("==PROF== Profiling") == len(variants["replayed_launches"]) == 122
+    assert not [w for w in profile.warnings if "mismatch" in w], profile.warnings
+    assert profile.window.no_counter_kernel_time_pct == 0.0
+    old = assemble(RunDir(_recorded("decode_loop", tmp_path_factory)))
+    assert any("143 ncu records match no later window launch" in w for w in old.warnings)
 
 
 def test_a_plain_training_script_is_attributed_like_the_contract(tmp_path_factory):
