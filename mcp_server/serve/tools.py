@@ -1,7 +1,7 @@
 """The MCP face's tool registry: the server object and its instructions, the decorator that registers a tool (its
 description the docstring, its parameters made from its verb's request model), the request built from a call's
-arguments, and the call that hands a tool's
-request to the engine's facade in a worker thread. Imports no engine module: `api` is imported on the first call."""
+arguments, and the call that hands a tool's request to the engine's facade in a worker thread. Imports no engine
+module: `api` is imported on the first call."""
 
 from __future__ import annotations
 
