@@ -149,3 +149,15 @@ def test_inductor_s_bound_counts_unfused_attention(analyses):
             continue
         counted = next(int(t.split("=")[1]) for t in inductor.triggers if t.startswith("attention_kernels="))
         assert (counted > 0) == attention, name
+
+
+def test_one_change_is_one_opportunity_whatever_evidence_calls_for_it(analyses):
+    for name, analysis in analyses.items():
+        classes = [o.change_class for o in analysis.opportunities]
+        assert len(classes) == len(set(classes)), (name, classes)
+    # conv_block: cuDNN converts 14 tensors to NHWC and back around its TF32 convolutions, and one convolution still
+    # runs FP32 on CUDA cores in NCHW: both call for channels_last, one change, one estimate over both
+    (layout,) = [o for o in analyses["conv_block"].opportunities if o.change_class == "channels_last"]
+    assert layout.findings == ["fp32_conv", "layout_conversion"] and "cudnn_layout_kernels=14" in layout.triggers
+    (resnet,) = [o for o in analyses["resnet50"].opportunities if o.change_class == "channels_last"]
+    assert resnet.title.startswith("Convert model and input to channels_last once (64 copies)")

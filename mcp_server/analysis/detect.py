@@ -199,15 +199,21 @@ def structural_findings(profile: OperatorAttributedProfile, placed: list[Placed]
             detail="Inductor fused the batch norm into pointwise kernels but did not fold it into the conv weights: "
                    "torch._inductor.config.freezing = True folds it at compile time (inference only).",
         ))
-    layout = [p for p in placed if matches("layout_copy_kernels", p.kernel.kernel_name)]
+    inductor = [p for p in placed if matches("layout_copy_kernels", p.kernel.kernel_name)]
+    cudnn = [p for p in placed if matches("cudnn_layout_kernels", p.kernel.kernel_name)]
+    layout = inductor + cudnn
     if layout:
+        who = " and ".join(([f"Inductor re-lays out NCHW tensors for channels_last convolutions ({len(inductor)} "
+                             "kernels)"] if inductor else [])
+                           + ([f"cuDNN converts NCHW tensors to NHWC and back around its tensor-core convolutions "
+                               f"({len(cudnn)} kernels)"] if cudnn else []))
         findings.append(Finding(
-            kind="layout_conversion", title=f"{len(layout)} kernels only convert conv inputs/weights to channels_last",
+            kind="layout_conversion", title=f"{len(layout)} kernels only convert conv inputs/weights between layouts",
             operators=_uniq([p.op.operator_id if p.op else None for p in layout]),
             module_paths=_uniq([p.kernel.module_path for p in layout]), kernel_ids=[p.kernel.kernel_id for p in layout],
-            triggers=[f"layout_kernels={len(layout)}", f"kernel_time_ns={sum(p.kernel.duration_ns for p in layout)}"],
-            detail="Inductor re-lays out NCHW tensors for channels_last convolutions on every call: convert the model "
-                   "and input to torch.channels_last once.",
+            triggers=[f"layout_kernels={len(layout)}", f"cudnn_layout_kernels={len(cudnn)}",
+                      f"kernel_time_ns={sum(p.kernel.duration_ns for p in layout)}"],
+            detail=f"{who} on every call: convert the model and input to torch.channels_last once.",
         ))
     syncs = [o for o in ops if matches("sync_ops", o.operator_name)]
     if syncs:

@@ -89,6 +89,27 @@ def _target_precision(device: DeviceSpec | None) -> str:
     return "bf16_tensor"
 
 
+def _worth(saving_ns: int, window: int) -> bool:
+    """A saving large enough to be an opportunity of its own (bottleneck_rules.yaml estimates.min_saving_pct)."""
+    return 100.0 * saving_ns / window >= rule("estimates", "min_saving_pct")
+
+
+def _joined(first: Opportunity, title: str, finding: Finding, e2e: int, kernel: int, label: str,
+            window: int) -> Opportunity:
+    """One opportunity for one change that two findings call for: their kernels are disjoint, so the upper bounds
+    add (at most the window)."""
+    saving = min(first.estimated_saving_ns + e2e, window)
+    return first.model_copy(update={
+        "title": f"{title}; {first.title[:1].lower()}{first.title[1:]}",
+        "operators": _merge([first.operators, finding.operators]),
+        "module_paths": _merge([first.module_paths, finding.module_paths]),
+        "triggers": _merge([first.triggers, finding.triggers]),
+        "kernel_time_saving_ns": first.kernel_time_saving_ns + kernel, "estimated_saving_ns": saving,
+        "estimated_saving_pct": 100.0 * saving / window, "estimate_label": f"{label}; and {first.estimate_label}",
+        "findings": [*first.findings, finding.kind],
+    })
+
+
 def _chains(placed: list[Placed], fusible: set[int]) -> list[list[int]]:
     chains, run = [], []
     for p in placed:
@@ -249,12 +270,18 @@ def build_opportunities(
             how = "BF16 autocast (cuDNN chose FP32 kernels for these shapes although TF32 is allowed)"
         later = (f"; the GPU waits on the host after these kernels, so the {_us(kernel)} of kernel time counts "
                  "end to end only once launch overhead is removed") if e2e < kernel / 2 else ""
-        add(f"Run {len(finding.kernel_ids)} FP32 {what} on tensor cores: {how}", cls, [kind], e2e, kernel,
-            f"estimate (upper bound): each kernel shrinks to its {target.replace('_', ' ')} roofline time (its "
-            "FLOPs at that peak and, for a GEMM, the bytes its shapes must move; the FP32 kernel's own DRAM "
-            "traffic is no floor, a tensor-core kernel tiles differently), not below "
-            f"{_us(rule('estimates', 'kernel_floor_ns'))}; only kernels on the GPU critical path shorten the "
-            f"window{later}")
+        title = f"Run {len(finding.kernel_ids)} FP32 {what} on tensor cores: {how}"
+        label = (f"estimate (upper bound): each kernel shrinks to its {target.replace('_', ' ')} roofline time (its "
+                 "FLOPs at that peak and, for a GEMM, the bytes its shapes must move; the FP32 kernel's own DRAM "
+                 "traffic is no floor, a tensor-core kernel tiles differently), not below "
+                 f"{_us(rule('estimates', 'kernel_floor_ns'))}; only kernels on the GPU critical path shorten the "
+                 f"window{later}")
+        same = next((o for o in out if o.change_class == cls), None)
+        if same is not None:  # BF16 autocast for the GEMMs and for the convolutions: one change
+            if _worth(e2e, window):
+                out[out.index(same)] = _joined(same, title, finding, e2e, kernel, label, window)
+            continue
+        add(title, cls, [kind], e2e, kernel, label)
     for kind in ("unfused_attention", "sdpa_math_path"):
         if kind in kinds:
             groups = _runs(profile, kinds[kind])
@@ -273,8 +300,13 @@ def build_opportunities(
             continue
         ids = finding.kernel_ids if kind != "separate_qkv" else _qkv_removable(profile, finding)
         e2e, kernel = _removal(by_id, [[i] for i in ids], keep_one=False)
-        add(title.format(n=len(ids)), cls, [kind], e2e, kernel,
-            "estimate (upper bound): the removed kernels give back their run time and the idle time after them")
+        label = "estimate (upper bound): the removed kernels give back their run time and the idle time after them"
+        same = next((o for o in out if o.change_class == cls), None)
+        if same is not None:  # one change, two pieces of evidence (channels_last: FP32 convolutions, layout copies)
+            if _worth(e2e, window):
+                out[out.index(same)] = _joined(same, title.format(n=len(ids)), kinds[kind], e2e, kernel, label, window)
+            continue
+        add(title.format(n=len(ids)), cls, [kind], e2e, kernel, label)
     breaks = profile.capture_metadata.graph_breaks or []
     if breaks and placed:
         e2e, triggers = _graph_boundaries(placed, health)
