@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn, TextIO, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
-from pydantic.fields import FieldInfo
 
 from mcp_server import __version__, api
 from mcp_server.backends.registry import backend_choices
@@ -37,7 +36,7 @@ from mcp_server.errors import ProfilerError, from_os_error
 from mcp_server.process.child import Terminated, stopping_children_on_signals
 from mcp_server.progress import is_phase
 from mcp_server.proof.validate import parse_seeds, parse_tolerances
-from mcp_server.schema.flags import Positional, cli_flag, usage_error
+from mcp_server.schema.flags import FACE_SET, Positional, cli_flag, option_group, usage_error
 from mcp_server.schema.requests import (
     WINDOW_OPTIONS,
     AnalyzeRequest,
@@ -68,8 +67,6 @@ MODELS = (CaptureOptions, NcuOptions, TimingOptions, ProfileRequest, MemoryReque
           SummaryRequest, AnalyzeRequest, CompareRequest, BenchRequest, RecipesRequest, OptimizeRequest,
           ValidateRequest, ReportRequest, LoopStatusRequest, PreflightRequest)
 """The request models and option groups whose fields are the CLI's arguments (a bad value names its flag)."""
-FACE_SET = ("project", "command_line")
-"""Request fields the CLI sets itself (the project is the working directory; the command line is argv)."""
 PROFILE_DESCRIPTION = (
     "Capture WORKLOAD's measured window into a run directory and write profile.json. WORKLOAD defines "
     "get_model_and_input() (the fast path), or with --script is any script, run unmodified with the arguments after "
@@ -92,7 +89,7 @@ def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], only: t
     names the values a field's help lists where a registry, not its type, holds them (the backends; the verb refuses
     any other with its one-line error)."""
     for name, field in model.model_fields.items():
-        if (only is not None and name not in only) or name in skip or name in FACE_SET or _is_group(field):
+        if (only is not None and name not in only) or name in skip or name in FACE_SET or option_group(field):
             continue
         help_text = (field.description or "").replace("%", "%%")
         kind = _kind(field.annotation)
@@ -112,11 +109,6 @@ def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], only: t
         parser.add_argument(*names, dest=name, type=_convert(kind), default=None, help=help_text + default,
                             action="append" if flag.repeat else "store",
                             metavar="{" + ",".join(listed) + "}" if listed else _metavar(name, kind))
-
-
-def _is_group(field: FieldInfo) -> bool:
-    kind = _kind(field.annotation)
-    return isinstance(kind, type) and issubclass(kind, BaseModel)
 
 
 def _kind(annotation: Any) -> Any:

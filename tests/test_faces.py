@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from mcp_server.cli import build_parser, options_from
 from mcp_server.errors import UsageError
-from mcp_server.schema.flags import cli_flag, cli_flags
+from mcp_server.schema.flags import FACE_SET, cli_flag, cli_flags, option_group
 from mcp_server.schema.requests import (
     WINDOW_OPTIONS,
     AnalyzeRequest,
@@ -41,7 +41,7 @@ from mcp_server.schema.requests import (
 )
 from mcp_server.serve.app import server
 from mcp_server.serve.paths import PROJECT_ENV
-from mcp_server.serve.tools import generated, option_group
+from mcp_server.serve.tools import generated
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:
@@ -167,7 +167,7 @@ def test_every_tool_parameter_is_a_field_of_its_verbs_request_and_every_field_a_
     expected: set[str] = set()
     for name, field in model.model_fields.items():
         group = option_group(field)
-        if name in {"project", "command_line"} | left or (tool == "top_operators" and name == "top"):
+        if name in FACE_SET | left or (tool == "top_operators" and name == "top"):
             continue
         if group is not None and name != "python":
             only = WINDOW_OPTIONS if tool == "memory" else tuple(group.model_fields)

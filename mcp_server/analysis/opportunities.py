@@ -197,6 +197,15 @@ def build_opportunities(
             estimate_label=label, knowledge=knowledge_of(cls), findings=[f.kind for f in found],
         ))
 
+    def add_or_join(title: str, cls: PatternName, finding: Finding, e2e: int, kernel: int, label: str) -> None:
+        """`add`, or, when an opportunity of the same change is there already (channels_last for FP32 convolutions
+        and for layout copies, BF16 autocast for GEMMs and for convolutions), that one joined with this evidence."""
+        same = next((o for o in out if o.change_class == cls), None)
+        if same is None:
+            add(title, cls, [finding.kind], e2e, kernel, label)
+        elif _worth(e2e, window):
+            out[out.index(same)] = _joined(same, title, finding, e2e, kernel, label, window)
+
     host_bound = "host_bound_window" in kinds or "tiny_kernel_swarm" in kinds
     # torch.compile cannot reach an eager forward that calls an RNN module: Dynamo skips the frame
     rnns = [op for op in profile.operators if op.operator_name in RNN_OPERATORS] if mode == "eager" else []
@@ -276,12 +285,7 @@ def build_opportunities(
                  "traffic is no floor, a tensor-core kernel tiles differently), not below "
                  f"{_us(rule('estimates', 'kernel_floor_ns'))}; only kernels on the GPU critical path shorten the "
                  f"window{later}")
-        same = next((o for o in out if o.change_class == cls), None)
-        if same is not None:  # BF16 autocast for the GEMMs and for the convolutions: one change
-            if _worth(e2e, window):
-                out[out.index(same)] = _joined(same, title, finding, e2e, kernel, label, window)
-            continue
-        add(title, cls, [kind], e2e, kernel, label)
+        add_or_join(title, cls, finding, e2e, kernel, label)
     for kind in ("unfused_attention", "sdpa_math_path"):
         if kind in kinds:
             groups = _runs(profile, kinds[kind])
@@ -300,13 +304,8 @@ def build_opportunities(
             continue
         ids = finding.kernel_ids if kind != "separate_qkv" else _qkv_removable(profile, finding)
         e2e, kernel = _removal(by_id, [[i] for i in ids], keep_one=False)
-        label = "estimate (upper bound): the removed kernels give back their run time and the idle time after them"
-        same = next((o for o in out if o.change_class == cls), None)
-        if same is not None:  # one change, two pieces of evidence (channels_last: FP32 convolutions, layout copies)
-            if _worth(e2e, window):
-                out[out.index(same)] = _joined(same, title.format(n=len(ids)), kinds[kind], e2e, kernel, label, window)
-            continue
-        add(title.format(n=len(ids)), cls, [kind], e2e, kernel, label)
+        add_or_join(title.format(n=len(ids)), cls, finding, e2e, kernel,
+                    "estimate (upper bound): the removed kernels give back their run time and the idle time after them")
     breaks = profile.capture_metadata.graph_breaks or []
     if breaks and placed:
         e2e, triggers = _graph_boundaries(placed, health)

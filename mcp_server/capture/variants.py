@@ -93,10 +93,11 @@ def ncu_variants_pass(
 def _at_measured_pace(plan: ReplayPlan, replays: ReplayCount, progress: Progress) -> ReplayPlan:
     """The plan fitted again at the pace the ncu pass replays at, measured by now (`budget.refitted`), said when it
     changes what the variant pass replays."""
-    fitted = refitted(plan, replays.pace())
-    if fitted is plan:
+    pace = replays.pace()
+    fitted = refitted(plan, pace)
+    if fitted is plan or pace is None:
         return plan
-    progress(f"ncu: the ncu pass replays {replays.pace():.2f} s per kernel, not the {plan.seconds_each:.2f} s "
+    progress(f"ncu: the ncu pass replays {pace:.2f} s per kernel, not the {plan.seconds_each:.2f} s "
              "estimated: the replay budget is fitted again")
     if (note := budget_note(fitted)) is not None:
         progress(f"ncu: {note}")

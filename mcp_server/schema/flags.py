@@ -8,7 +8,8 @@ Its help is the field's description: every face reads it from there. A path fiel
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from types import UnionType
+from typing import NamedTuple, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.fields import FieldInfo
@@ -37,6 +38,19 @@ class PathRole(NamedTuple):
 
     what: str
     workload: bool = False
+
+
+FACE_SET = frozenset({"project", "command_line"})
+"""Request fields every face sets itself (the project is the user's working directory or the client's; the command
+line is what the CLI was given): neither a flag nor an MCP parameter."""
+
+
+def option_group(field: FieldInfo) -> type[BaseModel] | None:
+    """The option-group model a field holds (`CaptureOptions`, `NcuOptions | None`, the `Interpreter`), or None: a
+    face sets a group from its own fields, not as one value."""
+    kinds = get_args(field.annotation) if get_origin(field.annotation) in (Union, UnionType) else (field.annotation,)
+    found = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+    return found[0] if found else None
 
 
 class Request(BaseModel):

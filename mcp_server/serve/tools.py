@@ -19,7 +19,7 @@ from pydantic.fields import FieldInfo
 
 from mcp_server import __version__
 from mcp_server.progress import Progress
-from mcp_server.schema.flags import Flag, PathRole, Positional, usage_error
+from mcp_server.schema.flags import FACE_SET, Flag, PathRole, Positional, option_group, usage_error
 from mcp_server.schema.requests import (
     TORCHRUN_OPTIONS,
     CaptureOptions,
@@ -91,8 +91,6 @@ ASSEMBLY_MARGIN_S = 300.0
 INSTRUCTED = frozenset({"python", "output", "timeout_s", "top", "limit", "profile", "tier"})
 # Parameters whose value the face chooses from what it is given: the workload's interpreter.
 FACE_CHOSEN = frozenset({"python"})
-# Request fields the face sets itself: the project is the client's; the command line is the CLI's.
-FACE_SET = frozenset({"project", "command_line"})
 Python = Annotated[str | None, Field()]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -185,13 +183,6 @@ def _given(annotation: Any) -> Any:
     if get_origin(annotation) in (Union, UnionType):
         return Union[tuple(str if arg is Path else arg for arg in get_args(annotation))]  # noqa: UP007 - built
     return annotation
-
-
-def option_group(field: FieldInfo) -> type[BaseModel] | None:
-    """The option-group model a field holds (`CaptureOptions`, `TimingOptions`, ...), or None."""
-    kinds = get_args(field.annotation) if get_origin(field.annotation) in (Union, UnionType) else (field.annotation,)
-    found = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
-    return found[0] if found else None
 
 
 def options(model: type[G], values: Mapping[str, Any]) -> G:
