@@ -387,3 +387,17 @@ def test_a_truncated_replay_notes_the_launches_it_did_not_reach():
     assert problems == []
     assert notes == ["2 window launches have no ncu counters: ncu was stopped before it replayed them "
                      "(first: launch 1 'B')"]
+
+
+@pytest.mark.parametrize(("ranged", "expected"), [("ConvNet", "features.0.conv"), ("features", "features")])
+def test_library_kernels_of_a_model_compiled_whole_take_the_finer_module(ranged, expected):
+    """A model compiled whole runs its call eagerly and its forward compiled: captured with module hooks, its library
+    calls lie in the model's own range only, and the generated call()'s order names a finer module. A submodule's
+    range (a region compiled inside it) is kept."""
+    conv = [frame("aten::convolution", "op", 200, 290), frame("aten::cudnn_convolution", "op", 200, 290)]
+    module = frame(f"module:{ranged}", "module", 55, 8500).model_copy(update={"name": ranged})
+    kernels = [kernel(0, "conv_a", stack=[MEASURE, module, *GRAPH[1:], *conv])]
+    provenance = ORIGINS.model_copy(update={"root_module": "ConvNet", "extern_calls": [
+        [ExternCall(operator_name="aten::convolution", module_path="features.0.conv")]]})
+    operators, _ = attribute_kernels(kernels, provenance, 0, high_confidence_links=False)
+    assert [op.module_path for op in operators] == [expected]

@@ -22,9 +22,9 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import OperatorAttributedProfile
 
 
-def _recorded(case: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    assert (FIXTURES / f"h100_{case}.tar.xz").is_file(), "recorded by scripts/record_real_workloads.py on an H100"
-    return extract_fixture(f"h100_{case}", tmp_path_factory) / case
+def _recorded(case: str, tmp_path_factory: pytest.TempPathFactory, gpu: str = "h100") -> Path:
+    assert (FIXTURES / f"{gpu}_{case}.tar.xz").is_file(), "recorded by scripts/record_real_workloads.py on the GPU"
+    return extract_fixture(f"{gpu}_{case}", tmp_path_factory) / case
 
 
 def _kernels(profile: OperatorAttributedProfile) -> list:
@@ -120,14 +120,20 @@ def test_every_nonzero_synchronisation_of_the_moe_layer_is_named_and_costed(tmp_
 
 
 def test_a_workloads_own_cuda_graph_is_attributed_to_its_capture(tmp_path_factory):
-    run = _recorded("lstm_graphs", tmp_path_factory)
+    run = _recorded("lstm_graphs", tmp_path_factory, "h200")
     profile = assemble(RunDir(run))
     assert profile.window.attributed_kernel_time_pct is not None and profile.window.attributed_kernel_time_pct >= 99.5
     replayed = [op for op in profile.operators if any(k.attribution.detail == CAPTURED_DETAIL for k in op.kernels)]
     assert any(op.operator_name == "aten::lstm" for op in replayed), "the cuDNN LSTM the graph replays"
+    # captured outside eager mode (the workload compiles its embedding and head), with the model's modules hooked
+    window = profile.window
+    assert window.module_path_kernel_time_pct is not None and window.module_path_kernel_time_pct >= 99.5
+    assert {op.module_path for op in replayed if op.operator_name == "aten::lstm"} == {"lstm"}
     # against the eager baseline's committed profile, the replayed LSTM pairs with the eager one
     baseline = OperatorAttributedProfile.model_validate_json(
         (REPO / "examples" / "lstm_sequence_encoder" / "profile.json").read_text())
     comparison = compare_profiles(baseline, profile, allow_mismatch=True)
     lstm = [d for d in comparison.operators if d.operator_name == "aten::lstm"]
-    assert [d.status for d in lstm] == ["matched"] and lstm[0].match_rule == "name_order"
+    assert [d.status for d in lstm] == ["matched"] and lstm[0].match_rule == "name_module_order", "by module too"
+    lstm_module = next(m for m in comparison.modules if m.module_path == "lstm")
+    assert lstm_module.baseline_time_ns > 0 and lstm_module.optimized_time_ns > 0, "the module pairs on both sides"

@@ -308,7 +308,7 @@ def attribute_stream(
             placed = {id(r) for c in aligned for r in c.kernels}
             unattributed = [r for r in unattributed if id(r) not in placed]
             ordered = sorted(ordered + aligned, key=lambda c: c.first_ordinal)
-    _extern_module_paths(ordered, provenance)
+    _extern_module_paths(ordered, provenance, context.root_module)
     operators = _operators(ordered, for_profile)
     if operator_keys is not None:
         ids = {id(call): op.operator_id for call, op in zip(ordered, operators, strict=True)}
@@ -326,13 +326,15 @@ def _frozen(shapes: list[list[int] | None]) -> object:
     return tuple(None if dims is None else tuple(dims) for dims in shapes)
 
 
-def _extern_module_paths(calls: list[_Call], provenance: Provenance) -> None:
+def _extern_module_paths(calls: list[_Call], provenance: Provenance, root: str | None = None) -> None:
     """Give the operator calls inside a compiled graph the module of their own call site.
 
     Within one call of a compiled graph, its launches run in the order of the generated call(): library
     (extern) calls and generated kernels alike. The generated module whose launch sequence contains the
     observed one, in order, supplies each call site's module — so a generated kernel Inductor reuses in a
-    later layer gets that layer's module, not the one of its definition's first use.
+    later layer gets that layer's module, not the one of its definition's first use. A library call keeps the
+    module range it ran in unless that range is the model's own (`root`): a model compiled whole runs inside its
+    own range only (its call is eager, its forward compiled), and its call site's module is the finer one.
     """
     groups: dict[tuple[object, ...], list[_Call]] = {}
     for call in calls:
@@ -355,7 +357,8 @@ def _extern_module_paths(calls: list[_Call], provenance: Provenance) -> None:
             if matched is not None:
                 break
         for call, site in zip(group, matched or [], strict=False):
-            path = site.module_path if call.origin is not None else call.module_path or site.module_path
+            ranged = call.module_path if call.module_path != root else None
+            path = site.module_path if call.origin is not None else ranged or site.module_path
             call.call_site = site.call_site or call.call_site
             if path and path != call.module_path:
                 call.module_path = path

@@ -12,8 +12,10 @@ torch.profiler); `calls` turns profiling on only during chosen calls (a shape-va
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from types import FrameType
 from typing import Any
 
 from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS
@@ -48,11 +50,19 @@ class GlobalModules:
         self._depth = 0
         self.started = 0  # profiled calls started (a variant replay)
 
-    def install(self) -> GlobalModules:
-        """Register the global hooks (once)."""
+    def install(self, only: Iterable[Any] | None = None) -> GlobalModules:
+        """Register the global hooks (once); with `only`, hooks on those modules alone (a module called outside them
+        is not seen)."""
+        import torch._dynamo
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+        # Never traced: a module whose `_call_impl` runs eagerly inside a compiled call (`torch.compile(model)`
+        # compiles its forward) calls them while Dynamo compiles every new frame, and Dynamo cannot trace them.
+        pre, post = torch._dynamo.disable(self._pre), torch._dynamo.disable(self._post)
+        if only is None:
+            self._handles = [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
+        else:
+            self._handles = [h for m in only for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))]
         return self
 
     def remove(self) -> None:
@@ -87,8 +97,9 @@ class GlobalModules:
         return stack
 
     def path_of(self, module: Any, stack: list[tuple[Any, str, Any, bool]]) -> str:
-        """The module's path: under the root of the calls it runs inside, else under any root seen, else it is a
-        root itself (its class name)."""
+        """The module's path: under the root of the calls it runs inside, else under any root seen, else under the
+        outermost module whose method calls it (its own call began before the hooks: a CUDA graph captured inside
+        its forward), else it is a root itself (its class name)."""
         key = id(module)
         if stack:
             found = self._paths.get(id(stack[0][0]), {}).get(key)
@@ -97,6 +108,10 @@ class GlobalModules:
         for paths in self._paths.values():
             if key in paths:
                 return paths[key]
+        owner = None if stack else _calling_owner(module)
+        if owner is not None:
+            self.path_of(owner, stack)
+            return self._paths[id(owner)][key]
         root = type(module).__name__
         paths = self._paths[key] = {}
         for p, m in module.named_modules():
@@ -137,3 +152,20 @@ class GlobalModules:
             self._close_range(handle)
         for listener in self.listeners:
             listener(module, path, False)
+
+
+def _calling_owner(module: Any) -> Any:
+    """The outermost module, other than `module`, that holds it and has a method running on this thread's stack
+    (a frame whose `self` it is); None when there is none. `torch.compile`'s wrapper of a module is that module."""
+    from torch import nn
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    owner = None
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if (isinstance(candidate, nn.Module) and not isinstance(candidate, OptimizedModule) and candidate is not module
+                and any(m is module for m in candidate.modules())):
+            owner = candidate
+        frame = frame.f_back
+    return owner

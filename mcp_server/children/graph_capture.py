@@ -7,8 +7,13 @@ collection at the first capture; the window's own stop ends it) with the window'
 `operator_profiler::graph_capture` range, torch's operator ranges (`emit_nvtx`), every module's range (global
 hooks) and the user's call sites. It wraps `torch.cuda.CUDAGraph.capture_begin` and `capture_end`, which
 `torch.cuda.graph`, `make_graphed_callables` and CUDA-graph trees all call. Only the nsys pass installs it. Outside
-eager mode (the workload's own `optimize()`), module hooks and the call-site mode stay off, as in the window: a
-compiled region would see them change under it.
+eager mode (the workload's own `optimize()`), the call-site mode stays off, as in the window: Dynamo guards on the
+torch-function mode stack, so a compiled region entered during the capture would compile again inside it. Nor are
+the hooks global there: a module compiled whole (`torch.compile(model)`) traces `_call_impl`, which reads the global
+hook dicts, so Dynamo guards on them. The harness's model's own modules take hooks of their own instead, while Dynamo
+skips its guards on empty per-module hook dicts (its default, `skip_nnmodule_hook_guards`) and a module has no hook of
+the workload's: a compiled region runs as compiled, and the modules called eagerly around it (an RNN that Dynamo
+skips, the code a hand-written capture wraps) are named.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class GraphCaptureRanges:
 
     def __init__(self, eager: bool = True) -> None:
         self.eager = eager
+        self.models: list[Any] = []  # outside eager mode, the modules whose calls are named (`watch`)
         self.captures = 0
         self._original: tuple[Any, Any] | None = None
         self._open: ExitStack | None = None
@@ -53,6 +59,10 @@ class GraphCaptureRanges:
         graph.capture_begin, graph.capture_end = capture_begin, capture_end
         return self
 
+    def watch(self, model: Any) -> None:
+        """Outside eager mode, name the calls of `model`'s modules made during a capture."""
+        self.models.append(model)
+
     def remove(self) -> None:
         """Restore torch.cuda.CUDAGraph."""
         if self._original is not None:
@@ -73,10 +83,12 @@ class GraphCaptureRanges:
         outside_window = not torch.autograd._profiler_enabled()  # inside the window its own ranges are on
         if outside_window:
             stack.enter_context(torch.autograd.profiler.emit_nvtx(record_shapes=True))
-        if outside_window and self.eager:
-            modules = GlobalModules("nvtx").install()
+        hooked = None if self.eager else _hookable(self.models)
+        if outside_window and (self.eager or hooked):
+            modules = GlobalModules("nvtx").install(hooked)
             modules.ranging = True
             stack.callback(modules.remove)
+        if outside_window and self.eager:
             self._frames = self._frames or UserFrames()
             stack.enter_context(call_sites("nvtx", self._frames))
         self._open = stack
@@ -86,3 +98,16 @@ class GraphCaptureRanges:
         if self._open is not None:
             stack, self._open = self._open, None
             stack.close()
+
+
+def _hookable(models: list[Any]) -> list[Any]:
+    """The modules of `models` that may take hooks while compiled code runs: none when Dynamo guards on empty hook
+    dicts (`skip_nnmodule_hook_guards` off: a compiled region would compile again inside the capture), else every
+    module without hooks of its own (a non-empty hook dict is traced into compiled code)."""
+    import torch._dynamo
+
+    if not torch._dynamo.config.skip_nnmodule_hook_guards:
+        return []
+    hook_dicts = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
+                  "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+    return [m for model in models for m in model.modules() if not any(getattr(m, d, None) for d in hook_dicts)]

@@ -135,6 +135,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     lock.build()
     _enter(result, "build")
     model, inputs = model_and_inputs(module.get_model_and_input())
+    if captures is not None:
+        captures.watch(model)
     call_args, call_kwargs = as_call(inputs)
     result["placement"] = _describe_placement(model, call_args)
     if torch.cuda.is_available() and "cpu" in result["placement"]["parameter_devices"] + result["placement"][

@@ -1,0 +1,125 @@
+"""A CUDA graph the workload captures inside its own forward is recorded with module ranges: the module hooks are
+installed at the capture's start, after the calls around it began. The modules called then keep the paths the
+window gives them (under the model whose forward is running). Outside eager mode the hooks are the model's modules'
+own, not global: a compiled region entered during the capture must run as compiled (Dynamo skips its guards on empty
+per-module hook dicts by default, but guards on the global ones when it compiles a whole module)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mcp_server.children.global_modules import GlobalModules
+from mcp_server.children.graph_capture import _hookable
+
+
+class Encoder(nn.Module):
+    """A forward that installs the hooks half-way, as `GraphCaptureRanges` does at a capture inside it."""
+
+    def __init__(self, per_module: bool = False) -> None:
+        super().__init__()
+        self.per_module = per_module
+        self.embed = nn.Linear(4, 8)
+        self.body = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+        self.seen: list[str] = []
+        self.capturing = True
+
+    def forward(self, x):
+        x = self.embed(x)
+        if not self.capturing:
+            return self.head(self.body(x))
+        modules = GlobalModules("none")
+        modules.listeners.append(lambda module, path, started: started and self.seen.append(path))
+        modules.install(_hookable([self]) if self.per_module else None)
+        try:
+            return self.head(self.body(x))
+        finally:
+            modules.remove()
+
+
+def test_modules_called_after_the_hooks_arrive_keep_their_paths_under_the_running_model():
+    model = Encoder()
+    model(torch.ones(1, 4))
+    assert model.seen == ["body", "body.0", "body.1", "head"]
+
+
+def test_a_module_called_outside_any_model_is_its_own_root():
+    modules = GlobalModules("none")
+    seen: list[str] = []
+    modules.listeners.append(lambda module, path, started: started and seen.append(path))
+    modules.install()
+    try:
+        nn.Sequential(nn.Linear(2, 2))(torch.ones(1, 2))
+    finally:
+        modules.remove()
+    assert seen == ["Sequential", "0"] and modules.roots == ["Sequential"]
+
+
+def _no_recompile(model: nn.Module, fn) -> torch.Tensor:
+    """`fn`'s output once compiled with no hook installed (the warm-up), then called again while `model` installs its
+    hooks half-way (a recompile raises)."""
+    import torch._dynamo
+
+    previous = torch._dynamo.config.error_on_recompile
+    torch._dynamo.config.error_on_recompile = True
+    try:
+        model.capturing = False
+        expected = fn(torch.ones(1, 4))
+        model.capturing = True
+        assert torch.equal(fn(torch.ones(1, 4)), expected)
+        return expected
+    finally:
+        torch._dynamo.config.error_on_recompile = previous
+        torch._dynamo.reset()
+
+
+def test_per_module_hooks_leave_a_compiled_submodule_as_compiled():
+    """Hooks added after a submodule's forward compiled neither recompile it nor run inside it; the modules called
+    eagerly around it are seen."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model = Encoder(per_module=True)
+    model.body.forward = torch.compile(model.body.forward, backend="eager")
+    _no_recompile(model, model)
+    assert model.seen == ["body", "head"], "the compiled body's layers are not called eagerly"
+
+
+def test_per_module_hooks_leave_a_model_compiled_whole_as_compiled():
+    """`torch.compile(model)` traces the model's `_call_impl`, which reads the global hook dicts (torch 2.11 guards
+    on them there): hooks of the modules' own, added after it compiled, leave it as compiled and run outside it,
+    never traced (Dynamo compiles every new frame called in the compiled call's extent)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model = Encoder()
+    model.capturing = False
+    compiled = torch.compile(model, backend="eager")
+    expected = compiled(torch.ones(1, 4))  # compiled with no hook installed (the warm-up)
+    modules = GlobalModules("none")
+    seen: list[str] = []
+    modules.listeners.append(lambda module, path, started: started and seen.append(path))
+    previous = torch._dynamo.config.error_on_recompile
+    torch._dynamo.config.error_on_recompile = True
+    modules.install(_hookable([model]))
+    try:
+        assert torch.equal(compiled(torch.ones(1, 4)), expected)  # a recompile would raise here
+    finally:
+        modules.remove()
+        torch._dynamo.config.error_on_recompile = previous
+        torch._dynamo.reset()
+    assert seen == ["Encoder"], "the model's own call runs eagerly around its compiled forward, named as the model"
+
+
+def test_a_module_with_hooks_of_the_workloads_own_takes_none_of_ours():
+    model = Encoder()
+    model.head.register_forward_hook(lambda module, args, output: None)
+    hooked = _hookable([model])
+    assert model.head not in hooked and model.body in hooked and model in hooked
+    previous = torch._dynamo.config.skip_nnmodule_hook_guards
+    torch._dynamo.config.skip_nnmodule_hook_guards = False
+    try:
+        assert _hookable([model]) == [], "Dynamo would guard on every hook dict"
+    finally:
+        torch._dynamo.config.skip_nnmodule_hook_guards = previous
