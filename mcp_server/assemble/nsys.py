@@ -75,6 +75,9 @@ def _assemble(
     counter_notes: list[str] = []
     counters: Counters | None = None
     ncu_pass, variants_pass = manifest.pass_named(COUNTER_PASS), manifest.pass_named(VARIANT_PASS)
+    if variants_pass is not None and not run_dir.ncu_report(VARIANT_PASS).is_file():  # it failed: the run went on
+        counter_warnings += variants_pass.notes[-1:] or ["the shape-variant pass wrote no ncu report"]
+        variants_pass = None
     if ncu_pass is not None:
         options = _options(ncu_pass)
         reports = [run_dir.ncu_report(COUNTER_PASS)] + ([run_dir.ncu_report(VARIANT_PASS)] if variants_pass else [])

@@ -330,7 +330,9 @@ def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress) -> 
                 f"the {name} pass ran past its {req.timeout_s:.0f} s limit before ncu replayed any kernel",
                 "raise --timeout, or replay fewer kernels (--kernel-regex, --max-kernels)",
             )
-        raise CaptureFailed("ncu wrote no report", f"read {run_dir.output_log(name)}")
+        failed = CaptureFailed("ncu wrote no report", f"read {run_dir.output_log(name)}")
+        failed.records.append(record)
+        raise failed
     max_kernels = record.ncu.max_kernels if record.ncu else None
     budget = record.ncu.replay_budget_s if record.ncu else None
     if record.stopped_early == "timeout":
@@ -345,6 +347,9 @@ def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress) -> 
         progress(f"{name} pass: replay budget reached: stopped")
     record.artifacts.append(run_dir.relative(report))
     return record
+
+
+PERMISSION_ERROR = "ERR_NVGPUCTRPERM"  # what ncu prints when it may not read the counters
 
 
 def _replayed_count_reaches(limit: int) -> Callable[[str], bool]:
@@ -381,9 +386,9 @@ def _over_budget(replays: ReplayCount, budget_s: float) -> Callable[[str], bool]
 def raise_if_permission(req: CaptureRequest, name: PassName) -> None:
     """CaptureFailed with the remedy when ncu said it may not read the GPU's performance counters."""
     for log in (req.run_dir.output_log(name), req.run_dir.attach_log(name)):
-        if log.is_file() and "ERR_NVGPUCTRPERM" in log.read_text(encoding="utf-8", errors="replace"):
+        if log.is_file() and PERMISSION_ERROR in log.read_text(encoding="utf-8", errors="replace"):
             raise CaptureFailed(
-                "ncu may not read GPU performance counters (ERR_NVGPUCTRPERM)",
+                f"ncu may not read GPU performance counters ({PERMISSION_ERROR})",
                 "run as root, pass --ncu-sudo (uses `sudo -n`), or allow all users: "
                 "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d, then reboot",
             )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mcp_server.capture.budget import budget_note, refitted, within_budget
 from mcp_server.capture.passes import (
+    PERMISSION_ERROR,
     Cancel,
     ReplayCount,
     kept_report,
@@ -27,6 +28,7 @@ from mcp_server.capture.passes import (
 )
 from mcp_server.capture.replay_plan import ReplayPlan, plan_replays
 from mcp_server.capture.request import CaptureRequest
+from mcp_server.errors import CaptureFailed, WorkloadError
 from mcp_server.process import EarlyStop, run_child
 from mcp_server.progress import Progress
 from mcp_server.schema.io import write_text_atomic
@@ -80,13 +82,31 @@ def ncu_variants_pass(
     variant_options = variants_options(options, plan)
     if plan.calls is not None:  # read by the pass's harness when its window begins
         write_text_atomic(calls, json.dumps(plan.calls))
-    record = waiting.attach(variant_options, cancel) if waiting is not None else None
-    if record is None:
-        record = ncu_pass(req.with_turn(replay_calls=calls), variant_options, progress, cancel, name=VARIANT_PASS)
+    try:
+        record = waiting.attach(variant_options, cancel) if waiting is not None else None
+        if record is None:
+            record = ncu_pass(req.with_turn(replay_calls=calls), variant_options, progress, cancel, name=VARIANT_PASS)
+    except (CaptureFailed, WorkloadError) as exc:
+        if PERMISSION_ERROR in exc.message:
+            raise
+        return _failed(exc, progress)
     if plan.calls is not None:
         record.replayed_launches = plan.replayed
     if (note := budget_note(plan)) is not None:
         record.notes.append(note)
+    return record
+
+
+def _failed(exc: CaptureFailed | WorkloadError, progress: Progress) -> PassRecord | None:
+    """A shape-variant pass that failed, as the run keeps it: the main ncu pass's counters stand (each variant takes
+    its configuration's, as a variant left out of the budget does) and the pass's record says why. (ncu profiles
+    nothing, and writes no report, when the process chose other kernels than the nsys pass's: cuDNN's autotuner
+    may pick other algorithms in every process.)"""
+    line = f"the shape-variant pass failed ({exc.one_line()}): its launches take their configuration's counters"
+    progress(f"{VARIANT_PASS} pass: {line}")
+    record = next((r for r in exc.records if isinstance(r, PassRecord)), None)
+    if record is not None:
+        record.notes.append(line)
     return record
 
 
