@@ -6,7 +6,11 @@ per-module hook dicts by default, but guards on the global ones when it compiles
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import torch
+from conftest import REPO
 from torch import nn
 
 from mcp_server.children.global_modules import GlobalModules
@@ -123,3 +127,13 @@ def test_a_module_with_hooks_of_the_workloads_own_takes_none_of_ours():
         assert _hookable([model]) == [], "Dynamo would guard on every hook dict"
     finally:
         torch._dynamo.config.skip_nnmodule_hook_guards = previous
+
+
+def test_installing_the_hooks_does_not_import_dynamo():
+    """A script's pass installs the hooks at its start: importing Dynamo for them would cost it seconds."""
+    code = ("import sys, torch\nfrom mcp_server.children.global_modules import GlobalModules\n"
+            "modules = GlobalModules('none').install()\ntorch.nn.Linear(2, 2)(torch.ones(1, 2))\n"
+            "print('torch._dynamo' in sys.modules, modules.roots)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                         timeout=120)
+    assert out.stdout.split() == ["False", "['Linear']"]

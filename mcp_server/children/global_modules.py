@@ -53,12 +53,13 @@ class GlobalModules:
     def install(self, only: Iterable[Any] | None = None) -> GlobalModules:
         """Register the global hooks (once); with `only`, hooks on those modules alone (a module called outside them
         is not seen)."""
-        import torch._dynamo
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        # Never traced: a module whose `_call_impl` runs eagerly inside a compiled call (`torch.compile(model)`
-        # compiles its forward) calls them while Dynamo compiles every new frame, and Dynamo cannot trace them.
-        pre, post = torch._dynamo.disable(self._pre), torch._dynamo.disable(self._post)
+        # Never traced where Dynamo is loaded: a module whose `_call_impl` runs eagerly inside a compiled call
+        # (`torch.compile(model)` compiles its forward) calls them while Dynamo compiles every new frame, and Dynamo
+        # cannot trace them. (Not imported for this alone: it would cost every script's pass seconds.)
+        dynamo = sys.modules.get("torch._dynamo")
+        pre, post = (dynamo.disable(self._pre), dynamo.disable(self._post)) if dynamo else (self._pre, self._post)
         if only is None:
             self._handles = [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
         else:
@@ -158,13 +159,13 @@ def _calling_owner(module: Any) -> Any:
     """The outermost module, other than `module`, that holds it and has a method running on this thread's stack
     (a frame whose `self` it is); None when there is none. `torch.compile`'s wrapper of a module is that module."""
     from torch import nn
-    from torch._dynamo.eval_frame import OptimizedModule
 
+    compiled = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", ())  # none before Dynamo
     owner = None
     frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         candidate = frame.f_locals.get("self")
-        if (isinstance(candidate, nn.Module) and not isinstance(candidate, OptimizedModule) and candidate is not module
+        if (isinstance(candidate, nn.Module) and not isinstance(candidate, compiled) and candidate is not module
                 and any(m is module for m in candidate.modules())):
             owner = candidate
         frame = frame.f_back
