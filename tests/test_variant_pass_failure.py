@@ -1,7 +1,8 @@
 """A shape-variant pass that fails leaves the run standing: the main ncu pass's counters stand, each variant takes its
 configuration's counters, and the profile says why. (On the H200, unet_small's optimized workload, which turns on
 cuDNN's autotuner, made a variant pass in which ncu profiled nothing and wrote no report: the run ended with "ncu
-wrote no report".)"""
+wrote no report".) And the main pass's mismatch with the timeline names cuDNN's autotuner when it was on: each process
+picks its own convolution kernels."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import stat
 from conftest import REPO
 from fixtures_util import extract_fixture
 
+from mcp_server.assemble.nsys import AUTOTUNED
 from mcp_server.backends.registry import assemble
 from mcp_server.capture.budget import within_budget
 from mcp_server.capture.replay_plan import plan_replays
@@ -59,3 +61,30 @@ def test_a_variant_pass_in_which_ncu_profiled_nothing_does_not_end_the_run(tmp_p
     assert record is not None and record.name == VARIANT_PASS, "the manifest keeps the pass, with why it failed"
     assert record.notes[-1].startswith("the shape-variant pass failed")
 
+
+
+def _with_other_kernels(tmp_path, tmp_path_factory, benchmark: bool | None):
+    """conv_block's eager timeline joined with the ncu report of another process that ran other kernels (the
+    Inductor run's), as a process whose cuDNN autotuner picked other convolutions gives; the nsys pass's
+    harness.json says whether the autotuner was on."""
+    run = tmp_path / "conv_block_eager"
+    shutil.copytree(extract_fixture("h200_conv_block_eager", tmp_path_factory) / "conv_block_eager", run)
+    other = extract_fixture("h200_conv_block_inductor", tmp_path_factory) / "conv_block_inductor"
+    shutil.copy(other / "ncu" / "report.ncu-rep", RunDir(run).ncu_report("ncu"))
+    harness = run / "nsys" / "harness.json"
+    data = json.loads(harness.read_text())
+    data["cudnn_benchmark"] = benchmark
+    harness.write_text(json.dumps(data))
+    return assemble(RunDir(run))
+
+
+def test_a_mismatch_under_cudnns_autotuner_names_it(tmp_path, tmp_path_factory):
+    profile = _with_other_kernels(tmp_path, tmp_path_factory, True)
+    assert any(w.startswith("nsys/ncu mismatch") for w in profile.warnings)
+    assert AUTOTUNED in profile.warnings
+
+
+def test_a_mismatch_without_the_autotuner_does_not_blame_it(tmp_path, tmp_path_factory):
+    profile = _with_other_kernels(tmp_path, tmp_path_factory, None)
+    assert any(w.startswith("nsys/ncu mismatch") for w in profile.warnings)
+    assert AUTOTUNED not in profile.warnings

@@ -67,6 +67,13 @@ def _options(record: PassRecord) -> NcuOptions:
     return record.ncu
 
 
+AUTOTUNED = (
+    "cuDNN's autotuner was on (torch.backends.cudnn.benchmark): every pass's process times the convolution "
+    "algorithms again and may pick other kernels, so ncu's replay met other kernels than the timeline's (the mismatch "
+    "above); for counters on every launch, profile with it off"
+)
+
+
 def _assemble(
     run_dir: RunDir, manifest: RunManifest, harness: HarnessResult, timeline: NsysWindow
 ) -> OperatorAttributedProfile:
@@ -101,6 +108,8 @@ def _assemble(
         )
         counter_warnings += [_stopped_early(p) for p in (ncu_pass, variants_pass) if p and p.stopped_early]
         counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems] + notes
+        if problems and harness.cudnn_benchmark:
+            counter_warnings.append(AUTOTUNED)
         counters = lambda ordinal: joined.get(ordinal, ({}, None, None))  # noqa: E731
     tool = "nsys+ncu" if ncu_pass is not None else "nsys"
     meta = capture_metadata(manifest, harness, tool)

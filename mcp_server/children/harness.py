@@ -198,6 +198,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
             torch.cuda.synchronize()
         last_step_ns = time.perf_counter_ns() - t_step
     result["warmup_time_ns"] = time.perf_counter_ns() - t0
+    result["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
     if args.unprofiled_windows and not torch.cuda.is_available():  # a GPU's run has its timing pass for this
         _enter(result, "unprofiled windows")
         result["unprofiled_windows"] = _unprofiled_windows(step, args.iters, args.unprofiled_windows)

@@ -66,6 +66,9 @@ class HarnessResult(_Open):
         default=None, description="(without CUDA) the window timed on the host clock without the profiler first.")
     clocks: dict[str, Any] | None = None
     root_module: str | None = None
+    cudnn_benchmark: bool | None = Field(
+        default=None, description="Whether cuDNN's autotuner (torch.backends.cudnn.benchmark) was on once the "
+        "workload had warmed up (a script's: when it ended): each process then picks its own convolution kernels.")
     graph_breaks: list[dict[str, Any]] | None = None
     distributed: dict[str, Any] | None = None
 
