@@ -8,6 +8,7 @@ import lzma
 import math
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,39 @@ def test_a_decode_window_of_thousands_of_variants_plans_within_the_budget():
     for layer in range(1, LAYERS):
         assert {0, (STEPS - 1) // 2, STEPS - 1} <= chosen[f"h.{layer}.attn"]
     assert "spread over the window" in (budget_note(fitted) or "")
+
+
+def _with_token_cat(duration_ns: int) -> list[WindowKernel]:
+    """The decode window with the loop's own `torch.cat` of each step's token, outside every module call: a variant
+    per step (its output grows)."""
+    launches = []
+    for kernel in _decode_window():
+        launches.append(replace(kernel, ordinal=len(launches), correlation_id=len(launches)))
+        if kernel.stack[0].text == f"module:h.{LAYERS - 1}.attn" and kernel.name == f"gemm{KERNELS - 1}":
+            step = kernel.ordinal // (LAYERS * KERNELS)
+            op = NvtxRange(kernel.start_ns + 10, kernel.start_ns + 11, f"aten::cat, sizes = [[4, {8 + step}], [4, 1]]",
+                           kernel.start_ns + 11)
+            launches.append(replace(kernel, ordinal=len(launches), name="cat", mangled_name="_Z3cat",
+                                    correlation_id=len(launches), start_ns=kernel.start_ns + 10,
+                                    duration_ns=duration_ns, stack=(op,)))
+    return launches
+
+
+def test_variants_outside_every_module_call_leave_the_plan_scoped_when_they_hold_little():
+    """Hugging Face's generate() concatenates each new token outside the model's modules: those few variants are left
+    out (nearest measured shape), the attention's are replayed by module calls spread over the window."""
+    plan = plan_launches(_with_token_cat(2_000))
+    cats = {k.ordinal for k in _with_token_cat(2_000) if k.name == "cat"} & set(plan.variants)
+    assert plan.calls is not None and len(cats) == STEPS - 1, "the first step's is its configuration's own"
+    fitted = within_budget(plan, 60.0, EACH_S)
+    assert fitted.calls and cats <= set(fitted.left_out) and not cats & set(fitted.replayed)
+    assert "_Z3cat" not in fitted.variant_names
+    assert not cats & set(within_budget(plan, 10_000.0, EACH_S).variants), "unscoped variants are never replayed"
+
+
+def test_variants_outside_module_calls_holding_most_time_keep_the_run_of_launches():
+    plan = plan_launches(_with_token_cat(10_000_000))
+    assert plan.calls is None and plan.launch_count > 0
 
 
 def _sizes(step: int) -> list[list[int]]:

@@ -138,10 +138,14 @@ def _module_calls(kernel: WindowKernel) -> list[tuple[str, int]]:
 
 
 def _scope(plan: ReplayPlan, launches: list[WindowKernel], wanted: set[int], names: set[str]) -> None:
-    """The module calls holding the variants, when every variant runs inside one on one thread."""
+    """The module calls holding the variants, when they run on one thread and those inside a module call hold most
+    of the variants' kernel time (a variant outside every module call, a decode loop's `torch.cat` of the new token,
+    cannot be scoped: it is left out of a scoped plan and takes the nearest measured shape's counters)."""
     threads = {k.launch_thread for k in launches if k.ordinal in wanted}
-    enclosing = [_module_calls(k) for k in launches if k.ordinal in wanted]
-    if len(threads) != 1 or not all(enclosing):
+    variants = [k for k in launches if k.ordinal in wanted]
+    enclosing = [calls for k in variants if (calls := _module_calls(k))]
+    inside = sum(k.duration_ns for k in variants if _module_calls(k))
+    if len(threads) != 1 or not enclosing or 2 * inside < sum(k.duration_ns for k in variants):
         return
     starts: dict[str, set[int]] = {}  # every call of each module in the window, by its range's start
     for kernel in launches:
