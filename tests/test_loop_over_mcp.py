@@ -1,5 +1,7 @@
 """The optimization loop driven through the MCP server's tools in the order skills/optimize/SKILL.md names them, on
-a workload that is not one of the examples, on the CPU, until loop_status says the loop is complete.
+a workload that is not one of the examples, on the CPU, until loop_status says the loop is complete. loop_status is
+also asked where a stage is half done (bench run, but validate has not read bench.json yet: bench, then report) and
+once the optimized workload is edited after the loop closed (validate again, the report recomputed).
 
 The files the skill's agents write (the profile copied beside the workload, optimizations.json, the optimized
 workload and its test) are written here as the agents are told to; every other file comes from a tool.
@@ -19,7 +21,7 @@ import pytest
 from conftest import REPO
 from mcp import Client
 
-from mcp_server.loop import STAGES
+from mcp_server.loop import STAGES, read_state
 from mcp_server.schema.optimizations import OptimizationPlan
 from mcp_server.serve.app import server
 
@@ -108,9 +110,17 @@ def test_a_loop_through_the_mcp_tools_ends_complete(tmp_path: Path, monkeypatch:
     for mode in ("eager", "free"):  # 9. bench, then validate with bench.json
         _call("bench", {"baseline": workload, "optimized": optimized, "baseline_mode": mode, "tier": "reduced",
                         "output": str(folder), **FAST})
+    status = _call("loop_status", {"workload": workload})  # bench is done only once validate has read bench.json
+    assert (status["next_stage"], status["resume_from"]) == ("bench", "bench")
+    assert status["reason"] == "validation_report.json was not written from bench.json: run validate again with it"
+    assert [c["file"] for c in status["checkpoints"] if c["provenance"] == "loop_state"] == [  # the tools' files
+        "analysis.json", "recipes.json", "proposal.md", "implementation.md", "validation_report.json",
+        "comparison.json", "comparison.md", "bench.json", "bench_vs_free.json"]
     _call("validate", {"baseline": workload, "optimized": optimized, "seeds": [0], "bench_json":
                        str(folder / "bench.json"), "analysis": str(folder / "analysis.json"),
                        "optimizations": str(folder / "optimizations.json"), "output": str(folder)})
+    status = _call("loop_status", {"workload": workload})
+    assert (status["next_stage"], status["resume_from"]) == ("report", "report")
     _call("report", {"baseline_profile": str(folder / "profile.json"),  # 10. report
                      "optimized_profile": str(folder / "profile_optimized.json"),
                      "baseline_analysis": str(folder / "analysis.json"), "comparison": str(folder / "comparison.json"),
@@ -121,3 +131,14 @@ def test_a_loop_through_the_mcp_tools_ends_complete(tmp_path: Path, monkeypatch:
     status = _call("loop_status", {"workload": workload})
     assert status["next_stage"] is None and "complete" in status["summary"], status["reason"]
     assert {s["status"] for s in status["stages"]} == {"done"}
+    report = read_state(folder).checkpoints["report.md"]
+    assert {i.path for i in report.inputs} == {"profile.json", "profile_optimized.json", "analysis.json",
+                                               "comparison.json", "bench.json", "recipes.json", "bench_vs_free.json",
+                                               "validation_report.json", "optimizations.json"}
+
+    with open(optimized, "a", encoding="utf-8") as handle:  # the workload edited after the loop closed
+        handle.write("# edited\n")
+    status = _call("loop_status", {"workload": workload})
+    assert (status["next_stage"], status["resume_from"]) == ("validate", "validate")
+    assert "tiny_mlp_optimized.py" in status["reused"] and "report.md" in status["recompute"]
+    assert status["recompute"][0] == "validation_report.json"

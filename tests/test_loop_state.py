@@ -37,14 +37,11 @@ from mcp_server.rundir import PROFILE
 from mcp_server.schema.optimizations import OPTIMIZATIONS_JSON
 from mcp_server.schema.requests import (
     AnalyzeRequest,
-    BenchRequest,
-    CompareRequest,
     Interpreter,
     ProfileRequest,
     RecipesRequest,
     RecipeTiming,
     ReportRequest,
-    TimingOptions,
     ValidateRequest,
 )
 from mcp_server.schema.results import LoopStatusResult
@@ -215,49 +212,6 @@ def test_a_failed_validation_goes_back_to_implement_until_the_workload_changes(l
     _validate(loop)
     status = loop_status(loop / "tiny_mlp.py")
     assert _stage(status, "validate").status == "done" and status.next_stage == "reprofile"
-
-
-def test_bench_is_done_once_validate_has_read_bench_json_and_the_report_closes_the_loop(loop: Path):
-    _planned(loop)
-    _implemented(loop)
-    _validate(loop)
-    shutil.copy(loop / "profile.json", loop / "profile_optimized.json")  # the capture agent's re-profile
-    api.compare(CompareRequest(baseline=loop / "profile.json", optimized=loop / "profile_optimized.json",
-                               output=loop, project=loop))
-    fast = TimingOptions(warmup=1, calls=10, queued=10, blocks=1, budget_s=0.1, input_sets=1)
-    for mode in ("eager", "free"):
-        api.bench(BenchRequest(baseline=loop / "tiny_mlp.py", optimized=loop / "tiny_mlp_optimized.py",
-                               python=PYTHON, timing=fast, baseline_mode=mode, tier="reduced", output=loop,
-                               project=loop))
-    status = loop_status(loop / "tiny_mlp.py")
-    assert (status.next_stage, status.resume_from) == ("bench", "bench")
-    assert status.reason == "validation_report.json was not written from bench.json: run validate again with it"
-    assert [c.file for c in status.checkpoints if c.provenance == "loop_state"] == [
-        "analysis.json", "recipes.json", "validation_report.json", "comparison.json", "comparison.md", "bench.json",
-        "bench_vs_free.json"]
-
-    _validate(loop, bench_json=loop / "bench.json", analysis=loop / "analysis.json", max_plausible_speedup=1e6)
-    status = loop_status(loop / "tiny_mlp.py")
-    assert (status.next_stage, status.resume_from) == ("report", "report")
-    api.report(ReportRequest(baseline_profile=loop / "profile.json", optimized_profile=loop / "profile_optimized.json",
-                             baseline_analysis=loop / "analysis.json", comparison=loop / "comparison.json",
-                             bench_json=loop / "bench.json", recipes=loop / "recipes.json",
-                             bench_vs_free=loop / "bench_vs_free.json", validation=loop / "validation_report.json",
-                             output=loop, project=loop))
-    status = loop_status(loop / "tiny_mlp.py")
-    assert (status.next_stage, status.resume_from) == (None, None)
-    assert {s.status for s in status.stages} == {"done"}
-    report = read_state(loop).checkpoints["report.md"]
-    assert {i.path for i in report.inputs} == {"profile.json", "profile_optimized.json", "analysis.json",
-                                               "comparison.json", "bench.json", "recipes.json", "bench_vs_free.json",
-                                               "validation_report.json"}
-
-    with open(loop / "tiny_mlp_optimized.py", "a", encoding="utf-8") as handle:
-        handle.write("# edited\n")
-    status = loop_status(loop / "tiny_mlp.py")
-    assert (status.next_stage, status.resume_from) == ("validate", "validate")
-    assert "tiny_mlp_optimized.py" in status.reused and "report.md" in status.recompute
-    assert status.recompute[0] == "validation_report.json"
 
 
 def test_a_corrupt_loop_state_is_an_error_with_a_remedy(loop: Path):
