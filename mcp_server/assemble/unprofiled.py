@@ -1,5 +1,6 @@
 """The window measured without the profiler: the timing pass's windows and kernels, joined to the attributed
-timeline on launch order.
+timeline on launch order (or, where concurrent streams ran the same kernels in another order, on each kernel's n-th
+launch).
 
 The timing pass runs the same window `K` times (no NVTX, no hooks, no operator recording, no tracing), each
 between CUDA events: the window's length is their median. It then runs the window `T` more times while CUPTI alone
@@ -73,18 +74,40 @@ def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofi
     per_window = [traced[i * count:(i + 1) * count] for i in range(runs)]
     summary.busy_ns = int(statistics.median(busy_time_ns([(k.start_ns, k.start_ns + k.duration_ns) for k in w])
                                             for w in per_window))
-    mismatched = sum(1 for k, t in zip(ordered, per_window[0], strict=True) if _name(k.kernel_name) != _name(t.name))
+    names = [_name(k.kernel_name) for k in ordered]
+    mismatched = sum(1 for name, t in zip(names, per_window[0], strict=True) if name != _name(t.name))
+    positions = [list(range(count))] * runs  # each attributed launch's place in each traced window
     if mismatched > MAX_NAME_MISMATCH * count:
-        summary.warnings.append(f"{mismatched} of {count} launches of the timing pass are other kernels than the "
-                                "profiled window's, in launch order: its per-kernel gaps are left out")
-        return summary
+        positions = [p for w in per_window if (p := _by_occurrence(names, w)) is not None]
+        if len(positions) != runs:
+            summary.warnings.append(f"{mismatched} of {count} launches of the timing pass are other kernels than the "
+                                    "profiled window's, in launch order: its per-kernel gaps are left out")
+            return summary
     gaps = [_gaps(w) for w in per_window]
     factor = 1.0
     if summary.wall_ns and summary.traced_wall_ns and summary.traced_wall_ns > summary.busy_ns:
         factor = min(1.0, max(0, summary.wall_ns - summary.busy_ns) / (summary.traced_wall_ns - summary.busy_ns))
-    summary.gaps = {k.kernel_id: int(factor * statistics.median(g[i] for g in gaps))
-                    for i, k in enumerate(ordered) if i}
+    summary.gaps = {k.kernel_id: int(factor * statistics.median(g[at[i]] for g, at in zip(gaps, positions,
+                                                                                          strict=True)))
+                    for i, k in enumerate(ordered) if all(at[i] for at in positions)}
     return summary
+
+
+def _by_occurrence(names: list[str], window: Sequence[TraceKernel]) -> list[int] | None:
+    """Where each attributed launch ran in a traced window whose launches are the same kernels in another order (the
+    streams of a CUDA graph or of cuDNN's RNN interleave differently in every run): the n-th launch of a kernel is its
+    n-th launch there. None when the window holds other kernels."""
+    places: dict[str, list[int]] = {}
+    for i, kernel in enumerate(window):
+        places.setdefault(_name(kernel.name), []).append(i)
+    seen: dict[str, int] = {}
+    found = []
+    for name in names:
+        n = seen[name] = seen.get(name, -1) + 1
+        if n >= len(places.get(name, ())):
+            return None
+        found.append(places[name][n])
+    return found
 
 
 def _median_elapsed(windows: Sequence[TimedWindow]) -> int | None:
