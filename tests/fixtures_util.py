@@ -12,7 +12,9 @@ with the adapters under test, so that expected numbers are computed independentl
 from __future__ import annotations
 
 import json
+import lzma
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -47,6 +49,16 @@ ALL_RUNS = NSYS_RUNS + TORCH_RUNS
 def archive_of(run: str) -> str:
     """Archive name (without `.tar.xz`) holding run directory `run`: `gpt2_eager_torch` -> `h200_gpt2_eager`."""
     return f"{GPU}_{run.removesuffix('_torch')}"
+
+
+def resnet50_nsys(directory: Path) -> Path:
+    """The nsys export of torchvision's ResNet-50 (eager, batch 32), recorded on an H100 by
+    `operator-profiler run scripts/gpu_workloads/resnet50.py` (its nsys/report.sqlite, xz-compressed), written into
+    `directory`."""
+    db = directory / "report.sqlite"
+    with lzma.open(FIXTURES / "h100_resnet50_eager_nsys.sqlite.xz") as src, db.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return db
 
 
 def extract_fixture(name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:

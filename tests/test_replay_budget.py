@@ -4,15 +4,13 @@ ResNet-50's recorded timeline (H100) and on a decode-like window of thousands of
 
 from __future__ import annotations
 
-import lzma
 import math
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from fixtures_util import resnet50_nsys
 
 from mcp_server.assemble.aggregate import counter_coverage
 from mcp_server.assemble.join import join_counters, shape_distance
@@ -29,10 +27,7 @@ EACH_S = 0.3  # the measured cost of one replayed kernel (12 passes x 25 ms on t
 
 @pytest.fixture(scope="module")
 def resnet50(tmp_path_factory) -> Path:
-    db = tmp_path_factory.mktemp("resnet50") / "report.sqlite"
-    with lzma.open(REPO / "tests" / "fixtures" / "h100_resnet50_eager_nsys.sqlite.xz") as src, db.open("wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return db
+    return resnet50_nsys(tmp_path_factory.mktemp("resnet50"))
 
 
 def test_a_budget_that_holds_everything_changes_nothing(resnet50):

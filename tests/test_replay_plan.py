@@ -4,16 +4,20 @@ variants a second pass must replay, recomputed here from the raw nsys export wit
 from __future__ import annotations
 
 import json
-import lzma
 import math
 import re
-import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-from fixtures_util import NSYS_RUNS, raw_enclosing_ranges, raw_innermost_sizes, raw_window_kernels, run_dir
+from fixtures_util import (
+    NSYS_RUNS,
+    raw_enclosing_ranges,
+    raw_innermost_sizes,
+    raw_window_kernels,
+    resnet50_nsys,
+    run_dir,
+)
 
 from mcp_server.assemble.join import join_counters
 from mcp_server.capture.replay_plan import plan_replays
@@ -110,10 +114,7 @@ def test_the_plan_is_announced_with_estimates(tmp_path_factory):
 def resnet50(tmp_path_factory) -> Path:
     """The nsys export of torchvision's ResNet-50 (eager, batch 32), recorded on an H100 by
     `operator-profiler run scripts/gpu_workloads/resnet50.py` (the run's nsys/report.sqlite, xz-compressed)."""
-    db = tmp_path_factory.mktemp("resnet50") / "report.sqlite"
-    with lzma.open(REPO / "tests" / "fixtures" / "h100_resnet50_eager_nsys.sqlite.xz") as src, db.open("wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return db
+    return resnet50_nsys(tmp_path_factory.mktemp("resnet50"))
 
 
 def test_resnet50s_variants_replay_inside_the_module_calls_that_launch_them(resnet50):

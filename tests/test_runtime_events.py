@@ -5,13 +5,12 @@ profiler. Expected values are read here with plain SQL and json, not with the re
 from __future__ import annotations
 
 import json
-import lzma
 import re
 import sqlite3
 from pathlib import Path
 
 import pytest
-from fixtures_util import FIXTURES, extract_fixture, run_dir
+from fixtures_util import extract_fixture, resnet50_nsys, run_dir
 
 from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
@@ -35,10 +34,7 @@ def raw_runtime_calls(db: Path) -> list[tuple[int, int, str, int]]:
 
 @pytest.fixture(scope="module")
 def resnet(tmp_path_factory) -> Path:
-    db = tmp_path_factory.mktemp("resnet") / "report.sqlite"
-    with lzma.open(FIXTURES / "h100_resnet50_eager_nsys.sqlite.xz") as src:
-        db.write_bytes(src.read())
-    return db
+    return resnet50_nsys(tmp_path_factory.mktemp("resnet"))
 
 
 @pytest.fixture(scope="module")

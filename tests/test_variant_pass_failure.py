@@ -7,12 +7,10 @@ picks its own convolution kernels."""
 from __future__ import annotations
 
 import json
-import lzma
 import shutil
 import stat
 
-from conftest import REPO
-from fixtures_util import extract_fixture
+from fixtures_util import extract_fixture, resnet50_nsys
 
 from mcp_server.assemble.nsys import AUTOTUNED
 from mcp_server.backends.registry import assemble
@@ -46,10 +44,7 @@ def test_a_variant_pass_in_which_ncu_profiled_nothing_does_not_end_the_run(tmp_p
     ncu.write_text("#!/bin/sh\necho '==WARNING== No kernels were profiled.'\nexit 0\n")
     ncu.chmod(ncu.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("NCU", str(ncu))
-    db = tmp_path / "report.sqlite"
-    with lzma.open(REPO / "tests" / "fixtures" / "h100_resnet50_eager_nsys.sqlite.xz") as src, db.open("wb") as dst:
-        shutil.copyfileobj(src, dst)
-    plan = within_budget(plan_replays(db), 600.0, 0.3)
+    plan = within_budget(plan_replays(resnet50_nsys(tmp_path)), 600.0, 0.3)
     assert plan.variants
     workload = tmp_path / "w.py"
     workload.write_text("")

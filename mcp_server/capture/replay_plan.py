@@ -142,10 +142,10 @@ def _scope(plan: ReplayPlan, launches: list[WindowKernel], wanted: set[int], nam
     of the variants' kernel time (a variant outside every module call, a decode loop's `torch.cat` of the new token,
     cannot be scoped: it is left out of a scoped plan and takes the nearest measured shape's counters)."""
     threads = {k.launch_thread for k in launches if k.ordinal in wanted}
-    variants = [k for k in launches if k.ordinal in wanted]
-    enclosing = [calls for k in variants if (calls := _module_calls(k))]
-    inside = sum(k.duration_ns for k in variants if _module_calls(k))
-    if len(threads) != 1 or not enclosing or 2 * inside < sum(k.duration_ns for k in variants):
+    variants = [(k.duration_ns, _module_calls(k)) for k in launches if k.ordinal in wanted]
+    enclosing = [calls for _, calls in variants if calls]
+    inside = sum(duration for duration, calls in variants if calls)
+    if len(threads) != 1 or not enclosing or 2 * inside < sum(duration for duration, _ in variants):
         return
     starts: dict[str, set[int]] = {}  # every call of each module in the window, by its range's start
     for kernel in launches:

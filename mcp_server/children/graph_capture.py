@@ -18,6 +18,7 @@ skips, the code a hand-written capture wraps) are named.
 
 from __future__ import annotations
 
+import sys
 from contextlib import ExitStack
 from typing import Any
 
@@ -103,10 +104,10 @@ class GraphCaptureRanges:
 def _hookable(models: list[Any]) -> list[Any]:
     """The modules of `models` that may take hooks while compiled code runs: none when Dynamo guards on empty hook
     dicts (`skip_nnmodule_hook_guards` off: a compiled region would compile again inside the capture), else every
-    module without hooks of its own (a non-empty hook dict is traced into compiled code)."""
-    import torch._dynamo
-
-    if not torch._dynamo.config.skip_nnmodule_hook_guards:
+    module without hooks of its own (a non-empty hook dict is traced into compiled code). Dynamo not loaded, nothing
+    is compiled: it is not imported for this."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None and not dynamo.config.skip_nnmodule_hook_guards:
         return []
     hook_dicts = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
                   "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")

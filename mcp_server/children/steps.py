@@ -362,9 +362,9 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
 
 def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any, modules: GlobalModules,
             stopped: bool, elapsed_ns: int) -> None:
-    kind = source.kind or "function" if isinstance(source, NamedSteps) else "optimizer"
     import torch
 
+    kind = source.kind or "function" if isinstance(source, NamedSteps) else "optimizer"
     result["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
     result["steps"] = {"kind": kind, "name": source.name, "warmup": args.warmup_iters, "active": args.iters,
                        "seen": windows.steps, "stopped_after_window": stopped, "script_ns": elapsed_ns}
