@@ -161,6 +161,7 @@ def test_an_eager_pass_warms_up_beside_the_previous_pass_unless_cudnn_autotunes(
         result = _result(run_dir)
         marks = result["phase_started_at"]  # rounded to the millisecond
         assert result["warmed_up_early"] is early
+        assert result["cudnn_benchmark"] is not early, "harness.json says whether cuDNN's autotuner was on"
         if early:
             assert marks["warmup"] <= previous_done + 0.001, "eager, cuDNN's autotuner off: it warmed up at once"
         else:

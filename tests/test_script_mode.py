@@ -39,7 +39,7 @@ def test_a_training_script_with_dataloader_workers_is_profiled_as_it_is(tmp_path
                    "--epochs", "2", "--samples", "16", "--workers", "2")
     assert proc.returncode == 0, proc.stderr
     harness = json.loads((out / "torch" / "harness.json").read_text())
-    assert harness["workload_kind"] == "steps"
+    assert harness["workload_kind"] == "steps" and harness["cudnn_benchmark"] is False
     assert harness["steps"] == {**harness["steps"], "kind": "optimizer", "name": "SGD.step", "warmup": 3,
                                 "active": 1, "seen": 4, "stopped_after_window": True}
     profile = load_profile(out / "profile.json")
