@@ -3,9 +3,12 @@
 Runs a small window (element-wise, cuDNN convolution and cuBLAS matmul launches between cudaProfilerStart and
 cudaProfilerStop) under `ncu --replay-mode kernel` once per variant of the options `plugins/ncu/command.py` uses
 (clock control, cache control, metric subsets) and prints, per variant, the passes ncu reported, the window's
-seconds and the seconds per replayed kernel, as JSON. GPU machine only:
+seconds and the seconds per replayed kernel, as JSON. With `--footprint-gib`, the default variant again with that
+much more device memory allocated, with `--pinned-mib` that much pinned host memory (untouched by the window's
+kernels): what a large training step's allocations, or a DataLoader's pinned batches, cost each replayed kernel.
+GPU machine only:
 
-    python3 benchmarks/ncu_pass_cost.py --out pass_cost.json
+    python3 benchmarks/ncu_pass_cost.py --out pass_cost.json [--only default --footprint-gib 8 32]
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ sys.path.insert(0, str(ROOT))
 
 from mcp_server.process.child import run_child  # noqa: E402
 from mcp_server.schema.io import write_json_atomic  # noqa: E402
-from plugins.ncu.command import default_metrics, find_ncu, replayed_passes  # noqa: E402
+from plugins.executables import gpu_name  # noqa: E402
+from plugins.ncu.command import collected_metrics, find_ncu, replayed_passes  # noqa: E402
 
 TIMEOUT_S = 600.0
 CHILD = """
 import sys, time, torch
+held = [torch.ones(2**30, dtype=torch.uint8, device="cuda") for _ in range(int(sys.argv[2]))]
+pinned = torch.ones(int(sys.argv[3]) * 2**20, dtype=torch.uint8).pin_memory() if int(sys.argv[3]) else None
 x = torch.randn(32, 64, 56, 56, device="cuda")
 w = torch.randn(64, 64, 3, 3, device="cuda")
 a = torch.randn(2048, 2048, device="cuda")
@@ -44,7 +50,7 @@ torch.cuda.cudart().cudaProfilerStop()
 
 def variants() -> dict[str, tuple[list[str], list[str]]]:
     """name -> (capture options, metrics)."""
-    every = list(default_metrics().values())
+    every = collected_metrics(gpu_name())  # what the capture collects on this GPU
     sass = [m for m in every if "__sass_" in m]
     base = ["--cache-control", "all", "--clock-control", "base"]
     groups = {
@@ -72,12 +78,15 @@ def variants() -> dict[str, tuple[list[str], list[str]]]:
     return table
 
 
-def measure(ncu: str, child: Path, iterations: int, options: list[str], metrics: list[str]) -> dict[str, object]:
-    """One ncu run of the child: passes per kernel, kernels replayed, window seconds."""
+def measure(ncu: str, child: Path, iterations: int, options: list[str], metrics: list[str],
+            footprint_gib: int = 0, pinned_mib: int = 0) -> dict[str, object]:
+    """One ncu run of the child (holding `footprint_gib` GiB more device memory and `pinned_mib` MiB of pinned host
+    memory): passes per kernel, kernels replayed, window seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [ncu, "--profile-from-start", "off", "--replay-mode", "kernel", *options,
                "--metrics", ",".join(metrics), "--export", str(Path(tmp) / "r"), "--force-overwrite",
-               sys.executable, str(child), str(iterations)]
+               sys.executable, str(child), str(iterations), str(footprint_gib),
+               str(pinned_mib)]
         code, timed_out = run_child(cmd, Path(tmp) / "ncu.log", TIMEOUT_S)
         lines = (Path(tmp) / "ncu.log").read_text(encoding="utf-8", errors="replace").splitlines()
     passes = [n for line in lines if (n := replayed_passes(line)) is not None]
@@ -96,6 +105,10 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=6, help="loop iterations in the window (default 6)")
     parser.add_argument("--only", nargs="*", choices=list(table), metavar="VARIANT",
                         help=f"variants to run (default: all): {', '.join(table)}")
+    parser.add_argument("--footprint-gib", type=int, nargs="*", default=[], metavar="GIB",
+                        help="also run the default variant holding this many GiB more device memory (each)")
+    parser.add_argument("--pinned-mib", type=int, nargs="*", default=[], metavar="MIB",
+                        help="also run the default variant holding this many MiB of pinned host memory (each)")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
     ncu = find_ncu()
@@ -110,6 +123,15 @@ def main() -> int:
             if args.only and name not in args.only:
                 continue
             results[name] = measure(ncu, child, args.iterations, options, metrics)
+            print(name, json.dumps(results[name]), flush=True)
+        options, metrics = table["default"]
+        for gib in args.footprint_gib:
+            name = f"default_holding_{gib}_gib"
+            results[name] = measure(ncu, child, args.iterations, options, metrics, gib)
+            print(name, json.dumps(results[name]), flush=True)
+        for mib in args.pinned_mib:
+            name = f"default_pinning_{mib}_mib"
+            results[name] = measure(ncu, child, args.iterations, options, metrics, pinned_mib=mib)
             print(name, json.dumps(results[name]), flush=True)
     if args.out:
         write_json_atomic(args.out, results)

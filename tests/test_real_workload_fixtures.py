@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,14 @@ from fixtures_util import FIXTURES, extract_fixture
 from mcp_server.analysis import analyze_profile
 from mcp_server.assemble.attribute import CAPTURED_DETAIL
 from mcp_server.backends.registry import assemble
+from mcp_server.capture.budget import variant_share, within_budget
+from mcp_server.capture.replay_plan import plan_replays
+from mcp_server.capture.request import CaptureRequest
+from mcp_server.capture.variants import MIN_VARIANT_SHARE, ncu_variants_pass
 from mcp_server.compare import compare_profiles
 from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import OperatorAttributedProfile
+from mcp_server.schema.requests import NcuOptions
 
 
 def _recorded(case: str, tmp_path_factory: pytest.TempPathFactory, gpu: str = "h100") -> Path:
@@ -142,3 +148,24 @@ def test_a_workloads_own_cuda_graph_is_attributed_to_its_capture(tmp_path_factor
     assert [d.status for d in lstm] == ["matched"] and lstm[0].match_rule == "name_module_order", "by module too"
     lstm_module = next(m for m in comparison.modules if m.module_path == "lstm")
     assert lstm_module.baseline_time_ns > 0 and lstm_module.optimized_time_ns > 0, "the module pairs on both sides"
+
+
+def test_a_variant_pass_worth_less_than_its_start_is_not_run(tmp_path_factory, tmp_path, monkeypatch):
+    """At the H200's measured pace (0.32 s per kernel) the training script's 164 configurations leave room in 53 s for
+    one of its 30 shape variants, holding 0.47 % of the kernel time: a pass of its own would cost more (8 s there)
+    than it measures, so none is started and the variant takes its nearest measured shape's counters."""
+    run = _recorded("train_script", tmp_path_factory)
+    plan = within_budget(plan_replays(RunDir(run).nsys_sqlite()), 53.0, 0.32)
+    assert len(plan.variants) == 1 and variant_share(plan) < MIN_VARIANT_SHARE
+    assert variant_share(within_budget(plan, 60.0, 0.32)) >= MIN_VARIANT_SHARE, "five variants at 60 s: worth it"
+    started = tmp_path / "ncu_started"
+    ncu = tmp_path / "ncu"
+    ncu.write_text(f"#!/bin/sh\ntouch {started}\nexit 1\n")
+    ncu.chmod(ncu.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("NCU", str(ncu))
+    req = CaptureRequest(workload=REPO / "scripts" / "gpu_workloads" / "train_script.py",
+                         run_dir=RunDir(tmp_path / "run"), timeout_s=60)
+    said: list[str] = []
+    assert ncu_variants_pass(req, NcuOptions(replay_budget_s=53.0), said.append, plan=plan) is None
+    assert not started.exists(), "no ncu was started"
+    assert any("not run" in line and "0.47 %" in line for line in said), said

@@ -2,7 +2,8 @@
 workload (a decode loop's attention has new shapes at every step: thousands of shape variants).
 
 Every configuration is replayed first (ncu's deduplicated pass: one replay each); when they alone exceed the
-budget, the main pass stops after as many as it affords and no variant is replayed. What is left pays for shape
+budget, the main pass stops once its replay time reaches the budget (as many as it affords) and no variant is
+replayed. What is left pays for shape
 variants, taken by the module calls that launch them: calls of each module path in a spread order (the first, the
 last, the middle, the quarters...) so that a few representative steps of a decode loop are measured across its
 sequence lengths, paths holding more kernel time first. A variant left out takes, at assembly, the counters of the
@@ -45,8 +46,8 @@ def within_budget(plan: ReplayPlan, budget_s: float, seconds_each: float) -> Rep
 def refitted(plan: ReplayPlan, seconds_each: float | None, tolerance: float = 0.1) -> ReplayPlan:
     """`plan` fitted again to its budget at `seconds_each`, the pace the ncu pass was measured to replay at (a plan is
     first fitted at an estimate: the pass has not replayed enough kernels to measure its pace when the plan is made,
-    and a training step's kernels, whose written buffers ncu saves and restores for every pass, replay at twice the
-    estimate); `plan` itself when the pace is unknown or within `tolerance` of the pace it was fitted at."""
+    and the pace varies with the workload: ncu restores every pinned host buffer before each pass, for one); `plan`
+    itself when the pace is unknown or within `tolerance` of the pace it was fitted at."""
     fitted_at = plan.seconds_each
     if seconds_each is None or plan.budget_s is None or fitted_at is None:
         return plan
@@ -92,6 +93,12 @@ def held_time(plan: ReplayPlan) -> dict[int, int]:
         elif key in owner:
             held[owner[key]] += facts.duration_ns
     return {v: held.get(v, by_ordinal[v].duration_ns if v in by_ordinal else 0) for v in plan.variants}
+
+
+def variant_share(plan: ReplayPlan) -> float:
+    """The share of the window's kernel time the plan's variants' counters stand for (`held_time`), 0 to 1."""
+    total = sum(f.duration_ns for f in plan.launch_facts)
+    return sum(held_time(plan).values()) / total if total else 0.0
 
 
 def spread_order(count: int) -> list[int]:
@@ -177,8 +184,9 @@ def budget_note(plan: ReplayPlan) -> str | None:
     seconds_each = plan.seconds_each
     if plan.main_limit is not None:
         return (f"replay budget {plan.budget_s:.0f} s: the {plan.configurations} configurations alone need about "
-                f"{plan.configurations * seconds_each:.0f} s, so ncu replays the first {plan.main_limit} in launch "
-                f"order and no shape variant; the rest carry no counters (raise --replay-budget)")
+                f"{plan.configurations * seconds_each:.0f} s, so ncu replays them in launch order until its replay "
+                f"time reaches the budget (about the first {plan.main_limit}) and no shape variant; the rest carry no "
+                "counters (raise --replay-budget)")
     if not plan.left_out:
         return None
     steps = f" in {len(plan.calls)} module calls spread over the window" if plan.calls is not None else ""

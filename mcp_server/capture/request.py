@@ -47,6 +47,7 @@ class GpuTurn:
     graph_replay: bool = False
     replay_calls: Path | None = None  # a shape-variant pass: the module calls to profile, once the plan is known
     record_graph_capture: bool = False  # nsys: the workload's own CUDA graph captures recorded with their ranges
+    pageable_batches: bool = False  # ncu: DataLoader batches left pageable (ncu restores pinned memory every pass)
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,6 @@ def harness_command(req: CaptureRequest, profiler: str, name: PassName) -> list[
         "script_arg": options.script_args, "run_script": options.script, "window_fn": options.window_fn,
         "dist_backend": req.torchrun.dist_backend if req.torchrun is not None else None,
         "replay_calls": turn.replay_calls.resolve() if turn.replay_calls is not None else None,
-        "record_graph_capture": turn.record_graph_capture,
+        "record_graph_capture": turn.record_graph_capture, "pageable_batches": turn.pageable_batches,
     }
     return child_command(req.python, "harness", *harness_argv(values))

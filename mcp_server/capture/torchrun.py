@@ -144,7 +144,7 @@ def _ncu_ranks(req: CaptureRequest, ranks: list[int], ncu: NcuOptions, progress:
     # ncu takes `%q{RANK}` in a file's name only, not in its folder: each report is moved to its rank's
     prefix = ncu_capture(require_ncu(), req.run_dir.path / f"ncu.rank{RANK_TEMPLATE}", options,
                          req.compile_mode == "cudagraphs", gpu_name())
-    records = rank_pass(req, ranks, COUNTER_PASS, "nvtx", prefix, progress, cancel)
+    records = rank_pass(req.with_turn(pageable_batches=True), ranks, COUNTER_PASS, "nvtx", prefix, progress, cancel)
     for rank, record in records.items():
         record.ncu = options
         record.notes.append(NCCL_EXCLUDED_NOTE)

@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from mcp_server.capture.budget import budget_note, refitted, within_budget
+from mcp_server.capture.budget import budget_note, refitted, variant_share, within_budget
 from mcp_server.capture.passes import (
     PERMISSION_ERROR,
     Cancel,
@@ -45,6 +45,10 @@ POLL_S = 0.1
 # CUDA context under ncu take about 3 s on the H100, and an attached ncu client keeps a CPU core busy until the
 # pass can run, which slows the main replay if it attaches earlier.
 ATTACH_LEAD_S = 6.0
+# A shape-variant pass runs when its variants hold at least this share of the window's kernel time: its start, the
+# workload's warm-up and ncu's report cost seconds whatever it replays (8 s on the H200 for a training script's one
+# affordable variant, after the main pass had taken most of the budget).
+MIN_VARIANT_SHARE = 0.01
 
 
 def ncu_variants_pass(
@@ -75,10 +79,10 @@ def ncu_variants_pass(
         until_replay_nearly_done(replays, req.turn.after, cancel, progress)
     if replays is not None:
         plan = _at_measured_pace(plan, replays, progress)
-        if not plan.variants:
-            if waiting is not None:
-                waiting.discard()
-            return None
+    if not plan.variants or not _worth_a_pass(plan, progress):
+        if waiting is not None:
+            waiting.discard()
+        return None
     variant_options = variants_options(options, plan)
     if plan.calls is not None:  # read by the pass's harness when its window begins
         write_text_atomic(calls, json.dumps(plan.calls))
@@ -108,6 +112,18 @@ def _failed(exc: CaptureFailed | WorkloadError, progress: Progress) -> PassRecor
     if record is not None:
         record.notes.append(line)
     return record
+
+
+def _worth_a_pass(plan: ReplayPlan, progress: Progress) -> bool:
+    """Whether the variants the plan replays hold enough of the window's kernel time (`MIN_VARIANT_SHARE`) to pay for
+    a pass of their own; said when they do not (each then takes the nearest measured shape's counters)."""
+    share = variant_share(plan)
+    if share >= MIN_VARIANT_SHARE:
+        return True
+    progress(f"{VARIANT_PASS} pass: not run: the {len(plan.variants)} shape variants the replay budget affords hold "
+             f"{100 * share:.2f} % of the window's kernel time, less than the pass's own start and warm-up cost; each "
+             "takes the counters of the nearest measured shape of its configuration")
+    return False
 
 
 def _at_measured_pace(plan: ReplayPlan, replays: ReplayCount, progress: Progress) -> ReplayPlan:
@@ -189,7 +205,7 @@ class WaitingVariantPass:
                 return
             time.sleep(POLL_S)
         waiting = replace(self.req, timeout_s=2 * self.req.timeout_s)  # its limit also covers the wait for nsys
-        waiting = waiting.with_turn(replay_calls=self.req.run_dir.replay_calls(VARIANT_PASS))
+        waiting = waiting.with_turn(replay_calls=self.req.run_dir.replay_calls(VARIANT_PASS), pageable_batches=True)
         prefix = launch_command(self.ncu, self.port, self.options)
 
         def watch(line: str) -> None:
@@ -259,7 +275,7 @@ def planned(req: CaptureRequest, options: NcuOptions, progress: Progress, replay
     announce_plan(plan, progress)
     if replays is not None and options.whole_window:
         replays.expected = min(plan.configurations, plan.main_limit or plan.configurations)
-        replays.seconds_each, replays.limit = plan.estimate_s(1), plan.main_limit
+        replays.seconds_each = plan.estimate_s(1)
     return plan
 
 

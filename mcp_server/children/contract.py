@@ -214,6 +214,8 @@ HARNESS_FLAGS: tuple[HarnessFlag, ...] = (
                 "take the operators and modules of their capture"),
     HarnessFlag("replay_calls", "path", "(--profiler nvtx) a JSON list of [module path, call number in the window]: "
                 "profiling is on only during those calls, when the file exists once the window begins"),
+    HarnessFlag("pageable_batches", "switch", "(under ncu) DataLoader batches are not pinned: ncu restores pinned "
+                "host memory before each replay pass of every kernel"),
     HarnessFlag("dist_backend", "str", "(under torchrun) the process group's backend: nccl on CUDA, gloo on the CPU "
                 "unless given"),
 )

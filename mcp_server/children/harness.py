@@ -90,6 +90,7 @@ from mcp_server.children.distributed import (
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
 from mcp_server.children.memory import capture_memory, memory_step, memory_window, out_of_memory, watch
+from mcp_server.children.pinned import PageableBatches
 from mcp_server.children.recipe import RecordingRecipe
 from mcp_server.children.script import run_script
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
@@ -263,6 +264,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     if window.profiler_start_ns is not None:
         result["window"]["profiler_start_ns"] = window.profiler_start_ns
         result["window"]["profiler_stop_ns"] = window.profiler_stop_ns
+    if window.pinned_host_bytes is not None:
+        result["window"]["pinned_host_bytes"] = window.pinned_host_bytes
     if queue_ahead_ns is not None:
         result["window"]["queued_ahead"] = window.queued_ahead
     if args.graph_replay:
@@ -395,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     _enter(result, "setup")
     result["environment"] = environment()
     seed_all(args.seed)
+    pageable = PageableBatches().install() if args.pageable_batches else None
     try:
         source = args.workload.read_text(encoding="utf-8")
         if args.run_script:  # a plain script, unmodified: its own steps choose the window
@@ -436,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
                        "traceback_tail": traceback_tail(exc)},
             )
             code = EXIT_WORKLOAD_RAISED
+    if pageable is not None:
+        pageable.remove()
+        result["pageable_batches"] = pageable.batches
     result["finished_at"] = now()
     write_json(args.result, result)
     if code == EXIT_OK and launched_by_torchrun():

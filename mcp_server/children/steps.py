@@ -390,6 +390,8 @@ def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any
     if window.profiler_start_ns is not None:
         result["window"]["profiler_start_ns"] = window.profiler_start_ns
         result["window"]["profiler_stop_ns"] = window.profiler_stop_ns
+    if window.pinned_host_bytes is not None:
+        result["window"]["pinned_host_bytes"] = window.pinned_host_bytes
     if args.windows > 1:
         result["windows"] = windows.windows
     if windows.traced:

@@ -10,6 +10,7 @@ from typing import Any
 
 from mcp_server.children.common import export_trace
 from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, RECORDINGS
+from mcp_server.children.pinned import pinned_host_bytes
 
 SLEEP_CALIBRATION_CYCLES = 10_000_000
 
@@ -37,6 +38,7 @@ class MeasuredWindow:
         self.gpu_elapsed_ns: int | None = None
         self.profiler_start_ns: int | None = None
         self.profiler_stop_ns: int | None = None
+        self.pinned_host_bytes: int | None = None
         self._stack: list[Any] = []
 
     def __enter__(self) -> MeasuredWindow:
@@ -45,6 +47,7 @@ class MeasuredWindow:
         self.cuda = torch.cuda.is_available()
         if self.cuda:
             torch.cuda.synchronize()
+            self.pinned_host_bytes = pinned_host_bytes()
         if self.recording.torch_profiler:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if self.cuda:

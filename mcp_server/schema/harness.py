@@ -39,6 +39,9 @@ class HarnessWindow(_Open):
     profiler_stop_ns: int | None = None
     queued_ahead: bool | None = None
     graph_replay: bool | None = None
+    pinned_host_bytes: int | None = Field(
+        default=None, description="Pinned host memory PyTorch's host allocator held as the window began (in use and "
+        "cached): ncu restores it before each replay pass of every kernel.")
 
 
 class TimedWindow(_Open):
@@ -70,6 +73,8 @@ class HarnessResult(_Open):
         default=None, description="Whether cuDNN's autotuner (torch.backends.cudnn.benchmark) was on once the "
         "workload had warmed up (a script's: when it ended): each process then picks its own convolution kernels.")
     graph_breaks: list[dict[str, Any]] | None = None
+    pageable_batches: int | None = Field(
+        default=None, description="(an ncu pass) DataLoader batches left pageable rather than pinned.")
     distributed: dict[str, Any] | None = None
 
     @property
