@@ -494,8 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
         "recipes", help="measure the free frontier: every free recipe timed in its own process and validated",
         description="Run WORKLOAD under every recipe a user can paste in a few lines (torch.compile modes, TF32, "
         "bf16/fp16 autocast, the whole model cast to bf16/fp16, channels_last, cuDNN's autotuner), each in its own "
-        "process, validated against fp32 eager over several seeds and sorted into the exact or reduced tier; writes "
-        "recipes.json and frontier.png and prints the winner of each tier with its lines of code.")
+        "process, validated against fp32 eager over several seeds and sorted into the exact, reduced or fp8 tier; "
+        "writes recipes.json and frontier.png and prints the winner of each tier with its lines of code.")
     _add_python(p)
     add_options(p, RecipesRequest)
     add_options(p, RecipeTiming)

@@ -26,7 +26,7 @@ from torch import fx, nn
 PATTERNS = REPO / "knowledge" / "fx_patterns"
 NAMES = ("conv_bn_fold", "qkv_fusion", "sdpa_substitution", "dtype_autocast", "channels_last", "cuda_graphs",
          "inductor_config", "graph_breaks", "bf16_weights", "whole_forward_graph", "tf32_scoped",
-         "fp16_weights")
+         "fp16_weights", "fp8_linear")
 
 
 def _load(name: str) -> ModuleType:
@@ -738,3 +738,81 @@ def test_module_paths_of_a_model_whose_forward_was_set_on_the_instance_are_its_o
     paths = {entry["module_path"] for entry in recorded.values() if entry}
     assert {"fc", "norm", "head"} <= paths, paths
     assert not any("__self__" in p or p.startswith("L.") for p in paths), paths
+
+
+# --------------------------------------------------------------------------- fp8_linear
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block with hand-written projections (all plain nn.Linear)."""
+
+    def __init__(self, dim: int = 256, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
+        self.n1, self.n2, self.up, self.down = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.Linear(dim, 4 * dim), \
+            nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        y = self.n1(x)
+        q, k, v = (p(y).view(b, t, self.heads, d // self.heads).transpose(1, 2) for p in (self.q, self.k, self.v))
+        x = x + self.o(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.n2(x))))
+
+
+def _fp8_error(model: nn.Module, x: torch.Tensor, fp8: ModuleType) -> tuple[list[str], float, bool]:
+    """(paths replaced, max error over the output's RMS, within the fp8 tier by validate's rule)."""
+    with torch.no_grad():
+        ref = model(x)
+        paths = fp8.to_fp8_linear(model)
+        out = model(x)
+    rms = ref.pow(2).mean().sqrt()
+    err = (out - ref).abs()
+    return paths, float(err.max() / rms), bool((err <= fp8.FP8_RTOL * (rms + ref.abs())).all())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fp8_linear_keeps_paths_and_stays_within_the_fp8_tier(seed: int) -> None:
+    from mcp_server.schema.recipes import TIER_RTOL
+
+    fp8 = _load("fp8_linear")
+    assert TIER_RTOL["fp8"] == fp8.FP8_RTOL, "the pattern states the tier's tolerance"
+    torch.manual_seed(seed)
+    mlp = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512), nn.GELU(), nn.Linear(512, 10))
+    paths, worst, within = _fp8_error(mlp, torch.randn(64, 512), fp8)
+    assert paths == ["0", "2"], "the 10-wide head is too narrow for an FP8 GEMM: left as it is"
+    assert isinstance(mlp[0], fp8.Fp8Linear) and type(mlp[4]) is nn.Linear
+    assert mlp[0].weight_fp8.dtype == torch.float8_e4m3fn and mlp[0].weight_scale.dtype == torch.float32
+    assert 0.0 < worst < fp8.FP8_RTOL and within
+    blocks = nn.Sequential(Block(), Block())
+    paths, worst, within = _fp8_error(blocks, torch.randn(8, 32, 256), fp8)
+    assert len(paths) == 12 and "1.down" in paths
+    assert worst < 0.1 and within, "residuals carry the signal past the GEMMs: a smaller error"
+
+
+def test_fp8_linear_leaves_the_encoder_layers_fast_path_alone() -> None:
+    fp8 = _load("fp8_linear")
+    layer = nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True).eval()
+    model = nn.Sequential(layer, nn.Linear(256, 256))
+    x = torch.randn(2, 16, 256)
+    with torch.no_grad():
+        paths = fp8.to_fp8_linear(model)
+        model(x)  # the layer's fused path still finds its linears' weights
+    assert paths == ["1"]
+
+
+def test_fp8_linear_compiles_and_keeps_half_inputs_in_their_dtype() -> None:
+    fp8 = _load("fp8_linear")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
+    x = torch.randn(16, 256)
+    with torch.no_grad():
+        ref = model(x)
+        fp8.to_fp8_linear(model)
+        torch._dynamo.reset()
+        out = torch.compile(model, backend="aot_eager", fullgraph=True)(x)
+        half = model(x.to(torch.bfloat16))
+    assert out.dtype == torch.float32 and half.dtype == torch.bfloat16
+    rms = ref.pow(2).mean().sqrt()
+    assert bool(((out - ref).abs() <= fp8.FP8_RTOL * (rms + ref.abs())).all())

@@ -121,6 +121,10 @@ def test_optimize_writes_the_floor_into_its_folder_and_reports_the_winner(fronti
     lead = report.split("## Against the free frontier")[1].split("## Result")[0]
     assert f"The optimized workload is the reduced tier's winner of the free frontier, {winner.recipe}" in lead
     assert f"applies {winner.recipe}, the reduced tier's winner" in printed and "validation PASS" in printed
+    summary = report.split("## Summary")[1].split("## Details")[0]
+    lowered = "computes in lower precision (the reduced tier), eager in fp32" in summary
+    both_fp32 = "both compute in fp32 (the reduced tier allowed lower precision" in summary
+    assert (lowered, both_fp32) == ((True, False) if "+fp32" not in winner.recipe else (False, True)), summary
 
 
 def test_optimize_names_the_stage_it_stopped_at(frontier: Path, tmp_path: Path) -> None:

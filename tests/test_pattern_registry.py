@@ -3,6 +3,8 @@ the propose skill's catalog and the analysis's opportunities all agree with it."
 
 from __future__ import annotations
 
+import json
+import lzma
 import re
 from pathlib import Path
 from typing import get_args
@@ -13,6 +15,7 @@ from mcp_server.analysis import analyze_profile
 from mcp_server.analysis.pattern_registry import FOLDER, PATTERNS, FindingKind, PatternName, covered_by, knowledge_of
 from mcp_server.render.views import residual_from_analysis
 from mcp_server.schema.io import load_profile
+from mcp_server.schema.profile import OperatorAttributedProfile
 
 REPO = Path(__file__).resolve().parents[1]
 CATALOG = REPO / "skills" / "propose" / "references" / "pattern-catalog.md"
@@ -54,7 +57,8 @@ def test_a_pattern_a_recipe_applies_is_covered_by_that_recipe_only():
     assert not covered_by("sdpa_substitution", "reduce-overhead+fp16-cast")  # beyond every recipe
     assert covered_by("inductor_config", "reduce-overhead+fp16-cast")  # reduce-overhead compiles with Inductor
     assert {name for name, p in PATTERNS.items() if not p.recipes} == {
-        "whole_forward_graph", "sdpa_substitution", "conv_bn_fold", "qkv_fusion", "graph_breaks", "host_syncs"}
+        "whole_forward_graph", "sdpa_substitution", "conv_bn_fold", "qkv_fusion", "graph_breaks", "host_syncs",
+        "fp8_linear"}
     assert set(get_args(PatternName)) == set(PATTERNS)
 
 
@@ -81,3 +85,31 @@ def test_what_is_left_after_a_recipe_leaves_out_the_patterns_that_recipe_applies
     assert everything == {knowledge_of(n) for n in ("inductor_config", "cuda_graphs", "sdpa_substitution",
                                                      "dtype_autocast")}
     assert after == {knowledge_of("sdpa_substitution")}
+
+
+def test_half_precision_gemms_that_dominate_point_to_fp8_linear(tmp_path: Path):
+    """mlp_activations' eager H100 profile (its GEMMs hold most of the kernel time), its GEMM kernels' counters read
+    as the same FLOPs on BF16 tensor cores (no half-precision recording is committed): the analysis finds the BF16
+    GEMMs and offers FP8 GEMMs, in the fp8 tier, pointing to fp8_linear.py; the profile as recorded (FP32 GEMMs)
+    offers no such thing."""
+    path = REPO / "tests" / "fixtures" / "h100_timing_profiles" / "mlp_activations_eager.json.xz"
+    with lzma.open(path) as src:
+        data = json.loads(src.read())
+    as_recorded = OperatorAttributedProfile.model_validate(data)
+    before = analyze_profile(as_recorded, tmp_path / "fp32", measure=False)
+    assert "half_matmul" not in {f.kind for f in before.findings}
+    for op in data["operators"]:
+        if op["operator_name"] == "aten::linear":
+            for kernel in op["kernels"]:
+                m = kernel["metrics"]
+                fp32 = 2 * m["inst_ffma"]["value"] + m["inst_fadd"]["value"] + m["inst_fmul"]["value"]
+                m["flop_tensor_bf16"] = {**m["flop_tensor_bf16"], "value": fp32}
+                for key in ("inst_ffma", "inst_fadd", "inst_fmul"):
+                    m[key] = {**m[key], "value": 0.0}
+    after = analyze_profile(OperatorAttributedProfile.model_validate(data), tmp_path / "bf16", measure=False)
+    finding = next(f for f in after.findings if f.kind == "half_matmul")
+    assert "BF16/FP16 GEMM" in finding.title and finding.kernel_ids
+    offered = next(o for o in after.opportunities if o.change_class == "fp8_linear")
+    assert offered.knowledge == knowledge_of("fp8_linear") == "knowledge/fx_patterns/fp8_linear.py"
+    assert "fp8 precision tier" in offered.title and offered.estimate_label.startswith("estimate (upper bound)")
+    assert offered.findings == ["half_matmul"]

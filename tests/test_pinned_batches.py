@@ -17,7 +17,8 @@ from torch.utils.data._utils import pin_memory as pinning
 
 from mcp_server.capture.passes import PAGEABLE_NOTE, kept_report
 from mcp_server.capture.request import CaptureRequest, harness_command
-from mcp_server.children.pinned import PAGEABLE_LINE, PageableBatches, pinned_host_bytes
+from mcp_server.children.contract import PAGEABLE_LINE
+from mcp_server.children.pinned import PageableBatches, pinned_host_bytes
 from mcp_server.process import child_script
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import PassRecord

@@ -15,6 +15,7 @@ from mcp_server.analysis.classify import classify_kernel, kernel_issue, key_issu
 from mcp_server.analysis.detect import (
     fp32_tensor_core_candidates,
     fusible_kernels,
+    half_precision_gemms,
     structural_findings,
     unfused_attention,
     window_findings,
@@ -60,7 +61,7 @@ _FINDING_ISSUE = {"unfused_attention": "unfused attention", "sdpa_math_path": "S
                   "separate_qkv": "separate q/k/v GEMM", "conv_bn_unfolded": "unfolded batch norm",
                   "layout_conversion": "layout copy", "host_sync": "host sync", "register_spills": "register spills",
                   "fp32_matmul": "FP32 GEMM on CUDA cores", "fp32_conv": "FP32 conv on CUDA cores",
-                  "bn_not_frozen": "BN not folded (no freezing)"}
+                  "bn_not_frozen": "BN not folded (no freezing)", "half_matmul": "BF16/FP16 GEMM (FP8 candidate)"}
 _TORCH_DTYPE = {"float": "float32", "double": "float64", "c10::half": "float16", "half": "float16",
                 "c10::bfloat16": "bfloat16", "bfloat16": "bfloat16", "long int": "int64", "int": "int32"}
 _DTYPE_OF_PRECISION = {"fp32": "float32", "tensor_tf32": "float32 on TF32 tensor cores", "tensor_bf16": "bfloat16",
@@ -254,7 +255,8 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
     sm_count = (spec.sm_count if spec else None) or meta.sm_count
     kernels = [_kernel_analysis(p, spec, sm_count) for p in placed]
     by_id = {k.kernel_id: k for k in kernels}
-    findings = [*fp32_tensor_core_candidates(profile, placed), *unfused_attention(profile),
+    findings = [*fp32_tensor_core_candidates(profile, placed), *half_precision_gemms(profile, placed),
+                *unfused_attention(profile),
                 *window_findings(profile, health), *structural_findings(profile, placed)]
     points = sync_points(profile)
     found = sync_finding(points) if points is not None else None

@@ -97,6 +97,43 @@ def fp32_tensor_core_candidates(profile: OperatorAttributedProfile, placed: list
     return findings
 
 
+_HALF = re.compile(r"bfloat16|half|float16", re.IGNORECASE)
+
+
+def _half_gemm(p: Placed) -> bool:
+    """A GEMM computing in bfloat16/float16: by its counters' tensor FLOPs when it has them, else by its name or its
+    operator's input dtypes."""
+    if _op_kind(p.op, p.kernel) != "matmul":
+        return False
+    if p.kernel.metrics:
+        flops = {k: _v(p.kernel, k) or 0.0 for k in ("flop_tensor_bf16", "flop_tensor_fp16", "flop_tensor_fp8")}
+        return flops["flop_tensor_fp8"] == 0.0 and flops["flop_tensor_bf16"] + flops["flop_tensor_fp16"] > 0
+    return matches("half_gemm_kernels", p.kernel.kernel_name) or (
+        p.op is not None and any(_HALF.search(d or "") for d in (p.op.input_dtypes or [])[:2]))
+
+
+def half_precision_gemms(profile: OperatorAttributedProfile, placed: list[Placed]) -> list[Finding]:
+    """BF16/FP16 GEMMs holding a large share of the kernel time (bottleneck_rules.yaml tensor.half_matmul_min_pct):
+    FP8 GEMMs, in the fp8 precision tier, would double their tensor-core peak."""
+    members = [p for p in placed if _half_gemm(p)]
+    total = sum(p.kernel.duration_ns for p in placed)
+    time_ns = sum(p.kernel.duration_ns for p in members)
+    if not members or not total or 100.0 * time_ns / total < rule("tensor", "half_matmul_min_pct"):
+        return []
+    return [Finding(
+        kind="half_matmul", title=f"{len(members)} BF16/FP16 GEMM kernels hold {100.0 * time_ns / total:.0f} % of "
+        "the kernel time",
+        operators=_uniq([p.op.operator_id if p.op else None for p in members]),
+        module_paths=_uniq([p.kernel.module_path or (p.op.module_path if p.op else None) for p in members]),
+        kernel_ids=[p.kernel.kernel_id for p in members],
+        triggers=[f"kernel_time_ns={time_ns}", f"kernel_time_pct={100.0 * time_ns / total:.1f}",
+                  f"kernels={len(members)}"],
+        detail="The GEMMs already run on BF16/FP16 tensor cores; FP8 GEMMs (torch._scaled_mm with per-tensor "
+               "scales) double the tensor-core peak on GPUs of compute capability 8.9 or more, at the fp8 tier's "
+               "error.",
+    )]
+
+
 def _layer_key(module: str) -> str:
     return re.sub(r"\.\d+(?=\.|$)", ".#", module)
 

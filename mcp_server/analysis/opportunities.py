@@ -286,6 +286,14 @@ def build_opportunities(
                  f"{_us(rule('estimates', 'kernel_floor_ns'))}; only kernels on the GPU critical path shorten the "
                  f"window{later}")
         add_or_join(title, cls, finding, e2e, kernel, label)
+    half = kinds.get("half_matmul")
+    if half is not None and device is not None and "fp8_tensor" in device.peak_flop_per_s:
+        e2e, kernel = _speedup(by_id, analyses, half.kernel_ids, device, "fp8_tensor", 0.5)
+        add(f"Run {len(half.kernel_ids)} BF16/FP16 GEMMs as FP8 GEMMs: torch._scaled_mm with per-tensor scales "
+            "(fp8 precision tier)", "fp8_linear", ["half_matmul"], e2e, kernel,
+            "estimate (upper bound): each GEMM shrinks to its FLOPs at the FP8 tensor-core peak and half its operands' "
+            f"bytes, not below {_us(rule('estimates', 'kernel_floor_ns'))}; the per-call quantization of each input "
+            "(one reduction, one cast) is not counted; only kernels on the GPU critical path shorten the window")
     for kind in ("unfused_attention", "sdpa_math_path"):
         if kind in kinds:
             groups = _runs(profile, kinds[kind])

@@ -19,10 +19,11 @@ from mcp_server.schema.optimizations import IrLevel
 PatternName = Literal[
     "cuda_graphs", "whole_forward_graph", "inductor_config", "dtype_autocast", "channels_last", "sdpa_substitution",
     "conv_bn_fold", "qkv_fusion", "graph_breaks", "host_syncs", "bf16_weights", "fp16_weights", "tf32_scoped",
+    "fp8_linear",
 ]
 FindingKind = Literal[
     "host_bound_window", "tiny_kernel_swarm", "fp32_matmul", "fp32_conv", "layout_conversion", "unfused_attention",
-    "sdpa_math_path", "conv_bn_unfolded", "separate_qkv", "host_sync",
+    "sdpa_math_path", "conv_bn_unfolded", "separate_qkv", "host_sync", "half_matmul",
 ]
 FOLDER = "knowledge/fx_patterns"
 
@@ -71,6 +72,7 @@ PATTERNS: dict[PatternName, Pattern] = {p.name: p for p in (
             recipes=("fp16-cast",)),
     Pattern("tf32_scoped", ("fp32_matmul", "fp32_conv"), "module", "tf32_scoped", precision_change=True,
             recipes=("tf32",)),
+    Pattern("fp8_linear", ("half_matmul",), "module", "fp8_linear", precision_change=True),
 )}
 
 

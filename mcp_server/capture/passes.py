@@ -21,9 +21,9 @@ from mcp_server.children.contract import (
     NO_TORCH,
     NOT_CACHED,
     OUT_OF_MEMORY,
+    PAGEABLE_LINE,
     PHASE_MARKER,
 )
-from mcp_server.children.pinned import PAGEABLE_LINE
 from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, WorkloadError, WorkloadOutOfMemory
 from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, uses_cache
 from mcp_server.process.child import exit_description, log_tail

@@ -89,6 +89,8 @@ MEASURE_RANGE = "operator_profiler::measure"
 # operator, module and call site, which its replays in the window take.
 GRAPH_CAPTURE_RANGE = "operator_profiler::graph_capture"
 PHASE_MARKER = "operator_profiler_harness: phase "  # what the harness prints as it enters each phase
+# what the harness prints once, at the first DataLoader batch it leaves pageable (an ncu pass: children.pinned)
+PAGEABLE_LINE = "operator_profiler_harness: batches left pageable under ncu: "
 MODULE_RANGE_PREFIX = "module:"
 # `site:<path>:<line>`: the innermost frame of the user's code (outside torch, the standard library and
 # site-packages) that called a torch function: around every such call of the eager window.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PAGEABLE_LINE = "operator_profiler_harness: batches left pageable under ncu: "  # said once, by the first batch
+from mcp_server.children.contract import PAGEABLE_LINE
 
 
 class PageableBatches:

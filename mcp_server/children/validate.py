@@ -63,8 +63,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tolerances", default="{}", help="JSON: tolerance class -> rtol")
     parser.add_argument("--rtol", type=float, default=None, help="one rtol for every floating output")
     parser.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: rtol x output RMS)")
-    parser.add_argument("--tier", choices=("exact", "reduced"), default="exact",
-                        help="reduced: float32/float64 outputs may come back in bfloat16/float16")
+    parser.add_argument("--tier", choices=("exact", "reduced", "fp8"), default="exact",
+                        help="reduced, fp8: float32/float64 outputs may come back in bfloat16/float16")
     return parser.parse_args(argv)
 
 
@@ -233,7 +233,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     tolerances = {**DEFAULT_TOLERANCES, **json.loads(args.tolerances)}
     flags = precision_flags()
     opts = {"tf32": False, "tolerances": tolerances, "rtol": args.rtol, "atol": args.atol,
-            "reduced": args.tier == "reduced"}
+            "reduced": args.tier != "exact"}
     result.update(tolerances=tolerances, precision_flags=flags, seeds=seeds)
     result["phase"] = "load baseline"
     base_mod = load_workload(args.baseline)

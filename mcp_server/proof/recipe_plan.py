@@ -20,6 +20,7 @@ from mcp_server.children.contract import (
 )
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import REFERENCE, ModelFacts, RecipeResult, SkippedRecipes
+from mcp_server.schema.types import TIERS, tiers_within
 
 DEFAULT_MODES = ("eager", "compile", "reduce-overhead")
 CPU_MODES = ("eager", "compile")
@@ -116,9 +117,9 @@ def _compile_cost(name: str) -> int:
 
 
 def stage_winners(results: list[RecipeResult], metric: Metric = "latency") -> list[str]:
-    """The fastest recipe of each tier among `results` (a recipe of the exact tier counts for the reduced one)."""
+    """The fastest recipe of each tier among `results` (a recipe of a tighter tier counts for the looser ones)."""
     found = []
-    for tiers in (("exact",), ("exact", "reduced")):
+    for tiers in (tiers_within(t) for t in TIERS):
         ranked = [r for r in results if r.status == "ok" and r.tier in tiers and r.time_ns(metric) is not None]
         if ranked:
             found.append(min(ranked, key=lambda r: r.time_ns(metric) or 0.0).recipe)

@@ -40,6 +40,7 @@ from mcp_server.schema.recipes import (
     Winner,
 )
 from mcp_server.schema.requests import TimingOptions
+from mcp_server.schema.types import TIERS, tiers_within
 
 RECIPES_JSON = "recipes.json"
 FAILED_LOGS = "recipe_logs"
@@ -188,14 +189,15 @@ def recipe_error(validation: dict[str, Any]) -> RecipeError:
 
 
 def tier_of(name: str, error: RecipeError) -> str | None:
-    """The tightest tier a recipe's error meets: exact needs fp32 (TF32 off) and float32's tolerance; reduced, 1e-2.
-    None when nothing was compared, or a problem no tolerance excuses (NaN, shapes, differing integers) was met."""
+    """The tightest tier a recipe's error meets: exact needs fp32 (TF32 off) and float32's tolerance; reduced, 1e-2;
+    fp8, its looser tolerance. None when nothing was compared, or a problem no tolerance excuses (NaN, shapes,
+    differing integers) was met."""
     if error.problems or error.outputs_compared == 0:
         return None
     worst = error.max_rel_error or 0.0
     if recipe_parts(name)[1] == "fp32" and worst <= TIER_RTOL["exact"]:
         return "exact"
-    return "reduced" if worst <= TIER_RTOL["reduced"] else None
+    return next((t for t in TIERS[1:] if worst <= TIER_RTOL[t]), None)
 
 
 def _ranked(results: list[RecipeResult], metric: Metric) -> list[RecipeResult]:
@@ -207,7 +209,8 @@ def _winners(results: list[RecipeResult], reference: RecipeResult) -> list[Winne
     found = []
     for metric in METRICS:
         ref = reference.time_ns(metric)
-        for tier, allowed in (("exact", ("exact",)), ("reduced", ("exact", "reduced"))):
+        for tier in TIERS:
+            allowed = tiers_within(tier)
             valid = [r for r in results if r.status == "ok" and r.tier in allowed and r.time_ns(metric) is not None]
             if not valid:
                 continue

@@ -30,10 +30,10 @@ from mcp_server.proof import check_python, check_workload, run_proof_child
 from mcp_server.schema.io import read_model, write_model_atomic
 from mcp_server.schema.optimizations import OptimizationPlan
 from mcp_server.schema.proof import CheckResult, ValidationReport
+from mcp_server.schema.recipes import TIER_RTOL
 from mcp_server.schema.types import TIERS
 
 VALIDATION_JSON = "validation_report.json"
-REDUCED_RTOL = 1e-2  # the reduced tier: float32 outputs held to the bfloat16 class
 DEFAULT_SEEDS = (0, 1, 2)
 TOLERANCE_CLASSES = ("float64", "float32", "tf32", "bfloat16", "float16")
 PYTEST_TAIL_LINES = 15
@@ -223,18 +223,20 @@ def validate(
     `max_plausible_speedup` (the roofline bound) fails 'speedup_plausible' as suspect. With `out_dir`,
     validation_report.json and the children's logs are written there; setting `cancel` stops the children.
     With `plan` (optimizations.json), 'planned_passes' checks that every implemented item fired its own pass.
-    `tier` 'reduced' holds float32 outputs (and the TF32 class) to REDUCED_RTOL unless `tolerances` names them:
+    `tier` 'reduced' holds float32 outputs (and the TF32 class) to its TIER_RTOL unless `tolerances` names them:
     the tolerance of lower-precision compute the user chose; it also accepts a float32/float64 output returned
     in bfloat16 or float16 (as autocast returns it), compared after upcasting and reported with both dtypes.
-    'exact' keeps the fp32 defaults and the baseline's dtypes.
+    'fp8' does the same at its own TIER_RTOL, which also holds bfloat16 and float16 outputs (an FP8 GEMM's error
+    reaches them whatever their dtype). 'exact' keeps the fp32 defaults and the baseline's dtypes.
     A failed check is a verdict, not an
     exception; a baseline that cannot run, or an interpreter without torch, raises WorkloadError.
     """
     _check_options(seeds, rtol, atol, tolerances, max_plausible_speedup)
     if tier not in TIERS:
         raise UsageError(f"unknown precision tier {tier!r}", f"choose one of {', '.join(TIERS)}")
-    if tier == "reduced":
-        tolerances = {"float32": REDUCED_RTOL, "tf32": REDUCED_RTOL, **(tolerances or {})}
+    if tier != "exact":
+        held = ("float32", "tf32") if tier == "reduced" else ("float32", "tf32", "bfloat16", "float16")
+        tolerances = {**dict.fromkeys(held, TIER_RTOL[tier]), **(tolerances or {})}
     base_path, opt_path = check_workload(baseline, "baseline"), check_workload(optimized, "optimized")
     python = check_python(python)
     args = _child_args(base_path, opt_path, seeds, rtol, atol, tolerances, tier)

@@ -11,9 +11,10 @@ from pathlib import Path
 from mcp_server.analysis.charts import pyplot, save_png
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import RecipeResult, RecipesReport
+from mcp_server.schema.types import TIERS
 
 FRONTIER_PNG = "frontier.png"
-TIER_COLORS = {"exact": "#2ca02c", "reduced": "#1f77b4", None: "#d62728"}
+TIER_COLORS = {"exact": "#2ca02c", "reduced": "#1f77b4", "fp8": "#9467bd", None: "#d62728"}
 ERROR_FLOOR = 1e-9  # where an error of exactly 0 sits on the log axis
 
 
@@ -44,11 +45,16 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
         reason = f": {r.reason[:70]}" if r.reason else ""
         lines.append(f"{r.recipe[:56]:56s} {_ms(r.time_ns('latency')):>10s} {_ms(r.time_ns('back_to_back'))} {vs} "
                      f"{_error(r):>11s} {r.tier or '-':8s} {status}{reason}")
-    for tier in ("exact", "reduced"):
+    tighter = None
+    for tier in TIERS:
         winner = report.winner(tier, metric)
         if winner is None:
             lines.append(f"{tier} tier: no recipe validated")
             continue
+        if tighter is not None and winner.recipe == tighter.recipe:  # a looser tier won by a tighter tier's recipe
+            lines.append(f"{tier} tier winner: {winner.recipe}, the {tighter.tier} tier's")
+            continue
+        tighter = winner
         speed = f", {winner.speedup_vs_reference:.2f}x fp32 eager" if winner.speedup_vs_reference else ""
         lines.append(f"{tier} tier winner by {metric.replace('_', '-')}: {winner.recipe} "
                      f"({winner.time_ns / 1e6:.3f} ms{speed}):")
@@ -77,8 +83,8 @@ def frontier_chart(report: RecipesReport, path: Path) -> Path | None:
                 label="Pareto front (nothing both faster and more exact)")
     for tier, color in TIER_COLORS.items():
         ax.scatter([], [], color=color, label=f"tier {tier}" if tier else "failed validation")
-    ax.axvline(report.tier_rtol["exact"], color=TIER_COLORS["exact"], ls=":", lw=1)
-    ax.axvline(report.tier_rtol["reduced"], color=TIER_COLORS["reduced"], ls=":", lw=1)
+    for tier, rtol in report.tier_rtol.items():
+        ax.axvline(rtol, color=TIER_COLORS.get(tier, "gray"), ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_xlabel(f"max relative error against {report.reference} (0 drawn at {ERROR_FLOOR:g})")
     ax.set_ylabel("latency per call (ms, median)")

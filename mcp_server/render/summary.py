@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from mcp_server.children.contract import recipe_parts
 from mcp_server.render.baselines import BaselinesView
 from mcp_server.render.inputs import ReportInputs
 from mcp_server.render.views import hotspots
@@ -49,6 +50,16 @@ def _chart(inputs: ReportInputs, out_dir: Path) -> str | None:
     return None
 
 
+def _lowers_precision(inputs: ReportInputs, baselines: BaselinesView | None) -> bool:
+    """Whether the optimized workload computes in lower precision than fp32: a change of its plan says so, or the
+    frontier's winner it starts from is not an fp32 recipe (unknown without recipes.json: assumed)."""
+    plan = inputs.optimizations
+    if plan is not None and any(i.precision_change and i.status != "rejected" for i in plan.items):
+        return True
+    recipe = baselines.frontier.recipe if baselines is not None and baselines.frontier is not None else None
+    return recipe is None or recipe_parts(recipe)[1] != "fp32"
+
+
 def summary_view(inputs: ReportInputs, baselines: BaselinesView | None, changed: list[str],
                  out_dir: Path) -> SummaryView:
     """The first section of report.md, from the inputs and the views already built."""
@@ -63,8 +74,11 @@ def summary_view(inputs: ReportInputs, baselines: BaselinesView | None, changed:
         s, device = inputs.bench.speedup, inputs.bench.device_name or inputs.bench.device_type
         speedup = (f"{_ratio(s.point, s.ci_low, s.ci_high)} against eager as written, by "
                    f"{inputs.bench.headline.replace('_', '-')}, on {device}")
-        if tier == "reduced":
-            speedup += ": the optimized workload computes in lower precision (the reduced tier), eager in fp32"
+        if tier in ("reduced", "fp8") and _lowers_precision(inputs, baselines):
+            speedup += f": the optimized workload computes in lower precision (the {tier} tier), eager in fp32"
+        elif tier in ("reduced", "fp8"):
+            speedup += f": both compute in fp32 (the {tier} tier allowed lower precision; the optimized workload "
+            speedup += "does not use it)"
     frontier, code = None, []
     if baselines is not None and baselines.frontier is not None:
         frontier = baselines.frontier.verdict.split(" Evidence from the speed-of-light floor")[0]

@@ -350,7 +350,8 @@ def _baseline_mode(value: str) -> str:
 
 
 Precision = Annotated[Tier, Field(description="Precision tier: exact keeps fp32 and its tolerances (TF32 off); "
-                                  "reduced allows TF32/bf16/fp16, float32 outputs held to 1e-2.")]
+                                  "reduced allows TF32/bf16/fp16, float32 outputs held to 1e-2; fp8 also FP8 GEMMs, "
+                                  "outputs held to 0.25.")]
 BaselineMode = Annotated[str, Field(
     description="The baseline: eager (as written), free (the tier's winner in recipes.json), or a recipe's name "
     "(e.g. reduce-overhead+bf16-cast)."

@@ -49,8 +49,9 @@ SHARED_PASSES: tuple[PassName, ...] = (TIMING_PASS, COUNTER_PASS, VARIANT_PASS, 
 MEMORY_LABEL: CaptureBackend = "memory"
 """The manifest's backend for a run directory that holds the memory pass alone."""
 
-Tier = Literal["exact", "reduced"]
-"""Precision tier: `exact` keeps fp32 everywhere; `reduced` allows BF16/FP16/TF32 compute within a stated tolerance."""
+Tier = Literal["exact", "reduced", "fp8"]
+"""Precision tier, tightest first: `exact` keeps fp32 everywhere; `reduced` allows BF16/FP16/TF32 compute within a
+stated tolerance; `fp8` also FP8 GEMMs, within a looser one. A tier accepts what every tighter tier accepts."""
 
 StageName = Literal[
     "preflight", "profile", "recipes", "propose", "implement", "validate", "reprofile", "compare", "bench", "report"
@@ -70,4 +71,9 @@ LoopTool = Literal["analyze", "recipes", "compare", "bench", "validate", "report
 
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 TIERS: tuple[str, ...] = get_args(Tier)
+
+
+def tiers_within(tier: str) -> tuple[str, ...]:
+    """The tiers whose results `tier` accepts: itself and every tighter one."""
+    return TIERS[:TIERS.index(tier) + 1]
 STAGE_NAMES: tuple[str, ...] = get_args(StageName)
