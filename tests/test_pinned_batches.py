@@ -83,3 +83,21 @@ def test_an_ncu_pass_whose_batches_were_left_pageable_says_so(tmp_path):
     run_dir.output_log("ncu").write_text(f"step 0\n{PAGEABLE_LINE}a DataLoader asked for pinned batches\n")
     record = kept_report(_record(), req, print)
     assert PAGEABLE_NOTE in record.notes and record.artifacts == ["ncu/report.ncu-rep"]
+
+
+def test_an_ncu_pass_whose_workload_pinned_memory_itself_says_what_it_cost(tmp_path):
+    """The workload's own pinned buffers (not a DataLoader's) stay pinned under ncu: the pass's notes say how many MiB
+    its window held and what they cost each replayed kernel; a few MiB say nothing."""
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.pass_dir("ncu").mkdir(parents=True)
+    run_dir.ncu_report("ncu").write_bytes(b"")
+    req = CaptureRequest(workload=TRAIN, run_dir=run_dir)
+    harness = {"status": "ok", "window": {"wall_time_ns": 1, "pinned_host_bytes": 300 * 2**20}}
+    run_dir.harness_result("ncu").write_text(json.dumps(harness))
+    said: list[str] = []
+    record = kept_report(_record(), req, said.append)
+    assert any(n.startswith("the workload held 300 MiB of pinned host memory") and "0.42 s" in n for n in record.notes)
+    assert any("300 MiB" in line for line in said)
+    harness["window"]["pinned_host_bytes"] = 4 * 2**20
+    run_dir.harness_result("ncu").write_text(json.dumps(harness))
+    assert not any("pinned host memory as the window began" in n for n in kept_report(_record(), req, print).notes)

@@ -350,8 +350,31 @@ def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress) -> 
     log = run_dir.output_log(name)
     if log.is_file() and PAGEABLE_LINE in log.read_text(encoding="utf-8", errors="replace"):
         record.notes.append(PAGEABLE_NOTE)
+    if (note := _pinned_note(req, name)) is not None:
+        record.notes.append(note)
+        progress(f"{name} pass: {note}")
     record.artifacts.append(run_dir.relative(report))
     return record
+
+
+PINNED_NOTE_BYTES = 64 * 2**20  # pinned memory at an ncu window worth a note: about 0.09 s more per replayed kernel
+
+
+def _pinned_note(req: CaptureRequest, name: PassName) -> str | None:
+    """What the pinned host memory the workload still held at the ncu pass's window cost its replay, when it is worth
+    saying (`PINNED_NOTE_BYTES`); None otherwise, or when the pass wrote no harness.json (stopped at its budget)."""
+    try:
+        harness = load_harness(req.run_dir.harness_result(name))
+    except ProfilerError:
+        return None
+    held = harness.the_window.pinned_host_bytes if harness is not None else None
+    if held is None or held < PINNED_NOTE_BYTES:
+        return None
+    mib = held / 2**20
+    return (f"the workload held {mib:.0f} MiB of pinned host memory as the window began: ncu restores it before "
+            f"every replay pass of every kernel (about {mib * 1.4e-3:.2f} s more per kernel on an H200); pin less, "
+            "or release what the host allocator caches (torch.accelerator.empty_host_cache() where this torch has "
+            "it) before the window, to replay faster")
 
 
 PAGEABLE_NOTE = ("the workload's DataLoader batches were left pageable in this pass (ncu restores pinned host memory "
