@@ -3,11 +3,11 @@ workload (a decode loop's attention has new shapes at every step: thousands of s
 
 Every configuration is replayed first (ncu's deduplicated pass: one replay each); when they alone exceed the
 budget, the main pass stops once its replay time reaches the budget (as many as it affords) and no variant is
-replayed. What is left pays for shape
-variants, taken by the module calls that launch them: calls of each module path in a spread order (the first, the
-last, the middle, the quarters...) so that a few representative steps of a decode loop are measured across its
-sequence lengths, paths holding more kernel time first. A variant left out takes, at assembly, the counters of the
-nearest measured shape of its configuration (`propagated_from`, propagation `nearest_shape`).
+replayed. What is left pays for shape variants, taken by the module calls that launch them: calls of each module path
+in a spread order (the first, the last, the middle, the quarters...) so that a few representative steps of a decode
+loop are measured across its sequence lengths, paths holding more kernel time first. A variant left out takes, at
+assembly, the counters of the nearest measured shape of its configuration (`propagated_from`, propagation
+`nearest_shape`).
 
 A pure function of the plan: no process, no file.
 """

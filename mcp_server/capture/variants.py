@@ -274,7 +274,7 @@ def planned(req: CaptureRequest, options: NcuOptions, progress: Progress, replay
             progress(f"ncu: replay budget planned at the ncu pass's own pace, {pace:.2f} s per kernel")
     announce_plan(plan, progress)
     if replays is not None and options.whole_window:
-        replays.expected = min(plan.configurations, plan.main_limit or plan.configurations)
+        replays.expected = plan.configurations  # the pass stops on its replay time, not on the plan's estimate
         replays.seconds_each = plan.estimate_s(1)
     return plan
 
