@@ -90,7 +90,8 @@ def test_a_tier_is_the_tightest_tolerance_the_error_meets():
     assert tier_of("compile+fp32", error(5e-6)) == "exact"
     assert tier_of("compile+fp32", error(5e-4)) == "reduced"  # fp32 that drifted past float32's tolerance
     assert tier_of("compile+tf32", error(1e-5)) == "reduced"  # TF32 is never exact, however close
-    assert tier_of("eager+bf16-cast", error(2e-2)) is None
+    assert tier_of("eager+bf16-cast", error(2e-2)) == "fp8"  # past the reduced tier's 1e-2, within the fp8 tier's
+    assert tier_of("eager+bf16-cast", error(0.3)) is None
     assert tier_of("eager+fp32", error(0.0, ("seed 0, out: NaN",))) is None
     assert tier_of("eager+fp32", RecipeError(seeds=[0], outputs_compared=0)) is None
 

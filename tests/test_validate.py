@@ -200,14 +200,19 @@ def test_the_bound_comes_from_the_baselines_speed_of_light(tmp_path):
 
 
 def test_the_reduced_tier_holds_float32_outputs_to_its_stated_tolerance(tmp_path):
-    """The same 1.01-scaled output fails the exact tier (rtol 1e-4) and passes the reduced one (1e-2)."""
+    """The same 1.01-scaled output fails the exact tier (rtol 1e-4) and passes the reduced one (1e-2); the fp8 tier
+    holds every floating class to its 0.25."""
     report = validate(BASELINE, WORKLOADS / "tiny_mlp_wrong_numerics_optimized.py", seeds=(0,), run_tests=False,
                       tier="reduced")
     assert report.tier == "reduced" and report.tolerances["float32"] == 1e-2
     assert _check(report, "numerics").passed
     assert report.precision_note is not None and "held to the float32 class (rtol 0.01)" in report.precision_note
+    fp8 = validate(BASELINE, WORKLOADS / "tiny_mlp_wrong_numerics_optimized.py", seeds=(0,), run_tests=False,
+                   tier="fp8")
+    assert fp8.tier == "fp8" and _check(fp8, "numerics").passed
+    assert {fp8.tolerances[c] for c in ("float32", "tf32", "bfloat16", "float16")} == {0.25}
     with pytest.raises(UsageError, match="precision tier"):
-        validate(BASELINE, CORRECT, tier="fp8")
+        validate(BASELINE, CORRECT, tier="fp4")
 
 
 def test_an_exact_plan_refuses_a_precision_change():
