@@ -15,6 +15,7 @@ from mcp_server.analysis import analyze_profile
 from mcp_server.analysis.pattern_registry import FOLDER, PATTERNS, FindingKind, PatternName, covered_by, knowledge_of
 from mcp_server.render.views import residual_from_analysis
 from mcp_server.schema.io import load_profile
+from mcp_server.schema.optimizations import FP8_PASSES
 from mcp_server.schema.profile import OperatorAttributedProfile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,6 +61,7 @@ def test_a_pattern_a_recipe_applies_is_covered_by_that_recipe_only():
         "whole_forward_graph", "sdpa_substitution", "conv_bn_fold", "qkv_fusion", "graph_breaks", "host_syncs",
         "fp8_linear"}
     assert set(get_args(PatternName)) == set(PATTERNS)
+    assert (PATTERNS["fp8_linear"].pass_name,) == FP8_PASSES, "the plan's fp8-tier rule names the registry's pass"
 
 
 @pytest.mark.parametrize("example", ["conv_block", "gpt2"])

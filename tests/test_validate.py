@@ -226,6 +226,10 @@ def test_an_exact_plan_refuses_a_precision_change():
     with pytest.raises(ValidationError, match="exact tier forbids"):
         OptimizationPlan.model_validate(plan)
     assert OptimizationPlan.model_validate({**plan, "tier": "reduced"}).tier == "reduced"
+    plan["items"][0].update(pass_name="fp8_linear", pattern="knowledge/fx_patterns/fp8_linear.py")
+    with pytest.raises(ValidationError, match="only the fp8 tier allows"):
+        OptimizationPlan.model_validate({**plan, "tier": "reduced"})
+    assert OptimizationPlan.model_validate({**plan, "tier": "fp8"}).tier == "fp8"
 
 
 def test_each_implemented_item_must_fire_its_own_pass():

@@ -119,6 +119,9 @@ class OptimizationItem(_Model):
         return value
 
 
+FP8_PASSES = ("fp8_linear",)  # the patterns whose GEMMs run in FP8 (analysis.pattern_registry: fp8_linear's pass)
+
+
 class OptimizationPlan(_Model):
     """optimizations.json: the ranked plan for one workload."""
 
@@ -131,7 +134,8 @@ class OptimizationPlan(_Model):
     created_at: str
     tier: Tier = Field(
         default="exact", description="Precision tier the user chose: 'exact' keeps fp32 everywhere (no item may "
-        "change precision); 'reduced' allows BF16/FP16/TF32 compute, validated at the reduced tolerance.",
+        "change precision); 'reduced' allows BF16/FP16/TF32 compute, validated at the reduced tolerance; 'fp8' also "
+        "FP8 GEMMs, validated at its own.",
     )
     items: list[OptimizationItem] = Field(min_length=1)
     not_proposed: list[str] = Field(
@@ -151,6 +155,10 @@ class OptimizationPlan(_Model):
         if self.tier == "exact" and lowered:
             raise ValueError(f"items {lowered} change precision, which the exact tier forbids: set tier to "
                              "'reduced' (the user's choice) or move them to not_proposed")
+        fp8 = [item.id for item in self.items if item.pass_name in FP8_PASSES and item.status != "rejected"]
+        if self.tier != "fp8" and fp8:
+            raise ValueError(f"items {fp8} compute in FP8, which only the fp8 tier allows: set tier to 'fp8' (the "
+                             "user's choice) or move them to not_proposed")
         return self
 
 
