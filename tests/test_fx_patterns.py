@@ -791,6 +791,13 @@ def test_fp8_linear_keeps_paths_and_stays_within_the_fp8_tier(seed: int) -> None
     assert worst < 0.1 and within, "residuals carry the signal past the GEMMs: a smaller error"
 
 
+def test_fp8_linear_runs_where_fp8_gemms_do() -> None:
+    fp8 = _load("fp8_linear")
+    assert fp8.fp8_supported("cpu"), "the CPU's _scaled_mm is a reference implementation"
+    if torch.cuda.is_available():
+        assert fp8.fp8_supported("cuda") == (torch.cuda.get_device_capability() >= (8, 9))
+
+
 def test_fp8_linear_leaves_the_encoder_layers_fast_path_alone() -> None:
     fp8 = _load("fp8_linear")
     layer = nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True).eval()

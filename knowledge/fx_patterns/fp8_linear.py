@@ -88,17 +88,22 @@ READS_CHILD_WEIGHTS = (nn.TransformerEncoderLayer, nn.MultiheadAttention)
 def to_fp8_linear(model: nn.Module, min_features: int = 256) -> list[str]:
     """Replace, in place, every eligible `nn.Linear` of `model` (`fp8_eligible`; not a child of a module in
     READS_CHILD_WEIGHTS) by an `Fp8Linear` at the same path; return the paths replaced (module paths, and so the
-    profiles' module names, are unchanged)."""
-    replaced = []
-    for path, module in list(model.named_modules()):
-        if type(module) is nn.Linear and fp8_eligible(module, min_features):
-            parent_path, _, name = path.rpartition(".")
-            parent = model.get_submodule(parent_path) if parent_path else model
-            if isinstance(parent, READS_CHILD_WEIGHTS):
-                continue
-            setattr(parent, name, Fp8Linear(module))
-            replaced.append(path)
-    return replaced
+    profiles' module names, are unchanged). RuntimeError, before anything changes, when one of them sits on a GPU
+    without FP8 tensor cores."""
+    chosen = []
+    for path, module in model.named_modules():
+        parent_path, _, name = path.rpartition(".")
+        parent = model.get_submodule(parent_path) if parent_path else model
+        if type(module) is nn.Linear and fp8_eligible(module, min_features) and not isinstance(parent,
+                                                                                              READS_CHILD_WEIGHTS):
+            if not fp8_supported(module.weight.device):
+                capability = ".".join(map(str, torch.cuda.get_device_capability(module.weight.device)))
+                raise RuntimeError(f"FP8 GEMMs need a GPU of compute capability 8.9 or more (Ada, Hopper); "
+                                   f"{path} is on one of {capability}: keep the reduced tier's winner")
+            chosen.append((path, parent, name, module))
+    for _, parent, name, module in chosen:
+        setattr(parent, name, Fp8Linear(module))
+    return [path for path, *_ in chosen]
 
 
 def fp8_supported(device: torch.device | str = "cuda") -> bool:
