@@ -21,6 +21,7 @@ from mcp_server.children.contract import PAGEABLE_LINE
 from mcp_server.children.pinned import PageableBatches, pinned_host_bytes
 from mcp_server.process import child_script
 from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.manifest import PassRecord
 
 TRAIN = REPO / "tests" / "scripts" / "plain_train.py"
@@ -92,12 +93,13 @@ def test_an_ncu_pass_whose_workload_pinned_memory_itself_says_what_it_cost(tmp_p
     run_dir.pass_dir("ncu").mkdir(parents=True)
     run_dir.ncu_report("ncu").write_bytes(b"")
     req = CaptureRequest(workload=TRAIN, run_dir=run_dir)
-    harness = {"status": "ok", "window": {"wall_time_ns": 1, "pinned_host_bytes": 300 * 2**20}}
-    run_dir.harness_result("ncu").write_text(json.dumps(harness))
+    harness = HarnessResult.model_validate({"status": "ok", "window": {"wall_time_ns": 1,
+                                                                        "pinned_host_bytes": 300 * 2**20}})
     said: list[str] = []
-    record = kept_report(_record(), req, said.append)
+    record = kept_report(_record(), req, said.append, harness)
     assert any(n.startswith("the workload held 300 MiB of pinned host memory") and "0.42 s" in n for n in record.notes)
     assert any("300 MiB" in line for line in said)
-    harness["window"]["pinned_host_bytes"] = 4 * 2**20
-    run_dir.harness_result("ncu").write_text(json.dumps(harness))
+    harness.the_window.pinned_host_bytes = 4 * 2**20
+    assert not any("pinned host memory as the window began" in n
+                   for n in kept_report(_record(), req, print, harness).notes)
     assert not any("pinned host memory as the window began" in n for n in kept_report(_record(), req, print).notes)

@@ -313,16 +313,18 @@ def ncu_pass(
     prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs",
                          gpu_name())
     try:
-        record, _ = run_pass(req, name, "nvtx", prefix, progress, cancel, early, replays)
+        record, harness = run_pass(req, name, "nvtx", prefix, progress, cancel, early, replays)
     except CaptureFailed:
         raise_if_permission(req, name)
         raise
     record.ncu = options
-    return kept_report(record, req, progress)
+    return kept_report(record, req, progress, harness)
 
 
-def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress) -> PassRecord:
-    """Check an ncu pass left a report, say why it stopped early if it did, and list the report."""
+def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress,
+                harness: HarnessResult | None = None) -> PassRecord:
+    """Check an ncu pass left a report, say why it stopped early if it did, and list the report; `harness` (its
+    harness.json, None when the pass stopped before writing it) says what pinned memory its window held."""
     name, run_dir = record.name, req.run_dir
     raise_if_permission(req, name)
     report = run_dir.ncu_report(name)
@@ -350,7 +352,7 @@ def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress) -> 
     log = run_dir.output_log(name)
     if log.is_file() and PAGEABLE_LINE in log.read_text(encoding="utf-8", errors="replace"):
         record.notes.append(PAGEABLE_NOTE)
-    if (note := _pinned_note(req, name)) is not None:
+    if (note := _pinned_note(harness)) is not None:
         record.notes.append(note)
         progress(f"{name} pass: {note}")
     record.artifacts.append(run_dir.relative(report))
@@ -360,13 +362,9 @@ def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress) -> 
 PINNED_NOTE_BYTES = 64 * 2**20  # pinned memory at an ncu window worth a note: about 0.09 s more per replayed kernel
 
 
-def _pinned_note(req: CaptureRequest, name: PassName) -> str | None:
+def _pinned_note(harness: HarnessResult | None) -> str | None:
     """What the pinned host memory the workload still held at the ncu pass's window cost its replay, when it is worth
-    saying (`PINNED_NOTE_BYTES`); None otherwise, or when the pass wrote no harness.json (stopped at its budget)."""
-    try:
-        harness = load_harness(req.run_dir.harness_result(name))
-    except ProfilerError:
-        return None
+    saying (`PINNED_NOTE_BYTES`); None otherwise, or without the pass's harness.json (stopped at its budget)."""
     held = harness.the_window.pinned_host_bytes if harness is not None else None
     if held is None or held < PINNED_NOTE_BYTES:
         return None

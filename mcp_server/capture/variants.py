@@ -31,6 +31,7 @@ from mcp_server.capture.request import CaptureRequest
 from mcp_server.errors import CaptureFailed, WorkloadError
 from mcp_server.process import EarlyStop, run_child
 from mcp_server.progress import Progress
+from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.io import write_text_atomic
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
@@ -190,6 +191,7 @@ class WaitingVariantPass:
         self._stop = _Either(cancel)
         self._waiting = threading.Event()  # ncu's launcher said it waits for a connection
         self._record: PassRecord | None = None
+        self._harness: HarnessResult | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"pass-{VARIANT_PASS}", daemon=True)
 
@@ -214,7 +216,7 @@ class WaitingVariantPass:
             self.progress(line)
 
         try:
-            self._record, _ = run_pass(waiting, VARIANT_PASS, "nvtx", prefix, watch, self._stop)
+            self._record, self._harness = run_pass(waiting, VARIANT_PASS, "nvtx", prefix, watch, self._stop)
         except BaseException as exc:  # noqa: BLE001 - reported by attach(), or dropped by discard()
             self._error = exc
 
@@ -247,7 +249,7 @@ class WaitingVariantPass:
         self._record.ncu = options
         if early.reason is not None:  # no condition was given: only the time limit stops it
             self._record.stopped_early = "timeout"
-        return kept_report(self._record, self.req, self.progress)
+        return kept_report(self._record, self.req, self.progress, self._harness)
 
     def discard(self) -> None:
         """Stop the waiting workload (and its ncu); nothing it did is kept."""

@@ -77,8 +77,8 @@ def summary_view(inputs: ReportInputs, baselines: BaselinesView | None, changed:
         if tier in ("reduced", "fp8") and _lowers_precision(inputs, baselines):
             speedup += f": the optimized workload computes in lower precision (the {tier} tier), eager in fp32"
         elif tier in ("reduced", "fp8"):
-            speedup += f": both compute in fp32 (the {tier} tier allowed lower precision; the optimized workload "
-            speedup += "does not use it)"
+            speedup += (f": both compute in fp32 (the {tier} tier allowed lower precision; the optimized workload "
+                        "does not use it)")
     frontier, code = None, []
     if baselines is not None and baselines.frontier is not None:
         frontier = baselines.frontier.verdict.split(" Evidence from the speed-of-light floor")[0]
