@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mcp_server.schema.recipes import RecipesReport  # noqa: E402
 
 
 def run(argv: list[str]) -> float:
@@ -44,9 +47,10 @@ def frontier_and_benches(base: Path, opt: Path, tier: str, dest: Path, recipes: 
     eager_s = run(["bench", str(base), str(opt), "--output", str(dest)])
     free_s = run(["bench", str(base), str(opt), "--baseline-mode", "free", "--tier", tier, "--recipes",
                   str(dest / "recipes.json"), "--output", str(dest)])
-    frontier = json.loads((dest / "recipes.json").read_text())
-    winner = next(w for w in frontier["winners"] if w["tier"] == tier and w["metric"] == "latency")
-    return {"winner": winner["recipe"], "winner_recipes_us": winner["time_ns"] / 1e3, "recipes_s": recipes_s,
+    winner = RecipesReport.model_validate_json((dest / "recipes.json").read_text()).winner(tier)
+    if winner is None:
+        raise ValueError(f"no recipe of the {tier} tier, or a tighter one, validated: nothing to bench against")
+    return {"winner": winner.recipe, "winner_recipes_us": winner.time_ns / 1e3, "recipes_s": recipes_s,
             "bench_s": eager_s, "bench_free_s": free_s}
 
 

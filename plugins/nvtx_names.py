@@ -22,6 +22,7 @@ from mcp_server.children.contract import MODULE_RANGE_PREFIX, SITE_RANGE_PREFIX
 from mcp_server.schema.records import Frame
 
 MODULE_PREFIX = MODULE_RANGE_PREFIX
+GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"  # Inductor's range around one call of a compiled graph
 SITE_PREFIX = SITE_RANGE_PREFIX
 FIELD_SEPARATOR = ", "
 SIZES_FIELD = "sizes = "

@@ -20,6 +20,9 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
 - `lstm_graphs`: examples/lstm_sequence_encoder's optimized workload (`--compile-mode optimized`: it captures its own
   CUDA graph), then `compare` against the committed baseline profile. Targets: attributed >= 99.5 % (the replayed
   kernels take their capture's operators; unverified before this recording), and the comparison pairs operators.
+- `recipe_graphs`, `fp8_graphs`: scripts/gpu_workloads/decoder_stack_recipe.py (the free frontier's winner as
+  `optimize` writes it: `torch.compile(mode="reduce-overhead")`, CUDA-graph trees) and decoder_stack_fp8.py (the
+  same with FP8 GEMMs), `--compile-mode optimized`. Targets: attributed >= 99.5 %, module paths >= 95 %.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`.
 
 `<out>/<gpu>_real_workloads.json` keeps every number; a table of the targets is printed last. Copy the archives to
@@ -52,6 +55,8 @@ CASES: dict[str, list[str]] = {
     "train_script": ["--script", str(WORKLOADS / "train_script.py"), "--", "--workers", "4"],
     "moe_routing": [str(WORKLOADS / "moe_routing.py")],
     "lstm_graphs": [str(LSTM / "lstm_sequence_encoder_optimized.py"), "--compile-mode", "optimized"],
+    "recipe_graphs": [str(WORKLOADS / "decoder_stack_recipe.py"), "--compile-mode", "optimized"],
+    "fp8_graphs": [str(WORKLOADS / "decoder_stack_fp8.py"), "--compile-mode", "optimized"],
     "decode_loop_hf": ["--script", str(WORKLOADS / "decode_loop.py"), "--window-fn", "generate", "--steps", "1:1",
                        "--", "--calls", "3", "--hf"],
 }
@@ -163,6 +168,8 @@ TARGETS = {
     and (r.get("module_pct") or 0) >= 95,
     "moe_routing": lambda r: bool(r.get("every_nonzero_named")) and bool(r.get("no_ungated_graph_advice")),
     "lstm_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("compare_paired_operators") or 0) > 0,
+    "recipe_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
+    "fp8_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
 }
 
 

@@ -101,6 +101,20 @@ def test_optimized_mode_runs_the_workloads_own_backend(tmp_path):
     )
 
 
+def test_optimized_mode_records_a_torch_compile_with_a_mode(tmp_path):
+    """`torch.compile(model, mode=...)` never looks the backend up in the registry: its graphs are recorded where
+    Inductor compiles them, so the generated kernels take their modules."""
+    out = tmp_path / "run"
+    workload = REPO / "tests" / "workloads" / "tiny_mlp_compiled_optimized.py"
+    proc = run_cli("profile", str(workload), "--compile-mode", "optimized", "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    provenance = json.loads((out / "torch" / "inductor_provenance.json").read_text())
+    assert {"fc1", "fc2"} <= {v.get("module_path") for v in provenance["node_modules"].values()}
+    assert [g["kind"] for g in provenance["graphs"]][:1] == ["dynamo"]
+    gemms = [op.module_path for op in load_profile(out / "profile.json").operators if op.operator_name == "aten::addmm"]
+    assert gemms == ["fc1", "fc2"], "the library calls inside the compiled graph take their call sites' modules"
+
+
 def test_optimized_mode_needs_the_optimized_contract(tmp_path, example):
     proc = run_cli("profile", str(example("conv_block")), "--compile-mode", "optimized", "-o", str(tmp_path / "r"))
     assert proc.returncode == 1

@@ -33,6 +33,7 @@ WRONG = {
     "cached": WORKLOADS / "tiny_mlp_wrong_cached_optimized.py",
     "mutation": WORKLOADS / "tiny_mlp_wrong_mutation_optimized.py",
     "uncalled": WORKLOADS / "tiny_mlp_wrong_uncalled_optimized.py",
+    "replayed": WORKLOADS / "tiny_mlp_wrong_replayed_optimized.py",
 }
 SEEDS = (0, 1)
 
@@ -123,6 +124,17 @@ def test_cached_outputs_fail_output_caching(reports):
     assert not report.passed
     assert "output_caching" in report.failed_checks
     assert "same memory" in _check(report, "output_caching").detail
+
+
+@pytest.mark.slow
+def test_an_output_a_later_replay_overwrote_fails_output_caching_not_validate(reports):
+    """A CUDA-graph workload that hands out its replay's memory (reading the first output after the second call
+    raises): a failed check on the optimized workload, not an error blamed on the baseline."""
+    report = reports["replayed"]
+    assert not report.passed and "output_caching" in report.failed_checks
+    detail = _check(report, "output_caching").detail
+    assert "overwrote the first call's output" in detail and "clone" in detail
+    assert _check(report, "numerics").passed and _check(report, "runs").passed
 
 
 @pytest.mark.slow

@@ -15,12 +15,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from plugins.nvtx_names import GRAPH_CALL_PREFIX
+
 _ORIGIN = re.compile(r"Source Nodes: \[([^\]]*)\], Original ATen: \[([^\]]*)\]")
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.\w+\(")
 _EXTERN_CALL = re.compile(r"^\s+(?:\w+ = )?(?:extern_kernels\.(\w+)|torch\.ops\.(\w+)\.(\w+)\.\w+)\(")
 _TRITON_RUN = re.compile(r"^\s+(\w+)\.run\(")
 _STREAM_LINE = re.compile(r"^\s+stream\d+ = get_raw_stream\(")
-GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"
 
 
 class KernelOrigin(BaseModel):

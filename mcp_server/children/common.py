@@ -362,10 +362,12 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def run_main(out: Path, run: Callable[[dict[str, Any]], None], failed: str, remedy: str | None = None) -> int:
+def run_main(out: Path, run: Callable[[dict[str, Any]], None], failed: str | Callable[[str], tuple[str, str | None]],
+             remedy: str | None = None) -> int:
     """A child's main: run it, write the result JSON at `out` whatever happens, return the exit code.
 
-    `failed` names what failed in the error message ("the bench", "the baseline").
+    `failed` names what failed in the error message ("the bench"), or maps the phase that failed to that name and
+    its remedy.
     """
     out = out.resolve()
     result: dict[str, Any] = {"status": "running", "phase": "import", "started_at": now(), "warnings": []}
@@ -377,6 +379,8 @@ def run_main(out: Path, run: Callable[[dict[str, Any]], None], failed: str, reme
         run(result)
         result["status"] = "ok"
     except BaseException as exc:  # noqa: BLE001 - the workload's failure is reported, not re-raised
+        if callable(failed):
+            failed, remedy = failed(result["phase"])
         print(f"{failed} failed during {result['phase']}:", file=sys.stderr)  # the whole traceback in the log
         traceback.print_exception(type(exc), exc, exc.__traceback__)
         message = f"{failed} failed during {result['phase']}: {type(exc).__name__}: {exc}"

@@ -169,16 +169,46 @@ class RecordingBackend(GraphRecorder):
         from torch._dynamo.backends import registry
 
         inner = torch._dynamo.lookup_backend(name)
+        self._inside = False  # a graph being recorded: Inductor compiling it for the backend records nothing more
 
         def recording(gm: Any, example_inputs: Any) -> Any:
-            nodes = self.dynamo_graph(gm)
-            compiled = inner(gm, example_inputs)
+            self._inside = True
+            try:
+                nodes = self.dynamo_graph(gm)
+                compiled = inner(gm, example_inputs)
+            finally:
+                self._inside = False
             record_node_modules(gm, nodes, self.root, self.roots)  # nodes the workload's own passes created
             self.node_modules.update(nodes)
             return compiled
 
         registry._COMPILER_FNS[name] = recording
+        self._record_inductor()
         self.optimize = module.optimize
+
+    def _record_inductor(self) -> None:
+        """Record the graphs Inductor compiles for a `torch.compile` the backend registry never sees: with the
+        default backend, or a `mode=` or `options=`, torch.compile calls Inductor's `compile_fx` through a wrapper
+        of its own (`mode="reduce-overhead"`, the most common winner, among them). Each Dynamo graph's nodes and
+        each AOT graph Inductor generates code for are recorded as under `--compile-mode inductor`."""
+        from torch._inductor import compile_fx as inductor
+
+        real, default_inner = inductor.compile_fx, inductor.compile_fx_inner
+
+        def compile_fx(gm: Any, example_inputs: Any, inner_compile: Any = default_inner, **kwargs: Any) -> Any:
+            if self._inside:  # Inductor's own recursion, or a registered backend's graph already recorded
+                return real(gm, example_inputs, inner_compile=inner_compile, **kwargs)
+            self._inside = True
+            try:
+                nodes = self.dynamo_graph(gm)
+                inner = self.inner_compile if inner_compile is default_inner else inner_compile
+                compiled = real(gm, example_inputs, inner_compile=inner, **kwargs)
+            finally:
+                self._inside = False
+            self.node_modules.update(nodes)
+            return compiled
+
+        inductor.compile_fx = compile_fx
 
 
 class RecordingInductor(GraphRecorder):

@@ -188,6 +188,7 @@ def _one_seed(
         checks.set("runs", "fail", f"seed {seed}: the optimized workload raised {type(exc).__name__}: {first}")
         result["optimized_traceback"] = traceback_tail(exc)
         return False
+    result["phase"] = f"checks, seed {seed}"
     for name, mut, base_mut in (("a", mut_a, base_mut_a), ("b", mut_b, base_mut_b)):
         extra = [p for p in mut if p not in base_mut]
         if extra:
@@ -202,8 +203,10 @@ def _one_seed(
     if shared:
         checks.problem("output_caching", f"seed {seed}: the second call returned {', '.join(shared)} in the "
                                          "same memory as the first call's output")
-    elif not all_equal(out_a, snap_a):
-        checks.problem("output_caching", f"seed {seed}: the second call overwrote the first call's output")
+    elif not _still_equal(out_a, snap_a):
+        checks.problem("output_caching", f"seed {seed}: the second call overwrote the first call's output (a CUDA "
+                                         "graph replays into the same memory: return a clone, as the recipes' "
+                                         "workloads do after torch.compiler.cudagraph_mark_step_begin())")
     if not all_equal(ref_a_snap, ref_b_snap) and all_equal(snap_a, snap_b):
         checks.problem("output_caching", f"seed {seed}: different inputs gave the same output (the baseline's "
                                          "outputs differ): a result computed earlier is being returned")
@@ -221,6 +224,17 @@ def _one_seed(
             if max_rel is not None:
                 extremes["rel"] = max(extremes.get("rel", 0.0), max_rel)
     return True
+
+
+def _still_equal(output: Any, snapshot: Any) -> bool:
+    """Whether the first call's output still holds what it returned; False when reading it raises (CUDA graph trees
+    refuse to read an output a later replay overwrote)."""
+    try:
+        return all_equal(output, snapshot)
+    except RuntimeError as exc:
+        if "overwritten" not in str(exc):
+            raise
+        return False
 
 
 def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
@@ -355,10 +369,16 @@ def _backend_checks(
 def main(argv: list[str] | None = None) -> int:
     """Run the validation; write the result JSON whatever happens; return the exit code."""
     args = _parse_args(argv)
-    return run_main(
-        args.out, lambda result: run(args, result), "the baseline",
-        "fix the baseline workload; validation needs it to run",
-    )
+    return run_main(args.out, lambda result: run(args, result), _blame)
+
+
+def _blame(phase: str) -> tuple[str, str | None]:
+    """What failed in `phase` and its remedy: a workload's loading or the baseline's calls, or validate's checks."""
+    if phase.startswith(("load baseline", "baseline")):
+        return "the baseline", "fix the baseline workload; validation needs it to run"
+    if phase.startswith("load optimized"):
+        return "the optimized workload", "fix the optimized workload's module: it must import and define the contract"
+    return "validate", "report this with validate.log: a check raised on the workloads' outputs"
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from plugins.nsys.sql import (
     quote,
     tables,
 )
-from plugins.nvtx_names import classify_text, parse_seq
+from plugins.nvtx_names import GRAPH_CALL_PREFIX, classify_text, parse_seq
 from plugins.sequences import BACKWARD_PREFIX, RangeRow, SequenceIndex, forward_origins
 
 T = TypeVar("T")
@@ -218,6 +218,7 @@ class NsysWindow:
         threads: dict[int, int] = {}
         ordinal = outside = unlaunched = foreign = replayed = uncaptured = 0
         points = self.graph_points
+        merged: dict[tuple[int, int], tuple[tuple[NvtxRange, ...], ...]] = {}
         for row in self.conn.execute(sql):
             (start, end, device, stream, corr, name, mangled, gx, gy, gz, bx, by, bz, regs, smem, thread, api_start,
              graph_node) = row
@@ -241,7 +242,7 @@ class NsysWindow:
                 if graph_node is not None and points:  # replayed from a graph: the ranges of its capture
                     point = points.get(graph_node)
                     if point is not None and point in captured:
-                        stack, replayed = captured[point], replayed + 1
+                        stack, replayed = _replayed_stack(stack, captured[point], merged), replayed + 1
                     elif self.harness_captures:
                         uncaptured += 1
                 tid = threads.get(thread)
@@ -412,3 +413,19 @@ __all__ = [
     "NsysCapture", "NsysExportError", "NsysWindow", "WindowKernel", "decode_global_tid", "read_nsys_sqlite",
     "read_window", "tables",
 ]
+
+
+def _replayed_stack(launch: tuple[NvtxRange, ...], capture: tuple[NvtxRange, ...],
+                    merged: dict[tuple[int, int], tuple[tuple[NvtxRange, ...], ...]]) -> tuple[NvtxRange, ...]:
+    """The stack of a kernel a CUDA graph replayed: the ranges open at its node's capture, inside the compiled
+    graph's call range open at the replay. A graph that CUDA-graph trees captured (`mode="reduce-overhead"`) was
+    captured inside that call, but its range began before the capture turned the ranges on: the replay's call range
+    names the generated code whose call sites place its library kernels. One tuple per (launch, capture) pair, as
+    `RangeFeed.enclosing` returns one per unchanged stack."""
+    key = (id(launch), id(capture))
+    known = merged.get(key)
+    if known is None or known[0] is not launch or known[1] is not capture:
+        calls = tuple(f for f in launch if f.name.startswith(GRAPH_CALL_PREFIX))
+        inside = calls and not any(f.name.startswith(GRAPH_CALL_PREFIX) for f in capture)
+        known = merged[key] = (launch, capture, calls + capture if inside else capture)
+    return known[2]
