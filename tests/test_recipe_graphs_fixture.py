@@ -1,6 +1,8 @@
 """CUDA-graph trees captured inside a compiled graph's call (the frontier's most common winner,
 `torch.compile(mode="reduce-overhead")` in the workload's own optimize(); scripts/gpu_workloads/decoder_stack_recipe.py,
-`run --compile-mode optimized`, recorded on an H200 by scripts/record_real_workloads.py --cases recipe_graphs).
+`run --compile-mode optimized`, recorded on an H200 by scripts/record_real_workloads.py --cases recipe_graphs,fp8_graphs).
+The fp8 recording's workload names a backend (`BACKEND_NAME = "inductor"`) that torch.compile with a mode never looks
+up: its graphs are recorded where Inductor compiles them.
 
 The graphs are captured inside Inductor's `## Call CompiledFxGraph` range, which began before the capture turned the
 ranges on: the replayed library kernels (cuBLAS GEMMs, cuDNN attention) take their capture's operator and the
@@ -31,6 +33,11 @@ def run_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def profile(run_dir):
     return assemble(RunDir(run_dir))
+
+
+@pytest.fixture(scope="module")
+def fp8_run(tmp_path_factory):
+    return extract_fixture("h200_fp8_graphs", tmp_path_factory) / "fp8_graphs"
 
 
 def _raw_extern_sites(pass_dir: Path, call: str) -> list[str]:
@@ -73,3 +80,13 @@ def test_module_paths_cover_the_window(profile):
     assert profile.window.module_path_kernel_time_pct > 99.0  # 11.6 % before the compiled call's range was kept
     attention = [op.module_path for op in profile.operators if "scaled_dot_product" in op.operator_name]
     assert attention == [f"blocks.{i}.attn" for i in range(4)]
+
+
+def test_fp8_gemms_inside_a_mode_compiled_graph_take_their_modules(fp8_run):
+    profile = assemble(RunDir(fp8_run))
+    expected = _raw_extern_sites(fp8_run / "nsys", "_scaled_mm")
+    gemms = [op for op in profile.operators if op.operator_name == "aten::_scaled_mm"]
+    assert len(expected) == 28 and [op.module_path for op in gemms] == expected
+    assert profile.window.module_path_kernel_time_pct > 99.0  # 0.0 % when the mode's compile went unrecorded
+    flops = [k.metrics["flop_tensor_fp8"].value for op in gemms for k in op.kernels]
+    assert all(f > 0 for f in flops), "the FP8 GEMMs count FP8 tensor-core operations"
