@@ -10,8 +10,11 @@ itself needs CUDA and is tested only where CUDA is available.
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import operator
+import os
+import subprocess
 import sys
 from collections import Counter
 from types import ModuleType
@@ -789,6 +792,29 @@ def test_fp8_linear_keeps_paths_and_stays_within_the_fp8_tier(seed: int) -> None
     paths, worst, within = _fp8_error(blocks, torch.randn(8, 32, 256), fp8)
     assert len(paths) == 12 and "1.down" in paths
     assert worst < 0.1 and within, "residuals carry the signal past the GEMMs: a smaller error"
+
+
+def test_the_own_decoders_fp8_workload_replaces_every_linear_at_the_small_scale() -> None:
+    """scripts/gpu_workloads/decoder_stack_fp8.py, measured on the H200 against its tier's winner, runs on the CPU at
+    the small scale as a user's process would: every linear an FP8 GEMM, the output in bfloat16, its error of the
+    size the GPU measured (p50 about 4 % of |ref| + RMS)."""
+    check = """
+import json, torch, decoder_stack as base, decoder_stack_fp8 as opt
+torch.manual_seed(0)
+model, inputs = base.get_model_and_input()
+other, _ = opt.get_model_and_input()
+other.load_state_dict(model.state_dict())
+with torch.no_grad():
+    ref, out = model(*inputs), opt.optimize(other)(*opt.prepare_inputs(inputs))
+rel = ((out.double() - ref.double()).abs() / (ref.abs().double() + ref.double().pow(2).mean().sqrt())).flatten()
+print(json.dumps([str(out.dtype), opt.APPLIED_PASSES, float(rel.median()), float(rel.max())]))
+"""
+    env = {**os.environ, "OPERATOR_PROFILER_EXAMPLE_SCALE": "small"}
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO / "scripts" / "gpu_workloads", env=env,
+                          capture_output=True, text=True, timeout=300, check=True)
+    dtype, passes, median, worst = json.loads(done.stdout.splitlines()[-1])
+    assert dtype == "torch.bfloat16" and passes == {"bf16_weights": 1, "fp8_linear": 14}
+    assert 0.01 < median < 0.1 and median < worst
 
 
 def test_fp8_linear_runs_where_fp8_gemms_do() -> None:
