@@ -223,3 +223,10 @@ def test_the_instructions_describe_the_shared_parameters_in_their_fields_words()
         assert f"{name} = {description[:1].lower()}{description[1:]}" in text, name
     tier = (ValidateRequest.model_fields["tier"].description or "").rstrip(".")
     assert f"tier = {tier[:1].lower()}{tier[1:]}" in text
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_every_flag_says_what_it_does(verb: str):
+    """`--help` tells the truth only where it tells something: every option of every verb has a help text."""
+    silent = [a.option_strings[0] for a in _subparser(verb)._actions if a.option_strings and not a.help]
+    assert silent == [], f"{verb}: {silent} have no help text"
