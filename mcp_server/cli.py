@@ -432,8 +432,12 @@ def _add_python(p: argparse.ArgumentParser) -> None:
                    help=f"{field.description} (default: this one, %(default)s)")
 
 
-def _add_output_options(p: argparse.ArgumentParser) -> None:
+def _add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="show no progress, only the result")
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    _add_quiet(p)
     p.add_argument("--verbose", "-v", action="store_true",
                    help="also show the workload's and the profilers' own output (each pass's output.log keeps it)")
 
@@ -476,10 +480,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_options(p)
     p = sub.add_parser("assemble", help="rebuild RUN_DIR/profile.json from its raw artifacts (no GPU needed)")
     add_options(p, AssembleRequest, skip=("top",))
+    _add_quiet(p)
     p = sub.add_parser("analyze", help="diagnose a profile: roofline, bottlenecks, stalls, ranked opportunities")
     add_options(p, AnalyzeRequest)
+    _add_quiet(p)
     p = sub.add_parser("compare", help="per-operator deltas of two profile.json (comparison.json + .md)")
     add_options(p, CompareRequest, skip=("top",))
+    _add_quiet(p)
     p = sub.add_parser(
         "bench", help="time two workloads, each in its own processes; speedups with 95%% confidence intervals",
         description="Time BASELINE (as written, a free recipe, or the winner of a tier of the free frontier) against "
@@ -517,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_options(p)
     p = sub.add_parser("report", help="render report.md and OPTIMIZED_WORKLOAD.md (or, with --plan, the proposal)")
     add_options(p, ReportRequest)
+    _add_quiet(p)
     p = sub.add_parser("preflight", help="check GPU, driver, torch/CUDA, nsys, ncu and counter permission")
     _add_python(p)
     add_options(p, PreflightRequest)

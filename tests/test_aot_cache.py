@@ -10,7 +10,7 @@ from conftest import REPO
 
 from mcp_server.capture.passes import run_pass
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions
-from mcp_server.children.compiling import GRAPH_RECORDS
+from mcp_server.children.inductor_cache import GRAPH_RECORDS
 from mcp_server.rundir import RunDir
 
 WORKLOAD = REPO / "tests" / "workloads" / "tiny_train.py"

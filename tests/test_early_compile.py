@@ -18,7 +18,7 @@ from conftest import EXAMPLES, REPO
 from mcp_server.capture.passes import NotCached, run_pass
 from mcp_server.capture.request import CaptureRequest, GpuTurn, WorkloadOptions
 from mcp_server.capture.schedule import _compiled_in_turn
-from mcp_server.children.compiling import WAITING_FOR_TUNING
+from mcp_server.children.inductor_cache import WAITING_FOR_TUNING
 from mcp_server.process import child_script
 from mcp_server.rundir import RunDir
 

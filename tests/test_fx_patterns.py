@@ -462,7 +462,7 @@ def test_cuda_graph_backend_replays_on_gpu() -> None:
 # --------------------------------------------------------------------------- inductor_config
 
 
-@pytest.mark.parametrize("bottleneck", ["compute", "memory", "launch"])
+@pytest.mark.parametrize("bottleneck", ["compute", "memory", "launch", "gemm"])
 def test_inductor_presets_are_real_options(bottleneck: str) -> None:
     inductor = _load("inductor_config")
     import torch._inductor.config as config
@@ -815,6 +815,27 @@ print(json.dumps([str(out.dtype), opt.APPLIED_PASSES, float(rel.median()), float
     dtype, passes, median, worst = json.loads(done.stdout.splitlines()[-1])
     assert dtype == "torch.bfloat16" and passes == {"bf16_weights": 1, "fp8_linear": 14}
     assert 0.01 < median < 0.1 and median < worst
+
+
+def test_the_own_decoders_gemm_tuned_workload_compiles_with_the_gemm_preset_at_the_small_scale() -> None:
+    """scripts/gpu_workloads/decoder_stack_gemm_tuned.py (the reduced winner's lines with the GEMMs alone autotuned)
+    compiles through its backend on the CPU at the small scale: float16 out, within the reduced tier."""
+    check = """
+import json, torch, decoder_stack as base, decoder_stack_gemm_tuned as opt
+torch.manual_seed(0)
+model, inputs = base.get_model_and_input()
+other, _ = opt.get_model_and_input()
+other.load_state_dict(model.state_dict())
+with torch.no_grad():
+    ref, out = model(*inputs), opt.optimize(other)(*opt.prepare_inputs(inputs))
+print(json.dumps([str(out.dtype), opt.APPLIED_PASSES, float((out.float() - ref).abs().max() / ref.abs().max())]))
+"""
+    env = {**os.environ, "OPERATOR_PROFILER_EXAMPLE_SCALE": "small"}
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO / "scripts" / "gpu_workloads", env=env,
+                          capture_output=True, text=True, timeout=600, check=True)
+    dtype, passes, error = json.loads(done.stdout.splitlines()[-1])
+    assert dtype == "torch.float16" and passes == {"fp16_weights": 1, "inductor_gemm_autotune": 1}
+    assert error < 1e-2
 
 
 def test_fp8_linear_runs_where_fp8_gemms_do() -> None:

@@ -1,6 +1,7 @@
 """CUDA-graph trees captured inside a compiled graph's call (the frontier's most common winner,
 `torch.compile(mode="reduce-overhead")` in the workload's own optimize(); scripts/gpu_workloads/decoder_stack_recipe.py,
-`run --compile-mode optimized`, recorded on an H200 by scripts/record_real_workloads.py --cases recipe_graphs,fp8_graphs).
+`run --compile-mode optimized`, recorded on an H200 by scripts/record_real_workloads.py --cases
+recipe_graphs,fp8_graphs).
 The fp8 recording's workload names a backend (`BACKEND_NAME = "inductor"`) that torch.compile with a mode never looks
 up: its graphs are recorded where Inductor compiles them.
 

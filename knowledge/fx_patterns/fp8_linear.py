@@ -25,8 +25,8 @@ blocks, whose residuals carry the signal past the GEMMs, 0.7 %, 4 %, 7 %. Measur
 blocks of width 2048 with SwiGLU MLPs (all 28 linears): 1.25x faster than the fp8 tier's winner (the model in bf16
 with reduce-overhead), but the worst output element off by 0.45-0.48 of (|ref| + RMS) against the tier's 0.25 (p50
 0.037, p99 0.18): deep gated stacks fail the tier; the CPU reference reproduces the distribution, so choose layers
-there first. Validate in the fp8 tier (`FP8_RTOL`) and report the error distribution. Apply it in `optimize(model)` after the baseline's weights are
-loaded; compile the result for the fused quantization. Self-contained (torch only).
+there first. Validate in the fp8 tier (`FP8_RTOL`) and report the error distribution. Apply it in `optimize(model)`
+after the baseline's weights are loaded; compile the result for the fused quantization. Self-contained (torch only).
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ Trigger metrics and expected gain (estimates) per class:
 - compute (`max_autotune`, `coordinate_descent_tuning`): GEMM/conv kernels with `sm_throughput_pct` > 60 or
   `tensor_core_active_pct` > 40 holding most of the time; 1.05-1.3x on those kernels (autotuned tiles), at the
   cost of minutes of compile time.
+- gemm (`max_autotune_gemm`): `max-autotune` scoped to the GEMMs, when they hold most of the time and the rest is
+  left as it is: each GEMM shape timed once against Triton's templates (which fuse their epilogue) and cuBLAS;
+  nothing else autotuned, so compiles take a fraction of max-autotune's.
 - memory (`coordinate_descent_tuning`, `aggressive_fusion`): many Triton pointwise/reduction kernels with
   `dram_throughput_pct` > 60 and intensity < 1; 1.05-1.2x on those kernels (fewer DRAM round trips).
 - launch (`triton.cudagraphs`): `gpu_busy_time_ns` / `wall_time_ns` < 0.5, mean kernel < 10 us; see cuda_graphs.py.
@@ -31,6 +34,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "compute": {"max_autotune": True, "coordinate_descent_tuning": True},
     "memory": {"coordinate_descent_tuning": True, "aggressive_fusion": True},
     "launch": {"triton.cudagraphs": True},
+    "gemm": {"max_autotune_gemm": True},
 }
 
 
@@ -47,7 +51,8 @@ def check_options(options: dict[str, Any]) -> None:
 
 
 def inductor_options(bottleneck: str) -> dict[str, Any]:
-    """The config patch for a bottleneck class: 'compute', 'memory' or 'launch'."""
+    """The config patch for a bottleneck class ('compute', 'memory' or 'launch'), or 'gemm' (the GEMMs alone
+    autotuned)."""
     if bottleneck not in PRESETS:
         raise ValueError(f"unknown bottleneck {bottleneck!r}: choose one of {', '.join(PRESETS)}")
     options = dict(PRESETS[bottleneck])

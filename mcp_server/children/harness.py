@@ -54,7 +54,6 @@ from mcp_server.children.compiling import (
     RecordingInductor,
     import_compiler,
     inductor_provenance,
-    not_cached,
     root_module_name,
 )
 from mcp_server.children.contract import (
@@ -89,6 +88,7 @@ from mcp_server.children.distributed import (
 )
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
+from mcp_server.children.inductor_cache import not_cached
 from mcp_server.children.memory import capture_memory, memory_step, memory_window, out_of_memory, watch
 from mcp_server.children.pinned import PageableBatches
 from mcp_server.children.recipe import RecordingRecipe

@@ -388,8 +388,7 @@ class RecipesRequest(Request):
     workload: Workload
     python: Interpreter
     timing: RecipeTiming = RecipeTiming()
-    thorough: bool = Field(default=False, description="Also the max-autotune modes (each compiles for minutes) and "
-                            "every layout.")
+    thorough: bool = Field(default=False, description="Also max-autotune (minutes to compile) and every layout.")
     only: tuple[str, ...] = Field(default=(), description="Only these recipes.")
     seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2)
     jobs: Annotated[int | None, Field(ge=1, description="Processes at a time.")] = None
@@ -413,8 +412,7 @@ class OptimizeRequest(Request):
     timing: TimingOptions = TimingOptions()
     recipes: Annotated[Path | None, PathRole("recipes.json")] = Field(
         default=None, description="A recipes.json to reuse.")
-    thorough: bool = Field(default=False, description="Measure the frontier with the max-autotune modes (each compiles "
-                           "for minutes) and every layout too; unused with --recipes.")
+    thorough: bool = Field(default=False, description="recipes --thorough (unused with --recipes).")
     output: Annotated[Path | None, Field(description="The folder every file goes into (default: a fresh one "
                                          "under op_runs/)."), OUTPUT, OUT_DIR] = None
     project: Path
