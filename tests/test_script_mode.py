@@ -17,7 +17,7 @@ from mcp_server.schema.io import load_profile
 from mcp_server.schema.requests import CaptureOptions
 
 SCRIPTS = REPO / "tests" / "scripts"
-TRAIN, GENERATE = SCRIPTS / "plain_train.py", SCRIPTS / "plain_generate.py"
+TRAIN, GENERATE, MANUAL = SCRIPTS / "plain_train.py", SCRIPTS / "plain_generate.py", SCRIPTS / "manual_train.py"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -87,6 +87,26 @@ def test_an_inference_script_is_windowed_by_calls_of_a_named_function_or_module(
     assert json.loads((out / "torch" / "harness.json").read_text())["steps"]["kind"] == "module"
     embeddings = [op for op in load_profile(out / "profile.json").operators if op.operator_name == "aten::embedding"]
     assert [op.input_shapes[1] for op in embeddings] == [[2, 5]], "the third forward: 3 prompt tokens and 2 new"
+
+
+def test_a_training_loop_without_an_optimizer_is_windowed_by_its_backward_calls(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("profile", "--script", str(MANUAL), "-o", str(tmp_path / "none"), "-q")
+    assert proc.returncode == 1 and "--window-fn backward for a training loop that updates without" in proc.stderr
+    proc = run_cli("profile", "--script", str(MANUAL), "--window-fn", "backward", "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    harness = json.loads((out / "torch" / "harness.json").read_text())
+    assert harness["steps"] == {**harness["steps"], "kind": "backward", "name": "backward()", "warmup": 3,
+                                "active": 1, "seen": 4, "stopped_after_window": True}
+    profile = load_profile(out / "profile.json")
+    assert profile.capture_metadata.run_mode == "train_step"
+    ops = profile.operators
+    linears = [op for op in ops if op.operator_name == "aten::linear"]
+    assert [op.module_path for op in linears] == ["0", "2"]
+    assert {op.module_path for op in ops if op.phase == "backward" and op.operator_name == "aten::mm"} == {"0", "2"}
+    update = [op for op in ops if op.operator_name == "aten::sub_"]
+    assert len(update) == 4 and {op.call_site for op in update} == {_line(MANUAL, "p -= 0.01 * p.grad")}, (
+        "the window opens as a backward ends: the step's hand-written update is in it")
 
 
 def test_a_script_that_ends_before_its_window_says_how_many_steps_it_made(tmp_path):

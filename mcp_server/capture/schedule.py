@@ -24,6 +24,7 @@ from mcp_server.capture.passes import (
 from mcp_server.capture.plan import BYTECODE, Marker, plan_passes
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions
 from mcp_server.capture.variants import WaitingVariantPass, ncu_variants_pass, planned
+from mcp_server.children.contract import BACKWARD_STEPS
 from mcp_server.errors import CancelledCapture, ProfilerError
 from mcp_server.process import now_iso
 from mcp_server.process.bytecode import Precompile, precompile_notes, precompiling
@@ -36,9 +37,10 @@ from plugins.executables import query_gpu, tool_version
 
 
 def run_mode(options: WorkloadOptions) -> RunMode:
-    """What one window step runs: a training step (the workload's train_step, or a script's optimizer steps) or an
-    inference."""
-    return "train_step" if options.train_step or (options.script and options.window_fn is None) else "inference"
+    """What one window step runs: a training step (the workload's train_step, or a script's optimizer steps or
+    backward() calls) or an inference."""
+    training = options.window_fn is None or options.window_fn == BACKWARD_STEPS
+    return "train_step" if options.train_step or (options.script and training) else "inference"
 
 
 def new_manifest(req: CaptureRequest, label: CaptureBackend, command_line: list[str],

@@ -99,6 +99,7 @@ SITE_RANGE_PREFIX = "site:"
 EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW, EXIT_NOT_CACHED = 0, 2, 3, 4, 5, 6
 EXIT_CANNOT_WRITE = 7  # a file of the run (a trace, the result itself) could not be written: a full disk, a quota
 # harness.json's error.kind
+BACKWARD_STEPS = "backward"  # --window-fn backward: a script's step is one backward() (training without torch.optim)
 NO_TORCH, CONTRACT_ERROR, NOT_CACHED, WORKLOAD_RAISED = "no_torch", "contract", "not_cached", "workload_raised"
 OUT_OF_MEMORY, NO_CUDA = "out_of_memory", "no_cuda"  # the workload raised torch.OutOfMemoryError; no CUDA device
 CANNOT_WRITE = "cannot_write"
@@ -210,7 +211,7 @@ HARNESS_FLAGS: tuple[HarnessFlag, ...] = (
     HarnessFlag("run_script", "switch", "run the workload as a plain script, unmodified (its `__main__`), the "
                 "window chosen by its steps: optimizer step() calls, or calls of --window-fn"),
     HarnessFlag("window_fn", "str", "(--run-script) a step is one call of this function, method or nn.Module class "
-                "(by name) instead of one optimizer step()"),
+                "(by name) instead of one optimizer step(); `backward`: one backward() call"),
     HarnessFlag("record_graph_capture", "switch", "(--profiler nvtx, nsys) record every CUDA graph the workload "
                 "captures inside the profiler's collection, with the window's ranges open: its replays in the window "
                 "take the operators and modules of their capture"),

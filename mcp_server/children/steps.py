@@ -2,7 +2,8 @@
 (standard library and torch only).
 
 A step is one `step()` of the script's first optimizer to step (a training script), or with `--window-fn NAME` one
-call of the function or method named NAME, or of the nn.Module class named NAME (an inference script). After
+call of the function or method named NAME, or of the nn.Module class named NAME (an inference script), or with
+`--window-fn backward` one `backward()` (a training loop that updates its parameters without torch.optim). After
 `--warmup-iters` steps the window opens; it closes after `--iters` more, and the next window (the timing pass
 measures several) opens at once. Once the last window closed the script is stopped (`StopScript`): nothing it
 would run afterwards disturbs another pass's window. Module ranges come from torch's global module hooks
@@ -32,7 +33,7 @@ from types import FrameType, MethodType
 from typing import Any
 
 from mcp_server.children.common import ContractError
-from mcp_server.children.contract import RECORDINGS
+from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
@@ -189,6 +190,46 @@ class OptimizerSteps:
         self._handle.remove()
 
 
+class BackwardSteps:
+    """Steps that end as each outermost `backward()` returns (`Tensor.backward` or `torch.autograd.backward`): a
+    training script that updates its parameters without torch.optim. A window opens as a backward ends, so it holds
+    that step's update, the next steps' forwards and backwards, and the loop's own code between them."""
+
+    kind = "backward"
+    name = "backward()"
+
+    def __init__(self, windows: StepWindows) -> None:
+        import torch
+
+        self.windows = windows
+        windows.opens_at_start = False
+        self.depth = 0
+        self._restore: list[Callable[[], None]] = []
+        for owner in (torch.Tensor, torch.autograd):  # Tensor.backward calls torch.autograd.backward: counted once
+            original = owner.backward
+            owner.backward = self._wrapper(original)
+            self._restore.append(functools.partial(setattr, owner, "backward", original))
+
+    def _wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        steps = self
+
+        @functools.wraps(original)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            steps.depth += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                steps.depth -= 1
+                if steps.depth == 0:
+                    steps.windows.step_ended()
+
+        return counted
+
+    def remove(self) -> None:
+        for restore in self._restore:
+            restore()
+
+
 class NamedSteps:
     """Steps that are the outermost calls of what `--window-fn` names: an nn.Module class (its calls, through the
     global module hooks), else a function or method (`name`, or `Class.name`).
@@ -323,7 +364,13 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
                             if calls else None).install()
     windows = StepWindows(args, lock, modules, enter)
     captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
-    source = OptimizerSteps(windows) if args.window_fn is None else NamedSteps(windows, modules, args.window_fn)
+    source: OptimizerSteps | BackwardSteps | NamedSteps
+    if args.window_fn is None:
+        source = OptimizerSteps(windows)
+    elif args.window_fn == BACKWARD_STEPS:
+        source = BackwardSteps(windows)
+    else:
+        source = NamedSteps(windows, modules, args.window_fn)
     enter("script")
     lock.build()
     lock.warmup(args.warm_up_early and not torch.backends.cudnn.benchmark)
@@ -364,7 +411,7 @@ def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any
             stopped: bool, elapsed_ns: int) -> None:
     import torch
 
-    kind = source.kind or "function" if isinstance(source, NamedSteps) else "optimizer"
+    kind = (source.kind or "function") if isinstance(source, NamedSteps) else getattr(source, "kind", "optimizer")
     result["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
     result["steps"] = {"kind": kind, "name": source.name, "warmup": args.warmup_iters, "active": args.iters,
                        "seen": windows.steps, "stopped_after_window": stopped, "script_ns": elapsed_ns}
@@ -372,9 +419,10 @@ def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any
         result["steps"]["defined_at"] = source.where
     if windows.last is None:
         what = {"optimizer": "optimizer step() calls", "function": f"calls of {args.window_fn}",
-                "module": f"calls of the {args.window_fn} module"}[kind]
+                "module": f"calls of the {args.window_fn} module", "backward": "backward() calls"}[kind]
         found = getattr(source, "found", True)
-        remedy = ("pass --window-fn NAME (a function or nn.Module class the script calls once per step)"
+        remedy = ("pass --window-fn NAME (a function or nn.Module class the script calls once per step), or "
+                  f"--window-fn {BACKWARD_STEPS} for a training loop that updates without torch.optim"
                   if kind == "optimizer" else f"check that the script calls {args.window_fn}" if not found
                   else "lower --steps W:A")
         raise ContractError(f"the script ended after {windows.steps} {what}; its window needs "
