@@ -11,8 +11,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-    data, target = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(device)
+    data, target = torch.randn(8, 16, device=device), torch.randint(0, 4, (8,), device=device)
     for _ in range(args.steps):
         loss = nn.functional.cross_entropy(model(data), target)
         loss.backward()
