@@ -91,3 +91,6 @@ def test_fp8_gemms_inside_a_mode_compiled_graph_take_their_modules(fp8_run):
     assert profile.window.module_path_kernel_time_pct > 99.0  # 0.0 % when the mode's compile went unrecorded
     flops = [k.metrics["flop_tensor_fp8"].value for op in gemms for k in op.kernels]
     assert all(f > 0 for f in flops), "the FP8 GEMMs count FP8 tensor-core operations"
+    assert not any("does not hold" in w for w in profile.warnings), "every node's capture is in the timeline"
+    assert any(w.startswith("61 window kernel(s) were replayed from graph nodes captured outside every operator")
+               for w in profile.warnings), "the generated kernels launch under no operator range"

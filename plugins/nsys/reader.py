@@ -216,7 +216,7 @@ class NsysWindow:
         names = strings.values
         shapes: dict[tuple[int, int, int], tuple[int, int, int]] = {}
         threads: dict[int, int] = {}
-        ordinal = outside = unlaunched = foreign = replayed = uncaptured = 0
+        ordinal = outside = unlaunched = foreign = replayed = uncaptured = unranged = 0
         points = self.graph_points
         merged: dict[tuple[int, int], tuple[tuple[NvtxRange, ...], ...]] = {}
         for row in self.conn.execute(sql):
@@ -243,8 +243,10 @@ class NsysWindow:
                     point = points.get(graph_node)
                     if point is not None and point in captured:
                         stack, replayed = _replayed_stack(stack, captured[point], merged), replayed + 1
-                    elif self.harness_captures:
+                    elif self.harness_captures and point is None:
                         uncaptured += 1
+                    elif self.harness_captures:
+                        unranged += 1
                 tid = threads.get(thread)
                 if tid is None:
                     tid = threads[thread] = decode_global_tid(thread)[1]
@@ -269,6 +271,12 @@ class NsysWindow:
             self._warnings.append(
                 f"{replayed} window kernel(s) were replayed from CUDA graphs the workload captured: each takes the "
                 "ranges open when its graph node was captured (its operator, module and call site then)"
+            )
+        if unranged:
+            self._warnings.append(
+                f"{unranged} window kernel(s) were replayed from graph nodes captured outside every operator range (a "
+                "compiled graph's generated kernels, or a capture the harness did not make): they keep the graph "
+                "launch's ranges"
             )
         if uncaptured:
             self._warnings.append(
