@@ -67,8 +67,8 @@ class CaptureOptions(Request):
         description="The script's own arguments (its sys.argv[1:]); on the command line, everything after `--`."
     ), Flag("--script-arg", repeat=True)] = ()
     window_fn: Annotated[str | None, Field(
-        description="(script) A step is one call of this function, method (e.g. generate) or nn.Module class, by "
-        "name (inference scripts); `backward`: one backward() (training without torch.optim)."
+        description="(script) A step is one call of this function, method (e.g. generate) or nn.Module class; "
+        "`backward`: one backward() (training without torch.optim)."
     )] = None
     steps: Annotated[str | None, Field(
         pattern=r"^\d+:\d+$", description="(script) W:A, warm-up steps then active steps in the window (the same "
