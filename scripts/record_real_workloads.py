@@ -23,6 +23,8 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
 - `recipe_graphs`, `fp8_graphs`: scripts/gpu_workloads/decoder_stack_recipe.py (the free frontier's winner as
   `optimize` writes it: `torch.compile(mode="reduce-overhead")`, CUDA-graph trees) and decoder_stack_fp8.py (the
   same with FP8 GEMMs), `--compile-mode optimized`. Targets: attributed >= 99.5 %, module paths >= 95 %.
+- `manual_train`: tests/scripts/manual_train.py, a training loop that updates its parameters without torch.optim
+  (`--script --window-fn backward`). Target: attributed >= 99.5 %.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`.
 
 `<out>/<gpu>_real_workloads.json` keeps every number; a table of the targets is printed last. Copy the archives to
@@ -56,6 +58,7 @@ CASES: dict[str, list[str]] = {
     "moe_routing": [str(WORKLOADS / "moe_routing.py")],
     "lstm_graphs": [str(LSTM / "lstm_sequence_encoder_optimized.py"), "--compile-mode", "optimized"],
     "recipe_graphs": [str(WORKLOADS / "decoder_stack_recipe.py"), "--compile-mode", "optimized"],
+    "manual_train": ["--script", str(REPO / "tests" / "scripts" / "manual_train.py"), "--window-fn", "backward"],
     "fp8_graphs": [str(WORKLOADS / "decoder_stack_fp8.py"), "--compile-mode", "optimized"],
     "decode_loop_hf": ["--script", str(WORKLOADS / "decode_loop.py"), "--window-fn", "generate", "--steps", "1:1",
                        "--", "--calls", "3", "--hf"],
@@ -169,6 +172,7 @@ TARGETS = {
     "moe_routing": lambda r: bool(r.get("every_nonzero_named")) and bool(r.get("no_ungated_graph_advice")),
     "lstm_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("compare_paired_operators") or 0) > 0,
     "recipe_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
+    "manual_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "fp8_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
 }
 
