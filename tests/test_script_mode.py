@@ -107,6 +107,9 @@ def test_a_training_loop_without_an_optimizer_is_windowed_by_its_backward_calls(
     update = [op for op in ops if op.operator_name == "aten::sub_"]
     assert len(update) == 4 and {op.call_site for op in update} == {_line(MANUAL, "p -= 0.01 * p.grad")}, (
         "the window opens as a backward ends: the step's hand-written update is in it")
+    assert {(op.phase, op.module_path) for op in update} == {("optimizer", "Sequential")}, (
+        "the code between a backward() and the next module call is the loop's optimizer phase")
+    assert {op.phase for op in linears} == {"forward"}
 
 
 def test_a_script_that_ends_before_its_window_says_how_many_steps_it_made(tmp_path):

@@ -1,21 +1,22 @@
 """Which phase of a training step each piece of work belongs to, and what backward work differentiates.
 
-A stack inside one of torch.optim's own ranges (`Optimizer.step#AdamW.step`, `Optimizer.zero_grad#...`) is the
-optimizer's; one inside the autograd engine's marker (`autograd::engine::evaluate_function: <node>`) is backward
-work, tied through its node's sequence number to the forward op, module and call site it differentiates; every
-other stack is forward work.
-"""
+A stack inside one of torch.optim's own ranges (`Optimizer.step#AdamW.step`, `Optimizer.zero_grad#...`), or the
+harness's range around a hand-written loop's update (a script windowed by its backward() calls), is the optimizer's; one
+inside the autograd engine's marker (`autograd::engine::evaluate_function: <node>`) is backward work, tied through its
+node's sequence number to the forward op, module and call site it differentiates; every other stack is forward work."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
+from mcp_server.children.contract import UPDATE_RANGE
 from mcp_server.schema.profile import Phase
 from plugins.ncu import keys
 from plugins.sequences import BACKWARD_PREFIX, ForwardOrigin, SequenceIndex, lookup
 
-OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")  # torch.optim's own profiler ranges
+# torch.optim's own profiler ranges, and the harness's around a hand-written loop's update (`--window-fn backward`)
+OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", UPDATE_RANGE)
 
 
 class FrameLike(keys.FrameLike, Protocol):

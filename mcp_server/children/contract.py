@@ -99,6 +99,7 @@ SITE_RANGE_PREFIX = "site:"
 EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW, EXIT_NOT_CACHED = 0, 2, 3, 4, 5, 6
 EXIT_CANNOT_WRITE = 7  # a file of the run (a trace, the result itself) could not be written: a full disk, a quota
 # harness.json's error.kind
+UPDATE_RANGE = "operator_profiler::update"  # such a script's code between a backward() and its next module call
 BACKWARD_STEPS = "backward"  # --window-fn backward: a script's step is one backward() (training without torch.optim)
 NO_TORCH, CONTRACT_ERROR, NOT_CACHED, WORKLOAD_RAISED = "no_torch", "contract", "not_cached", "workload_raised"
 OUT_OF_MEMORY, NO_CUDA = "out_of_memory", "no_cuda"  # the workload raised torch.OutOfMemoryError; no CUDA device

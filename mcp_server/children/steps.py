@@ -33,7 +33,7 @@ from types import FrameType, MethodType
 from typing import Any
 
 from mcp_server.children.common import ContractError
-from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS
+from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, UPDATE_RANGE
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
@@ -193,41 +193,63 @@ class OptimizerSteps:
 class BackwardSteps:
     """Steps that end as each outermost `backward()` returns (`Tensor.backward` or `torch.autograd.backward`): a
     training script that updates its parameters without torch.optim. A window opens as a backward ends, so it holds
-    that step's update, the next steps' forwards and backwards, and the loop's own code between them."""
+    that step's update, the next steps' forwards and backwards, and the loop's own code between them. That code, from
+    a backward's end to the next module call (or backward), runs inside the `UPDATE_RANGE` profiler range: the
+    optimizer phase of a hand-written loop (its update, and whatever else the loop does there)."""
 
     kind = "backward"
     name = "backward()"
 
-    def __init__(self, windows: StepWindows) -> None:
+    def __init__(self, windows: StepWindows, modules: GlobalModules) -> None:
         import torch
 
-        self.windows = windows
+        self.windows, self.modules = windows, modules
         windows.opens_at_start = False
         self.depth = 0
+        self._update: Any = None  # the open UPDATE_RANGE record_function
         self._restore: list[Callable[[], None]] = []
         for owner in (torch.Tensor, torch.autograd):  # Tensor.backward calls torch.autograd.backward: counted once
             original = owner.backward
             owner.backward = self._wrapper(original)
             self._restore.append(functools.partial(setattr, owner, "backward", original))
+        modules.listeners.insert(0, self._called)
+
+    def _called(self, module: Any, path: str, started: bool) -> None:
+        if started:
+            self._end_update()
+
+    def _end_update(self) -> None:
+        if self._update is not None:
+            update, self._update = self._update, None
+            update.__exit__(None, None, None)
 
     def _wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
         steps = self
 
         @functools.wraps(original)
         def counted(*args: Any, **kwargs: Any) -> Any:
+            import torch
+
+            if steps.depth == 0:
+                steps._end_update()
             steps.depth += 1
             try:
                 return original(*args, **kwargs)
             finally:
                 steps.depth -= 1
                 if steps.depth == 0:
-                    steps.windows.step_ended()
+                    steps.windows.step_ended()  # the window opens here: the update's range inside it
+                    steps._update = torch.autograd.profiler.record_function(UPDATE_RANGE)
+                    steps._update.__enter__()
 
         return counted
 
     def remove(self) -> None:
+        self._end_update()
         for restore in self._restore:
             restore()
+        if self._called in self.modules.listeners:
+            self.modules.listeners.remove(self._called)
 
 
 class NamedSteps:
@@ -368,7 +390,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     if args.window_fn is None:
         source = OptimizerSteps(windows)
     elif args.window_fn == BACKWARD_STEPS:
-        source = BackwardSteps(windows)
+        source = BackwardSteps(windows, modules)
     else:
         source = NamedSteps(windows, modules, args.window_fn)
     enter("script")
