@@ -152,6 +152,8 @@ class OptimizerSteps:
     """Steps of the first optimizer to step: its first step's end through torch's global post-hook, every later
     one through a wrapper of that optimizer's `step` (outside its `Optimizer.step#...` profiler range)."""
 
+    kind = "optimizer"
+
     def __init__(self, windows: StepWindows) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -433,7 +435,7 @@ def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any
             stopped: bool, elapsed_ns: int) -> None:
     import torch
 
-    kind = (source.kind or "function") if isinstance(source, NamedSteps) else getattr(source, "kind", "optimizer")
+    kind = source.kind or "function"  # a name not seen yet: counted as a function's
     result["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
     result["steps"] = {"kind": kind, "name": source.name, "warmup": args.warmup_iters, "active": args.iters,
                        "seen": windows.steps, "stopped_after_window": stopped, "script_ns": elapsed_ns}

@@ -417,12 +417,6 @@ def read_window(path: Path, consume: Callable[[NsysWindow], T]) -> T:
         return consume(window)
 
 
-__all__ = [
-    "NsysCapture", "NsysExportError", "NsysWindow", "WindowKernel", "decode_global_tid", "read_nsys_sqlite",
-    "read_window", "tables",
-]
-
-
 def _replayed_stack(launch: tuple[NvtxRange, ...], capture: tuple[NvtxRange, ...],
                     merged: dict[tuple[int, int], tuple[tuple[NvtxRange, ...], ...]]) -> tuple[NvtxRange, ...]:
     """The stack of a kernel a CUDA graph replayed: the ranges open at its node's capture, inside the compiled
@@ -437,3 +431,9 @@ def _replayed_stack(launch: tuple[NvtxRange, ...], capture: tuple[NvtxRange, ...
         inside = calls and not any(f.name.startswith(GRAPH_CALL_PREFIX) for f in capture)
         known = merged[key] = (launch, capture, calls + capture if inside else capture)
     return known[2]
+
+
+__all__ = [
+    "NsysCapture", "NsysExportError", "NsysWindow", "WindowKernel", "decode_global_tid", "read_nsys_sqlite",
+    "read_window", "tables",
+]
