@@ -230,3 +230,8 @@ def test_every_flag_says_what_it_does(verb: str):
     """`--help` tells the truth only where it tells something: every option of every verb has a help text."""
     silent = [a.option_strings[0] for a in _subparser(verb)._actions if a.option_strings and not a.help]
     assert silent == [], f"{verb}: {silent} have no help text"
+
+
+@pytest.mark.parametrize("verb", ["assemble", "analyze", "compare", "report"])
+def test_the_verbs_that_only_read_take_quiet_as_the_others_do(verb: str):
+    assert {"--quiet", "-q"} <= _flags(verb)
