@@ -10,11 +10,8 @@ itself needs CUDA and is tested only where CUDA is available.
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import operator
-import os
-import subprocess
 import sys
 from collections import Counter
 from types import ModuleType
@@ -23,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO
+from conftest import REPO, own_workload_at_small_scale
 from torch import fx, nn
 
 PATTERNS = REPO / "knowledge" / "fx_patterns"
@@ -813,15 +810,6 @@ def test_fp8_layer_choice_keeps_the_model_within_the_tolerance_it_is_given() -> 
     assert {p for p, m in blocks.named_modules() if isinstance(m, fp8.Fp8Linear)} == set(chosen)
 
 
-def _own_workload_at_the_small_scale(check: str) -> Any:
-    """The JSON `check` prints last, run in a child as a user's process would: scripts/gpu_workloads/ its folder,
-    the small scale."""
-    env = {**os.environ, "OPERATOR_PROFILER_EXAMPLE_SCALE": "small"}
-    done = subprocess.run([sys.executable, "-c", check], cwd=REPO / "scripts" / "gpu_workloads", env=env,
-                          capture_output=True, text=True, timeout=600, check=True)
-    return json.loads(done.stdout.splitlines()[-1])
-
-
 @pytest.mark.parametrize("name, layers", [("decoder_stack_fp8", 14), ("decoder_stack_fp8_chosen", 3)])
 def test_the_own_decoders_fp8_workloads_replace_their_linears_at_the_small_scale(name: str, layers: int) -> None:
     """scripts/gpu_workloads/decoder_stack_fp8.py (measured on the H200 against its tier's winner) and its variant on
@@ -839,7 +827,7 @@ with torch.no_grad():
 rel = ((out.double() - ref.double()).abs() / (ref.abs().double() + ref.double().pow(2).mean().sqrt())).flatten()
 print(json.dumps([str(out.dtype), opt.APPLIED_PASSES, float(rel.median()), float(rel.max())]))
 """
-    dtype, passes, median, worst = _own_workload_at_the_small_scale(check)
+    dtype, passes, median, worst = own_workload_at_small_scale(check)
     assert dtype == "torch.bfloat16" and passes == {"bf16_weights": 1, "fp8_linear": layers}
     assert 0.001 < median < 0.1 and median < worst
 
@@ -857,7 +845,7 @@ with torch.no_grad():
     ref, out = model(*inputs), opt.optimize(other)(*opt.prepare_inputs(inputs))
 print(json.dumps([str(out.dtype), opt.APPLIED_PASSES, float((out.float() - ref).abs().max() / ref.abs().max())]))
 """
-    dtype, passes, error = _own_workload_at_the_small_scale(check)
+    dtype, passes, error = own_workload_at_small_scale(check)
     assert dtype == "torch.float16" and passes == {"fp16_weights": 1, "inductor_gemm_autotune": 1}
     assert error < 1e-2
 

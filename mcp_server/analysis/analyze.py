@@ -24,6 +24,7 @@ from mcp_server.analysis.detect import (
 from mcp_server.analysis.devices import PEAKS_FILE, load_measured, match_device, measure_peaks, save_measured
 from mcp_server.analysis.diagnosis import cpu_only_analysis, diagnose, stage_rows
 from mcp_server.analysis.floor import speed_of_light
+from mcp_server.analysis.kv_cache import KV_NEED, growing_kv_cache
 from mcp_server.analysis.opportunities import build_opportunities
 from mcp_server.analysis.rank_findings import distributed_analysis, merged
 from mcp_server.analysis.roofline import combined_roofline, kernel_roofline
@@ -61,7 +62,8 @@ _FINDING_ISSUE = {"unfused_attention": "unfused attention", "sdpa_math_path": "S
                   "separate_qkv": "separate q/k/v GEMM", "conv_bn_unfolded": "unfolded batch norm",
                   "layout_conversion": "layout copy", "host_sync": "host sync", "register_spills": "register spills",
                   "fp32_matmul": "FP32 GEMM on CUDA cores", "fp32_conv": "FP32 conv on CUDA cores",
-                  "bn_not_frozen": "BN not folded (no freezing)", "half_matmul": "BF16/FP16 GEMM (FP8 candidate)"}
+                  "bn_not_frozen": "BN not folded (no freezing)", "half_matmul": "BF16/FP16 GEMM (FP8 candidate)",
+                  "growing_kv_cache": "growing KV cache"}
 _TORCH_DTYPE = {"float": "float32", "double": "float64", "c10::half": "float16", "half": "float16",
                 "c10::bfloat16": "bfloat16", "bfloat16": "bfloat16", "long int": "int64", "int": "int32"}
 _DTYPE_OF_PRECISION = {"fp32": "float32", "tensor_tf32": "float32 on TF32 tensor cores", "tensor_bf16": "bfloat16",
@@ -258,6 +260,8 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
     findings = [*fp32_tensor_core_candidates(profile, placed), *half_precision_gemms(profile, placed),
                 *unfused_attention(profile),
                 *window_findings(profile, health), *structural_findings(profile, placed)]
+    growing = growing_kv_cache(profile)
+    findings += [growing] if growing else []
     points = sync_points(profile)
     found = sync_finding(points) if points is not None else None
     if points is not None:  # the calls themselves, with their sites, in place of the operators' names
@@ -265,7 +269,7 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
     operators = _operator_analyses(profile, by_id, spec, findings)
     fusible = fusible_kernels(placed) if meta.compile_mode == "eager" else set()
     opportunities = build_opportunities(profile, placed, by_id, findings, health, spec, fusible,
-                                        prerequisites(profile, points), points)
+                                        prerequisites(profile, points) + ([KV_NEED] if growing else []), points)
     counters = any(k.has_counters for k in kernels)
     if counters:
         notes += COUNTER_NOTES

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from mcp_server.analysis.devices import peak_at_clock
+from mcp_server.analysis.kv_cache import KV_NEED
 from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledge_of
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes
@@ -207,6 +208,7 @@ def build_opportunities(
             out[out.index(same)] = _joined(same, title, finding, e2e, kernel, label, window)
 
     host_bound = "host_bound_window" in kinds or "tiny_kernel_swarm" in kinds
+    growing = kinds.get("growing_kv_cache")
     # torch.compile cannot reach an eager forward that calls an RNN module: Dynamo skips the frame
     rnns = [op for op in profile.operators if op.operator_name in RNN_OPERATORS] if mode == "eager" else []
     if host_bound and mode != "cudagraphs" and placed:
@@ -214,17 +216,21 @@ def build_opportunities(
         e2e = int(sum(max(0, p.gap_before_ns - gap) for p in placed[1:]))
         title = ("Capture the window in CUDA graphs: torch.compile(mode='reduce-overhead')" if mode == "eager"
                  else "Replay the compiled graph with CUDA graphs: mode='reduce-overhead'")
+        cls: PatternName = "whole_forward_graph" if rnns else "cuda_graphs"
         if rnns:
             title = (f"Capture the whole forward in one CUDA graph, its {len(rnns)} RNN call(s) included "
                      "(Dynamo skips a forward that calls an RNN module, so mode='reduce-overhead' cannot)")
-        add(title, "whole_forward_graph" if rnns else "cuda_graphs", PATTERNS["cuda_graphs"].answers, e2e, 0,
+        elif growing is not None:  # the cache is the prerequisite, and the pattern makes it
+            cls, title = "static_kv_cache", ("Preallocate the KV cache at its final length and replay each decode "
+                                             f"step from one CUDA graph: {growing.title}")
+        add(title, cls, [*PATTERNS[cls].answers, *PATTERNS["cuda_graphs"].answers], e2e, 0,
             f"estimate (upper bound): every idle gap between kernels shrinks to ~{_us(gap)} under graph replay "
             f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); "
             + ("gaps measured without the profiler" if health.unprofiled else "gaps inflated by profiler "
                "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"],
             triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
                              [f"rnn_operators={len(rnns)}"]]) if rnns else None)
-        _after(out[-1], needs)
+        _after(out[-1], [n for n in needs if n != KV_NEED] if cls == "static_kv_cache" else needs)
     if mode in ("cudagraphs", "optimized") and not rnns and placed and not _captured(profile):
         _whole_call(add, placed, health, mode)
         _after(out[-1], needs)
@@ -259,8 +265,8 @@ def build_opportunities(
             f"{how}{NOT_ADDITIVE}", modules=["(whole window)"],
             triggers=[*triggers, f"fusible_kernels={len(fusible)}", f"fusion_groups={len(chains)}",
                       f"cudnn_layout_kernels={len(layouts)}", f"attention_kernels={len(attention)}"])
-        if host_bound and not rnns:  # its estimate counts the host gaps of a whole-window compile
-            _after(out[-1], needs)
+        if host_bound and not rnns:  # its estimate counts the host gaps of a whole-window compile (which may go
+            _after(out[-1], [n for n in needs if n != KV_NEED])  # dynamic: a growing cache needs no change first)
     target = _target_precision(device)
     precision: tuple[tuple[str, PatternName], ...] = (("fp32_matmul", "dtype_autocast"), ("fp32_conv", "channels_last"))
     for kind, cls in precision:

@@ -1,0 +1,95 @@
+"""The static KV cache: its attention equals a growing cache's, the own decode workload over it emits the baseline's
+tokens, and the analysis finds a growing cache in the H200 decode loop's recorded profile and offers the pattern."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tarfile
+
+import pytest
+import torch
+from conftest import REPO, own_workload_at_small_scale
+from fixtures_util import FIXTURES
+from torch.nn import functional as F
+
+from mcp_server.analysis import analyze_profile
+from mcp_server.analysis.kv_cache import KV_NEED, growing_kv_cache
+from mcp_server.backends.registry import assemble
+from mcp_server.rundir import RunDir
+
+
+def _pattern():
+    path = REPO / "knowledge" / "fx_patterns" / "static_kv_cache.py"
+    spec = importlib.util.spec_from_file_location("fx_pattern_static_kv_cache", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_attention_over_the_static_cache_equals_the_growing_cache_s() -> None:
+    torch.manual_seed(0)
+    batch, heads, prompt, steps, dim = 2, 3, 5, 4, 8
+    cache = _pattern().StaticKVCache(1, batch, heads, prompt + steps, dim, torch.float64, "cpu")
+    q, k, v = (torch.randn(batch, heads, prompt, dim, dtype=torch.float64) for _ in range(3))
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(cache.attend(0, q, k, v, cache.slots[:prompt]), expected)
+    keys, values = k, v
+    for step in range(steps):
+        q, k, v = (torch.randn(batch, heads, 1, dim, dtype=torch.float64) for _ in range(3))
+        keys, values = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)
+        position = cache.slots[prompt + step:prompt + step + 1]
+        assert torch.allclose(cache.attend(0, q, k, v, position), F.scaled_dot_product_attention(q, keys, values))
+    assert torch.equal(cache.keys[0], keys) and cache.fits(batch, prompt + steps, torch.float64)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_own_decode_workload_over_a_static_cache_emits_the_baseline_s_tokens(compiled: bool) -> None:
+    """scripts/gpu_workloads/decode_greedy_static.py at the small scale, as a user's process would run it: the same
+    tokens as decode_greedy.py, eager or compiled with its backend (Inductor on the CPU), and the same early stop when
+    every sequence emits the end token."""
+    check = f"""
+import json, torch, decode_greedy as base, decode_greedy_static as opt
+model, (prompt,) = base.get_model_and_input()
+full = model(prompt)
+fast = opt.StaticGreedy(model, compiled={compiled})
+same = [torch.equal(fast(prompt), full), torch.equal(fast(prompt), full)]
+model.eos = int(full[0, 35])  # the one sequence below emits it at its fourth new token
+stopped = model(prompt[:1])
+same.append(torch.equal(opt.StaticGreedy(model, compiled={compiled})(prompt[:1]), stopped))
+print(json.dumps([same, list(full.shape), list(stopped.shape), opt.APPLIED_PASSES]))
+"""
+    same, full, stopped, passes = own_workload_at_small_scale(check)
+    assert same == [True, True, True] and full == [4, 40] and stopped[1] < full[1]
+    assert passes["static_kv_cache"] == 2 and passes.get("inductor", 0) == (4 if compiled else 0)
+
+
+def _profile(name: str, case: str, tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp(name)
+    with tarfile.open(FIXTURES / f"{name}.tar.xz") as tar:
+        tar.extractall(folder, filter="data")
+    return assemble(RunDir(folder / case))
+
+
+def test_the_h200_decode_loop_s_growing_cache_is_found_and_answered(tmp_path_factory) -> None:
+    """The GPT-2-small decode loop recorded on the H200 (24 new tokens after a prompt of 32): its 12 attention modules'
+    key lengths grow 33..55, one per step; the analysis offers the static cache where it offered CUDA graphs, and
+    no other change that captures the steps in a graph without it first."""
+    profile = _profile("h200_decode_loop", "decode_loop", tmp_path_factory)
+    found = growing_kv_cache(profile)
+    assert found is not None and len(found.module_paths) == 12 and found.module_paths[0] == "h.0"
+    assert {"decode_steps=23", "key_length_min=33", "key_length_max=55"} <= set(found.triggers)
+    analysis = analyze_profile(profile, out_dir=tmp_path_factory.mktemp("analysis"))
+    by_class = {o.change_class: o for o in analysis.opportunities}
+    static = by_class["static_kv_cache"]
+    assert static.knowledge == "knowledge/fx_patterns/static_kv_cache.py" and "growing_kv_cache" in static.findings
+    assert "cuda_graphs" not in by_class and KV_NEED not in static.prerequisites
+    assert all(KV_NEED in o.prerequisites for o in analysis.opportunities
+               if o.change_class in ("whole_forward_graph", "graph_breaks"))
+
+
+@pytest.mark.parametrize("name, case", [("h200_recipe_graphs", "recipe_graphs"), ("h100_moe_routing", "moe_routing"),
+                                        ("h100_train_script", "train_script")])
+def test_no_growing_cache_where_attention_keeps_its_shape(name: str, case: str, tmp_path_factory) -> None:
+    assert growing_kv_cache(_profile(name, case, tmp_path_factory)) is None
