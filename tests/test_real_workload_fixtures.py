@@ -1,7 +1,8 @@
 """Real workloads, replayed from their H100 recordings (`scripts/record_real_workloads.py`:
 tests/fixtures/h100_<case>.tar.xz): a decode loop profiled as a plain script under the replay budget, a plain
 training script, an MoE layer's synchronisations, and a workload that captures its own CUDA graph; and the decode loop
-recorded again on an H200 (tests/fixtures/h200_decode_loop.tar.xz) once its variant replay kept to the window."""
+recorded again on an H200 (tests/fixtures/h200_decode_loop.tar.xz) once its variant replay kept to the window; a
+training loop without torch.optim on an H200 (h200_manual_train.tar.xz)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,22 @@ def test_a_plain_training_script_is_attributed_like_the_contract(tmp_path_factor
     line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "loss = loss_fn(" in text)
     assert any(op.call_site and op.call_site.endswith(f"train_script.py:{line}") for op in profile.operators)
     assert profile.capture_metadata.root_module == "ResNet"
+
+
+def test_a_training_loop_without_torch_optim_takes_its_steps_from_backward(tmp_path_factory):
+    """tests/scripts/manual_train.py (its update by hand under torch.no_grad, no optimizer) recorded on an H200 with
+    `--window-fn backward`: each step ends at backward(), the update's kernels are the optimizer phase, and every
+    kernel is attributed with its call site."""
+    run = _recorded("manual_train", tmp_path_factory, gpu="h200")
+    harness = json.loads((run / "nsys" / "harness.json").read_text())
+    assert harness["steps"]["kind"] == "backward" and harness["steps"]["seen"] >= 4
+    profile = assemble(RunDir(run))
+    assert profile.window.attributed_kernel_time_pct == 100.0
+    assert set(profile.window.kernel_time_by_phase_ns or {}) == {"forward", "backward", "optimizer"}
+    update = [op for op in profile.operators if op.phase == "optimizer"]
+    assert {op.operator_name for op in update} == {"aten::mul", "aten::sub_"} and len(update) == 8  # 4 parameters
+    assert all(op.call_site and op.call_site.endswith("manual_train.py:22") for op in update)
+    assert all(op.call_site for op in profile.operators)
 
 
 def test_a_training_steps_backward_convolutions_are_work_not_fusible_element_wise_kernels(tmp_path_factory):

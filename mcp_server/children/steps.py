@@ -472,8 +472,13 @@ def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any
         result["replayed_calls"] = modules.started
     if RECORDINGS[args.profiler].torch_profiler or (windows.trace is not None and windows.trace.traced):
         result["artifacts"].append(os.path.relpath(args.kineto_trace, args.run_dir))
-    elif windows.trace is not None:
+    elif windows.trace is not None and not windows.cuda:
         result["warnings"].append("no CUDA device: the timing pass traced no kernels")
+    elif windows.trace is not None:
+        needed = args.warmup_iters + windows.total * args.iters
+        result["warnings"].append(f"the script ended after {windows.steps} steps, before the timing pass's traced "
+                                  f"windows (it needs {needed}): no kernel times measured without the profiler; let "
+                                  "the script run more steps, or lower --steps W:A")
 
 
 def _replay_calls(path: Path | None) -> list[tuple[str, int]] | None:
