@@ -172,13 +172,14 @@ def _whole_call(add: Callable[..., None], placed: list[Placed], health: Timeline
 def build_opportunities(
     profile: OperatorAttributedProfile, placed: list[Placed], analyses: dict[int, KernelAnalysis],
     findings: list[Finding], health: TimelineHealth, device: DeviceSpec | None, fusible: set[int],
-    needs: list[str] | None = None, syncs: list[SyncPoint] | None = None,
+    needs: list[str] | None = None, syncs: list[SyncPoint] | None = None, step_needs: list[str] | None = None,
 ) -> list[Opportunity]:
     """Opportunities from the findings, ranked by estimated end-to-end saving.
 
     `needs`: the changes that must come before a CUDA graph or a whole-graph compile of the window (its host
     synchronisations, data-dependent shapes): such advice names the first of them in its title and lists them all.
-    `syncs`: the window's synchronising places, whose idle time removing them gives back."""
+    `syncs`: the window's synchronising places, whose idle time removing them gives back. `step_needs`: what must
+    come before one decode step is captured alone (a static KV cache's graph: a stop check between steps stays)."""
     needs = needs or []
     by_id = {p.kernel.kernel_id: p for p in placed}
     window = max(health.window_ns, 1)
@@ -230,7 +231,7 @@ def build_opportunities(
                "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"],
             triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
                              [f"rnn_operators={len(rnns)}"]]) if rnns else None)
-        _after(out[-1], [n for n in needs if n != KV_NEED] if cls == "static_kv_cache" else needs)
+        _after(out[-1], step_needs or [] if cls == "static_kv_cache" else needs)
     if mode in ("cudagraphs", "optimized") and not rnns and placed and not _captured(profile):
         _whole_call(add, placed, health, mode)
         _after(out[-1], needs)
