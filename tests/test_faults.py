@@ -27,6 +27,7 @@ from mcp.client.stdio import stdio_client
 from mcp_server.children.contract import RUN_TAG_ENV
 from mcp_server.schema.io import load_profile
 from mcp_server.schema.manifest import RunOwner
+from mcp_server.schema.recipes import RecipesReport
 
 HOSTILE = REPO / "tests" / "hostile"
 TINY = REPO / "tests" / "workloads" / "tiny_mlp.py"
@@ -138,6 +139,32 @@ def test_2_a_signal_to_bench_stops_its_child(work: Path):
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM
+    _none_left(tag)
+
+
+def test_2_a_signal_to_recipes_keeps_the_recipes_it_measured(work: Path):
+    """Minutes of measurement are not lost to a stop: recipes.json holds the reference and the recipes that ended
+    before the signal, says it was stopped, and names the rest as not run; no process of the run is left."""
+    tag = uuid.uuid4().hex
+    proc = subprocess.Popen([*CLI, "recipes", "tiny_mlp.py", "-o", "frontier", "--jobs", "1", "--warmup", "2",
+                             "--calls", "12", "--queued", "12", "--blocks", "2", "--input-sets", "2"],
+                            cwd=work, env=_env(tag), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:  # the first recipe after the reference has ended
+        lines.append(line)
+        if "recipes: [1/" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(lines) + err
+    report = RecipesReport.model_validate_json((work / "frontier" / "recipes.json").read_text())
+    assert report.stopped is not None and report.stopped.startswith("SIGTERM after ")
+    ran = [r.recipe for r in report.results]
+    assert "eager+fp32" in ran and len(ran) >= 2
+    assert all(r.status == "ok" for r in report.results), "a recipe the stop killed is not a result"
+    assert any(g.reason.startswith("not run: the run was stopped") for g in report.skipped)
+    assert report.warnings[0].startswith("the run was stopped") and report.winners
     _none_left(tag)
 
 

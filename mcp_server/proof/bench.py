@@ -242,6 +242,10 @@ def _result(
     warnings += [note for name, side in (("baseline", base), ("optimized", opt)) for note in spread_notes(name, side)]
     if min(base.latency.min_ns, opt.latency.min_ns) <= 0:
         warnings.append("some calls took 0 ns by the timer: the workload is too small to time per call")
+    stopped = load_recipes(recipes_path).stopped if recipes_path is not None else None
+    if stopped:
+        warnings.append(f"the frontier in {recipes_path} was stopped early ({stopped}): its winner is the best of the "
+                        "recipes measured until then, not necessarily of every free recipe")
 
     def speedup(metric: str) -> SpeedupEstimate:
         pick = (lambda m: m.latency_ns) if metric == "latency" else (lambda m: m.back_to_back_ns)

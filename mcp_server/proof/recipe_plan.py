@@ -74,8 +74,9 @@ def plan_layout(gpu: bool, facts: ModelFacts, winners: list[str], thorough: bool
 
 
 def skipped(gpu: bool, facts: ModelFacts | None, thorough: bool, only: tuple[str, ...],
-            ran: set[str]) -> list[SkippedRecipes]:
-    """Every recipe of the thorough GPU frontier that did not run, grouped by why."""
+            ran: set[str], stopped: str | None = None) -> list[SkippedRecipes]:
+    """Every recipe of the thorough GPU frontier that did not run, grouped by why (`stopped`: why the run ended
+    before every planned recipe ran)."""
     groups: dict[str, list[str]] = {}
     for name in every_recipe(True, True):
         if name in ran or name == REFERENCE:
@@ -95,7 +96,7 @@ def skipped(gpu: bool, facts: ModelFacts | None, thorough: bool, only: tuple[str
         elif layout:
             reason = WINNERS_ONLY
         else:
-            reason = "not run"
+            reason = f"not run: the run was stopped ({stopped})" if stopped else "not run"
         groups.setdefault(reason, []).append(name)
     return [SkippedRecipes(recipes=names, reason=reason) for reason, names in groups.items()]
 

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from mcp_server.children.contract import recipe_parts
-from mcp_server.errors import ChildTimedOut, WorkloadError
+from mcp_server.errors import CancelledCapture, ChildTimedOut, WorkloadError
 from mcp_server.process import now_iso
+from mcp_server.process.child import Terminated
 from mcp_server.progress import Progress, quiet
 from mcp_server.proof import check_python, check_workload
 from mcp_server.proof.measure import Measured, Way, measure
@@ -77,6 +78,7 @@ def recipes(
     out = Path(out_dir) if out_dir is not None else Path.cwd()
     started, t0 = now_iso(), time.monotonic()
     runner = _Runner(path, python, options, seeds, out, timeout_s, progress, cancel)
+    raw: dict[str, Any] | None = None
     try:
         progress(f"recipes: {REFERENCE}, the reference, alone first")
         reference, raw = runner.run(REFERENCE, "reference")
@@ -84,30 +86,49 @@ def recipes(
             raise WorkloadError(f"the workload fails in fp32 eager, the reference: {reference.reason}",
                                 f"fix the workload; its log is in {out / FAILED_LOGS}")
         facts = ModelFacts.model_validate(raw["model"])
-        device, gpu = raw["device_type"], raw["device_type"] == "cuda"
-        jobs = jobs or default_jobs(device)
-        results = [reference]
+        gpu = raw["device_type"] == "cuda"
+        jobs = jobs or default_jobs(raw["device_type"])
+        runner.finished.append(reference)
         first = plan_first(gpu, facts, thorough, only)
-        results += runner.pool(first, jobs, len(first))
-        ran = {r.recipe for r in results}
-        layout = plan_layout(gpu, facts, stage_winners(results, options.headline), thorough, ran)
+        runner.pool(first, jobs, len(first))
+        ran = {r.recipe for r in runner.finished}
+        layout = plan_layout(gpu, facts, stage_winners(runner.finished, options.headline), thorough, ran)
         if layout:
             progress(f"recipes: channels_last and cuDNN's autotuner on the winners ({len(layout)} recipes)")
-            results += runner.pool(layout, jobs, len(layout))
+            runner.pool(layout, jobs, len(layout))
+    except (KeyboardInterrupt, Terminated, CancelledCapture) as exc:  # stopped: what was measured is kept, marked
+        if raw is not None and runner.stopped is not None:
+            report = _report(path, raw, runner.finished, options, seeds, thorough, only, jobs or 1, started, t0,
+                             stopped=f"{runner.stopped} after {len(runner.finished) - 1} recipe(s)")
+            report.warnings.insert(0, f"the run was stopped ({report.stopped}): this frontier holds only the recipes "
+                                      "measured until then, and its winners are theirs")
+            write_model_atomic(out / RECIPES_JSON, report)
+            progress(f"recipes: stopped; wrote the {len(runner.finished) - 1} recipe(s) measured to "
+                     f"{out / RECIPES_JSON} ({type(exc).__name__})")
+        raise
     finally:
         runner.close()
-    env = raw["environment"]
-    report = RecipesReport(
-        workload=str(path), device_type=device, device_name=env.get("device_name") if gpu else None,
-        torch_version=env["torch_version"], cuda_version=env.get("cuda_version"),
-        python_executable=env["python_executable"], model=facts, seeds=list(seeds), thorough=thorough, jobs=jobs,
-        results=_ranked(results, options.headline), winners=_winners(results, reference),
-        pareto=_pareto(results), skipped=skipped(gpu, facts, thorough, only, {r.recipe for r in results}),
-        started_at=started, finished_at=now_iso(), wall_time_s=round(time.monotonic() - t0, 3),
-        warnings=list(dict.fromkeys(w for r in results for w in r.warnings)),
-    )
+    report = _report(path, raw, runner.finished, options, seeds, thorough, only, jobs or 1, started, t0)
     write_model_atomic(out / RECIPES_JSON, report)
     return report
+
+
+def _report(path: Path, raw: dict[str, Any], results: list[RecipeResult], options: TimingOptions,
+            seeds: tuple[int, ...], thorough: bool, only: tuple[str, ...], jobs: int, started: str,
+            t0: float, stopped: str | None = None) -> RecipesReport:
+    """recipes.json's content from the reference's child JSON and the results (the reference first); `stopped`:
+    why the run ended before the rest ran."""
+    env, facts = raw["environment"], ModelFacts.model_validate(raw["model"])
+    gpu = raw["device_type"] == "cuda"
+    return RecipesReport(
+        workload=str(path), device_type=raw["device_type"], device_name=env.get("device_name") if gpu else None,
+        torch_version=env["torch_version"], cuda_version=env.get("cuda_version"),
+        python_executable=env["python_executable"], model=facts, seeds=list(seeds), thorough=thorough, jobs=jobs,
+        results=_ranked(results, options.headline), winners=_winners(results, results[0]),
+        pareto=_pareto(results), skipped=skipped(gpu, facts, thorough, only, {r.recipe for r in results}, stopped),
+        started_at=started, finished_at=now_iso(), wall_time_s=round(time.monotonic() - t0, 3),
+        warnings=list(dict.fromkeys(w for r in results for w in r.warnings)), stopped=stopped,
+    )
 
 
 class _Runner:
@@ -120,18 +141,29 @@ class _Runner:
         self.failed_logs, self.lock = out / FAILED_LOGS, self.scratch / LOCK_NAME
         self.timeout_s, self.progress, self.cancel = timeout_s, progress, cancel
         self.done = 0
+        self.finished: list[RecipeResult] = []  # every result so far, in the order they ended
+        self.stopped: str | None = None  # why the run is stopping: results ending after it are not kept
 
-    def pool(self, planned: list[tuple[str, str]], jobs: int, total: int) -> list[RecipeResult]:
-        """Run `planned` (recipe, stage) with `jobs` processes at a time, in order."""
+    def pool(self, planned: list[tuple[str, str]], jobs: int, total: int) -> None:
+        """Run `planned` (recipe, stage) with `jobs` processes at a time, in order; each result joins `finished`."""
         self.done = 0
-        with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="recipe") as executor:
-            return list(executor.map(lambda item: self._counted(item, total)[0], planned))
+        executor = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="recipe")
+        try:
+            for _ in executor.map(lambda item: self._counted(item, total), planned):
+                pass
+        except BaseException as exc:
+            self.stopped = str(exc) or type(exc).__name__  # the children still running are stopped, not measured
+            raise
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
 
-    def _counted(self, item: tuple[str, str], total: int) -> tuple[RecipeResult, dict[str, Any] | None]:
-        result, raw = self.run(*item)
+    def _counted(self, item: tuple[str, str], total: int) -> None:
+        result, _ = self.run(*item)
+        if self.stopped is not None or (self.cancel is not None and self.cancel.is_set()):
+            return
+        self.finished.append(result)
         self.done += 1
         self.progress(f"recipes: [{self.done}/{total}] {_line(result)}")
-        return result, raw
 
     def run(self, name: str, stage: str) -> tuple[RecipeResult, dict[str, Any] | None]:
         """One recipe in its own process: its result, and the child's JSON when it ran."""

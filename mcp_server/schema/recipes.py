@@ -17,7 +17,7 @@ from mcp_server.children.contract import recipe_name, recipe_parts
 from mcp_server.schema.proof import Metric, TimingSummary
 from mcp_server.schema.types import TIERS, Tier, tiers_within
 
-RECIPES_VERSION = "1.0"
+RECIPES_VERSION = "1.1"  # 1.1: `stopped`
 REFERENCE = "eager+fp32"
 # The error that puts a recipe in a tier, over fp32 eager with TF32 off (validate's rule: |opt - ref| <= rtol *
 # (|ref| + RMS(ref)) per element): float32's class for the exact tier, bfloat16/float16's for the reduced one, and for
@@ -130,6 +130,8 @@ class RecipesReport(_Model):
     finished_at: str
     wall_time_s: float
     warnings: list[str] = Field(default_factory=list)
+    stopped: str | None = Field(default=None, description="Why the run ended early (a signal, a cancel): the frontier "
+                                "holds only the recipes measured until then (1.1).")
 
     @field_validator("results")
     @classmethod
