@@ -25,7 +25,8 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
   same with FP8 GEMMs), `--compile-mode optimized`. Targets: attributed >= 99.5 %, module paths >= 95 %.
 - `manual_train`: tests/scripts/manual_train.py, a training loop that updates its parameters without torch.optim
   (`--script --window-fn backward`). Target: attributed >= 99.5 %. Its fixture keeps the nsys pass alone (size).
-- `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`.
+- `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
+  keeps the nsys pass alone (size).
 
 `<out>/<gpu>_real_workloads.json` keeps every number; a table of the targets is printed last. Copy the archives to
 tests/fixtures/ and the JSON to docs/measurements/: tests/test_real_workload_fixtures.py replays them.
@@ -150,8 +151,9 @@ def compare_lstm(run_dir: Path, row: dict[str, Any]) -> None:
 
 def without_counters(run_dir: Path) -> None:
     """Leave the ncu passes out of a run directory (their reports run to tens of MB even for a few kernels): their
-    folders go, and the manifest keeps the other passes and says so in its notes. The profile then assembles from the
-    nsys pass alone, as a run without counters would."""
+    folders go, with the profile assembled from them, and the manifest keeps the other passes and says so in its notes.
+    The profile then assembles from the nsys pass alone, as a run without counters would."""
+    (run_dir / "profile.json").unlink(missing_ok=True)
     manifest_path = run_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     dropped = [p["name"] for p in manifest["passes"] if p["name"].startswith("ncu")]
@@ -182,7 +184,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
     return 0.0 if none is None else 100.0 - none
 
 
-SMALL_FIXTURES = {"manual_train"}  # cases whose fixture is the nsys pass alone: what their test replays
+SMALL_FIXTURES = {"manual_train", "decode_loop_hf"}  # their fixtures: the nsys pass alone (what the tests replay)
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,

@@ -89,6 +89,21 @@ def test_the_h200_decode_loop_s_growing_cache_is_found_and_answered(tmp_path_fac
                if o.change_class in ("whole_forward_graph", "graph_breaks"))
 
 
+def test_hugging_face_generate_s_growing_cache_is_answered_after_its_step_s_own_synchronisation(tmp_path_factory):
+    """Hugging Face's GPT-2 `generate()` recorded on an H200 as a plain script (its nsys pass): the same growing cache
+    at transformer.h.N.attn, and the static cache offered with one prerequisite, the `is_nonzero` read that runs
+    inside `transformer` once a step (the stopping criteria's read between steps is not one)."""
+    profile = _profile("h200_decode_loop_hf", "decode_loop_hf", tmp_path_factory)
+    found = growing_kv_cache(profile)
+    assert found is not None and found.module_paths[0] == "transformer.h.0.attn" and len(found.module_paths) == 12
+    assert {"decode_steps=23", "key_length_min=33", "key_length_max=55"} <= set(found.triggers)
+    analysis = analyze_profile(profile, out_dir=tmp_path_factory.mktemp("analysis_hf"))
+    static = next(o for o in analysis.opportunities if o.change_class == "static_kv_cache")
+    assert len(static.prerequisites) == 1 and "aten::is_nonzero" in static.prerequisites[0]
+    inside = [p for p in analysis.syncs or [] if p.synchronizing and p.operator_name == "aten::is_nonzero"]
+    assert {p.module_path for p in inside} == {None, "transformer"}
+
+
 @pytest.mark.parametrize("name, case", [("h200_recipe_graphs", "recipe_graphs"), ("h100_moe_routing", "moe_routing"),
                                         ("h100_train_script", "train_script")])
 def test_no_growing_cache_where_attention_keeps_its_shape(name: str, case: str, tmp_path_factory) -> None:
