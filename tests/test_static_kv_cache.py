@@ -16,7 +16,9 @@ from torch.nn import functional as F
 from mcp_server.analysis import analyze_profile
 from mcp_server.analysis.kv_cache import KV_NEED, growing_kv_cache
 from mcp_server.backends.registry import assemble
+from mcp_server.cli import main as cli
 from mcp_server.rundir import RunDir
+from mcp_server.schema.io import load_profile
 
 
 def _pattern():
@@ -102,6 +104,18 @@ def test_hugging_face_generate_s_growing_cache_is_answered_after_its_step_s_own_
     assert len(static.prerequisites) == 1 and "aten::is_nonzero" in static.prerequisites[0]
     inside = [p for p in analysis.syncs or [] if p.synchronizing and p.operator_name == "aten::is_nonzero"]
     assert {p.module_path for p in inside} == {None, "transformer"}
+
+
+@pytest.mark.parametrize("mode", ["eager", "inductor"])
+def test_a_compiled_decode_loop_s_growing_cache_is_found_too(mode: str, tmp_path) -> None:
+    """The own greedy decoder profiled on the CPU (torch.profiler), eager and compiled: Inductor calls the attention as
+    `aten::_scaled_dot_product_flash_attention_for_cpu` (on a GPU `..._efficient_attention`, `..._flash_attention`),
+    whose key length is read the same way."""
+    workload = REPO / "scripts" / "gpu_workloads" / "decode_greedy.py"
+    assert cli(["profile", str(workload), "--compile-mode", mode, "-o", str(tmp_path / "run"), "-q"]) == 0
+    found = growing_kv_cache(load_profile(tmp_path / "run" / "profile.json"))
+    assert found is not None and len(found.module_paths) == 2  # the small scale's two layers
+    assert {"decode_steps=7", "key_length_min=33", "key_length_max=39"} <= set(found.triggers)
 
 
 @pytest.mark.parametrize("name, case", [("h200_recipe_graphs", "recipe_graphs"), ("h100_moe_routing", "moe_routing"),

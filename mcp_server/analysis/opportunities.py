@@ -231,7 +231,7 @@ def build_opportunities(
                "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"],
             triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
                              [f"rnn_operators={len(rnns)}"]]) if rnns else None)
-        _after(out[-1], step_needs or [] if cls == "static_kv_cache" else needs)
+        _after(out[-1], (step_needs or []) if cls == "static_kv_cache" else needs)
     if mode in ("cudagraphs", "optimized") and not rnns and placed and not _captured(profile):
         _whole_call(add, placed, health, mode)
         _after(out[-1], needs)
