@@ -3,8 +3,8 @@ level, IR level: module).
 
 A decode loop that grows its KV cache with `torch.cat` gives every step new shapes: its attention reads one key more
 each time. Nothing static can be captured (`mode="reduce-overhead"` records a graph per length, after a recompile
-per length unless Dynamo goes dynamic), and the host launches every kernel of every step while the GPU, a few
-microseconds per kernel at batch size one, waits for it.
+per length unless Dynamo goes dynamic), and the host launches every kernel of every step while the GPU, whose
+kernels take microseconds at decode sizes, waits for it.
 
 `StaticKVCache(layers, batch, heads, length, head_dim, dtype, device)` holds every layer's keys and values at the
 sequence's final length, written in place at the step's positions (`index_copy_` along the sequence, the positions a
@@ -24,12 +24,12 @@ path called with one query position and a key length that grows by one per call)
 
 Expected gain (measured on an H200, GPT-2-small-sized greedy decoding of 24 tokens, batch 4: 1.35x the exact tier's
 winner `reduce-overhead+fp32`, 1.37x the reduced tier's `reduce-overhead+bf16-cast` in bfloat16): each step's kernel
-launches become one replay (the window shrinks towards its GPU busy time, the
-prompt's forward and the per-step token handling left); attention reads the whole preallocated cache, not the
-written part: negligible while the cache is short, a cost for long generations with few new tokens. Costs: the cache
-sized for prompt + new tokens up front (a longer generation needs a new cache and a new capture), one capture per
-prompt shape. A stop condition read on the host (`if (token == eos).all(): break`) still synchronises once a step;
-it stays outside the graph. Exact tier: the masked positions add exact zeros to the softmax, but the attention kernel
+launches become one replay, so the window shrinks towards its GPU busy time (the prompt's forward and the per-step
+token handling left). Attention reads the whole preallocated cache, written or not: negligible while the cache is
+short, a cost when it is long (early steps of a long generation read mostly unwritten slots). Costs: the cache sized
+for prompt + new tokens up front (a longer generation needs a new cache and a new capture), one capture per prompt
+shape. A stop condition read on the host (`if (token == eos).all(): break`) still synchronises once a step; it stays
+outside the graph. Exact tier: the masked positions add exact zeros to the softmax, but the attention kernel
 may change (masked SDPA against the causal one), so outputs agree to fp32 rounding, not bit for bit. Needs CUDA for
 the replay: on a CPU the steps run as written, over the static cache. Self-contained (torch only): copy it into an
 optimized workload, with `graph_whole_forward` for the capture.
@@ -52,11 +52,6 @@ class StaticKVCache:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.length = length
         self.slots = torch.arange(length, device=device)
-
-    def fits(self, batch: int, length: int, dtype: torch.dtype) -> bool:
-        """Whether this cache holds `batch` sequences of `length` positions in `dtype`."""
-        key = self.keys[0]
-        return key.shape[0] == batch and self.length == length and key.dtype == dtype
 
     def mask(self, positions: torch.Tensor) -> torch.Tensor:
         """`[1, 1, queries, length]`, True where a query at `positions` may attend: every slot up to its own."""
