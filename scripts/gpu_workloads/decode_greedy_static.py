@@ -1,16 +1,16 @@
 """decode_greedy beyond its frontier: the KV cache preallocated at the final length (knowledge/fx_patterns/
 static_kv_cache.py), so the prompt's forward and every decode step have one shape each; each compiled by Inductor
-without CUDA graphs and replayed from one `torch.cuda.CUDAGraph` (knowledge/fx_patterns/whole_forward_graph.py), both
-imported from the repository, not copied. The end-token check stays on the host, once a step, as in the baseline.
-The prompt's last position alone goes through the vocabulary projection (the baseline projects all 32 and keeps the
-last). On a CPU the steps run eagerly over the static cache.
+without CUDA graphs (winner_graph.py's backend) and replayed from one `torch.cuda.CUDAGraph`
+(knowledge/fx_patterns/whole_forward_graph.py); the patterns are imported from the repository, not copied. The
+end-token check stays on the host, once a step, as in the baseline. The prompt's last position alone goes through the
+vocabulary projection (the baseline projects all 32 and keeps the last). On a CPU the steps run eagerly over the
+static cache.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -20,22 +20,7 @@ from decode_greedy import Greedy, get_model_and_input  # noqa: E402, F401 - same
 from decode_loop import Decoder  # noqa: E402
 from static_kv_cache import StaticKVCache  # noqa: E402 - the patterns' own code
 from whole_forward_graph import graph_whole_forward  # noqa: E402
-
-BACKEND_NAME = "decode_static_opt"
-APPLIED_PASSES: dict[str, int] = {}
-
-
-def _count(name: str) -> None:
-    APPLIED_PASSES[name] = APPLIED_PASSES.get(name, 0) + 1
-
-
-@torch._dynamo.register_backend(name=BACKEND_NAME)
-def decode_static_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-    """Inductor's default options, no CUDA graphs: each whole step is captured around the compiled code."""
-    from torch._inductor.compile_fx import compile_fx
-
-    _count("inductor")
-    return compile_fx(gm, example_inputs)
+from winner_graph import APPLIED_PASSES, BACKEND_NAME, count_pass  # noqa: E402, F401 - Inductor, no CUDA graphs
 
 
 def next_token(decoder: Decoder, cache: StaticKVCache, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -60,13 +45,13 @@ class _Decoding:
         weight = decoder.lm_head.weight
         self.cache = StaticKVCache(len(decoder.h), batch, block.heads, length, weight.shape[1] // block.heads,
                                    weight.dtype, weight.device)
-        _count("static_kv_cache")
+        count_pass("static_kv_cache")
 
         def step(tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
             return next_token(decoder, self.cache, tokens, positions)
 
         fn = torch.compile(step, backend=BACKEND_NAME, dynamic=False) if compiled else step
-        self.step = graph_whole_forward(fn, on_capture=lambda: _count("whole_forward_graph"))
+        self.step = graph_whole_forward(fn, on_capture=lambda: count_pass("whole_forward_graph"))
 
 
 class StaticGreedy(nn.Module):

@@ -6,7 +6,8 @@ autotuner on, the inputs converted once by `prepare_inputs`. Instead of the reci
 Inductor compiles the graph without CUDA graphs and the whole call is replayed from one `torch.cuda.CUDAGraph` per
 input signature (knowledge/fx_patterns/whole_forward_graph.py, imported from the repository, not copied): the host
 work reduce-overhead's graph trees do on every call is gone. Each `<name>_optimized.py` takes its baseline's
-`get_model_and_input` and this module's `BACKEND_NAME`, `APPLIED_PASSES`, `optimize` and `prepare_inputs`.
+`get_model_and_input` and this module's `BACKEND_NAME`, `APPLIED_PASSES`, `optimize` and `prepare_inputs`
+(decode_greedy_static.py takes its backend, `APPLIED_PASSES` and `count_pass` only).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ BACKEND_NAME = "winner_graph_opt"
 APPLIED_PASSES: dict[str, int] = {}
 
 
-def _count(name: str) -> None:
+def count_pass(name: str) -> None:
+    """Count one application of pass `name` in APPLIED_PASSES."""
     APPLIED_PASSES[name] = APPLIED_PASSES.get(name, 0) + 1
 
 
@@ -33,7 +35,7 @@ def winner_graph_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) ->
     """Compile with Inductor's default options, no CUDA graphs: the whole call is captured around it."""
     from torch._inductor.compile_fx import compile_fx
 
-    _count("inductor")
+    count_pass("inductor")
     return compile_fx(gm, example_inputs)
 
 
@@ -44,10 +46,10 @@ def optimize(model: torch.nn.Module) -> Any:
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     model = model.to(torch.float16)
-    _count("fp16_weights")
+    count_pass("fp16_weights")
     model = model.to(memory_format=torch.channels_last)
-    _count("channels_last")
-    return graph_whole_forward(torch.compile(model, backend=BACKEND_NAME), on_capture=lambda: _count(
+    count_pass("channels_last")
+    return graph_whole_forward(torch.compile(model, backend=BACKEND_NAME), on_capture=lambda: count_pass(
         "whole_forward_graph"))
 
 
