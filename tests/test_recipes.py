@@ -14,6 +14,7 @@ import pytest
 from mcp_server.children.contract import recipe_name, recipe_parts
 from mcp_server.children.gpu_lock import GpuTurns
 from mcp_server.cli import main as cli
+from mcp_server.errors import CancelledCapture
 from mcp_server.proof.recipe_plan import (
     GPU_ONLY,
     NO_CONV,
@@ -147,6 +148,25 @@ def test_a_frontier_records_crashes_hangs_and_failed_validation_and_is_not_fatal
     assert report.winner("exact") is not None and report.winner("reduced") is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe_logs", "recipes.json"]
     assert RecipesReport.model_validate_json((tmp_path / "recipes.json").read_text()) == report
+
+
+def test_a_cancelled_frontier_keeps_the_recipes_that_ended_before_it(tmp_path):
+    """The facade's cancel (an MCP client's cancellation) after the first recipe: recipes.json keeps the reference and
+    that recipe, says it was stopped, and names the recipe the cancel stopped as not run."""
+    cancel = threading.Event()
+
+    def progress(line: str) -> None:
+        if "recipes: [1/" in line:
+            cancel.set()
+
+    with pytest.raises(CancelledCapture):
+        recipes(WORKLOADS / "tiny_mlp.py", python=sys.executable, options=FAST, seeds=(0,), jobs=1,
+                only=("eager+bf16-autocast", "eager+bf16-cast"), out_dir=tmp_path, progress=progress, cancel=cancel)
+    report = RecipesReport.model_validate_json((tmp_path / "recipes.json").read_text())
+    assert sorted(r.recipe for r in report.results) == ["eager+bf16-autocast", "eager+fp32"]
+    assert report.stopped is not None and report.stopped.endswith("after 1 recipe(s)")
+    assert [g.recipes for g in report.skipped if g.reason.startswith("not run: the run was stopped")] == [
+        ["eager+bf16-cast"]]
 
 
 @pytest.mark.slow

@@ -83,8 +83,10 @@ def skipped(gpu: bool, facts: ModelFacts | None, thorough: bool, only: tuple[str
             continue
         mode, _, channels_last, cudnn_benchmark = recipe_parts(name)
         layout = channels_last or cudnn_benchmark
-        if only:
+        if only and name not in only:
             reason = "not asked for (only: " + ", ".join(only) + ")"
+        elif only:  # asked for, planned, and not run
+            reason = f"not run: the run was stopped ({stopped})" if stopped else "not run"
         elif not gpu and not _cpu_recipe(name):
             reason = GPU_ONLY
         elif facts is not None and not facts.is_module and (_needs_module(name)):
