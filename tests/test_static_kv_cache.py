@@ -14,6 +14,7 @@ from fixtures_util import FIXTURES
 from torch.nn import functional as F
 
 from mcp_server.analysis import analyze_profile
+from mcp_server.analysis.diagnosis import format_summary
 from mcp_server.analysis.kv_cache import KV_NEED, growing_kv_cache
 from mcp_server.backends.registry import assemble
 from mcp_server.cli import main as cli
@@ -116,6 +117,9 @@ def test_a_compiled_decode_loop_s_growing_cache_is_found_too(mode: str, tmp_path
     found = growing_kv_cache(load_profile(tmp_path / "run" / "profile.json"))
     assert found is not None and len(found.module_paths) == 2  # the small scale's two layers
     assert {"decode_steps=7", "key_length_min=33", "key_length_max=39"} <= set(found.triggers)
+    analysis = analyze_profile(load_profile(tmp_path / "run" / "profile.json"), out_dir=tmp_path / "analysis")
+    assert "growing_kv_cache" in [f.kind for f in analysis.findings]  # the CPU's analysis names the structure too
+    assert "(see knowledge/fx_patterns/static_kv_cache.py)" in format_summary(analysis)
 
 
 @pytest.mark.parametrize("name, case", [("h200_recipe_graphs", "recipe_graphs"), ("h100_moe_routing", "moe_routing"),

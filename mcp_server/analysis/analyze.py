@@ -243,6 +243,8 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
     if not meta.gpu_used:
         analysis = cpu_only_analysis(profile, _configuration(profile, None, _dtype(profile, [])))
         analysis.profile_path = str(profile_path) if profile_path else None
+        growing = growing_kv_cache(profile)  # structure, from shapes: what a GPU run of the loop would meet first
+        analysis.findings += [growing] if growing else []
         _with_ranks(analysis, profile, ranks)
         _write_outputs(analysis, [], out_dir)
         return analysis

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from mcp_server.analysis.classify import kernel_issue
+from mcp_server.analysis.pattern_registry import PATTERNS
 from mcp_server.analysis.rank_findings import KNOWLEDGE as DISTRIBUTED_KNOWLEDGE
 from mcp_server.analysis.rules import rule
 from mcp_server.assemble.torch_profiler import window_outside_operators
@@ -235,7 +236,10 @@ def format_summary(analysis: Analysis) -> str:
         rows = [["operator", "calls", "CPU self", "CPU total", "share"]]
         rows += [[_clip(h.operator_name, 40), str(h.calls), _us(h.cpu_self_time_ns), _us(h.cpu_total_time_ns),
                   f"{h.share_of_self_time_pct:.1f} %"] for h in analysis.cpu_hotspots[:8]]
-        return "\n".join(lines + _table(rows) + _ranks_block(analysis))
+        answered = {kind: p for p in PATTERNS.values() for kind in p.answers}  # the findings a pattern answers
+        found = [f"finding: {f.title} — {f.detail} (see {answered[f.kind].knowledge})"
+                 for f in analysis.findings if f.kind in answered]
+        return "\n".join(lines + _table(rows) + (["", *found] if found else []) + _ranks_block(analysis))
     t = analysis.timeline
     if t is not None:
         lines.append(f"window: {_us(t.window_ns)} ({t.window_source}); GPU busy {_us(t.gpu_busy_ns)} = "
