@@ -143,16 +143,20 @@ def test_processes_that_disagree_are_said_with_their_range():
 
 @pytest.mark.slow
 def test_free_runs_the_tiers_winner_from_recipes_json(tmp_path):
-    """A frontier measured by `recipes` (two recipes beside the reference): `free` runs the winner of the tier."""
+    """A frontier measured by `recipes` (two recipes beside the reference): `free` runs the winner of the tier, and
+    says so when that frontier was stopped early."""
     from mcp_server.proof.recipes import recipes
 
     report = recipes(BASELINE, python=sys.executable, options=FAST, seeds=(0,), only=("eager+bf16-autocast",),
                      out_dir=tmp_path)
     winner = report.winner("reduced")
     assert winner is not None
+    stopped = report.model_copy(update={"stopped": "SIGTERM after 1 recipe(s)"})  # as a stopped run writes it
+    (tmp_path / "recipes.json").write_text(stopped.model_dump_json())
     result = bench(BASELINE, OPTIMIZED, python=sys.executable, options=FAST, baseline_mode="free", tier="reduced",
                    recipes=tmp_path / "recipes.json", out_dir=tmp_path, resamples=200)
     assert result.baseline.recipe == winner.recipe and result.baseline.how_run == winner.recipe
+    assert any("was stopped early (SIGTERM after 1 recipe(s))" in w for w in result.warnings)
     assert result.tier == "reduced" and result.recipes_path == str(tmp_path / "recipes.json")
     assert load_bench_result(tmp_path / "bench_vs_free.json") == result
     moved = json.loads((tmp_path / "recipes.json").read_text())

@@ -810,13 +810,7 @@ def test_fp8_layer_choice_keeps_the_model_within_the_tolerance_it_is_given() -> 
     assert {p for p, m in blocks.named_modules() if isinstance(m, fp8.Fp8Linear)} == set(chosen)
 
 
-@pytest.mark.parametrize("name, layers", [("decoder_stack_fp8", 14), ("decoder_stack_fp8_chosen", 3)])
-def test_the_own_decoders_fp8_workloads_replace_their_linears_at_the_small_scale(name: str, layers: int) -> None:
-    """scripts/gpu_workloads/decoder_stack_fp8.py (measured on the H200 against its tier's winner) and its variant on
-    the layers fp8_layer_choice kept (named for the full model: 3 of them exist at the small scale) run on the CPU at
-    the small scale as a user's process would: the output in bfloat16, its error of the size the GPU measured (p50
-    about 4 % of |ref| + RMS with every layer in FP8)."""
-    check = f"""
+DECODER_AGAINST = """
 import json, torch, decoder_stack as base, {name} as opt
 torch.manual_seed(0)
 model, inputs = base.get_model_and_input()
@@ -824,6 +818,16 @@ other, _ = opt.get_model_and_input()
 other.load_state_dict(model.state_dict())
 with torch.no_grad():
     ref, out = model(*inputs), opt.optimize(other)(*opt.prepare_inputs(inputs))
+"""  # the own decoder and its optimized workload `name` on the same weights and inputs: `ref` and `out`
+
+
+@pytest.mark.parametrize("name, layers", [("decoder_stack_fp8", 14), ("decoder_stack_fp8_chosen", 3)])
+def test_the_own_decoders_fp8_workloads_replace_their_linears_at_the_small_scale(name: str, layers: int) -> None:
+    """scripts/gpu_workloads/decoder_stack_fp8.py (measured on the H200 against its tier's winner) and its variant on
+    the layers fp8_layer_choice kept (named for the full model: 3 of them exist at the small scale) run on the CPU at
+    the small scale as a user's process would: the output in bfloat16, its error of the size the GPU measured (p50
+    about 4 % of |ref| + RMS with every layer in FP8)."""
+    check = DECODER_AGAINST.format(name=name) + """
 rel = ((out.double() - ref.double()).abs() / (ref.abs().double() + ref.double().pow(2).mean().sqrt())).flatten()
 print(json.dumps([str(out.dtype), opt.APPLIED_PASSES, float(rel.median()), float(rel.max())]))
 """
@@ -835,14 +839,7 @@ print(json.dumps([str(out.dtype), opt.APPLIED_PASSES, float(rel.median()), float
 def test_the_own_decoders_gemm_tuned_workload_compiles_with_the_gemm_preset_at_the_small_scale() -> None:
     """scripts/gpu_workloads/decoder_stack_gemm_tuned.py (the reduced winner's lines with the GEMMs alone autotuned)
     compiles through its backend on the CPU at the small scale: float16 out, within the reduced tier."""
-    check = """
-import json, torch, decoder_stack as base, decoder_stack_gemm_tuned as opt
-torch.manual_seed(0)
-model, inputs = base.get_model_and_input()
-other, _ = opt.get_model_and_input()
-other.load_state_dict(model.state_dict())
-with torch.no_grad():
-    ref, out = model(*inputs), opt.optimize(other)(*opt.prepare_inputs(inputs))
+    check = DECODER_AGAINST.format(name="decoder_stack_gemm_tuned") + """
 print(json.dumps([str(out.dtype), opt.APPLIED_PASSES, float((out.float() - ref).abs().max() / ref.abs().max())]))
 """
     dtype, passes, error = own_workload_at_small_scale(check)

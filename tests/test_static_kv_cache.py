@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import tarfile
 
 import pytest
 import torch
 from conftest import REPO, own_workload_at_small_scale
-from fixtures_util import FIXTURES
+from fixtures_util import extract_fixture
 from torch.nn import functional as F
 
 from mcp_server.analysis import analyze_profile
@@ -69,10 +68,7 @@ print(json.dumps([same, list(full.shape), list(stopped.shape), opt.APPLIED_PASSE
 
 
 def _profile(name: str, case: str, tmp_path_factory: pytest.TempPathFactory):
-    folder = tmp_path_factory.mktemp(name)
-    with tarfile.open(FIXTURES / f"{name}.tar.xz") as tar:
-        tar.extractall(folder, filter="data")
-    return assemble(RunDir(folder / case))
+    return assemble(RunDir(extract_fixture(name, tmp_path_factory) / case))
 
 
 def test_the_h200_decode_loop_s_growing_cache_is_found_and_answered(tmp_path_factory) -> None:
@@ -114,10 +110,11 @@ def test_a_compiled_decode_loop_s_growing_cache_is_found_too(mode: str, tmp_path
     whose key length is read the same way."""
     workload = REPO / "scripts" / "gpu_workloads" / "decode_greedy.py"
     assert cli(["profile", str(workload), "--compile-mode", mode, "-o", str(tmp_path / "run"), "-q"]) == 0
-    found = growing_kv_cache(load_profile(tmp_path / "run" / "profile.json"))
+    profile = load_profile(tmp_path / "run" / "profile.json")
+    found = growing_kv_cache(profile)
     assert found is not None and len(found.module_paths) == 2  # the small scale's two layers
     assert {"decode_steps=7", "key_length_min=33", "key_length_max=39"} <= set(found.triggers)
-    analysis = analyze_profile(load_profile(tmp_path / "run" / "profile.json"), out_dir=tmp_path / "analysis")
+    analysis = analyze_profile(profile, out_dir=tmp_path / "analysis")
     assert "growing_kv_cache" in [f.kind for f in analysis.findings]  # the CPU's analysis names the structure too
     assert "(see knowledge/fx_patterns/static_kv_cache.py)" in format_summary(analysis)
 

@@ -98,8 +98,10 @@ def load_recipes(path: Path) -> RecipesReport:
                       "pass the recipes.json `operator-profiler recipes` wrote (or run it again)")
 
 
-def _free_recipe(recipes: Path | None, baseline: Path, tier: str, options: TimingOptions) -> tuple[str, Path]:
-    """The recipe `free` runs: the winner of `tier` by the headline metric in recipes.json, and that file."""
+def _free_recipe(recipes: Path | None, baseline: Path, tier: str,
+                 options: TimingOptions) -> tuple[str, Path, RecipesReport]:
+    """The recipe `free` runs: the winner of `tier` by the headline metric in recipes.json, that file and its
+    content."""
     path = recipes if recipes is not None else baseline.parent / RECIPES_JSON
     if not path.is_file():
         raise UsageError(
@@ -114,7 +116,7 @@ def _free_recipe(recipes: Path | None, baseline: Path, tier: str, options: Timin
     if winner is None:
         raise UsageError(f"no recipe of {path} validated in the {tier} tier",
                          "pick another tier, or a recipe by name with --baseline-mode")
-    return winner.recipe, path
+    return winner.recipe, path, report
 
 
 # --------------------------------------------------------------------------- the bench
@@ -146,9 +148,9 @@ def bench(
         raise UsageError(f"--rounds {rounds}: at least 3 rounds per side", "pass --rounds 3 or more")
     base_path, opt_path = check_workload(baseline, "baseline"), check_workload(optimized, "optimized")
     python = check_python(python)
-    recipe, recipes_path = None, None
+    recipe, recipes_path, frontier = None, None, None
     if baseline_mode == "free":
-        recipe, recipes_path = _free_recipe(recipes, base_path, tier, options)
+        recipe, recipes_path, frontier = _free_recipe(recipes, base_path, tier, options)
         progress(f"bench: the baseline is the {tier} tier's winner by {options.headline}, {recipe} ({recipes_path})")
     elif baseline_mode != "eager":
         recipe = baseline_mode
@@ -172,8 +174,8 @@ def bench(
                 measured[side].append(measure(base_path, ways[side], python, options, Path(scratch),
                                               f"bench_{side}_round{r + 1}", timeout_s, watch, cancel,
                                               keep_failed_log=out_dir))
-            if r == 0 and recipes_path is not None:
-                _same_device(load_recipes(recipes_path), measured["baseline"][0], recipes_path)
+            if r == 0 and frontier is not None and recipes_path is not None:
+                _same_device(frontier, measured["baseline"][0], recipes_path)
     after = read_clocks()
     clocks = ClockObservation(source="nvidia-smi" if before is not None else "unavailable", before=before or [],
                               during=during, after=after or [],
@@ -182,6 +184,9 @@ def bench(
         clocks.note = _clock_note(clocks)
     result = _result(base_path, opt_path, measured, orders, options, rounds, baseline_mode, tier, recipe,
                      recipes_path, clocks, started, time.monotonic() - t0, resamples)
+    if frontier is not None and frontier.stopped:
+        result.warnings.append(f"the frontier in {recipes_path} was stopped early ({frontier.stopped}): its winner is "
+                               "the best of the recipes measured until then, not necessarily of every free recipe")
     if out_dir is not None:
         write_model_atomic(Path(out_dir) / bench_file(baseline_mode), result)
     return result
@@ -242,10 +247,6 @@ def _result(
     warnings += [note for name, side in (("baseline", base), ("optimized", opt)) for note in spread_notes(name, side)]
     if min(base.latency.min_ns, opt.latency.min_ns) <= 0:
         warnings.append("some calls took 0 ns by the timer: the workload is too small to time per call")
-    stopped = load_recipes(recipes_path).stopped if recipes_path is not None else None
-    if stopped:
-        warnings.append(f"the frontier in {recipes_path} was stopped early ({stopped}): its winner is the best of the "
-                        "recipes measured until then, not necessarily of every free recipe")
 
     def speedup(metric: str) -> SpeedupEstimate:
         pick = (lambda m: m.latency_ns) if metric == "latency" else (lambda m: m.back_to_back_ns)

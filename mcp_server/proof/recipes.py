@@ -100,8 +100,6 @@ def recipes(
         if raw is not None and runner.stopped is not None:
             report = _report(path, raw, runner.finished, options, seeds, thorough, only, jobs or 1, started, t0,
                              stopped=f"{runner.stopped} after {len(runner.finished) - 1} recipe(s)")
-            report.warnings.insert(0, f"the run was stopped ({report.stopped}): this frontier holds only the recipes "
-                                      "measured until then, and its winners are theirs")
             write_model_atomic(out / RECIPES_JSON, report)
             progress(f"recipes: stopped; wrote the {len(runner.finished) - 1} recipe(s) measured to "
                      f"{out / RECIPES_JSON} ({type(exc).__name__})")
@@ -117,9 +115,11 @@ def _report(path: Path, raw: dict[str, Any], results: list[RecipeResult], option
             seeds: tuple[int, ...], thorough: bool, only: tuple[str, ...], jobs: int, started: str,
             t0: float, stopped: str | None = None) -> RecipesReport:
     """recipes.json's content from the reference's child JSON and the results (the reference first); `stopped`:
-    why the run ended before the rest ran."""
+    why the run ended before the rest ran (said in the first warning too)."""
     env, facts = raw["environment"], ModelFacts.model_validate(raw["model"])
     gpu = raw["device_type"] == "cuda"
+    stopped_warning = [f"the run was stopped ({stopped}): this frontier holds only the recipes measured until then, "
+                       "and its winners are theirs"] if stopped else []
     return RecipesReport(
         workload=str(path), device_type=raw["device_type"], device_name=env.get("device_name") if gpu else None,
         torch_version=env["torch_version"], cuda_version=env.get("cuda_version"),
@@ -127,7 +127,7 @@ def _report(path: Path, raw: dict[str, Any], results: list[RecipeResult], option
         results=_ranked(results, options.headline), winners=_winners(results, results[0]),
         pareto=_pareto(results), skipped=skipped(gpu, facts, thorough, only, {r.recipe for r in results}, stopped),
         started_at=started, finished_at=now_iso(), wall_time_s=round(time.monotonic() - t0, 3),
-        warnings=list(dict.fromkeys(w for r in results for w in r.warnings)), stopped=stopped,
+        warnings=[*stopped_warning, *dict.fromkeys(w for r in results for w in r.warnings)], stopped=stopped,
     )
 
 
