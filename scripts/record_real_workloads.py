@@ -25,6 +25,9 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
   same with FP8 GEMMs), `--compile-mode optimized`. Targets: attributed >= 99.5 %, module paths >= 95 %.
 - `manual_train`: tests/scripts/manual_train.py, a training loop that updates its parameters without torch.optim
   (`--script --window-fn backward`). Target: attributed >= 99.5 %. Its fixture keeps the nsys pass alone (size).
+- `moe_topk`: scripts/gpu_workloads/moe_topk.py compiled by Inductor (`--compile-mode inductor`), whose routers
+  Inductor splits around aten's top-k (analysis/split_chains.py). Target: attributed >= 99.5 %. Its fixture keeps the
+  nsys pass alone (size).
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -63,6 +66,7 @@ CASES: dict[str, list[str]] = {
     "fp8_graphs": [str(WORKLOADS / "decoder_stack_fp8.py"), "--compile-mode", "optimized"],
     "decode_loop_hf": ["--script", str(WORKLOADS / "decode_loop.py"), "--window-fn", "generate", "--steps", "1:1",
                        "--", "--calls", "3", "--hf"],
+    "moe_topk": [str(WORKLOADS / "moe_topk.py"), "--compile-mode", "inductor"],
 }
 
 
@@ -184,7 +188,8 @@ def _counted_pct(row: dict[str, Any]) -> float:
     return 0.0 if none is None else 100.0 - none
 
 
-SMALL_FIXTURES = {"manual_train", "decode_loop_hf"}  # their fixtures: the nsys pass alone (what the tests replay)
+# their fixtures: the nsys pass alone (what the tests replay)
+SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -196,6 +201,7 @@ TARGETS = {
     "recipe_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
     "manual_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "fp8_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
+    "moe_topk": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
 }
 
 

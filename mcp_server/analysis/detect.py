@@ -143,8 +143,29 @@ def _has_softmax(op: OperatorRecord) -> bool:
             or any(matches("softmax_kernels", k.kernel_name) for k in op.kernels))
 
 
+def _scores_then_values(ops: list[OperatorRecord]) -> bool | None:
+    """Whether the module's batched matmuls hold attention's pair, by their input shapes: q [..., L, D] @ k^T
+    [..., D, S], then the weights [..., L, S] @ v [..., S, E], with S == L (self-attention) or L == 1 (a decode step).
+    None when no matmul has its shapes (fused or unrecorded): the shapes cannot tell then. A two-layer MLP run as
+    batched matmuls (experts: tokens x width @ width x hidden, then @ hidden x width) has the first form, not S == L."""
+    shaped = [[list(s or []) for s in (o.input_shapes or [])[first:first + 2]] for o in ops
+              if matches("attention_matmul_ops", o.operator_name)
+              for first in [1 if o.operator_name == "aten::baddbmm" else 0]]  # baddbmm(bias, a, b)
+    shaped = [s for s in shaped if len(s) == 2 and min(len(s[0]), len(s[1])) >= 3]
+    if not shaped:
+        return None
+    for i, (q, k) in enumerate(shaped):
+        if q[-1] != k[-2] or q[:-2] != k[:-2]:
+            continue
+        length, keys = q[-2], k[-1]
+        if (keys == length or length == 1) and any(w == [*q[:-1], keys] for w, _ in shaped[i + 1:]):
+            return True
+    return False
+
+
 def unfused_attention(profile: OperatorAttributedProfile) -> list[Finding]:
-    """Attention computed as matmul + softmax + matmul in one module, or SDPA running its math path."""
+    """Attention computed as matmul + softmax + matmul in one module (`_scores_then_values` when the matmuls' shapes
+    are known), or SDPA running its math path."""
     by_module: dict[str, list[OperatorRecord]] = {}
     for op in profile.operators:
         if op.module_path:
@@ -156,7 +177,8 @@ def unfused_attention(profile: OperatorAttributedProfile) -> list[Finding]:
     def has_mm(ops: list[OperatorRecord]) -> bool:
         return any(matches("attention_matmul_ops", o.operator_name) for o in ops)
 
-    hits = {m for m, ops in by_module.items() if has_mm(ops) and any(_has_softmax(o) for o in ops) and not fused(ops)}
+    hits = {m for m, ops in by_module.items() if has_mm(ops) and any(_has_softmax(o) for o in ops) and not fused(ops)
+            and _scores_then_values(ops) is not False}
     keys = {_layer_key(m) for m in hits}
     hits |= {m for m, ops in by_module.items() if _layer_key(m) in keys and has_mm(ops) and not fused(ops)}
     findings = []

@@ -19,11 +19,12 @@ from mcp_server.schema.optimizations import IrLevel
 PatternName = Literal[
     "cuda_graphs", "whole_forward_graph", "inductor_config", "dtype_autocast", "channels_last", "sdpa_substitution",
     "conv_bn_fold", "qkv_fusion", "graph_breaks", "host_syncs", "bf16_weights", "fp16_weights", "tf32_scoped",
-    "fp8_linear", "static_kv_cache",
+    "fp8_linear", "static_kv_cache", "triton_op",
 ]
 FindingKind = Literal[
     "host_bound_window", "tiny_kernel_swarm", "fp32_matmul", "fp32_conv", "layout_conversion", "unfused_attention",
     "sdpa_math_path", "conv_bn_unfolded", "separate_qkv", "host_sync", "half_matmul", "growing_kv_cache",
+    "split_fusion",
 ]
 FOLDER = "knowledge/fx_patterns"
 
@@ -74,6 +75,7 @@ PATTERNS: dict[PatternName, Pattern] = {p.name: p for p in (
             recipes=("tf32",)),
     Pattern("fp8_linear", ("half_matmul",), "module", "fp8_linear", precision_change=True),
     Pattern("static_kv_cache", ("growing_kv_cache",), "module", "static_kv_cache"),
+    Pattern("triton_op", ("split_fusion",), "functional", "triton_op"),
 )}
 
 
