@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mcp_server import api
+from mcp_server.children.numerics import loosens
 from mcp_server.cli import main as cli
 from mcp_server.proof.validate import validate
 from mcp_server.render.recipe_workload import recipe_workload, write_recipe_workload
@@ -136,3 +137,30 @@ def test_optimize_names_the_stage_it_stopped_at(frontier: Path, tmp_path: Path) 
         api.optimize(OptimizeRequest(workload=WORKLOADS / "tiny_mlp.py", python=PYTHON, recipes=empty,
                                      output=tmp_path / "out", project=tmp_path))
     assert (tmp_path / "out" / "profile.json").is_file()  # the stage before it kept its files
+
+
+@pytest.mark.parametrize("flag_line, said", [
+    ("torch.backends.cudnn.allow_tf32 = False", "stricter than the baseline ran with {'cudnn_allow_tf32': 'True -> "
+                                                 "False'}"),
+    ('torch.set_float32_matmul_precision("high")', "changed global precision flags {'float32_matmul_precision': "
+                                                    "'highest -> high', 'cuda_matmul_allow_tf32': 'False -> True'}"),
+])
+def test_validate_tells_a_stricter_precision_flag_from_a_looser_one(flag_line: str, said: str, tmp_path: Path) -> None:
+    """An optimized workload that sets a global precision flag in optimize(): turning cuDNN's TF32 off (as an exact
+    recipe's lines do on a GPU) loses nothing and is said so; a lower float32 matmul precision is the warning."""
+    optimized = tmp_path / "tiny_mlp_flagged_optimized.py"
+    optimized.write_text(f"""import sys
+sys.path.insert(0, {str(WORKLOADS)!r})
+import torch
+from tiny_mlp import get_model_and_input  # noqa: F401
+BACKEND_NAME = "inductor"
+APPLIED_PASSES = {{}}
+def optimize(model):
+    {flag_line}
+    return torch.compile(model)
+""")
+    verdict = validate(WORKLOADS / "tiny_mlp.py", optimized, python=sys.executable, seeds=(0,), run_tests=False,
+                       out_dir=tmp_path)
+    assert [w for w in verdict.warnings if "precision flags" in w] == [w for w in verdict.warnings if said in w]
+    assert any(said in w for w in verdict.warnings), verdict.warnings
+    assert loosens("cudnn_allow_tf32", False, True) and not loosens("float32_matmul_precision", "medium", "highest")

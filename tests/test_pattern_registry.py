@@ -12,7 +12,15 @@ from typing import get_args
 import pytest
 
 from mcp_server.analysis import analyze_profile
-from mcp_server.analysis.pattern_registry import FOLDER, PATTERNS, FindingKind, PatternName, covered_by, knowledge_of
+from mcp_server.analysis.pattern_registry import (
+    FOLDER,
+    PATTERNS,
+    FindingKind,
+    PatternName,
+    allowed_in,
+    covered_by,
+    knowledge_of,
+)
 from mcp_server.render.views import residual_from_analysis
 from mcp_server.schema.io import load_profile
 from mcp_server.schema.optimizations import FP8_PASSES
@@ -115,3 +123,20 @@ def test_half_precision_gemms_that_dominate_point_to_fp8_linear(tmp_path: Path):
     assert offered.knowledge == knowledge_of("fp8_linear") == "knowledge/fx_patterns/fp8_linear.py"
     assert "fp8 precision tier" in offered.title and offered.estimate_label.startswith("estimate (upper bound)")
     assert offered.findings == ["half_matmul"]
+
+
+def test_what_is_left_in_the_exact_tier_puts_the_reduced_precision_changes_last_and_says_why(tmp_path: Path):
+    """The own MoE's exact-tier winner profiled on an H200 (reduce-overhead, fp32): its analysis ranks "FP32 GEMMs on
+    tensor cores" (a reduced-tier change) first; an exact-tier report lists the split routers' Triton op first and
+    that one last, outside its tier."""
+    path = tmp_path / "profile.json"
+    fixture = REPO / "tests" / "fixtures" / "h200_moe_topk_winner.profile.json.xz"
+    path.write_bytes(lzma.decompress(fixture.read_bytes()))
+    analysis = analyze_profile(load_profile(path), tmp_path / "analysis", profile_path=path, measure=False)
+    assert analysis.opportunities[0].change_class == "dtype_autocast"
+    rows = residual_from_analysis(analysis, [], recipe="reduce-overhead+fp32", tier="exact")
+    assert [r.pattern for r in rows] == [knowledge_of("triton_op"), knowledge_of("dtype_autocast")]
+    assert rows[-1].title.endswith("— outside this report's exact tier (needs reduced)")
+    assert "outside" not in residual_from_analysis(analysis, [], recipe="reduce-overhead+fp32", tier="reduced")[0].title
+    assert allowed_in("fp8_linear", "fp8") and not allowed_in("fp8_linear", "reduced")
+    assert allowed_in("triton_op", "exact") and not allowed_in("fp16_weights", "exact")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mcp_server.schema.optimizations import IrLevel
+from mcp_server.schema.types import Tier, tiers_within
 
 PatternName = Literal[
     "cuda_graphs", "whole_forward_graph", "inductor_config", "dtype_autocast", "channels_last", "sdpa_substitution",
@@ -38,8 +39,13 @@ class Pattern:
     ir_level: IrLevel
     pass_name: str  # the APPLIED_PASSES key an optimized workload records it under
     code: bool = True  # a runnable FOLDER/<name>.py beside its note FOLDER/<name>.md
-    precision_change: bool = False
+    tier: Tier = "exact"  # the tightest precision tier that allows it: exact unless it changes precision
     recipes: tuple[str, ...] = ()  # the parts of a free recipe's name (any of them) that already apply it
+
+    @property
+    def precision_change(self) -> bool:
+        """Whether it computes in a lower precision than fp32 (a tier looser than exact)."""
+        return self.tier != "exact"
 
     @property
     def note(self) -> str:
@@ -58,7 +64,7 @@ PATTERNS: dict[PatternName, Pattern] = {p.name: p for p in (
     Pattern("whole_forward_graph", ("host_bound_window", "tiny_kernel_swarm"), "module", "whole_forward_graph"),
     Pattern("inductor_config", ("tiny_kernel_swarm", "host_bound_window"), "inductor-config", "inductor",
             recipes=("compile", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
-    Pattern("dtype_autocast", ("fp32_matmul", "fp32_conv"), "functional", "bf16_compute", precision_change=True,
+    Pattern("dtype_autocast", ("fp32_matmul", "fp32_conv"), "functional", "bf16_compute", tier="reduced",
             recipes=("bf16-autocast", "fp16-autocast", "bf16-cast", "fp16-cast")),
     Pattern("channels_last", ("fp32_conv", "layout_conversion"), "functional", "channels_last",
             recipes=("channels-last",)),
@@ -67,13 +73,13 @@ PATTERNS: dict[PatternName, Pattern] = {p.name: p for p in (
     Pattern("qkv_fusion", ("separate_qkv",), "functional", "qkv_fusion"),
     Pattern("graph_breaks", (), "dynamo", "graph_breaks"),
     Pattern("host_syncs", ("host_sync",), "module", "host_syncs", code=False),
-    Pattern("bf16_weights", ("fp32_matmul", "fp32_conv"), "module", "bf16_weights", precision_change=True,
+    Pattern("bf16_weights", ("fp32_matmul", "fp32_conv"), "module", "bf16_weights", tier="reduced",
             recipes=("bf16-cast",)),
-    Pattern("fp16_weights", ("fp32_matmul", "fp32_conv"), "module", "fp16_weights", precision_change=True,
+    Pattern("fp16_weights", ("fp32_matmul", "fp32_conv"), "module", "fp16_weights", tier="reduced",
             recipes=("fp16-cast",)),
-    Pattern("tf32_scoped", ("fp32_matmul", "fp32_conv"), "module", "tf32_scoped", precision_change=True,
+    Pattern("tf32_scoped", ("fp32_matmul", "fp32_conv"), "module", "tf32_scoped", tier="reduced",
             recipes=("tf32",)),
-    Pattern("fp8_linear", ("half_matmul",), "module", "fp8_linear", precision_change=True),
+    Pattern("fp8_linear", ("half_matmul",), "module", "fp8_linear", tier="fp8"),
     Pattern("static_kv_cache", ("growing_kv_cache",), "module", "static_kv_cache"),
     Pattern("triton_op", ("split_fusion",), "functional", "triton_op"),
 )}
@@ -82,6 +88,18 @@ PATTERNS: dict[PatternName, Pattern] = {p.name: p for p in (
 def knowledge_of(name: PatternName) -> str:
     """The knowledge/ pointer of pattern `name` (its code, else its note)."""
     return PATTERNS[name].knowledge
+
+
+def needed_tier(name: str) -> str | None:
+    """The tightest precision tier that allows pattern `name` (None for a name that is no pattern)."""
+    return next((p.tier for p in PATTERNS.values() if p.name == name), None)
+
+
+def allowed_in(name: str, tier: str) -> bool:
+    """Whether pattern `name` keeps to precision tier `tier` (a reduced-precision change is not an exact-tier one);
+    a name that is no pattern is not judged (True)."""
+    needs = needed_tier(name)
+    return needs is None or needs in tiers_within(tier)
 
 
 def covered_by(name: PatternName, recipe: str) -> bool:

@@ -60,6 +60,18 @@ class Checks:
 # --------------------------------------------------------------------------- precision and tolerance
 
 
+_MATMUL_PRECISION = ("highest", "high", "medium")  # torch.set_float32_matmul_precision, most precise first
+
+
+def loosens(flag: str, before: Any, after: Any) -> bool:
+    """Whether changing `precision_flags()` entry `flag` from `before` to `after` lowers precision: an `allow_*`
+    switched on, or a float32 matmul precision below the one before."""
+    if flag == "float32_matmul_precision":
+        rank = {p: i for i, p in enumerate(_MATMUL_PRECISION)}
+        return rank.get(str(after), 0) > rank.get(str(before), 0)
+    return bool(after) and not before
+
+
 def precision_flags() -> dict[str, Any]:
     import torch
 

@@ -44,6 +44,7 @@ from mcp_server.children.numerics import (
     all_equal,
     call,
     compare_leaf,
+    loosens,
     lowered_outputs,
     precision_flags,
     restore_flags,
@@ -290,10 +291,15 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["max_abs_error"] = extremes.get("abs")
     result["max_rel_error"] = extremes.get("rel")
     after_flags = precision_flags()
-    if after_flags != flags:
-        changed = {k: f"{flags[k]} -> {after_flags[k]}" for k in flags if after_flags[k] != flags[k]}
-        warnings.append(f"the optimized workload changed global precision flags {changed}: the baseline ran "
+    changed = {k: f"{flags[k]} -> {after_flags[k]}" for k in flags if after_flags[k] != flags[k]}
+    looser = {k: v for k, v in changed.items() if loosens(k, flags[k], after_flags[k])}
+    if looser:
+        warnings.append(f"the optimized workload changed global precision flags {looser}: the baseline ran "
                         "with the original ones; the optimized outputs are held to the original tolerance")
+    if stricter := {k: v for k, v in changed.items() if k not in looser}:
+        warnings.append(f"the optimized workload set global precision flags stricter than the baseline ran with "
+                        f"{stricter}: its outputs lose nothing by them, but other code in the same process runs "
+                        "with them too")
     _settle(checks, counter, opt_mod, passes_before, bool(state["returned_model"]), result)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from mcp_server.analysis.pattern_registry import PATTERNS, covered_by
+from mcp_server.analysis.pattern_registry import PATTERNS, allowed_in, covered_by, needed_tier
 from mcp_server.compare import COUNTERS, total
 from mcp_server.queries import top_operators
 from mcp_server.render.inputs import ReportInputs
@@ -356,12 +356,14 @@ def diagnosis_text(analysis: Analysis) -> str:
 
 
 def residual_from_analysis(analysis: Analysis, applied: list[OptimizationItem],
-                           recipe: str | None = None) -> list[ResidualView]:
+                           recipe: str | None = None, tier: str | None = None) -> list[ResidualView]:
     """The analysis's ranked opportunities that no applied item addressed (same pattern, or shared operators) and
-    that the free recipe the optimized workload applies (`recipe`) does not already apply (pattern_registry)."""
+    that the free recipe the optimized workload applies (`recipe`) does not already apply (pattern_registry); those
+    precision tier `tier` does not allow (a reduced-precision change in the exact tier) last, saying so."""
     patterns = {item.pattern.split("#", 1)[0] for item in applied}
     operator_ids = {op for item in applied for op in item.target.operator_ids}
-    rows = []
+    rows: list[ResidualView] = []
+    outside: list[ResidualView] = []
     for opp in analysis.opportunities:
         if opp.knowledge in patterns or operator_ids & set(opp.operators):
             continue
@@ -369,12 +371,15 @@ def residual_from_analysis(analysis: Analysis, applied: list[OptimizationItem],
             continue
         where = ", ".join(opp.module_paths[:4]) or "the window"
         ops = f"`{', '.join(opp.operators[:3])}`{' …' if len(opp.operators) > 3 else ''} in " if opp.operators else ""
-        rows.append(ResidualView(
-            source="analysis.json", title=f"#{opp.rank} {opp.title}", target=ops + where,
+        allowed = tier is None or allowed_in(opp.change_class, tier)
+        title = f"#{opp.rank} {opp.title}" + ("" if allowed else f" — outside this report's {tier} tier (needs "
+                                                                 f"{needed_tier(opp.change_class)})")
+        (rows if allowed else outside).append(ResidualView(
+            source="analysis.json", title=title, target=ops + where,
             evidence=", ".join(opp.triggers), pattern=opp.knowledge,
             estimate=f"{opp.estimated_saving_pct:.1f} % of the window; {opp.estimate_label}",
         ))
-    return rows
+    return rows + outside
 
 
 def hotspots(profile: OperatorAttributedProfile, limit: int = 8) -> list[HotspotView]:
@@ -392,7 +397,8 @@ def residual_views(inputs: ReportInputs, items: list[ItemView]) -> list[Residual
     plan = inputs.optimizations
     applied = [i for i, v in zip(plan.items if plan else [], items, strict=True) if v.applied]
     recipe = inputs.validation.recipe if inputs.validation is not None else None
-    rows = residual_from_analysis(inputs.analysis, applied, recipe) if inputs.analysis is not None else []
+    tier = inputs.validation.tier if inputs.validation is not None else None
+    rows = residual_from_analysis(inputs.analysis, applied, recipe, tier) if inputs.analysis is not None else []
     for view in items:
         if not view.applied:
             rows.append(ResidualView(source="optimizations.json", title=f"#{view.rank} {view.title} ({view.status})",
