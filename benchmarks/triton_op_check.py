@@ -6,7 +6,8 @@ For each router shape (tokens, experts, k): the op's indices and weights against
 top-k, renormalisation) in float32, and the time per call of the chain eager, the chain compiled by Inductor
 (`torch.compile`, which calls aten's top-k between two kernels it generates) and the op, each by
 `torch.utils.benchmark.Timer.blocked_autorange` (an independent timer) with its min run time. Writes
-DIR/triton_op_check.json and prints a table.
+DIR/triton_op_check.json and prints a table. Then the op as a library op on the GPU: `torch.library.opcheck` on CUDA
+tensors, and its gradient (eager, and compiled with `mode="reduce-overhead"`) against the chain's.
 """
 
 from __future__ import annotations
@@ -48,6 +49,31 @@ def check(tokens: int, experts: int, k: int) -> dict[str, object]:
     return row
 
 
+def gradients() -> dict[str, object]:
+    """opcheck on CUDA tensors, and the op's gradient against the chain's, eager and compiled with reduce-overhead."""
+    torch.manual_seed(0)
+    logits = torch.randn(2048, 64, device="cuda")
+    checks = torch.library.opcheck(torch.ops.operator_profiler_patterns.topk_softmax, (logits, 6))
+    scale = torch.arange(6.0, device="cuda")
+
+    def loss(fn: object, x: torch.Tensor) -> torch.Tensor:
+        weights, _ = fn(x, 6)  # type: ignore[operator]
+        return (weights * scale).sum()
+
+    def grad(fn: object, compiled: bool) -> torch.Tensor:
+        x = logits.clone().requires_grad_(True)
+        step = torch.compile(loss, mode="reduce-overhead") if compiled else loss
+        for _ in range(3):  # warm-up, capture, replay
+            x.grad = None
+            step(fn, x).backward()
+        return x.grad
+
+    reference = grad(reference_topk_softmax, False)
+    return {"opcheck": checks,
+            "grad_max_abs_error_eager": float((grad(apply, False) - reference).abs().max()),
+            "grad_max_abs_error_compiled": float((grad(apply, True) - reference).abs().max())}
+
+
 def main() -> int:
     """Check every shape; write and print."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -55,7 +81,8 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = [check(*shape) for shape in SHAPES]
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows,
+              "gradients": gradients()}
     (args.out / "triton_op_check.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"{'tokens':>7} {'E':>4} {'k':>2} {'same idx':>8} {'max err':>9} {'eager us':>9} {'compiled us':>11} "
           f"{'op us':>7} {'op vs compiled':>14}")
@@ -64,6 +91,7 @@ def main() -> int:
               f"{r['max_abs_weight_error']:>9.2e} "
               f"{r['chain_eager_us']:>9.1f} {r['chain_compiled_us']:>11.1f} {r['op_us']:>7.1f} "
               f"{r['op_vs_compiled']:>13.2f}x")
+    print(json.dumps(result["gradients"]))
     return 0
 
 
