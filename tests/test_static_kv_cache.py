@@ -4,12 +4,13 @@ tokens, and the analysis finds a growing cache in the H200 decode loop's recorde
 from __future__ import annotations
 
 import importlib.util
+import lzma
 import sys
 
 import pytest
 import torch
 from conftest import REPO, own_workload_at_small_scale
-from fixtures_util import extract_fixture
+from fixtures_util import FIXTURES, extract_fixture
 from torch.nn import functional as F
 
 from mcp_server.analysis import analyze_profile
@@ -123,3 +124,20 @@ def test_a_compiled_decode_loop_s_growing_cache_is_found_too(mode: str, tmp_path
                                         ("h100_train_script", "train_script")])
 def test_no_growing_cache_where_attention_keeps_its_shape(name: str, case: str, tmp_path_factory) -> None:
     assert growing_kv_cache(_profile(name, case, tmp_path_factory)) is None
+
+
+def test_the_decode_loop_s_frontier_winner_still_grows_its_cache_and_is_answered(tmp_path) -> None:
+    """The own greedy decoder's exact-tier winner (reduce-overhead, CUDA-graph trees: one graph per KV length),
+    profiled on an H200 with `run --compile-mode optimized` (scripts/gpu_workloads/decode_greedy_recipe.py): what the
+    recipe leaves includes the growing cache, found from the replays' capture-time shapes, and the static cache
+    offered with no prerequisite (the end-token check runs between steps, outside the model's modules)."""
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((FIXTURES / "h200_decode_greedy_winner.profile.json.xz").read_bytes()))
+    profile = load_profile(path)
+    assert profile.capture_metadata.compile_mode == "optimized"
+    found = growing_kv_cache(profile)
+    assert found is not None and len(found.module_paths) == 12 and found.module_paths[0] == "h.0"
+    assert {"decode_steps=23", "key_length_min=33", "key_length_max=55"} <= set(found.triggers)
+    analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
+    static = next(o for o in analysis.opportunities if o.change_class == "static_kv_cache")
+    assert static.prerequisites == [] and "growing_kv_cache" in static.findings
