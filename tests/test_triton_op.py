@@ -38,7 +38,7 @@ def _pattern():
 def test_the_kernel_under_triton_s_interpreter_equals_the_chain() -> None:
     """The Triton kernel itself, run on CPU tensors by Triton's interpreter in a fresh process: the same indices as
     softmax + top-k, weights within float32 rounding, for row counts that are not a multiple of its block, expert
-    counts that are not a power of two, and k up to every expert."""
+    counts that are not a power of two (1,000: four rows to a program), and k up to every expert."""
     pytest.importorskip("triton")
     check = f"""
 import importlib.util, json, torch
@@ -46,7 +46,7 @@ spec = importlib.util.spec_from_file_location("op", {str(PATTERN)!r})
 op = importlib.util.module_from_spec(spec); spec.loader.exec_module(op)
 torch.manual_seed(0)
 rows = []
-for shape, k in [((37, 16), 2), ((3, 5, 10), 3), ((64, 64), 8), ((5, 8), 8), ((1, 3), 1)]:
+for shape, k in [((37, 16), 2), ((3, 5, 10), 3), ((64, 64), 8), ((5, 8), 8), ((1, 3), 1), ((3, 1000), 4)]:
     logits = torch.randn(*shape)
     weights, index = op._topk_softmax_triton(logits, k)
     ref_weights, ref_index = op.reference_topk_softmax(logits, k)
@@ -56,7 +56,7 @@ print(json.dumps(rows))
     done = subprocess.run([sys.executable, "-c", check], env={**os.environ, "TRITON_INTERPRET": "1"},
                           capture_output=True, text=True, timeout=300, check=True)
     rows = json.loads(done.stdout.splitlines()[-1])
-    assert [r[0] for r in rows] == [[37, 2], [3, 5, 3], [64, 8], [5, 8], [1, 1]]
+    assert [r[0] for r in rows] == [[37, 2], [3, 5, 3], [64, 8], [5, 8], [1, 1], [3, 4]]
     assert all(same for _, same, _ in rows) and max(err for _, _, err in rows) < 1e-6
 
 

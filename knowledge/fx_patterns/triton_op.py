@@ -20,7 +20,8 @@ import importlib.util
 import torch
 
 LIBRARY = "operator_profiler_patterns"
-ROWS_PER_PROGRAM = 16  # rows of logits one program routes (a block of rows x the padded expert count)
+ROWS_PER_PROGRAM = 16  # rows of logits one program routes, at most: a block of rows x the padded expert count,
+BLOCK_ELEMENTS = 4096  # held in registers, kept to about this many elements
 
 
 def triton_available() -> bool:
@@ -78,9 +79,11 @@ def _topk_softmax_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, to
     rows = logits.reshape(-1, experts).contiguous()
     weights = torch.empty((rows.shape[0], k), dtype=torch.float32, device=rows.device)
     index = torch.empty((rows.shape[0], k), dtype=torch.int64, device=rows.device)
-    grid = (triton.cdiv(rows.shape[0], ROWS_PER_PROGRAM),)
+    block_e = triton.next_power_of_2(experts)
+    block_rows = max(1, min(ROWS_PER_PROGRAM, BLOCK_ELEMENTS // block_e))
+    grid = (triton.cdiv(rows.shape[0], block_rows),)
     _kernel()[grid](rows, weights, index, rows.shape[0], experts, rows.stride(0), K=k,
-                    BLOCK_ROWS=ROWS_PER_PROGRAM, BLOCK_E=triton.next_power_of_2(experts))
+                    BLOCK_ROWS=block_rows, BLOCK_E=block_e)
     shape = (*logits.shape[:-1], k)
     return weights.reshape(shape), index.reshape(shape)
 
