@@ -67,6 +67,9 @@ def test_the_window_is_replayed_from_graphs_the_workload_captured(run_dir, profi
     assert replayed > 40, "the window replays CUDA-graph trees"
     assert profile.window.kernel_count == len(raw)
     assert profile.window.attributed_kernel_time_pct == 100.0
+    dropped = [w for w in profile.warnings if "launched outside the 'operator_profiler::measure' range" in w]
+    assert len(dropped) == 1 and dropped[0].endswith("were dropped (the warm-up and graph captures, traced so that "
+                                                     "each replay takes its capture's ranges)")
 
 
 def test_replayed_gemms_take_the_module_of_their_call_site(run_dir, profile):

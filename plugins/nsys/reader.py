@@ -258,7 +258,9 @@ class NsysWindow:
             )
             ordinal += 1
         if outside:
-            self._warnings.append(f"{outside} kernel(s) launched outside the '{MEASURE_RANGE}' range were dropped")
+            why = (" (the warm-up and graph captures, traced so that each replay takes its capture's ranges)"
+                   if self.harness_captures else "")
+            self._warnings.append(f"{outside} kernel(s) launched outside the '{MEASURE_RANGE}' range were dropped{why}")
         if unlaunched:
             self._warnings.append(
                 f"{unlaunched} kernel(s) have no launching API call in the export: ordered and windowed by GPU start"
