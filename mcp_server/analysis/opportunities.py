@@ -306,8 +306,8 @@ def build_opportunities(
     if split is not None:
         chains = [[p.kernel.kernel_id for p in c] for c in split_chains(placed)]
         e2e, kernel = _removal(by_id, chains, keep_one=True)
-        add(f"Run {len(chains)} chain(s) Inductor split around an op it calls as it is as one Triton op each "
-            f"(torch.library): {split.title}", "triton_op", ["split_fusion"], e2e, kernel,
+        add(f"Run each chain as one Triton op registered with torch.library: {split.title}", "triton_op",
+            ["split_fusion"], e2e, kernel,
             "estimate (upper bound): each chain's kernels and the idle time between them become one kernel of at "
             f"least {_us(rule('estimates', 'kernel_floor_ns'))}")
     for kind in ("unfused_attention", "sdpa_math_path"):
