@@ -23,7 +23,7 @@ from torch.utils.benchmark import Timer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "knowledge" / "fx_patterns"))
 from triton_op import apply, reference_topk_softmax  # noqa: E402
 
-SHAPES = ((512, 16, 2), (4096, 8, 2), (16384, 64, 6), (65536, 128, 8))
+SHAPES = ((512, 16, 2), (4096, 8, 2), (16384, 64, 6), (65536, 128, 8), (8192, 256, 8), (1024, 1000, 4))
 
 
 def _time_us(fn: object, logits: torch.Tensor, k: int) -> float:
