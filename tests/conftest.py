@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
+PATTERNS = REPO / "knowledge" / "fx_patterns"
 EXAMPLE_NAMES = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
 
 os.environ.setdefault("OPERATOR_PROFILER_EXAMPLE_SCALE", "small")
@@ -34,3 +37,16 @@ def own_workload_at_small_scale(check: str) -> Any:
     done = subprocess.run([sys.executable, "-c", check], cwd=REPO / "scripts" / "gpu_workloads", env=env,
                           capture_output=True, text=True, timeout=600, check=True)
     return json.loads(done.stdout.splitlines()[-1])
+
+
+def load_pattern(name: str) -> ModuleType:
+    """knowledge/fx_patterns/<name>.py imported as module `fx_pattern_<name>` (once: a second call returns it)."""
+    key = f"fx_pattern_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, PATTERNS / f"{name}.py")
+    assert spec is not None and spec.loader is not None, name
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    spec.loader.exec_module(module)
+    return module

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import operator
-import sys
 from collections import Counter
 from types import ModuleType
 from typing import Any
@@ -20,21 +19,15 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, own_workload_at_small_scale
+from conftest import PATTERNS, REPO, load_pattern, own_workload_at_small_scale
 from torch import fx, nn
 
-PATTERNS = REPO / "knowledge" / "fx_patterns"
 NAMES = ("conv_bn_fold", "qkv_fusion", "sdpa_substitution", "dtype_autocast", "channels_last", "cuda_graphs",
          "inductor_config", "graph_breaks", "bf16_weights", "whole_forward_graph", "tf32_scoped",
          "fp16_weights", "fp8_linear")
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"fx_pattern_{name}", PATTERNS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+_load = load_pattern
 
 
 def dynamo_graph(model: nn.Module, *inputs: torch.Tensor) -> tuple[fx.GraphModule, list[Any]]:

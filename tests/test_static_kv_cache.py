@@ -3,13 +3,11 @@ tokens, and the analysis finds a growing cache in the H200 decode loop's recorde
 
 from __future__ import annotations
 
-import importlib.util
 import lzma
-import sys
 
 import pytest
 import torch
-from conftest import REPO, own_workload_at_small_scale
+from conftest import REPO, load_pattern, own_workload_at_small_scale
 from fixtures_util import FIXTURES, extract_fixture
 from torch.nn import functional as F
 
@@ -23,12 +21,7 @@ from mcp_server.schema.io import load_profile
 
 
 def _pattern():
-    path = REPO / "knowledge" / "fx_patterns" / "static_kv_cache.py"
-    spec = importlib.util.spec_from_file_location("fx_pattern_static_kv_cache", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_pattern("static_kv_cache")
 
 
 def test_attention_over_the_static_cache_equals_the_growing_cache_s() -> None:

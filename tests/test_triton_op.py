@@ -5,7 +5,6 @@ under CUDA-graph trees) and offers the pattern, and nowhere else."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import lzma
 import os
@@ -14,7 +13,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, own_workload_at_small_scale
+from conftest import PATTERNS, load_pattern, own_workload_at_small_scale
 from fixtures_util import FIXTURES, extract_fixture
 
 from mcp_server.analysis import analyze_profile
@@ -24,15 +23,11 @@ from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.io import load_profile
 
-PATTERN = REPO / "knowledge" / "fx_patterns" / "triton_op.py"
+PATTERN = PATTERNS / "triton_op.py"
 
 
 def _pattern():
-    spec = importlib.util.spec_from_file_location("fx_pattern_triton_op", PATTERN)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_pattern("triton_op")
 
 
 def test_the_kernel_under_triton_s_interpreter_equals_the_chain() -> None:
