@@ -15,6 +15,7 @@ fake with the output shapes, and check it with `torch.library.opcheck`.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import torch
@@ -88,15 +89,10 @@ def _topk_softmax_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, to
     return weights.reshape(shape), index.reshape(shape)
 
 
-_KERNEL = None
-
-
+@functools.cache
 def _kernel():  # noqa: ANN202 - a triton.JITFunction, defined on first use: Triton is imported only with a GPU
     """The Triton kernel: each program loads a block of rows once, takes the k largest logits of each by k passes
     of max (the smallest index on a tie) and writes exp(logit - max) / their sum."""
-    global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
     import triton
     import triton.language as tl
 
@@ -125,8 +121,7 @@ def _kernel():  # noqa: ANN202 - a triton.JITFunction, defined on first use: Tri
             tl.store(index_ptr + row * K + j, at.to(tl.int64), mask=live)
             left = tl.where(expert[None, :] == at[:, None], float("-inf"), left)
 
-    _KERNEL = _topk_softmax_kernel
-    return _KERNEL
+    return _topk_softmax_kernel
 
 
 def apply(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,6 @@ from mcp_server.analysis.kv_cache import KV_NEED
 from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledge_of
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes
-from mcp_server.analysis.split_chains import split_chains
 from mcp_server.analysis.syncs import SHORT_END
 from mcp_server.analysis.timeline_health import Placed
 from mcp_server.assemble.attribute import CAPTURED_DETAIL
@@ -304,8 +303,7 @@ def build_opportunities(
             "(one reduction, one cast) is not counted; only kernels on the GPU critical path shorten the window")
     split = kinds.get("split_fusion")
     if split is not None:
-        chains = [[p.kernel.kernel_id for p in c] for c in split_chains(placed)]
-        e2e, kernel = _removal(by_id, chains, keep_one=True)
+        e2e, kernel = _removal(by_id, _runs(profile, split), keep_one=True)
         add(f"Run each chain as one Triton op registered with torch.library: {split.title}", "triton_op",
             ["split_fusion"], e2e, kernel,
             "estimate (upper bound): each chain's kernels and the idle time between them become one kernel of at "
