@@ -104,7 +104,7 @@ def _run(row: dict[str, object], path: Path, workload: str, mode: str, train: bo
         warnings=profile.warnings,
         passes={p["name"]: p["wall_time_s"] for p in manifest_passes},
         variant_pass_attached=any(p.get("attach_command") for p in manifest_passes),
-        pass_phases=_pass_phases(run_dir, t0_epoch),
+        pass_phases=pass_phases(run_dir, t0_epoch),
     )
     row.update(_verdicts(run_dir))
     busy = row.get("no_profiler_gpu_busy_ns")
@@ -137,7 +137,7 @@ def _verdicts(run_dir: Path) -> dict[str, object]:
     }
 
 
-def _pass_phases(run_dir: Path, t0_epoch: float) -> dict[str, dict[str, float]]:
+def pass_phases(run_dir: Path, t0_epoch: float) -> dict[str, dict[str, float]]:
     """Seconds from the start of `run` at which each pass's harness entered each phase, and finished."""
     phases: dict[str, dict[str, float]] = {}
     for harness in sorted(run_dir.glob("*/harness.json")):

@@ -75,6 +75,11 @@ def variants() -> dict[str, tuple[list[str], list[str]]]:
     }
     for name, group in groups.items():
         table[f"{name}_alone"] = (base, ["gpu__time_duration.sum", *group])
+    for name, group in groups.items():
+        table[f"without_{name}"] = (base, [m for m in every if m not in group])
+    for dtypes in (("fp64",), ("fp64", "fp8"), ("fp64", "tf32"), ("fp64", "fp8", "tf32")):
+        dropped = [m for m in groups["flop_tensor"] if m.removeprefix("sm__ops_path_tensor_src_").startswith(dtypes)]
+        table[f"without_flop_tensor_{'_'.join(dtypes)}"] = (base, [m for m in every if m not in dropped])
     return table
 
 

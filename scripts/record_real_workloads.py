@@ -28,6 +28,10 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
 - `moe_topk`: scripts/gpu_workloads/moe_topk.py compiled by Inductor (`--compile-mode inductor`), whose routers
   Inductor splits around aten's top-k (analysis/split_chains.py). Target: attributed >= 99.5 %. Its fixture keeps the
   nsys pass alone (size).
+- `amp_compiled_train`: scripts/gpu_workloads/amp_compiled_train.py as it is (`--script`: a GPT-style model the
+  script wraps in `torch.compile` itself, float16 autocast with a GradScaler, fused AdamW). Target: attributed
+  >= 99.5 %, the script's compiled graphs recorded once (no graph break or recompile of ours). Its fixture keeps the
+  nsys pass alone (size).
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -51,6 +55,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.benchmark_targets import pass_phases  # noqa: E402
 from mcp_server.schema.io import load_profile  # noqa: E402
 
 WORKLOADS = REPO / "scripts" / "gpu_workloads"
@@ -67,6 +72,7 @@ CASES: dict[str, list[str]] = {
     "decode_loop_hf": ["--script", str(WORKLOADS / "decode_loop.py"), "--window-fn", "generate", "--steps", "1:1",
                        "--", "--calls", "3", "--hf"],
     "moe_topk": [str(WORKLOADS / "moe_topk.py"), "--compile-mode", "inductor"],
+    "amp_compiled_train": ["--script", str(WORKLOADS / "amp_compiled_train.py"), "--", "--steps", "40"],
 }
 
 
@@ -97,6 +103,7 @@ def run_case(name: str, work: Path, warm_up: bool) -> dict[str, Any]:
             return {**row, "error": tail}
         shutil.rmtree(warm, ignore_errors=True)
     run_dir = work / name
+    started = time.time()
     code, wall, tail = cli("run", "-q", *_with_output(flags, run_dir))
     row["run_s"] = round(wall, 1)
     if code != 0:
@@ -113,6 +120,7 @@ def run_case(name: str, work: Path, warm_up: bool) -> dict[str, Any]:
         runtime_events=len(profile.runtime_events or []), warnings=profile.warnings,
         passes={p["name"]: {"wall_s": p["wall_time_s"], "notes": p["notes"]}
                 for p in json.loads((run_dir / "manifest.json").read_text())["passes"]},
+        pass_phases=pass_phases(run_dir, started),
     )
     return row
 
@@ -189,7 +197,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
 
 
 # their fixtures: the nsys pass alone (what the tests replay)
-SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk"}
+SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -202,6 +210,7 @@ TARGETS = {
     "manual_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "fp8_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
     "moe_topk": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
+    "amp_compiled_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
 }
 
 

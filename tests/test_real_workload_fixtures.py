@@ -187,3 +187,22 @@ def test_a_variant_pass_worth_less_than_its_start_is_not_run(tmp_path_factory, t
     assert ncu_variants_pass(req, NcuOptions(replay_budget_s=53.0), said.append, plan=plan) is None
     assert not started.exists(), "no ncu was started"
     assert any("not run" in line and "0.47 %" in line for line in said), said
+
+
+def test_a_script_that_compiles_its_own_model_is_attributed_through_the_graphs_it_compiled(tmp_path_factory):
+    """scripts/gpu_workloads/amp_compiled_train.py on an H200 (`run --script`, nsys pass): the script wraps its model
+    in torch.compile and trains it under float16 autocast. Each pass compiled the model once, with no graph break of
+    ours, and every generated kernel takes its module from the graphs the script compiled."""
+    run = _recorded("amp_compiled_train", tmp_path_factory, "h200")
+    for name in ("nsys", "timing"):
+        harness = json.loads((run / name / "harness.json").read_text())
+        assert harness["graph_breaks"] == [] and harness["root_module"] == "TinyGPT"
+        graphs = json.loads((run / name / "inductor_provenance.json").read_text())["graphs"]
+        assert [g["kind"] for g in graphs] == ["dynamo", "forward", "backward"]
+    profile = assemble(RunDir(run))
+    assert profile.window.attributed_kernel_time_pct == 100.0 and profile.capture_metadata.root_module == "TinyGPT"
+    generated = [(op, k) for op in profile.operators for k in op.kernels if k.kernel_name.startswith("triton_")]
+    assert len(generated) > 100 and {op.phase for op, _ in generated} == {"forward", "backward"}
+    assert all(op.compiled_graph is not None and op.module_path for op, _ in generated)
+    assert sum(op.module_path.startswith("blocks.") for op, _ in generated) > len(generated) / 2
+    assert "OptimizedModule" not in {op.module_path for op in profile.operators}

@@ -63,6 +63,26 @@ def test_a_training_script_with_dataloader_workers_is_profiled_as_it_is(tmp_path
     assert manifest["run_mode"] == "train_step" and len(manifest["passes"]) == 1
 
 
+def test_a_script_that_compiles_its_model_keeps_its_graphs_as_they_run_without_the_profiler(tmp_path):
+    """The window's module hooks and call-site mode are traced away inside torch.compile: no graph break of ours, no
+    recompile when the window opens (Dynamo guards on the mode stack), and the graphs the script compiled are
+    recorded so that their kernels take modules and lines; the root is the model, not torch.compile's wrapper."""
+    out = tmp_path / "run"
+    proc = run_cli("profile", "--script", str(TRAIN), "-o", str(out), "-q", "--",
+                   "--epochs", "2", "--samples", "16", "--compile")
+    assert proc.returncode == 0, proc.stderr
+    harness = json.loads((out / "torch" / "harness.json").read_text())
+    assert harness["graph_breaks"] == [] and harness["root_module"] == "Classifier"
+    provenance = json.loads((out / "torch" / "inductor_provenance.json").read_text())
+    assert [g["kind"] for g in provenance["graphs"]] == ["dynamo", "forward", "backward"]  # compiled once
+    linears = {n["module_path"] for n in provenance["node_modules"].values() if n.get("module_type") == "Linear"}
+    assert linears == {"body.0", "body.2", "head"}
+    profile = load_profile(out / "profile.json")
+    assert profile.capture_metadata.root_module == "Classifier"
+    assert {op.phase for op in profile.operators} == {"forward", "backward", "optimizer"}
+    assert "OptimizedModule" not in {op.module_path for op in profile.operators}
+
+
 def test_an_inference_script_is_windowed_by_calls_of_a_named_function_or_module(tmp_path):
     out = tmp_path / "fn"
     proc = run_cli("profile", "--script", str(GENERATE), "--window-fn", "generate", "--steps", "1:1", "-o", str(out),

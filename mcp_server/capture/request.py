@@ -154,7 +154,8 @@ def harness_command(req: CaptureRequest, profiler: str, name: PassName) -> list[
         "kineto_trace": run_dir.kineto_trace(name).resolve() if RECORDINGS[profiler].kineto else None,
         "windows": turn.windows if turn.windows > 1 else None,
         "unprofiled_windows": turn.unprofiled_windows or None,
-        "provenance": run_dir.provenance(name).resolve() if options.compile_mode != "eager" else None,
+        "provenance": run_dir.provenance(name).resolve() if options.compile_mode != "eager" or options.script
+        else None,  # a script may compile its model itself
         "train_step": options.train_step,
         "gpu_lock": turn.lock, "gpu_lock_after": turn.after, "gpu_lock_done": turn.done,
         "warm_up_after": turn.warm_up_after, "queue_ahead": turn.queue_ahead, "graph_replay": turn.graph_replay,

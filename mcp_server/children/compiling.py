@@ -126,6 +126,7 @@ class GraphRecorder:
         self.node_modules: dict[str, dict[str, str]] = {}  # every graph's nodes, by name (names repeat)
         self.graphs: list[dict[str, Any]] = []
         self.graph_breaks: list[dict[str, str]] = []
+        self._inside = False  # a graph being recorded: Inductor compiling it for the backend records nothing more
 
     def dynamo_graph(self, gm: Any) -> dict[str, dict[str, str]]:
         """Record a graph Dynamo hands the backend; return its node map (filled again after compiling)."""
@@ -156,6 +157,34 @@ class GraphRecorder:
         })
         return compiled
 
+    def record_inductor(self) -> None:
+        """Record the graphs Inductor compiles for a `torch.compile` the backend registry never sees: with the
+        default backend, or a `mode=` or `options=`, torch.compile calls Inductor's `compile_fx` through a wrapper
+        of its own (`mode="reduce-overhead"`, the most common winner, among them). Each Dynamo graph's nodes and
+        each AOT graph Inductor generates code for are recorded as under `--compile-mode inductor`. Patched for the
+        rest of the process. AOTAutograd's cache is off for these compiles: a hit hands back graphs whose nodes
+        no pass here saw (Inductor's own cache still serves their code)."""
+        from torch._functorch import config as functorch_config
+        from torch._inductor import compile_fx as inductor
+
+        real, default_inner = inductor.compile_fx, inductor.compile_fx_inner
+
+        def compile_fx(gm: Any, example_inputs: Any, inner_compile: Any = default_inner, **kwargs: Any) -> Any:
+            if self._inside:  # Inductor's own recursion, or a registered backend's graph already recorded
+                return real(gm, example_inputs, inner_compile=inner_compile, **kwargs)
+            self._inside = True
+            try:
+                nodes = self.dynamo_graph(gm)
+                inner = self.inner_compile if inner_compile is default_inner else inner_compile
+                with functorch_config.patch(enable_autograd_cache=False):
+                    compiled = real(gm, example_inputs, inner_compile=inner, **kwargs)
+            finally:
+                self._inside = False
+            self.node_modules.update(nodes)
+            return compiled
+
+        inductor.compile_fx = compile_fx
+
 
 class RecordingBackend(GraphRecorder):
     """Wraps a workload's registered torch.compile backend so its FX graphs' module metadata is recorded."""
@@ -172,7 +201,6 @@ class RecordingBackend(GraphRecorder):
         from torch._dynamo.backends import registry
 
         inner = torch._dynamo.lookup_backend(name)
-        self._inside = False  # a graph being recorded: Inductor compiling it for the backend records nothing more
 
         def recording(gm: Any, example_inputs: Any) -> Any:
             self._inside = True
@@ -186,32 +214,34 @@ class RecordingBackend(GraphRecorder):
             return compiled
 
         registry._COMPILER_FNS[name] = recording
-        self._record_inductor()
+        self.record_inductor()
         self.optimize = module.optimize
 
-    def _record_inductor(self) -> None:
-        """Record the graphs Inductor compiles for a `torch.compile` the backend registry never sees: with the
-        default backend, or a `mode=` or `options=`, torch.compile calls Inductor's `compile_fx` through a wrapper
-        of its own (`mode="reduce-overhead"`, the most common winner, among them). Each Dynamo graph's nodes and
-        each AOT graph Inductor generates code for are recorded as under `--compile-mode inductor`."""
-        from torch._inductor import compile_fx as inductor
+class ScriptCompiles:
+    """The graphs of every `torch.compile` a script calls, recorded as under `--compile-mode inductor` so that its
+    generated kernels take their modules and lines: `torch.compile` is wrapped while the script runs, and Inductor is
+    patched at its first call (a script that never compiles imports nothing more)."""
 
-        real, default_inner = inductor.compile_fx, inductor.compile_fx_inner
+    def __init__(self) -> None:
+        import torch
 
-        def compile_fx(gm: Any, example_inputs: Any, inner_compile: Any = default_inner, **kwargs: Any) -> Any:
-            if self._inside:  # Inductor's own recursion, or a registered backend's graph already recorded
-                return real(gm, example_inputs, inner_compile=inner_compile, **kwargs)
-            self._inside = True
-            try:
-                nodes = self.dynamo_graph(gm)
-                inner = self.inner_compile if inner_compile is default_inner else inner_compile
-                compiled = real(gm, example_inputs, inner_compile=inner, **kwargs)
-            finally:
-                self._inside = False
-            self.node_modules.update(nodes)
-            return compiled
+        self.recorder: GraphRecorder | None = None
+        self._real = torch.compile
+        torch.compile = self._compile
 
-        inductor.compile_fx = compile_fx
+    def _compile(self, model: Any = None, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        if self.recorder is None:
+            self.recorder = GraphRecorder(root_module_name(model) if isinstance(model, torch.nn.Module) else "")
+            self.recorder.record_inductor()
+        return self._real(model, *args, **kwargs)
+
+    def remove(self) -> None:
+        """Give torch its own `torch.compile` back (Inductor stays patched: graphs compiled later still record)."""
+        import torch
+
+        torch.compile = self._real
 
 
 class RecordingInductor(GraphRecorder):

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
+from torch.compiler import is_compiling
+
 from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS
 from mcp_server.children.sites import site_ranges
 
@@ -55,15 +57,11 @@ class GlobalModules:
         is not seen)."""
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        # Never traced where Dynamo is loaded: a module whose `_call_impl` runs eagerly inside a compiled call
-        # (`torch.compile(model)` compiles its forward) calls them while Dynamo compiles every new frame, and Dynamo
-        # cannot trace them. (Not imported for this alone: it would cost every script's pass seconds.)
-        dynamo = sys.modules.get("torch._dynamo")
-        pre, post = (dynamo.disable(self._pre), dynamo.disable(self._post)) if dynamo else (self._pre, self._post)
         if only is None:
-            self._handles = [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
+            self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
         else:
-            self._handles = [h for m in only for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))]
+            self._handles = [h for m in only
+                             for h in (m.register_forward_pre_hook(self._pre), m.register_forward_hook(self._post))]
         return self
 
     def remove(self) -> None:
@@ -113,16 +111,23 @@ class GlobalModules:
         if owner is not None:
             self.path_of(owner, stack)
             return self._paths[id(owner)][key]
-        root = type(module).__name__
-        paths = self._paths[key] = {}
-        for p, m in module.named_modules():
+        inner = getattr(module, "_orig_mod", module)  # torch.compile's wrapper is named as the module it wraps
+        root = type(inner).__name__
+        paths = self._paths[key] = {key: root}
+        for p, m in inner.named_modules():
+            p = _unwrapped(p)
             paths[id(m)] = (f"{root}.{p}" if stack and p else p) or root
-            self._classes[paths[id(m)]] = type(m).__name__
+            self._classes[paths[id(m)]] = type(getattr(m, "_orig_mod", m)).__name__
         if not stack:
             self.roots.append(root)
         return self._paths[key][key]
 
     def _pre(self, module: Any, args: Any) -> None:
+        # Traced away inside `torch.compile` (Dynamo reads is_compiling() as True): the compiled graph keeps no trace
+        # of the hooks and breaks nowhere for them (disabled hooks would break it at every module); its kernels take
+        # their modules from Inductor's graph instead.
+        if is_compiling():
+            return
         stack = self._stack()
         path = self.path_of(module, stack)
         for listener in self.listeners:
@@ -141,6 +146,8 @@ class GlobalModules:
         stack.append((module, path, handle, profiled))
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
+        if is_compiling():
+            return
         stack = self._stack()
         if not stack or stack[-1][0] is not module:
             return  # a call whose pre-hook ran before the hooks were installed
@@ -153,6 +160,12 @@ class GlobalModules:
             self._close_range(handle)
         for listener in self.listeners:
             listener(module, path, False)
+
+
+def _unwrapped(path: str) -> str:
+    """A `named_modules()` path without the `_orig_mod` steps of `torch.compile`'s wrappers (`blocks._orig_mod.0`
+    -> `blocks.0`): the paths the model has uncompiled, as Dynamo's graphs name them."""
+    return ".".join(part for part in path.split(".") if part != "_orig_mod")
 
 
 def _calling_owner(module: Any) -> Any:

@@ -79,15 +79,25 @@ def site_ranges(profiler: str) -> tuple[Callable[[str], Any], Callable[[Any], No
     return torch.cuda.nvtx.range_push, lambda _: torch.cuda.nvtx.range_pop()
 
 
-def call_sites(profiler: str, frames: UserFrames) -> Any:
-    """A TorchFunctionMode that wraps each torch call made from user code in a `site:` range."""
+def call_sites(profiler: str, frames: UserFrames, active: bool = True) -> Any:
+    """A TorchFunctionMode that wraps each torch call made from user code in a `site:` range while its `active` is
+    true. Inside `torch.compile` it is traced away (Dynamo reads is_compiling() as True): a mode entered for a whole
+    script, and switched on for its windows only, leaves the compiled graphs as they are without it, and Dynamo's
+    guard on the mode stack holds from warm-up to window (a mode entered for a window alone would recompile there)."""
+    from torch.compiler import is_compiling
     from torch.overrides import TorchFunctionMode
 
     open_range, close_range = site_ranges(profiler)
 
     class CallSites(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.active = active
+
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
+            if is_compiling() or not self.active:
+                return func(*args, **kwargs)
             name = getattr(func, "__name__", "")
             # a profiler range opened by the call outlives it: a range around it would end that one instead
             skip = name in _METADATA or name == "__get__" or "record_function" in name

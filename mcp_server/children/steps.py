@@ -27,12 +27,13 @@ import runpy
 import sys
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from types import FrameType, MethodType
 from typing import Any
 
 from mcp_server.children.common import ContractError
+from mcp_server.children.compiling import GraphRecorder, ScriptCompiles
 from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, UPDATE_RANGE
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
@@ -76,6 +77,8 @@ class StepWindows:
         self.last: MeasuredWindow | None = None
         self._open: tuple[MeasuredWindow, ExitStack] | None = None
         self._frames = UserFrames() if self.ranged else None
+        # entered for the whole script, on during windows: a compiled frame sees one mode stack throughout
+        self.sites = call_sites(self.profiler, self._frames, active=False) if self._frames is not None else None
 
     @property
     def measured(self) -> int:
@@ -118,7 +121,8 @@ class StepWindows:
         window.__enter__()
         if self._frames is not None:  # every thread's operators and call sites, as the window's own thread's
             stack.enter_context(ThreadCapture(self.profiler, True, self._frames))
-            stack.enter_context(call_sites(self.profiler, self._frames))
+        if self.sites is not None:
+            self.sites.active = True
         self.modules.ranging = self.ranged
         self.modules.start_counting()
         self._open = (window, stack)
@@ -129,6 +133,8 @@ class StepWindows:
         self._open = None
         self.modules.ranging = False
         self.modules.stop_counting()
+        if self.sites is not None:
+            self.sites.active = False
         stack.close()
         window.__exit__(None, None, None)
         timed = {"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns}
@@ -373,9 +379,10 @@ class NamedSteps:
             self.modules.listeners.remove(self._called)
 
 
-def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -> None:
+def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -> GraphRecorder | None:
     """Run the script `args.workload` as `__main__` with `args.script_arg`, measuring the windows its steps choose;
-    fill `result` with what the harness reports of a window."""
+    fill `result` with what the harness reports of a window. Returns the recorder of the graphs its own
+    `torch.compile` calls compiled (None when it compiled nothing)."""
     import torch
 
     if args.warmup_iters < 1 or args.iters < 1:
@@ -388,6 +395,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
                             if calls else None).install()
     windows = StepWindows(args, lock, modules, enter)
     captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
+    compiles = ScriptCompiles()
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
         source = OptimizerSteps(windows)
@@ -409,7 +417,8 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     stopped, t0 = False, time.perf_counter_ns()
     enter("warmup")
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        with windows.sites or nullcontext():
+            runpy.run_path(str(script), run_name="__main__")
     except StopScript:
         stopped = True
     except SystemExit as exc:
@@ -419,6 +428,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
         sys.argv, sys.path[:] = saved_argv, saved_path
         source.remove()
         modules.remove()
+        compiles.remove()
         if captures is not None:
             captures.remove()
             result["graph_captures"] = captures.captures
@@ -429,6 +439,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
             result["clocks"] = clocks.summary()
     enter("finish")
     _report(args, result, windows, source, modules, stopped, time.perf_counter_ns() - t0)
+    return compiles.recorder
 
 
 def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any, modules: GlobalModules,

@@ -2,6 +2,8 @@
 the `__main__` guard), with nothing of Operator Profiler in it:
 
     operator-profiler profile --script plain_train.py -- --epochs 2 --workers 2
+
+`--compile` trains the model through `torch.compile`, as many scripts do.
 """
 
 import argparse
@@ -40,13 +42,14 @@ def train(args: argparse.Namespace) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     loader = DataLoader(Points(args.samples), batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
     model = Classifier().to(device)
+    forward = torch.compile(model) if args.compile else model
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     for epoch in range(args.epochs):
         for x, y in loader:
             x, y = x.to(device), y.to(device)
             optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(forward(x), y)
             loss.backward()
             optimizer.step()
         print(f"epoch {epoch}: loss {loss.item():.3f}")
@@ -59,4 +62,5 @@ if __name__ == "__main__":
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--compile", action="store_true", help="train through torch.compile(model)")
     train(parser.parse_args())
