@@ -23,6 +23,7 @@ from mcp_server.children.inductor_cache import (
     reuse_tuned_configurations,
     save_nodes,
 )
+from mcp_server.children.sites import is_core
 
 INDUCTOR_CODE_DIR = "inductor_code"  # beside the provenance file; the file lists what it holds
 CACHE_COUNTERS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")
@@ -63,13 +64,20 @@ _STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 def user_site(stack_trace: str | None, roots: tuple[str, ...]) -> str | None:
-    """`path:line` of the innermost user frame of an FX node's `stack_trace` (frames listed outermost first)."""
+    """`path:line` of the innermost user frame of an FX node's `stack_trace` (frames listed outermost first);
+    without one (a library's model), of the innermost third-party library frame (`UserFrames.site`'s rule)."""
     if not stack_trace:
         return None
+    library = None
     for path, line in reversed(_STACK_FRAME.findall(stack_trace)):
-        if not (path.startswith("<") or os.path.realpath(path).startswith(roots)):
+        if path.startswith("<"):
+            continue
+        real = os.path.realpath(path)
+        if not real.startswith(roots):
             return f"{path}:{line}"
-    return None
+        if library is None and not is_core(real):
+            library = f"{path}:{line}"
+    return library
 
 
 def record_node_modules(gm: Any, into: dict[str, dict[str, str]], root: str = "", roots: tuple[str, ...] = (),

@@ -18,7 +18,12 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from torch.compiler import is_compiling
+try:
+    from torch.compiler import is_compiling
+except ImportError:  # an interpreter without torch: the harness reports that before any hook could run
+    def is_compiling() -> bool:
+        """Never compiling without torch."""
+        return False
 
 from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS
 from mcp_server.children.sites import site_ranges
@@ -57,11 +62,17 @@ class GlobalModules:
         is not seen)."""
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+        # Where Dynamo is loaded already, never traced: a module whose `_call_impl` runs eagerly inside a compiled
+        # call (`torch.compile(model)` compiles its forward) calls them while Dynamo compiles every new frame, and
+        # Dynamo would compile them too. Installed before Dynamo (a script's start), they are traced away inside the
+        # graphs the script compiles later (`_pre`). (Dynamo is not imported for this: it would cost every script's
+        # pass seconds.)
+        dynamo = sys.modules.get("torch._dynamo")
+        pre, post = (dynamo.disable(self._pre), dynamo.disable(self._post)) if dynamo else (self._pre, self._post)
         if only is None:
-            self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+            self._handles = [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
         else:
-            self._handles = [h for m in only
-                             for h in (m.register_forward_pre_hook(self._pre), m.register_forward_hook(self._post))]
+            self._handles = [h for m in only for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))]
         return self
 
     def remove(self) -> None:

@@ -9,11 +9,12 @@ before its first line runs.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
@@ -27,25 +28,41 @@ _METADATA = frozenset({
 })
 
 
-def library_roots() -> tuple[str, ...]:
-    """Folders whose code is not the user's: torch, the standard library, site-packages, this package."""
+@functools.cache
+def _roots() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(torch's and this package's folders, the standard library's, site-packages'), each real and ending in a
+    separator. In a virtual environment the standard library's folder may hold site-packages."""
     import torch
 
-    roots = {os.path.dirname(torch.__file__), str(Path(__file__).resolve().parent)}
+    def real(paths: Iterable[str]) -> tuple[str, ...]:
+        return tuple(sorted({os.path.realpath(p) + os.sep for p in paths}))
+
     paths = sysconfig.get_paths()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        if paths.get(key):
-            roots.add(paths[key])
-    roots.update(p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages")))
-    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots))
+    packages = [paths[k] for k in ("purelib", "platlib") if paths.get(k)]
+    packages += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+    return (real([os.path.dirname(torch.__file__), str(Path(__file__).resolve().parent)]),
+            real(paths[k] for k in ("stdlib", "platstdlib") if paths.get(k)), real(packages))
+
+
+def is_core(path: str) -> bool:
+    """Code under every model (torch, the standard library, this package), by its real path."""
+    own, stdlib, packages = _roots()
+    return path.startswith(own) or (path.startswith(stdlib) and not path.startswith(packages))
+
+
+def library_roots() -> tuple[str, ...]:
+    """Folders whose code is not the user's: torch, the standard library, site-packages, this package."""
+    return tuple(sorted(set().union(*_roots())))
 
 
 class UserFrames:
-    """Which code objects are the user's: decided once per code object."""
+    """Which code objects are the user's, and which a third-party library's (site-packages outside torch: a Hugging
+    Face model's own lines), decided once per code object."""
 
     def __init__(self) -> None:
         self.roots = library_roots()
         self.known: dict[CodeType, bool] = {}
+        self.third_party: dict[CodeType, bool] = {}
 
     def is_user(self, code: CodeType) -> bool:
         found = self.known.get(code)
@@ -56,13 +73,26 @@ class UserFrames:
             )
         return found
 
+    def is_library(self, code: CodeType) -> bool:
+        """Code of a library outside torch, the standard library and this package."""
+        found = self.third_party.get(code)
+        if found is None:
+            name = code.co_filename
+            found = self.third_party[code] = not (
+                self.is_user(code) or name.startswith("<") or is_core(os.path.realpath(name)))
+        return found
+
     def site(self, frame: FrameType | None) -> str | None:
-        """`path:line` of the innermost user frame from `frame` outwards, or None."""
+        """`path:line` of the innermost user frame from `frame` outwards; without one (a library's model called by
+        the harness), of the innermost third-party library frame; else None."""
+        library = None
         while frame is not None:
             if self.is_user(frame.f_code):
                 return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            if library is None and self.is_library(frame.f_code):
+                library = f"{frame.f_code.co_filename}:{frame.f_lineno}"
             frame = frame.f_back
-        return None
+        return library
 
 
 def site_ranges(profiler: str) -> tuple[Callable[[str], Any], Callable[[Any], None]]:
