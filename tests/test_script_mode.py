@@ -196,3 +196,18 @@ def test_script_mode_is_a_request_of_the_facade_and_a_parameter_of_the_mcp_tool(
     with pytest.raises(UsageError, match="--memory needs get_model_and_input"):
         api_profile(ProfileRequest(workload=TRAIN, python=Interpreter(python=sys.executable), project=tmp_path,
                                    capture=CaptureOptions(script=True), backend="torch", memory=True))
+
+
+def test_a_script_pass_beside_the_first_compiling_one_waits_for_its_tuned_kernels():
+    """A pass that warms up beside the first compiling one (`--warm-up-early`) takes that pass's tuned Triton
+    configurations once its script compiles (autotuned again there, a kernel could launch with another grid than the
+    timeline's); the first pass tunes them itself. Child processes: the patch lasts for the process."""
+    check = ("import torch\nfrom mcp_server.children.compiling import ScriptCompiles\n"
+             "from torch._inductor.runtime import triton_heuristics as h\n"
+             "compiles = ScriptCompiles(reuse_tuned={reuse})\n"
+             "torch.compile(torch.nn.Linear(2, 2))\ncompiles.remove()\n"
+             "assert torch.compile is compiles._real and compiles.recorder.root == 'Linear'\n"
+             "print(h.CachingAutotuner.autotune_to_one_config.__name__)\n")
+    names = [subprocess.run([sys.executable, "-c", check.format(reuse=reuse)], capture_output=True, text=True,
+                            cwd=REPO, timeout=120, check=True).stdout.strip() for reuse in (True, False)]
+    assert names == ["wait_for_tuned", "autotune_to_one_config"]

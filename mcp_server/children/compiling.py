@@ -228,12 +228,19 @@ class RecordingBackend(GraphRecorder):
 class ScriptCompiles:
     """The graphs of every `torch.compile` a script calls, recorded as under `--compile-mode inductor` so that its
     generated kernels take their modules and lines: `torch.compile` is wrapped while the script runs, and Inductor is
-    patched at its first call (a script that never compiles imports nothing more)."""
+    patched at its first call (a script that never compiles imports nothing more).
 
-    def __init__(self) -> None:
+    With `reuse_tuned` (a pass that warms up beside the first compiling one), a Triton kernel about to autotune waits
+    for that pass's tuned configuration instead (`reuse_tuned_configurations`): tuned in each pass, under another
+    pass's load or under ncu, the same kernel could launch with another block size, and so another grid, than the
+    timeline's; past the wait, the pass compiles again after that pass's window."""
+
+    def __init__(self, reuse_tuned: bool = False) -> None:
         import torch
 
         self.recorder: GraphRecorder | None = None
+        self.reuse_tuned = reuse_tuned
+        self.waited_for_tuning: list[str] = []  # kernels that waited for another pass's tuned configuration
         self._real = torch.compile
         torch.compile = self._compile
 
@@ -243,6 +250,8 @@ class ScriptCompiles:
         if self.recorder is None:
             self.recorder = GraphRecorder(root_module_name(model) if isinstance(model, torch.nn.Module) else "")
             self.recorder.record_inductor()
+            if self.reuse_tuned:
+                reuse_tuned_configurations(self.waited_for_tuning)
         return self._real(model, *args, **kwargs)
 
     def remove(self) -> None:

@@ -395,7 +395,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
                             if calls else None).install()
     windows = StepWindows(args, lock, modules, enter)
     captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
-    compiles = ScriptCompiles()
+    compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early))
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
         source = OptimizerSteps(windows)
@@ -439,6 +439,8 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
             result["clocks"] = clocks.summary()
     enter("finish")
     _report(args, result, windows, source, modules, stopped, time.perf_counter_ns() - t0)
+    if compiles.waited_for_tuning:
+        result["waited_for_tuned_configurations"] = compiles.waited_for_tuning
     return compiles.recorder
 
 
