@@ -205,7 +205,7 @@ def test_a_script_pass_beside_the_first_compiling_one_waits_for_its_tuned_kernel
     check = ("import torch\nfrom mcp_server.children.compiling import ScriptCompiles\n"
              "from torch._inductor.runtime import triton_heuristics as h\n"
              "compiles = ScriptCompiles(reuse_tuned={reuse})\n"
-             "torch.compile(torch.nn.Linear(2, 2))\ncompiles.remove()\n"
+             "torch.nn.Linear(2, 2).compile()\ncompiles.remove()\n"  # Module.compile calls torch.compile
              "assert torch.compile is compiles._real and compiles.recorder.root == 'Linear'\n"
              "print(h.CachingAutotuner.autotune_to_one_config.__name__)\n")
     names = [subprocess.run([sys.executable, "-c", check.format(reuse=reuse)], capture_output=True, text=True,

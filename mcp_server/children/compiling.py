@@ -248,7 +248,8 @@ class ScriptCompiles:
         import torch
 
         if self.recorder is None:
-            self.recorder = GraphRecorder(root_module_name(model) if isinstance(model, torch.nn.Module) else "")
+            owner = getattr(model, "__self__", model)  # `module.compile()` compiles its bound `_call_impl`
+            self.recorder = GraphRecorder(root_module_name(owner) if isinstance(owner, torch.nn.Module) else "")
             self.recorder.record_inductor()
             if self.reuse_tuned:
                 reuse_tuned_configurations(self.waited_for_tuning)
