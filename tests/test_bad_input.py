@@ -32,6 +32,17 @@ def test_file_without_contract(tmp_path):
     assert not (tmp_path / "run" / "profile.json").exists()
 
 
+@pytest.mark.parametrize("verb", ["optimize", "recipes"])
+def test_a_plain_script_given_to_a_verb_that_runs_the_contracts_model(tmp_path, verb):
+    """optimize and recipes need the model get_model_and_input() returns: a plain script is refused before any folder
+    is made, pointing at `run --script` for a look at it as it is."""
+    proc = run_cli(verb, str(SCRIPTS / "plain_train.py"), "-o", str(tmp_path / "out"))
+    _assert_one_line_error(proc, "workload ", "neither defines nor imports get_model_and_input()",
+                           "operator-profiler run --script plain_train.py")
+    assert "workload workload" not in proc.stderr and "stopped at" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_workload_that_raises(tmp_path):
     proc = run_cli("profile", str(SCRIPTS / "raises.py"), "-o", str(tmp_path / "run"))
     _assert_one_line_error(proc, "RuntimeError: shape mismatch in layer 3", "last lines:", "output.log")

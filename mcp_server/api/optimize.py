@@ -25,6 +25,7 @@ from mcp_server.children.contract import recipe_parts
 from mcp_server.compare import ProfileMismatch
 from mcp_server.errors import ProfilerError, UsageError
 from mcp_server.progress import Progress, quiet
+from mcp_server.proof import check_workload
 from mcp_server.proof.bench import load_recipes
 from mcp_server.proof.recipes import RECIPES_JSON
 from mcp_server.render.recipe_workload import write_recipe_workload
@@ -66,6 +67,7 @@ class _Stages:
 def optimize(req: OptimizeRequest, progress: Progress = quiet, cancel: Cancel = None) -> OptimizeResult:
     """The floor: the tier's winner of the free frontier as an optimized workload, validated, benched, profiled and
     reported, every file in one folder."""
+    check_workload(req.workload)  # before any folder is made: every stage needs the contract's model
     out = output_folder(req.output, req.project, req.workload, "optimize")
     out.mkdir(parents=True, exist_ok=True)
     counters = choose_backend(AUTO).counters

@@ -32,22 +32,26 @@ def check_python(python: str) -> str:
     return found
 
 
-def check_workload(path: Path, role: str) -> Path:
-    """Resolve a workload file and check it follows the contract, naming the file that is wrong."""
+def check_workload(path: Path, role: str = "") -> Path:
+    """Resolve a workload file and check it follows the contract, naming the file that is wrong (`role`: which of
+    two, "baseline" or "optimized"; none for a verb that takes one)."""
     path = Path(path)
+    named = f"{role} workload" if role else "workload"
     if str(path).startswith("-"):
-        raise UsageError(f"{role} workload {str(path)!r} looks like an option", "pass the path of a .py file")
+        raise UsageError(f"{named} {str(path)!r} looks like an option", "pass the path of a .py file")
     if path.is_dir():
-        raise WorkloadError(f"{role} workload is a directory, not a .py file: {path}",
+        raise WorkloadError(f"{named} is a directory, not a .py file: {path}",
                             "pass the .py file in it that defines get_model_and_input()")
     if not path.is_file():
-        raise WorkloadError(f"{role} workload not found: {path}", "pass the path of an existing .py file")
+        raise WorkloadError(f"{named} not found: {path}", "pass the path of an existing .py file")
     if path.suffix != ".py":
-        raise WorkloadError(f"{role} workload is not a .py file: {path}", "pass a Python file")
+        raise WorkloadError(f"{named} is not a .py file: {path}", "pass a Python file")
     if "get_model_and_input" not in path.read_text(encoding="utf-8", errors="replace"):
         raise WorkloadError(
-            f"{role} workload {path} neither defines nor imports get_model_and_input()",
-            "add `def get_model_and_input(): return model, inputs` (see docs/optimized-workload-contract.md)",
+            f"{named} {path} neither defines nor imports get_model_and_input(): recipes, bench and validate run the "
+            "model it returns",
+            "add `def get_model_and_input(): return model, inputs` (see docs/optimized-workload-contract.md); to "
+            f"see where a script's time goes as it is, `operator-profiler run --script {path.name}`",
         )
     return path.resolve()
 

@@ -74,7 +74,7 @@ def recipes(
     """Measure the free frontier of `workload` into `out_dir` (recipes.json; the log of each recipe that failed under
     recipe_logs/). `timeout_s` bounds each recipe's process."""
     options = options or TimingOptions()
-    path, python = check_workload(workload, "workload"), check_python(python)
+    path, python = check_workload(workload), check_python(python)
     out = Path(out_dir) if out_dir is not None else Path.cwd()
     started, t0 = now_iso(), time.monotonic()
     runner = _Runner(path, python, options, seeds, out, timeout_s, progress, cancel)
