@@ -109,6 +109,41 @@ def test_an_inference_script_is_windowed_by_calls_of_a_named_function_or_module(
     assert [op.input_shapes[1] for op in embeddings] == [[2, 5]], "the third forward: 3 prompt tokens and 2 new"
 
 
+COMPILED_INFERENCE = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+if __name__ == "__main__":
+    model = torch.compile(Net().eval())
+    with torch.no_grad():
+        for _ in range(6):
+            out = model(torch.randn(8, 16))
+"""
+
+
+def test_a_compiled_modules_calls_are_the_steps_its_class_names(tmp_path):
+    """`--window-fn Net` counts the calls of a model the script wrapped in torch.compile: the wrapper is named as the
+    module it wraps (its own class is OptimizedModule)."""
+    script = tmp_path / "infer.py"
+    script.write_text(COMPILED_INFERENCE)
+    out = tmp_path / "run"
+    proc = run_cli("profile", "--script", str(script), "--window-fn", "Net", "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    harness = json.loads((out / "torch" / "harness.json").read_text())
+    assert harness["steps"]["kind"] == "module" and harness["steps"]["seen"] == 4 and harness["root_module"] == "Net"
+    assert harness["graph_breaks"] == []
+
+
 def test_a_training_loop_without_an_optimizer_is_windowed_by_its_backward_calls(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("profile", "--script", str(MANUAL), "-o", str(tmp_path / "none"), "-q")

@@ -403,8 +403,10 @@ def main(argv: list[str] | None = None) -> int:
         source = args.workload.read_text(encoding="utf-8")
         if args.run_script:  # a plain script, unmodified: its own steps choose the window
             result["workload_kind"] = "steps"
-            recorder = run_steps(args, result, lambda phase: _enter(result, phase))
-            if recorder is not None and args.provenance is not None:  # the script compiled its model itself
+            compiles = run_steps(args, result, lambda phase: _enter(result, phase))
+            if compiles.waited_for_tuning:
+                result["waited_for_tuned_configurations"] = compiles.waited_for_tuning
+            if (recorder := compiles.recorder) is not None and args.provenance is not None:  # it compiled its model
                 result["graph_breaks"] = recorder.graph_breaks
                 write_json(args.provenance, inductor_provenance(recorder, args.provenance.parent))
                 result["artifacts"].append(_artifact(args.provenance, args.run_dir))

@@ -33,7 +33,7 @@ from types import FrameType, MethodType
 from typing import Any
 
 from mcp_server.children.common import ContractError
-from mcp_server.children.compiling import GraphRecorder, ScriptCompiles
+from mcp_server.children.compiling import ScriptCompiles
 from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, UPDATE_RANGE
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
@@ -282,7 +282,8 @@ class NamedSteps:
         return self.kind is not None
 
     def _called(self, module: Any, path: str, started: bool) -> None:
-        if self.kind != "function" and type(module).__name__ == self.name.rsplit(".", 1)[-1]:
+        named = type(getattr(module, "_orig_mod", module)).__name__  # torch.compile's wrapper: its module's class
+        if self.kind != "function" and named == self.name.rsplit(".", 1)[-1]:
             self.kind = "module"
             self.depth += 1 if started else -1
             if started and self.depth == 1:
@@ -379,10 +380,9 @@ class NamedSteps:
             self.modules.listeners.remove(self._called)
 
 
-def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -> GraphRecorder | None:
+def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -> ScriptCompiles:
     """Run the script `args.workload` as `__main__` with `args.script_arg`, measuring the windows its steps choose;
-    fill `result` with what the harness reports of a window. Returns the recorder of the graphs its own
-    `torch.compile` calls compiled (None when it compiled nothing)."""
+    fill `result` with what the harness reports of a window. Returns what its own `torch.compile` calls compiled."""
     import torch
 
     if args.warmup_iters < 1 or args.iters < 1:
@@ -439,9 +439,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
             result["clocks"] = clocks.summary()
     enter("finish")
     _report(args, result, windows, source, modules, stopped, time.perf_counter_ns() - t0)
-    if compiles.waited_for_tuning:
-        result["waited_for_tuned_configurations"] = compiles.waited_for_tuning
-    return compiles.recorder
+    return compiles
 
 
 def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any, modules: GlobalModules,
