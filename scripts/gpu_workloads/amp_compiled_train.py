@@ -3,7 +3,7 @@
 learning-rate schedule, token batches from a DataLoader; argparse and the `__main__` guard; nothing of Operator
 Profiler in it.
 
-    operator-profiler run --script scripts/gpu_workloads/amp_compiled_train.py -- --steps 40
+    operator-profiler run --script scripts/gpu_workloads/amp_compiled_train.py -- --steps 40 [--mode reduce-overhead]
 
 `OPERATOR_PROFILER_EXAMPLE_SCALE=small` shrinks it (2 layers of width 64, 32 tokens) for a CPU run.
 """
@@ -70,12 +70,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--no-compile", action="store_true", help="train the model eagerly")
+    parser.add_argument("--mode", default="default", help="torch.compile's mode (reduce-overhead: CUDA graphs)")
     args = parser.parse_args()
     small = os.environ.get("OPERATOR_PROFILER_EXAMPLE_SCALE") == "small"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     vocab, length, width, heads, depth = (256, 32, 64, 4, 2) if small else (8192, 512, 512, 8, 6)
     model = TinyGPT(vocab, length, width, heads, depth).to(device)
-    compiled = model if args.no_compile else torch.compile(model)
+    compiled = model if args.no_compile else torch.compile(model, mode=args.mode)
     loader = DataLoader(RandomTokens(args.steps * args.batch_size, length, vocab), batch_size=args.batch_size,
                         num_workers=args.workers, pin_memory=device == "cuda", drop_last=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=device == "cuda")
