@@ -32,6 +32,9 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
   script wraps in `torch.compile` itself, float16 autocast with a GradScaler, fused AdamW). Target: attributed
   >= 99.5 %, the script's compiled graphs recorded once (no graph break or recompile of ours). Its fixture keeps the
   nsys pass alone (size).
+- `amp_graphs_train`: the same script compiling with `mode="reduce-overhead"` (CUDA-graph trees of the forward and
+  backward graphs). Target: attributed >= 99.5 %, the backward graph's replayed kernels in the backward phase. Its
+  fixture keeps the nsys pass alone.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -73,6 +76,8 @@ CASES: dict[str, list[str]] = {
                        "--", "--calls", "3", "--hf"],
     "moe_topk": [str(WORKLOADS / "moe_topk.py"), "--compile-mode", "inductor"],
     "amp_compiled_train": ["--script", str(WORKLOADS / "amp_compiled_train.py"), "--", "--steps", "40"],
+    "amp_graphs_train": ["--script", str(WORKLOADS / "amp_compiled_train.py"), "--", "--steps", "40", "--mode",
+                         "reduce-overhead"],
 }
 
 
@@ -197,7 +202,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
 
 
 # their fixtures: the nsys pass alone (what the tests replay)
-SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train"}
+SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -211,6 +216,7 @@ TARGETS = {
     "fp8_graphs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
     "moe_topk": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "amp_compiled_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
+    "amp_graphs_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
 }
 
 

@@ -206,3 +206,23 @@ def test_a_script_that_compiles_its_own_model_is_attributed_through_the_graphs_i
     assert all(op.compiled_graph is not None and op.module_path for op, _ in generated)
     assert sum(op.module_path.startswith("blocks.") for op, _ in generated) > len(generated) / 2
     assert "OptimizedModule" not in {op.module_path for op in profile.operators}
+
+
+def test_a_scripts_cuda_graph_trees_replay_its_backward_graph_in_the_backward_phase(tmp_path_factory):
+    """The same script compiled with `mode="reduce-overhead"` on an H200 (nsys pass): CUDA-graph trees replay its
+    forward and backward graphs. The backward graph's library kernels (cuBLAS, cuDNN's attention backward) were
+    captured on autograd's thread outside the engine's marker; replayed inside it, they are backward work, as the
+    graph's generated kernels are (they were labelled forward before)."""
+    run = _recorded("amp_graphs_train", tmp_path_factory, "h200")
+    graphs = json.loads((run / "nsys" / "inductor_provenance.json").read_text())["graphs"]
+    kinds = {g["fx_graph_cache_key"]: g["kind"] for g in graphs if g["kind"] != "dynamo"}
+    assert sorted(kinds.values()) == ["backward", "forward"]
+    profile = assemble(RunDir(run))
+    assert profile.window.attributed_kernel_time_pct == 100.0
+    replayed = [op for op in profile.operators if op.compiled_graph in kinds]
+    assert {op.phase for op in replayed if kinds[op.compiled_graph] == "backward"} == {"backward"}
+    assert {op.phase for op in replayed if kinds[op.compiled_graph] == "forward"} == {"forward"}
+    library = ("aten::mm", "aten::_scaled_dot_product_cudnn_attention_backward")  # cuBLAS's and cuDNN's kernels
+    gradients = [op for op in replayed if kinds[op.compiled_graph] == "backward" and op.operator_name in library]
+    assert {op.operator_name for op in gradients} == set(library)
+    assert all(op.module_path for op in gradients)  # the layer each differentiates

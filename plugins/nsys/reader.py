@@ -424,14 +424,18 @@ def _replayed_stack(launch: tuple[NvtxRange, ...], capture: tuple[NvtxRange, ...
     """The stack of a kernel a CUDA graph replayed: the ranges open at its node's capture, inside the compiled
     graph's call range open at the replay. A graph that CUDA-graph trees captured (`mode="reduce-overhead"`) was
     captured inside that call, but its range began before the capture turned the ranges on: the replay's call range
-    names the generated code whose call sites place its library kernels. One tuple per (launch, capture) pair, as
-    `RangeFeed.enclosing` returns one per unchanged stack."""
+    names the generated code whose call sites place its library kernels. A replay inside the autograd engine's
+    marker is backward work wherever its nodes were captured (a training step's backward graph, captured on the
+    engine's thread before the ranges recorded it): the replay's marker stays outermost. One tuple per (launch,
+    capture) pair, as `RangeFeed.enclosing` returns one per unchanged stack."""
     key = (id(launch), id(capture))
     known = merged.get(key)
     if known is None or known[0] is not launch or known[1] is not capture:
         calls = tuple(f for f in launch if f.name.startswith(GRAPH_CALL_PREFIX))
         inside = calls and not any(f.name.startswith(GRAPH_CALL_PREFIX) for f in capture)
-        known = merged[key] = (launch, capture, calls + capture if inside else capture)
+        backward = () if any(f.name.startswith(BACKWARD_PREFIX) for f in capture) else \
+            tuple(f for f in launch if f.name.startswith(BACKWARD_PREFIX))[:1]
+        known = merged[key] = (launch, capture, backward + (calls if inside else ()) + capture)
     return known[2]
 
 
