@@ -144,6 +144,23 @@ def test_a_compiled_modules_calls_are_the_steps_its_class_names(tmp_path):
     assert harness["graph_breaks"] == []
 
 
+def test_activation_checkpointing_recomputes_inside_the_modules_it_reruns(tmp_path):
+    """Non-reentrant checkpointing re-runs each block's forward inside the backward and stops it by raising inside
+    the modules it re-runs: their ranges still end there, so the backward work after it keeps its own modules (all
+    of it was charged to the last re-run module, `ff.2`, before)."""
+    out = tmp_path / "run"
+    proc = run_cli("profile", "--script", str(SCRIPTS / "checkpoint_train.py"), "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    backward = [op for op in load_profile(out / "profile.json").operators if op.phase == "backward"]
+    for block in range(3):
+        mine = [op for op in backward if (op.module_path or "").startswith(f"blocks.{block}.")]
+        recomputed = [op.module_path for op in mine if op.operator_name == "aten::linear"]
+        assert recomputed == [f"blocks.{block}.ff.0", f"blocks.{block}.ff.2"]  # the forward, again
+        gelu = [op.module_path for op in mine if op.operator_name == "aten::gelu_backward"]
+        assert gelu == [f"blocks.{block}.ff.1"]
+        assert f"blocks.{block}.ff.0" in {op.module_path for op in mine if op.operator_name == "aten::mm"}
+
+
 def test_a_training_loop_without_an_optimizer_is_windowed_by_its_backward_calls(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("profile", "--script", str(MANUAL), "-o", str(tmp_path / "none"), "-q")

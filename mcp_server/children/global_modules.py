@@ -69,10 +69,14 @@ class GlobalModules:
         # pass seconds.)
         dynamo = sys.modules.get("torch._dynamo")
         pre, post = (dynamo.disable(self._pre), dynamo.disable(self._post)) if dynamo else (self._pre, self._post)
+        # `always_call`: a call that raises still ends its range (activation checkpointing stops its recomputation
+        # by raising inside the modules it re-runs)
         if only is None:
-            self._handles = [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
+            self._handles = [register_module_forward_pre_hook(pre),
+                             register_module_forward_hook(post, always_call=True)]
         else:
-            self._handles = [h for m in only for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))]
+            self._handles = [h for m in only for h in (m.register_forward_pre_hook(pre),
+                                                       m.register_forward_hook(post, always_call=True))]
         return self
 
     def remove(self) -> None:

@@ -137,7 +137,8 @@ class ModuleStack:
     def install(self) -> ModuleStack:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+        self._handles = [register_module_forward_pre_hook(self._pre),
+                         register_module_forward_hook(self._post, always_call=True)]
         return self
 
     def reset(self) -> None:

@@ -161,7 +161,7 @@ class ModuleRanges:
         self._handles = []
         for path, module in model.named_modules():
             self._handles.append(module.register_forward_pre_hook(self._pre(path or root)))
-            self._handles.append(module.register_forward_hook(self._post))
+            self._handles.append(module.register_forward_hook(self._post, always_call=True))
 
     def _pre(self, path: str) -> Callable[..., None]:
         name = MODULE_RANGE_PREFIX + path
@@ -212,7 +212,7 @@ class ProfiledCalls:
             name = path or root
             if name in self._wanted:
                 self._handles.append(module.register_forward_pre_hook(self._pre(name)))
-                self._handles.append(module.register_forward_hook(self._post(name)))
+                self._handles.append(module.register_forward_hook(self._post(name), always_call=True))
 
     def _pre(self, name: str) -> Callable[..., None]:
         def hook(module: Any, args: Any) -> None:
