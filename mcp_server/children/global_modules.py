@@ -18,13 +18,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-try:
-    from torch.compiler import is_compiling
-except ImportError:  # an interpreter without torch: the harness reports that before any hook could run
-    def is_compiling() -> bool:
-        """Never compiling without torch."""
-        return False
-
+from mcp_server.children.compiling import root_module_name
 from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS
 from mcp_server.children.sites import site_ranges
 
@@ -36,6 +30,9 @@ class GlobalModules:
 
     def __init__(self, profiler: str, calls: list[tuple[str, int]] | None = None,
                  switch: Callable[[bool], None] | None = None) -> None:
+        from torch.compiler import is_compiling
+
+        self._compiling = is_compiling  # true while Dynamo traces a hook: it then does nothing (`_pre`)
         self.profiler = profiler
         self.ranging = False
         self.roots: list[str] = []  # class names of the roots seen, in order
@@ -126,13 +123,12 @@ class GlobalModules:
         if owner is not None:
             self.path_of(owner, stack)
             return self._paths[id(owner)][key]
-        inner = getattr(module, "_orig_mod", module)  # torch.compile's wrapper is named as the module it wraps
-        root = type(inner).__name__
+        root = root_module_name(module)  # torch.compile's wrapper is named as the module it wraps
         paths = self._paths[key] = {key: root}
-        for p, m in inner.named_modules():
+        for p, m in getattr(module, "_orig_mod", module).named_modules():
             p = _unwrapped(p)
             paths[id(m)] = (f"{root}.{p}" if stack and p else p) or root
-            self._classes[paths[id(m)]] = type(getattr(m, "_orig_mod", m)).__name__
+            self._classes[paths[id(m)]] = root_module_name(m)
         if not stack:
             self.roots.append(root)
         return self._paths[key][key]
@@ -141,7 +137,7 @@ class GlobalModules:
         # Traced away inside `torch.compile` (Dynamo reads is_compiling() as True): the compiled graph keeps no trace
         # of the hooks and breaks nowhere for them (disabled hooks would break it at every module); its kernels take
         # their modules from Inductor's graph instead.
-        if is_compiling():
+        if self._compiling():
             return
         stack = self._stack()
         path = self.path_of(module, stack)
@@ -161,7 +157,7 @@ class GlobalModules:
         stack.append((module, path, handle, profiled))
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if is_compiling():
+        if self._compiling():
             return
         stack = self._stack()
         if not stack or stack[-1][0] is not module:

@@ -50,6 +50,7 @@ from mcp_server.children.common import (
     write_json,
 )
 from mcp_server.children.compiling import (
+    GraphRecorder,
     RecordingBackend,
     RecordingInductor,
     import_compiler,
@@ -113,6 +114,17 @@ def _describe_placement(model: Any, args: tuple[Any, ...]) -> dict[str, Any]:
 def _artifact(path: Path, run_dir: Path) -> str:
     """An artifact's path as harness.json lists it: relative to the pass directory."""
     return os.path.relpath(path, run_dir)
+
+
+def _record_graphs(args: argparse.Namespace, result: dict[str, Any], recorder: GraphRecorder,
+                   waited_for_tuning: list[str]) -> None:
+    """The compiled graphs into harness.json (graph breaks, kernels that waited for another pass's tuning) and the
+    provenance file beside it."""
+    result["graph_breaks"] = recorder.graph_breaks
+    if waited_for_tuning:
+        result["waited_for_tuned_configurations"] = waited_for_tuning
+    write_json(args.provenance, inductor_provenance(recorder, args.provenance.parent))
+    result["artifacts"].append(_artifact(args.provenance, args.run_dir))
 
 
 def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) -> None:
@@ -277,13 +289,11 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         captures.remove()
         result["graph_captures"] = captures.captures
     if backend is not None:
-        result["graph_breaks"] = backend.graph_breaks
+        waited: list[str] = []
         if isinstance(backend, RecordingInductor):
             result["graphs_from_aot_cache"] = backend.reused_graphs
-            if backend.waited_for_tuning:
-                result["waited_for_tuned_configurations"] = backend.waited_for_tuning
-        write_json(args.provenance, inductor_provenance(backend, args.provenance.parent))
-        result["artifacts"].append(_artifact(args.provenance, args.run_dir))
+            waited = backend.waited_for_tuning
+        _record_graphs(args, result, backend, waited)
     if recording.torch_profiler or (trace is not None and trace.traced):
         result["artifacts"].append(_artifact(args.kineto_trace, args.run_dir))
     elif trace is not None:
@@ -404,12 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.run_script:  # a plain script, unmodified: its own steps choose the window
             result["workload_kind"] = "steps"
             compiles = run_steps(args, result, lambda phase: _enter(result, phase))
-            if compiles.waited_for_tuning:
-                result["waited_for_tuned_configurations"] = compiles.waited_for_tuning
-            if (recorder := compiles.recorder) is not None and args.provenance is not None:  # it compiled its model
-                result["graph_breaks"] = recorder.graph_breaks
-                write_json(args.provenance, inductor_provenance(recorder, args.provenance.parent))
-                result["artifacts"].append(_artifact(args.provenance, args.run_dir))
+            if compiles.recorder is not None and args.provenance is not None:  # the script compiled its model
+                _record_graphs(args, result, compiles.recorder, compiles.waited_for_tuning)
         elif CONTRACT.search(source):
             result["workload_kind"] = "contract"
             module = load_workload(args.workload)

@@ -33,7 +33,7 @@ from types import FrameType, MethodType
 from typing import Any
 
 from mcp_server.children.common import ContractError
-from mcp_server.children.compiling import ScriptCompiles
+from mcp_server.children.compiling import ScriptCompiles, root_module_name
 from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, UPDATE_RANGE
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
@@ -282,8 +282,7 @@ class NamedSteps:
         return self.kind is not None
 
     def _called(self, module: Any, path: str, started: bool) -> None:
-        named = type(getattr(module, "_orig_mod", module)).__name__  # torch.compile's wrapper: its module's class
-        if self.kind != "function" and named == self.name.rsplit(".", 1)[-1]:
+        if self.kind != "function" and root_module_name(module) == self.name.rsplit(".", 1)[-1]:
             self.kind = "module"
             self.depth += 1 if started else -1
             if started and self.depth == 1:
