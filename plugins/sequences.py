@@ -14,6 +14,9 @@ from typing import NamedTuple
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 ACCUMULATE_GRAD = "AccumulateGrad"
+# A custom autograd.Function's apply is a range named by its class, no namespace ("CompiledFunction, seq = 750": a
+# compiled graph's forward): an annotation to the classifier, but the forward call its backward node differentiates.
+FORWARD_KINDS = ("op", "annotation")
 
 
 class ForwardOrigin(NamedTuple):
@@ -69,7 +72,8 @@ def forward_origins(rows: Iterable[RangeRow]) -> SequenceIndex:
             if parent is not None and parent.name.startswith(BACKWARD_PREFIX) and row.kind != "module":
                 nodes.setdefault((row.thread, parent.start), row.seq)
                 last_node[row.thread] = row.seq
-            elif row.kind == "op" and not any(r.name.startswith(BACKWARD_PREFIX) for r in stack):
+            elif (row.kind in FORWARD_KINDS and not row.name.startswith(BACKWARD_PREFIX)
+                  and not any(r.name.startswith(BACKWARD_PREFIX) for r in stack)):
                 outer = next((r.name for r in stack if r.kind == "op"), row.name)
                 module = next((r.name for r in reversed(stack) if r.kind == "module"), None)
                 site = next((r.name for r in reversed(stack) if r.kind == "site"), None)

@@ -83,6 +83,8 @@ def test_a_plain_training_script_is_attributed_like_the_contract(tmp_path_factor
     line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "loss = loss_fn(" in text)
     assert any(op.call_site and op.call_site.endswith(f"train_script.py:{line}") for op in profile.operators)
     assert profile.capture_metadata.root_module == "ResNet"
+    # autograd's engine launches the backward from a thread of its own, inside operator ranges: nothing to warn of
+    assert not [w for w in profile.warnings if "thread other than" in w], profile.warnings
 
 
 def test_a_training_loop_without_torch_optim_takes_its_steps_from_backward(tmp_path_factory):
@@ -206,6 +208,10 @@ def test_a_script_that_compiles_its_own_model_is_attributed_through_the_graphs_i
     assert all(op.compiled_graph is not None and op.module_path for op, _ in generated)
     assert sum(op.module_path.startswith("blocks.") for op, _ in generated) > len(generated) / 2
     assert "OptimizedModule" not in {op.module_path for op in profile.operators}
+    # the compiled backward differentiates the compiled forward (the custom Function's range, seq included), not the
+    # last aten op that carried its number (a slice of the script's batch)
+    compiled = [op for op in profile.operators if op.autograd_node == "CompiledFunctionBackward"]
+    assert len(compiled) > 100 and {op.forward_op for op in compiled} == {"CompiledFunction"}
 
 
 def test_a_scripts_cuda_graph_trees_replay_its_backward_graph_in_the_backward_phase(tmp_path_factory):

@@ -18,6 +18,7 @@ from mcp_server.schema.requests import CaptureOptions
 
 SCRIPTS = REPO / "tests" / "scripts"
 TRAIN, GENERATE, MANUAL = SCRIPTS / "plain_train.py", SCRIPTS / "plain_generate.py", SCRIPTS / "manual_train.py"
+CUSTOM_FUNCTION = SCRIPTS / "custom_function_train.py"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -263,3 +264,15 @@ def test_a_script_pass_beside_the_first_compiling_one_waits_for_its_tuned_kernel
     names = [subprocess.run([sys.executable, "-c", check.format(reuse=reuse)], capture_output=True, text=True,
                             cwd=REPO, timeout=120, check=True).stdout.strip() for reuse in (True, False)]
     assert names == ["wait_for_tuned", "autotune_to_one_config"]
+
+
+def test_a_custom_autograd_functions_backward_differentiates_its_forward_call(tmp_path):
+    """Its node takes the number an index op of the batch carried before it (that op created no node): the backward
+    is the Function's (`Square`), not the index op's, whose range carried the number last before. `Function.apply`
+    opens no call-site range of its own, so the work keeps the line of the backward() call that ran it."""
+    out = tmp_path / "run"
+    proc = run_cli("profile", "--script", str(CUSTOM_FUNCTION), "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    backward = [op for op in load_profile(out / "profile.json").operators if op.autograd_node == "SquareBackward"]
+    assert backward and {op.forward_op for op in backward} == {"Square"}
+    assert {op.call_site for op in backward} == {_line(CUSTOM_FUNCTION, "loss.backward()")}  # not the index op's

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mcp_server.assemble.aggregate import counter_coverage, module_coverage_warning, window_totals
-from mcp_server.assemble.attribute import Context, Counters, attribute_stream
+from mcp_server.assemble.attribute import Context, Counters, OtherThreads, attribute_stream
 from mcp_server.assemble.events import OperatorKeys, attribute_events, event_warnings, sites_from_graph_breaks
 from mcp_server.assemble.join import join_counters, launch_position
 from mcp_server.assemble.metadata import capture_metadata, harness_result, may_run_backward
@@ -126,8 +126,10 @@ def _assemble(
         harness.root_module or provenance.root_module,
     )
     operator_ids: OperatorKeys = {}
+    others = OtherThreads(timeline.forward_threads)
     operators, unattributed = attribute_stream(
-        kernels, provenance, start, counters, high_confidence_links=False, context=context, operator_keys=operator_ids
+        others.watch(kernels), provenance, start, counters, high_confidence_links=False, context=context,
+        operator_keys=operator_ids,
     )
     del kernels
     timeline.check_activity_tables()
@@ -137,6 +139,7 @@ def _assemble(
     warnings = list(harness.warnings) + timeline.warnings + counter_warnings + event_warnings(events)
     if unattributed:
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
+        warnings += others.warnings(unattributed)
     window = window_totals(operators, unattributed, harness.the_window.wall_time_ns)
     window.gpu_elapsed_ns = harness.the_window.gpu_elapsed_ns
     warnings += module_coverage_warning(operators, window)

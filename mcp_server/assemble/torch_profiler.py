@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
-from mcp_server.assemble.attribute import Context, attribute_stream, work_of
+from mcp_server.assemble.attribute import Context, OtherThreads, attribute_stream, work_of
 from mcp_server.assemble.events import OperatorKeys, attribute_events, event_warnings, sites_from_graph_breaks
 from mcp_server.assemble.metadata import capture_metadata, harness_result
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
@@ -146,7 +146,8 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
         return OperatorAttributedProfile(capture_metadata=meta, window=window, operators=operators, warnings=warnings)
     start = capture.window_start_ns or min((k.start_ns for k in capture.kernels), default=0)
     operator_ids: OperatorKeys = {}
-    operators, unattributed = attribute_stream(capture.kernels, origins, start, context=context,
+    others = OtherThreads(capture.forward_threads)
+    operators, unattributed = attribute_stream(others.watch(capture.kernels), origins, start, context=context,
                                                operator_keys=operator_ids)
     events = attribute_events(capture.runtime_calls, start, context, operator_ids,
                               [k for op in operators for k in op.kernels] + unattributed)
@@ -154,6 +155,7 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
     warnings += event_warnings(events)
     if unattributed:
         warnings.append(f"{len(unattributed)} kernels could not be attributed (kept in unattributed_kernels)")
+        warnings += others.warnings(unattributed)
     if not capture.kernels:
         warnings.append("CUDA was available but the window launched no kernel")
     window = window_totals(operators, unattributed, wall)

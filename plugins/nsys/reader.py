@@ -210,13 +210,11 @@ class NsysWindow:
 
     def _stream(self, feed: RangeFeed, strings: Strings, sql: str,
                 captured: dict[CapturePoint, tuple[NvtxRange, ...]]) -> Iterator[WindowKernel]:
-        measure = self.measure
         starts, ends = self.windows.starts, self.windows.ends  # the window test, inlined: a million calls
-        measure_threads = {thread for _, _, thread in measure}
         names = strings.values
         shapes: dict[tuple[int, int, int], tuple[int, int, int]] = {}
         threads: dict[int, int] = {}
-        ordinal = outside = unlaunched = foreign = replayed = uncaptured = unranged = 0
+        ordinal = outside = unlaunched = replayed = uncaptured = unranged = 0
         points = self.graph_points
         merged: dict[tuple[int, int], tuple[tuple[NvtxRange, ...], ...]] = {}
         for row in self.conn.execute(sql):
@@ -237,8 +235,6 @@ class NsysWindow:
             if thread is not None:
                 if api_start is not None:
                     stack = feed.enclosing(thread, api_start)
-                    if measure and thread not in measure_threads:
-                        foreign += 1
                 if graph_node is not None and points:  # replayed from a graph: the ranges of its capture
                     point = points.get(graph_node)
                     if point is not None and point in captured:
@@ -264,10 +260,6 @@ class NsysWindow:
         if unlaunched:
             self._warnings.append(
                 f"{unlaunched} kernel(s) have no launching API call in the export: ordered and windowed by GPU start"
-            )
-        if foreign:
-            self._warnings.append(
-                f"{foreign} window kernel(s) were launched from a thread other than the measure range's"
             )
         if replayed:
             self._warnings.append(
