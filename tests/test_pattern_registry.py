@@ -25,6 +25,7 @@ from mcp_server.render.views import residual_from_analysis
 from mcp_server.schema.io import load_profile
 from mcp_server.schema.optimizations import FP8_PASSES
 from mcp_server.schema.profile import OperatorAttributedProfile
+from mcp_server.schema.recipes import RecipesReport
 
 REPO = Path(__file__).resolve().parents[1]
 CATALOG = REPO / "skills" / "propose" / "references" / "pattern-catalog.md"
@@ -140,3 +141,29 @@ def test_what_is_left_in_the_exact_tier_puts_the_reduced_precision_changes_last_
     assert "outside" not in residual_from_analysis(analysis, [], recipe="reduce-overhead+fp32", tier="reduced")[0].title
     assert allowed_in("fp8_linear", "fp8") and not allowed_in("fp8_linear", "reduced")
     assert allowed_in("triton_op", "exact") and not allowed_in("fp16_weights", "exact")
+
+
+def test_what_is_left_says_when_the_frontier_measured_a_pattern_on_its_winner_and_puts_it_last(tmp_path: Path):
+    """A ConvNeXt-style model (scripts/gpu_workloads/convnext_small.py) through `optimize --tier reduced` on an H200:
+    its winner reduce-overhead+fp16-cast leaves two layout conversions, so the analysis of the winner's profile offers
+    channels_last; the frontier had run channels-last on that winner and measured it slower. The report's "what is
+    left" says so with both times and lists it after the changes nothing measured."""
+    path = tmp_path / "profile.json"
+    fixtures = REPO / "tests" / "fixtures"
+    path.write_bytes(lzma.decompress((fixtures / "h200_convnext_winner.profile.json.xz").read_bytes()))
+    frontier = RecipesReport.model_validate_json(
+        lzma.decompress((fixtures / "h200_convnext_recipes.json.xz").read_bytes()))
+    analysis = analyze_profile(load_profile(path), tmp_path / "analysis", profile_path=path, measure=False)
+    assert "channels_last" in {o.change_class for o in analysis.opportunities}
+    plain = residual_from_analysis(analysis, [], recipe="reduce-overhead+fp16-cast", tier="reduced")
+    rows = residual_from_analysis(analysis, [], recipe="reduce-overhead+fp16-cast", tier="reduced", frontier=frontier)
+    assert {r.pattern for r in rows} == {r.pattern for r in plain}
+    last = rows[-1]
+    assert last.pattern == knowledge_of("channels_last")
+    winner = next(r for r in frontier.results if r.recipe == "reduce-overhead+fp16-cast").time_ns("latency")
+    tried = next(r for r in frontier.results if r.recipe == "reduce-overhead+fp16-cast+channels-last")
+    assert tried.time_ns("latency") > winner
+    assert last.title.endswith(f"the frontier measured it on its winner: reduce-overhead+fp16-cast+channels-last, "
+                               f"{tried.time_ns('latency') / 1e3:.1f} µs against {winner / 1e3:.1f} µs by latency "
+                               "(slower; recipes.json)")
+    assert not any("frontier measured" in r.title for r in rows[:-1])

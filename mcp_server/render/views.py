@@ -19,6 +19,7 @@ from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.optimizations import OptimizationItem, OptimizationPlan
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.proof import BenchResult, ClockReading, Comparison, ValidationReport
+from mcp_server.schema.recipes import RecipesReport
 from mcp_server.schema.results import OperatorSummary
 
 COUNTER_LABELS = {
@@ -355,15 +356,35 @@ def diagnosis_text(analysis: Analysis) -> str:
     return f"{d.bottleneck.value}: {d.root_cause}{triggers}"
 
 
-def residual_from_analysis(analysis: Analysis, applied: list[OptimizationItem],
-                           recipe: str | None = None, tier: str | None = None) -> list[ResidualView]:
+def tried_on_winner(change_class: str, recipe: str, frontier: RecipesReport) -> str | None:
+    """What the frontier measured of pattern `change_class` added to its winner `recipe` (e.g. channels-last on
+    `reduce-overhead+fp16-cast`), in words with both latencies; None when no such recipe ran."""
+    ran = {r.recipe: r for r in frontier.results if r.status == "ok"}
+    winner = ran.get(recipe)
+    if change_class not in PATTERNS or winner is None or not winner.time_ns("latency"):
+        return None
+    base = winner.time_ns("latency") or 0.0
+    parts, knobs = set(recipe.split("+")), set(PATTERNS[change_class].recipes)
+    for result in ran.values():
+        added, time = set(result.recipe.split("+")) - parts, result.time_ns("latency")
+        if len(added) == 1 and added <= knobs and parts <= set(result.recipe.split("+")) and time:
+            verdict = "slower" if time > base else "faster" if result.tier == winner.tier else "faster, another tier"
+            return (f"the frontier measured it on its winner: {result.recipe}, {time / 1e3:.1f} µs against "
+                    f"{base / 1e3:.1f} µs by latency ({verdict}; recipes.json)")
+    return None
+
+
+def residual_from_analysis(analysis: Analysis, applied: list[OptimizationItem], recipe: str | None = None,
+                           tier: str | None = None, frontier: RecipesReport | None = None) -> list[ResidualView]:
     """The analysis's ranked opportunities that no applied item addressed (same pattern, or shared operators) and
     that the free recipe the optimized workload applies (`recipe`) does not already apply (pattern_registry); those
-    precision tier `tier` does not allow (a reduced-precision change in the exact tier) last, saying so."""
+    precision tier `tier` does not allow (a reduced-precision change in the exact tier) last, saying so, and after
+    them those the frontier (`frontier`, recipes.json) measured on its winner, with the measurement."""
     patterns = {item.pattern.split("#", 1)[0] for item in applied}
     operator_ids = {op for item in applied for op in item.target.operator_ids}
     rows: list[ResidualView] = []
     outside: list[ResidualView] = []
+    measured: list[ResidualView] = []
     for opp in analysis.opportunities:
         if opp.knowledge in patterns or operator_ids & set(opp.operators):
             continue
@@ -372,14 +393,16 @@ def residual_from_analysis(analysis: Analysis, applied: list[OptimizationItem],
         where = ", ".join(opp.module_paths[:4]) or "the window"
         ops = f"`{', '.join(opp.operators[:3])}`{' …' if len(opp.operators) > 3 else ''} in " if opp.operators else ""
         allowed = tier is None or allowed_in(opp.change_class, tier)
+        tried = tried_on_winner(opp.change_class, recipe, frontier) if recipe and frontier else None
         title = f"#{opp.rank} {opp.title}" + ("" if allowed else f" — outside this report's {tier} tier (needs "
                                                                  f"{needed_tier(opp.change_class)})")
-        (rows if allowed else outside).append(ResidualView(
+        title += f" — {tried}" if tried else ""
+        (measured if tried else rows if allowed else outside).append(ResidualView(
             source="analysis.json", title=title, target=ops + where,
             evidence=", ".join(opp.triggers), pattern=opp.knowledge,
             estimate=f"{opp.estimated_saving_pct:.1f} % of the window; {opp.estimate_label}",
         ))
-    return rows + outside
+    return rows + outside + measured
 
 
 def hotspots(profile: OperatorAttributedProfile, limit: int = 8) -> list[HotspotView]:
@@ -398,7 +421,8 @@ def residual_views(inputs: ReportInputs, items: list[ItemView]) -> list[Residual
     applied = [i for i, v in zip(plan.items if plan else [], items, strict=True) if v.applied]
     recipe = inputs.validation.recipe if inputs.validation is not None else None
     tier = inputs.validation.tier if inputs.validation is not None else None
-    rows = residual_from_analysis(inputs.analysis, applied, recipe, tier) if inputs.analysis is not None else []
+    rows = (residual_from_analysis(inputs.analysis, applied, recipe, tier, inputs.recipes)
+            if inputs.analysis is not None else [])
     for view in items:
         if not view.applied:
             rows.append(ResidualView(source="optimizations.json", title=f"#{view.rank} {view.title} ({view.status})",

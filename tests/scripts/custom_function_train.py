@@ -17,9 +17,10 @@ class Square(torch.autograd.Function):
 
 
 def main() -> None:
-    model = nn.Linear(8, 8)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = nn.Linear(8, 8).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = torch.randn(16, 9)
+    data = torch.randn(16, 9, device=device)
     for _ in range(6):
         hidden = model(data[:, :8])
         weight = data[:, 8:]  # an op carrying the number Square's node takes next, creating no node
