@@ -6,13 +6,15 @@ autotuner on, the inputs converted once by `prepare_inputs`. Instead of the reci
 Inductor compiles the graph without CUDA graphs and the whole call is replayed from one `torch.cuda.CUDAGraph` per
 input signature (knowledge/fx_patterns/whole_forward_graph.py, imported from the repository, not copied): the host
 work reduce-overhead's graph trees do on every call is gone. Each `<name>_optimized.py` takes its baseline's
-`get_model_and_input` and this module's `BACKEND_NAME`, `APPLIED_PASSES`, `optimize` and `prepare_inputs`
+`get_model_and_input` and this module's `BACKEND_NAME`, `APPLIED_PASSES`, `optimize` and `prepare_inputs` (or builds
+the last two for its own winner with `winner_functions`)
 (decode_greedy_static.py takes its backend, `APPLIED_PASSES` and `count_pass` only).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,22 +41,38 @@ def winner_graph_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) ->
     return compile_fx(gm, example_inputs)
 
 
-def optimize(model: torch.nn.Module) -> Any:
-    """The model in float16, channels_last, cuDNN autotuning on, compiled with this module's backend, each call
-    replayed from one CUDA graph per input signature on a GPU (taking inputs converted by `prepare_inputs`)."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
-    model = model.to(torch.float16)
-    count_pass("fp16_weights")
-    model = model.to(memory_format=torch.channels_last)
-    count_pass("channels_last")
-    return graph_whole_forward(torch.compile(model, backend=BACKEND_NAME), on_capture=lambda: count_pass(
-        "whole_forward_graph"))
+def winner_functions(channels_last: bool = True, cudnn_benchmark: bool = True) -> tuple[
+        Callable[[torch.nn.Module], Any], Callable[[tuple[Any, ...]], tuple[Any, ...]]]:
+    """`optimize` and `prepare_inputs` for a winner `reduce-overhead+fp16-cast[+channels-last][+cudnn-benchmark]`
+    (the parts named by the flags), its CUDA graph trees replaced by one CUDA graph of the whole call."""
+
+    def optimize(model: torch.nn.Module) -> Any:
+        """The model in float16 (channels_last, cuDNN's autotuner on, as the flags say), compiled with this module's
+        backend, each call replayed from one CUDA graph per input signature on a GPU (taking inputs converted by
+        `prepare_inputs`)."""
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = cudnn_benchmark
+        model = model.to(torch.float16)
+        count_pass("fp16_weights")
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+            count_pass("channels_last")
+        return graph_whole_forward(torch.compile(model, backend=BACKEND_NAME), on_capture=lambda: count_pass(
+            "whole_forward_graph"))
+
+    def prepare_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The baseline's inputs as the optimized call takes them (float16; 4-d ones channels_last when the model
+        is), converted once."""
+        inputs = tuple(x.to(torch.float16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                       for x in inputs)
+        if not channels_last:
+            return inputs
+        return tuple(x.contiguous(memory_format=torch.channels_last)
+                     if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 4 else x for x in inputs)
+
+    return optimize, prepare_inputs
 
 
-def prepare_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The baseline's inputs as the optimized call takes them (float16, 4-d ones channels_last), converted once."""
-    inputs = tuple(x.to(torch.float16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
-    return tuple(x.contiguous(memory_format=torch.channels_last)
-                 if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 4 else x for x in inputs)
+# The winner both own models had on the H100 and the H200.
+optimize, prepare_inputs = winner_functions(channels_last=True, cudnn_benchmark=True)

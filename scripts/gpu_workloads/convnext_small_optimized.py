@@ -1,0 +1,13 @@
+"""convnext_small, optimized beyond the reduced tier's winner of the free frontier (a workload outside examples/).
+
+Its winner on the H200 was `reduce-overhead+fp16-cast` (channels-last and cuDNN's autotuner measured slower on it,
+tests/fixtures/h200_convnext_recipes.json.xz): those lines as plain code, and the whole call replayed from one CUDA
+graph instead of CUDA graph trees (winner_graph.py).
+"""
+
+from __future__ import annotations
+
+from convnext_small import get_model_and_input  # noqa: F401 - same model and inputs as the baseline
+from winner_graph import APPLIED_PASSES, BACKEND_NAME, winner_functions  # noqa: F401 - the contract's names
+
+optimize, prepare_inputs = winner_functions(channels_last=False, cudnn_benchmark=False)
