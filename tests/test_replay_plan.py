@@ -104,7 +104,7 @@ def test_the_plan_is_announced_with_estimates(tmp_path_factory):
     lines: list[str] = []
     announce_plan(plan, lines.append)
     assert lines[0] == (f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations "
-                        f"replayed (estimate: {plan.configurations * 12 * 0.025:.0f} s of replay)")
+                        f"replayed by the ncu pass (estimate: {plan.configurations * 12 * 0.025:.0f} s of replay)")
     assert lines[1].startswith(f"ncu: {len(plan.variants)} launches share a configuration but not the input shapes")
     count = len(plan.replayed) if plan.calls is not None else plan.launch_count
     assert f"({count} launches " in lines[1] and f"estimate: {count * 12 * 0.025:.0f} s" in lines[1]

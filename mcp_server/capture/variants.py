@@ -292,8 +292,8 @@ def variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
 
 def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
     """Say what the ncu passes replay, with estimated times (estimates: the measured time per replay pass)."""
-    progress(f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations replayed "
-             f"(estimate: {plan.estimate_s(plan.configurations):.0f} s of replay)")
+    progress(f"ncu: {plan.launches} window launches, {plan.configurations} distinct configurations replayed by the "
+             f"ncu pass (estimate: {plan.estimate_s(plan.configurations):.0f} s of replay)")
     if (note := budget_note(plan)) is not None:
         progress(f"ncu: {note}")
     if plan.variants:
