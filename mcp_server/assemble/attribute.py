@@ -11,9 +11,9 @@ of equal attribution share one `Attribution`, and all kernel records one (comple
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from mcp_server.assemble.aggregate import aggregate_into, counted_fields, finish_record
 from mcp_server.assemble.phases import Context, FrameLike, work_of
@@ -186,35 +186,6 @@ class _Attributions:
                 method=AttributionMethod.INDUCTOR_PROVENANCE, confidence=Confidence.MEDIUM, detail=detail
             )
         return found
-
-
-K = TypeVar("K", bound=KernelLike)
-
-
-class OtherThreads:
-    """The launches of threads other than the measure range's, noted as the kernels stream past, to say how many
-    of those left unattributed came from such a thread (a thread of the workload's own with no operator range open;
-    autograd's backward thread launches inside its ranges and is attributed)."""
-
-    def __init__(self, measure_threads: list[int]) -> None:
-        self.measure_threads = set(measure_threads)
-        self.ordinals: set[int] = set()
-
-    def watch(self, kernels: Iterable[K]) -> Iterator[K]:
-        """`kernels`, unchanged, noting the ordinals launched from another thread."""
-        for kernel in kernels:
-            thread = kernel.launch_thread
-            if self.measure_threads and thread is not None and thread not in self.measure_threads:
-                self.ordinals.add(kernel.ordinal)
-            yield kernel
-
-    def warnings(self, unattributed: list[KernelRecord]) -> list[str]:
-        """One line when some of `unattributed` were launched from another thread."""
-        count = sum(1 for record in unattributed if record.kernel_id in self.ordinals)
-        if not count:
-            return []
-        return [f"{count} unattributed kernel(s) were launched from a thread other than the measure range's, in no "
-                "operator range (a thread of the workload's own): nothing names their operator"]
 
 
 def attribute_kernels(

@@ -7,11 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mcp_server.assemble.aggregate import counter_coverage, module_coverage_warning, window_totals
-from mcp_server.assemble.attribute import Context, Counters, OtherThreads, attribute_stream
+from mcp_server.assemble.attribute import Context, Counters, attribute_stream
 from mcp_server.assemble.events import OperatorKeys, attribute_events, event_warnings, sites_from_graph_breaks
 from mcp_server.assemble.join import join_counters, launch_position
 from mcp_server.assemble.metadata import capture_metadata, harness_result, may_run_backward
 from mcp_server.assemble.provenance import load_provenance
+from mcp_server.assemble.threads import OtherThreads
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import HarnessResult

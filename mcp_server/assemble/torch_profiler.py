@@ -5,10 +5,11 @@ from __future__ import annotations
 import statistics
 
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
-from mcp_server.assemble.attribute import Context, OtherThreads, attribute_stream, work_of
+from mcp_server.assemble.attribute import Context, attribute_stream, work_of
 from mcp_server.assemble.events import OperatorKeys, attribute_events, event_warnings, sites_from_graph_breaks
 from mcp_server.assemble.metadata import capture_metadata, harness_result
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
+from mcp_server.assemble.threads import OtherThreads
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import AggregatedMetrics, OperatorAttributedProfile, OperatorRecord, WindowTotals

@@ -37,10 +37,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = Net()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = Net().to(device)
     optimizer = torch.optim.AdamW(model.parameters())
     for _ in range(args.steps):
-        loss = model(torch.randn(16, 32)).square().mean()
+        loss = model(torch.randn(16, 32, device=device)).square().mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
