@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sqlite3
 import stat
 from pathlib import Path
@@ -232,3 +233,17 @@ def test_a_scripts_cuda_graph_trees_replay_its_backward_graph_in_the_backward_ph
     gradients = [op for op in replayed if kinds[op.compiled_graph] == "backward" and op.operator_name in library]
     assert {op.operator_name for op in gradients} == set(library)
     assert all(op.module_path for op in gradients)  # the layer each differentiates
+
+
+def test_what_the_timing_pass_says_of_itself_reaches_the_profile(tmp_path_factory, tmp_path):
+    """The timing pass's own warnings (why it measured fewer windows, or traced none) are in the profile, marked as
+    its: the H200 recording of the compiled training script, its timing pass's harness.json given the warning a
+    script that ends early makes it write."""
+    run = tmp_path / "run"
+    shutil.copytree(_recorded("amp_compiled_train", tmp_path_factory, "h200"), run)
+    path = run / "timing" / "harness.json"
+    harness = json.loads(path.read_text())
+    said = "the script ended after 9 steps: 5 of 7 windows of 1 step(s) were measured"
+    path.write_text(json.dumps({**harness, "warnings": [*harness.get("warnings", []), said]}))
+    profile = assemble(RunDir(run))
+    assert f"timing pass: {said}" in profile.warnings

@@ -4,6 +4,7 @@ DataLoader worker processes, run unmodified by the real CLI and harness under to
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -276,3 +277,25 @@ def test_a_custom_autograd_functions_backward_differentiates_its_forward_call(tm
     backward = [op for op in load_profile(out / "profile.json").operators if op.autograd_node == "SquareBackward"]
     assert backward and {op.forward_op for op in backward} == {"Square"}
     assert {op.call_site for op in backward} == {_line(CUSTOM_FUNCTION, "loss.backward()")}  # not the index op's
+
+
+def test_a_window_the_script_ends_inside_is_dropped_not_kept_short(tmp_path):
+    """An optimizer step's window opens as a step ends: when the script ends after its last step, the window just
+    opened holds only the script's tail. It is dropped (kept, it was a window of a fraction of a step: a traced one
+    held no kernel), and the warning says how many whole windows were measured."""
+    result = tmp_path / "harness.json"
+    proc = subprocess.run(
+        [sys.executable, str(child_script("harness")), "--workload", str(TRAIN), "--run-dir", str(tmp_path),
+         "--result", str(result), "--profiler", "kernels", "--kineto-trace", str(tmp_path / "k.json"),
+         "--windows", "10", "--warmup-iters", "1", "--iters", "1", "--run-script"],
+        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    harness = json.loads(result.read_text())
+    steps = harness["steps"]["seen"]
+    assert steps == 8 and not harness["steps"]["stopped_after_window"]
+    assert len(harness["windows"]) == steps - 1  # steps 2..8, one window each; the one opened after step 8 dropped
+    assert "traced_windows" not in harness
+    assert f"the script ended after {steps} steps: {steps - 1} of 12 windows of 1 step(s) were measured" in (
+        harness["warnings"])
+    shortest = min(w["wall_time_ns"] for w in harness["windows"])
+    assert shortest > 0.2 * statistics.median(w["wall_time_ns"] for w in harness["windows"])

@@ -52,7 +52,8 @@ def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofi
     windows = result.windows or [TimedWindow(wall_time_ns=window.wall_time_ns, gpu_elapsed_ns=window.gpu_elapsed_ns)]
     traced_windows = result.traced_windows or windows
     summary = Unprofiled(windows=len(windows), wall_ns=_median_elapsed(windows), wall_range_ns=_range(windows),
-                         traced_wall_ns=_median_elapsed(traced_windows), clocks=result.clocks)
+                         traced_wall_ns=_median_elapsed(traced_windows), clocks=result.clocks,
+                         warnings=[f"timing pass: {w}" for w in result.warnings])  # why it measured less
     trace = run_dir.kineto_trace(TIMING_PASS)
     if not trace.is_file():
         summary.warnings.append("the timing pass traced no kernels: no unprofiled GPU busy time")

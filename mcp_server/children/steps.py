@@ -127,7 +127,7 @@ class StepWindows:
         self.modules.start_counting()
         self._open = (window, stack)
 
-    def _close(self) -> None:
+    def _close(self, keep: bool = True) -> None:
         assert self._open is not None
         window, stack = self._open
         self._open = None
@@ -137,6 +137,8 @@ class StepWindows:
             self.sites.active = False
         stack.close()
         window.__exit__(None, None, None)
+        if not keep:
+            return
         timed = {"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns}
         if self.trace is not None and len(self.windows) >= self.untraced:
             self.traced.append(timed)
@@ -147,11 +149,12 @@ class StepWindows:
             self.last = window
 
     def abandon(self) -> None:
-        """The script ended with a window still open: close it (its times are kept)."""
+        """The script ended with a window still open, short of its steps (the tail after an optimizer step): it is
+        dropped; a kernel trace still on keeps the traced windows that ended, or is dropped when none did."""
         if self._open is not None:
-            self._close()
-        if self.trace is not None and self.traced and len(self.traced) < TRACED_WINDOWS:
-            self.trace.__exit__(None, None, None)
+            self._close(keep=False)
+        if self.trace is not None and self.trace.running:
+            self.trace.__exit__(None, None, None) if self.traced else self.trace.discard()
 
 
 class OptimizerSteps:

@@ -109,6 +109,7 @@ class KernelTrace:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.traced = False  # without CUDA there are no kernels to trace: nothing is written
+        self.running = False
 
     def prepare(self) -> None:
         """Import now what starting the trace imports: torch.profiler looks up Inductor's CUDA-graph setting,
@@ -122,16 +123,24 @@ class KernelTrace:
     def __enter__(self) -> KernelTrace:
         import torch
 
-        self.traced = torch.cuda.is_available()
+        self.traced = self.running = torch.cuda.is_available()
         if self.traced:
             self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
             self._prof.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.traced:
+        if self.running:
             self._prof.stop()
+            self.running = False
             export_trace(self._prof, self.path)
+
+    def discard(self) -> None:
+        """Stop tracing and write nothing: no traced window ended."""
+        if self.running:
+            self._prof.stop()
+            self.running = False
+        self.traced = False
 
 
 def sleep_cycles(ns: int) -> int:
