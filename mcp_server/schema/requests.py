@@ -71,8 +71,8 @@ class CaptureOptions(Request):
         "`backward`: one backward() (training without torch.optim)."
     )] = None
     steps: Annotated[str | None, Field(
-        pattern=r"^\d+:\d+$", description="(script) W:A, warm-up steps then active steps in the window (the same "
-        "as warmup_iters=W, iters=A)."
+        pattern=r"^\d+:\d+$", description="(script) W:A: W warm-up steps, then A in the window "
+        "(warmup_iters, iters); a GPU's timing pass needs W + 7A."
     )] = None
 
     @field_validator("nnodes", "master_addr", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "window_fn")
