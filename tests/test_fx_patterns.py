@@ -24,7 +24,7 @@ from torch import fx, nn
 
 NAMES = ("conv_bn_fold", "qkv_fusion", "sdpa_substitution", "dtype_autocast", "channels_last", "cuda_graphs",
          "inductor_config", "graph_breaks", "bf16_weights", "whole_forward_graph", "tf32_scoped",
-         "fp16_weights", "fp8_linear")
+         "fp16_weights", "fp8_linear", "graphed_training")
 
 
 _load = load_pattern
@@ -872,3 +872,9 @@ def test_fp8_linear_compiles_and_keeps_half_inputs_in_their_dtype() -> None:
     assert out.dtype == torch.float32 and half.dtype == torch.bfloat16
     rms = ref.pow(2).mean().sqrt()
     assert bool(((out - ref).abs() <= fp8.FP8_RTOL * (rms + ref.abs())).all())
+
+
+def test_graphed_training_hands_back_the_module_without_cuda() -> None:
+    pattern = _load("graphed_training")
+    model = nn.GRU(4, 4, batch_first=True)
+    assert pattern.graph_training_module(model, (torch.randn(2, 3, 4, requires_grad=True),)) is model

@@ -68,7 +68,7 @@ def test_a_pattern_a_recipe_applies_is_covered_by_that_recipe_only():
     assert covered_by("inductor_config", "reduce-overhead+fp16-cast")  # reduce-overhead compiles with Inductor
     assert {name for name, p in PATTERNS.items() if not p.recipes} == {
         "whole_forward_graph", "sdpa_substitution", "conv_bn_fold", "qkv_fusion", "graph_breaks", "host_syncs",
-        "fp8_linear", "static_kv_cache", "triton_op"}
+        "fp8_linear", "static_kv_cache", "triton_op", "graphed_training"}
     assert set(get_args(PatternName)) == set(PATTERNS)
     assert (PATTERNS["fp8_linear"].pass_name,) == FP8_PASSES, "the plan's fp8-tier rule names the registry's pass"
 
@@ -167,3 +167,23 @@ def test_what_is_left_says_when_the_frontier_measured_a_pattern_on_its_winner_an
                                f"{tried.time_ns('latency') / 1e3:.1f} µs against {winner / 1e3:.1f} µs by latency "
                                "(slower; recipes.json)")
     assert not any("frontier measured" in r.title for r in rows[:-1])
+
+
+def test_a_launch_bound_rnn_training_step_is_offered_graphed_forward_and_backward_not_the_inference_graph(
+        tmp_path: Path):
+    """scripts/gpu_workloads/gru_lm_train.py (`run --script`, H200): a GRU language model's training step, 30 % GPU
+    busy, its cuDNN GRU forward and backward launch-bound. The whole-forward graph clones outputs with no autograd
+    history (no gradient would reach the parameters); the offer is make_graphed_callables, its saving counting the
+    gaps of the model's forward and backward only (not the loss's, not the optimizer's)."""
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((REPO / "tests" / "fixtures" / "h200_gru_lm_train.profile.json.xz").read_bytes()))
+    profile = load_profile(path)
+    assert profile.capture_metadata.run_mode == "train_step"
+    analysis = analyze_profile(profile, tmp_path / "analysis", profile_path=path, measure=False)
+    classes = [o.change_class for o in analysis.opportunities]
+    assert "whole_forward_graph" not in classes and classes[0] == "graphed_training"
+    offered = analysis.opportunities[0]
+    assert offered.knowledge == knowledge_of("graphed_training") == "knowledge/fx_patterns/graphed_training.py"
+    assert "make_graphed_callables" in offered.title
+    window = profile.window.unprofiled_wall_time_ns
+    assert window and 0 < offered.estimated_saving_ns < window - profile.window.unprofiled_gpu_busy_time_ns

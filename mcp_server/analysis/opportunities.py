@@ -218,7 +218,15 @@ def build_opportunities(
         title = ("Capture the window in CUDA graphs: torch.compile(mode='reduce-overhead')" if mode == "eager"
                  else "Replay the compiled graph with CUDA graphs: mode='reduce-overhead'")
         cls: PatternName = "whole_forward_graph" if rnns else "cuda_graphs"
-        if rnns:
+        if rnns and profile.capture_metadata.run_mode == "train_step":  # the whole-forward graph drops autograd
+            cls, title = "graphed_training", (
+                f"Replay the model's forward and backward from CUDA graphs, its {len(rnns)} RNN call(s) included: "
+                "torch.cuda.make_graphed_callables (Dynamo skips a forward that calls an RNN module, so "
+                "mode='reduce-overhead' cannot)")
+            # the loss and the optimizer keep their launches: only the gaps of the graphed phases are counted
+            e2e = int(sum(max(0, p.gap_before_ns - gap) for p in placed[1:]
+                          if p.op is not None and p.op.phase in ("forward", "backward") and p.op.module_path))
+        elif rnns:
             title = (f"Capture the whole forward in one CUDA graph, its {len(rnns)} RNN call(s) included "
                      "(Dynamo skips a forward that calls an RNN module, so mode='reduce-overhead' cannot)")
         elif growing is not None:  # the cache is the prerequisite, and the pattern makes it

@@ -20,7 +20,7 @@ from mcp_server.schema.types import Tier, tiers_within
 PatternName = Literal[
     "cuda_graphs", "whole_forward_graph", "inductor_config", "dtype_autocast", "channels_last", "sdpa_substitution",
     "conv_bn_fold", "qkv_fusion", "graph_breaks", "host_syncs", "bf16_weights", "fp16_weights", "tf32_scoped",
-    "fp8_linear", "static_kv_cache", "triton_op",
+    "fp8_linear", "static_kv_cache", "triton_op", "graphed_training",
 ]
 FindingKind = Literal[
     "host_bound_window", "tiny_kernel_swarm", "fp32_matmul", "fp32_conv", "layout_conversion", "unfused_attention",
@@ -62,6 +62,7 @@ PATTERNS: dict[PatternName, Pattern] = {p.name: p for p in (
     Pattern("cuda_graphs", ("host_bound_window", "tiny_kernel_swarm"), "inductor-config", "cuda_graphs",
             recipes=("reduce-overhead", "max-autotune")),
     Pattern("whole_forward_graph", ("host_bound_window", "tiny_kernel_swarm"), "module", "whole_forward_graph"),
+    Pattern("graphed_training", ("host_bound_window", "tiny_kernel_swarm"), "module", "graphed_training"),
     Pattern("inductor_config", ("tiny_kernel_swarm", "host_bound_window"), "inductor-config", "inductor",
             recipes=("compile", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
     Pattern("dtype_autocast", ("fp32_matmul", "fp32_conv"), "functional", "bf16_compute", tier="reduced",
