@@ -214,7 +214,7 @@ def build_opportunities(
     rnns = [op for op in profile.operators if op.operator_name in RNN_OPERATORS] if mode == "eager" else []
     if host_bound and mode != "cudagraphs" and placed:
         gap = rule("estimates", "graph_kernel_gap_ns")
-        e2e = int(sum(max(0, p.gap_before_ns - gap) for p in placed[1:]))
+        graphed = placed[1:]
         title = ("Capture the window in CUDA graphs: torch.compile(mode='reduce-overhead')" if mode == "eager"
                  else "Replay the compiled graph with CUDA graphs: mode='reduce-overhead'")
         cls: PatternName = "whole_forward_graph" if rnns else "cuda_graphs"
@@ -224,14 +224,15 @@ def build_opportunities(
                 "torch.cuda.make_graphed_callables (Dynamo skips a forward that calls an RNN module, so "
                 "mode='reduce-overhead' cannot)")
             # the loss and the optimizer keep their launches: only the gaps of the graphed phases are counted
-            e2e = int(sum(max(0, p.gap_before_ns - gap) for p in placed[1:]
-                          if p.op is not None and p.op.phase in ("forward", "backward") and p.op.module_path))
+            graphed = [p for p in graphed
+                       if p.op is not None and p.op.phase in ("forward", "backward") and p.op.module_path]
         elif rnns:
             title = (f"Capture the whole forward in one CUDA graph, its {len(rnns)} RNN call(s) included "
                      "(Dynamo skips a forward that calls an RNN module, so mode='reduce-overhead' cannot)")
         elif growing is not None:  # the cache is the prerequisite, and the pattern makes it
             cls, title = "static_kv_cache", ("Preallocate the KV cache at its final length and replay each decode "
                                              f"step from one CUDA graph: {growing.title}")
+        e2e = int(sum(max(0, p.gap_before_ns - gap) for p in graphed))
         add(title, cls, [*PATTERNS[cls].answers, *PATTERNS["cuda_graphs"].answers], e2e, 0,
             f"estimate (upper bound): every idle gap between kernels shrinks to ~{_us(gap)} under graph replay "
             f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); "

@@ -361,13 +361,14 @@ def tried_on_winner(change_class: str, recipe: str, frontier: RecipesReport) -> 
     `reduce-overhead+fp16-cast`), in words with both latencies; None when no such recipe ran."""
     ran = {r.recipe: r for r in frontier.results if r.status == "ok"}
     winner = ran.get(recipe)
-    if change_class not in PATTERNS or winner is None or not winner.time_ns("latency"):
+    base = winner.time_ns("latency") if winner is not None else None
+    if change_class not in PATTERNS or winner is None or not base:
         return None
-    base = winner.time_ns("latency") or 0.0
     parts, knobs = set(recipe.split("+")), set(PATTERNS[change_class].recipes)
     for result in ran.values():
-        added, time = set(result.recipe.split("+")) - parts, result.time_ns("latency")
-        if len(added) == 1 and added <= knobs and parts <= set(result.recipe.split("+")) and time:
+        theirs, time = set(result.recipe.split("+")), result.time_ns("latency")
+        added = theirs - parts
+        if len(added) == 1 and added <= knobs and parts <= theirs and time:
             verdict = "slower" if time > base else "faster" if result.tier == winner.tier else "faster, another tier"
             return (f"the frontier measured it on its winner: {result.recipe}, {time / 1e3:.1f} µs against "
                     f"{base / 1e3:.1f} µs by latency ({verdict}; recipes.json)")

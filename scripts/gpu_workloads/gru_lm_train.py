@@ -37,6 +37,11 @@ class GruLM(nn.Module):
         return self.head(self.norm(hidden))
 
 
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=32)
@@ -65,7 +70,7 @@ def main() -> None:
     timed_from, started = args.steps // 3, 0.0
     for step, (batch,) in enumerate(loader):
         if args.time and step == timed_from:
-            torch.cuda.synchronize() if device == "cuda" else None
+            _synchronize(device)
             started = time.perf_counter()
         batch = batch.to(device, non_blocking=True)
         with torch.autocast(device, dtype=torch.bfloat16, cache_enabled=not args.graphed):
@@ -76,7 +81,7 @@ def main() -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     if args.time:
-        torch.cuda.synchronize() if device == "cuda" else None
+        _synchronize(device)
         print(f"ms per step {1e3 * (time.perf_counter() - started) / (args.steps - timed_from):.3f}")
     print(f"last loss {loss.item():.3f}")
 
