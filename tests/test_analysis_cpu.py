@@ -46,6 +46,9 @@ def test_cpu_only_profile_gives_cpu_hotspots_and_says_no_gpu(tmp_path):
     assert any("trace.json not written" in n for n in analysis.notes)
     text = format_summary(analysis)
     assert "NO GPU DATA" in text and analysis.cpu_hotspots[0].operator_name in text
+    # aten::addmm runs only inside aten::linear: its outermost calls and total are "-", not a count of 0
+    [addmm] = [line.split() for line in text.splitlines() if line.startswith("aten::addmm ")]
+    assert addmm[1] == "-" and addmm[-3] == "-"
 
 
 def test_microbenchmark_refuses_without_cuda():

@@ -232,9 +232,10 @@ def format_summary(analysis: Analysis) -> str:
     if not analysis.gpu_data:
         lines += ["NO GPU DATA: " + analysis.diagnosis.root_cause, "",
                   "CPU hotspots by self time (every operator's own time, nested calls included; calls and CPU "
-                  "total count the outermost calls, as `summary` ranks them):"]
+                  "total count the outermost calls, as `summary` ranks them; '-': it ran only inside other operators):"]
         rows = [["operator", "calls", "CPU self", "CPU total", "share"]]
-        rows += [[_clip(h.operator_name, 40), str(h.calls), _us(h.cpu_self_time_ns), _us(h.cpu_total_time_ns),
+        rows += [[_clip(h.operator_name, 40), str(h.calls or "-"), _us(h.cpu_self_time_ns),
+                  _us(h.cpu_total_time_ns) if h.calls else "-",
                   f"{h.share_of_self_time_pct:.1f} %"] for h in analysis.cpu_hotspots[:8]]
         answered = {kind: p for p in PATTERNS.values() for kind in p.answers}  # the findings a pattern answers
         found = [f"finding: {f.title} — {f.detail} (see {answered[f.kind].knowledge})"
