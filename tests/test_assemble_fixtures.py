@@ -45,7 +45,7 @@ from fixtures_util import (
 
 from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
-from mcp_server.schema.profile import OperatorAttributedProfile
+from mcp_server.schema.profile import SCHEMA_VERSION, OperatorAttributedProfile
 from plugins.ncu.command import default_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -431,4 +431,4 @@ def test_module_coverage_is_stated_and_warned_below_95_pct(profiles, raw_sqlite,
         assert warned == (pct < 95.0), run
     assert profiles["conv_block_eager_train_torch"].window.module_path_kernel_time_pct > 95.0
     assert profiles["conv_block_eager"].window.module_path_kernel_time_pct == pytest.approx(100.0)
-    assert all(p.schema_version == "1.5" for p in profiles.values())
+    assert all(p.schema_version == SCHEMA_VERSION for p in profiles.values())

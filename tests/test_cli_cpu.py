@@ -99,6 +99,7 @@ def test_optimized_mode_runs_the_workloads_own_backend(tmp_path):
     assert any(v["module_path"] == "features.0.conv" for v in provenance["node_modules"].values()), (
         "the registered backend was wrapped so the FX graph's module paths were recorded"
     )
+    assert load_profile(out / "profile.json").capture_metadata.cuda_graph_trees is False, "Inductor's defaults"
 
 
 def test_optimized_mode_records_a_torch_compile_with_a_mode(tmp_path):
@@ -113,6 +114,7 @@ def test_optimized_mode_records_a_torch_compile_with_a_mode(tmp_path):
     assert [g["kind"] for g in provenance["graphs"]][:1] == ["dynamo"]
     gemms = [op.module_path for op in load_profile(out / "profile.json").operators if op.operator_name == "aten::addmm"]
     assert gemms == ["fc1", "fc2"], "the library calls inside the compiled graph take their call sites' modules"
+    assert load_profile(out / "profile.json").capture_metadata.cuda_graph_trees is True, "mode='reduce-overhead'"
 
 
 def test_optimized_mode_needs_the_optimized_contract(tmp_path, example):

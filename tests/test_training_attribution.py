@@ -16,7 +16,7 @@ from fixtures_util import extract_fixture, raw_enclosing_ranges, raw_window_kern
 from mcp_server.analysis import analyze_profile
 from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
-from mcp_server.schema.profile import OperatorAttributedProfile
+from mcp_server.schema.profile import SCHEMA_VERSION, OperatorAttributedProfile
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "autograd::engine::evaluate_function: "
@@ -103,7 +103,7 @@ def test_a_training_step_has_three_phases_and_its_optimizer_updates_the_model(ea
     assert {op.module_path for op in optimizer} == {"Encoder"} == {profile.capture_metadata.root_module}
     assert profile.window.module_path_kernel_time_pct >= 95.0
     assert not any(w.startswith("module paths cover") for w in profile.warnings)
-    assert profile.schema_version == "1.5"
+    assert profile.schema_version == SCHEMA_VERSION
 
 
 def test_eager_kernel_time_has_call_sites_in_the_workload_file(eager):

@@ -4,6 +4,11 @@ Replayed from real H100 profiles: `h100_mlp_activations_graph_trees.profile.json
 optimized workload (fp16 weights, Inductor with CUDA graph trees), reprofiled by the loop with `operator-profiler
 run --compile-mode optimized` on 2026-11-24 (examples/mlp_activations/profile_optimized.json until it was redone);
 the examples' current profile_optimized.json files replay a graph each workload captured itself.
+`h200_classifier_graph_trees.profile.json.xz`: scripts/gpu_workloads/text_classifier_recipe.py, an
+nn.TransformerEncoder classifier's reduced-tier winner as `optimize` writes it (reduce-overhead under fp16 autocast,
+its graph trees' captures recorded), `scripts/record_real_workloads.py --cases classifier_graph_trees` on an H200 on
+2026-11-29 (the whole call in one graph, text_classifier_optimized.py, measured 1.22x the winner by latency:
+docs/measurements/h200_unseen_workloads.json).
 """
 
 from __future__ import annotations
@@ -39,6 +44,23 @@ def test_graph_trees_leave_the_gpu_idle_around_the_kernels_so_the_whole_call_is_
     assert health.window_ns == 315_488 and "143.3 us of host work around the kernels" in opportunity.title
     assert opportunity.knowledge == "knowledge/fx_patterns/whole_forward_graph.py"
     assert "estimate (upper bound)" in opportunity.estimate_label and "compile_mode=optimized" in opportunity.triggers
+
+
+def test_a_recorded_graph_tree_is_no_whole_call_graph_and_is_not_offered_reduce_overhead_again(tmp_path: Path) -> None:
+    """The trees' captures are recorded like a workload's own (each replayed kernel takes its capture's ranges), but
+    the harness saw the compile ask for CUDA graph trees: the call's host work around them is what is left."""
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((FIXTURES / "h200_classifier_graph_trees.profile.json.xz").read_bytes()))
+    profile = load_profile(path)
+    assert profile.capture_metadata.cuda_graph_trees is True and profile.capture_metadata.compile_mode == "optimized"
+    assert any(w.startswith("11 window kernel(s) were replayed from CUDA graphs the workload captured")
+               for w in profile.warnings)
+    analysis = _analysis(path, tmp_path / "out")
+    classes = [o.change_class for o in analysis.opportunities]
+    assert classes[0] == "whole_forward_graph" and "cuda_graphs" not in classes
+    whole = analysis.opportunities[0]
+    assert "cuda_graph_trees=True" in whole.triggers and "CUDA graph trees' checks" in whole.title
+    assert analysis.timeline is not None and whole.estimated_saving_ns < analysis.timeline.idle_ns
 
 
 @pytest.mark.parametrize("name", ["mlp_activations", "gpt2", "embedding_projection", "conv_block"])

@@ -149,7 +149,8 @@ def _captured(profile: OperatorAttributedProfile) -> bool:
     return any(k.attribution.detail == CAPTURED_DETAIL for op in profile.operators for k in op.kernels)
 
 
-def _whole_call(add: Callable[..., None], placed: list[Placed], health: TimelineHealth, mode: str) -> None:
+def _whole_call(add: Callable[..., None], placed: list[Placed], health: TimelineHealth, mode: str,
+                trees: bool) -> None:
     """A compiled window whose kernels run close together but whose call leaves the GPU idle around them: the host
     work of each call (Dynamo's guards, CUDA graph trees' checks, input and output handling) is the idle time, and
     one torch.cuda.CUDAGraph replayed for the whole call leaves a copy in, a replay and a copy out."""
@@ -157,7 +158,7 @@ def _whole_call(add: Callable[..., None], placed: list[Placed], health: Timeline
     around = max(0, health.idle_ns - inner)
     if around <= inner or around * 100 < rule("timeline", "whole_call_idle_pct") * max(health.window_ns, 1):
         return
-    graphs = "CUDA graph trees' checks" if mode == "cudagraphs" else "CUDA graph trees' checks where it uses them"
+    graphs = "CUDA graph trees' checks" if trees else "the compiled code's own calls"
     add(f"Replay the whole call from one torch.cuda.CUDAGraph: {_us(around)} of host work around the kernels "
         f"(Dynamo's guards, {graphs}, input handling) keeps the GPU idle", "whole_forward_graph",
         PATTERNS["whole_forward_graph"].answers, around, 0,
@@ -166,7 +167,8 @@ def _whole_call(add: Callable[..., None], placed: list[Placed], health: Timeline
            "timing pass ran")
         + f" ({_us(inner)} between kernels stays); an input copy, one replay and an output copy remain"
         + NOT_ADDITIVE, modules=["(whole window)"],
-        triggers=[f"idle_around_kernels_ns={around}", f"idle_between_kernels_ns={inner}", f"compile_mode={mode}"])
+        triggers=[f"idle_around_kernels_ns={around}", f"idle_between_kernels_ns={inner}", f"compile_mode={mode}",
+                  f"cuda_graph_trees={trees}"])
 
 
 def build_opportunities(
@@ -212,7 +214,9 @@ def build_opportunities(
     growing = kinds.get("growing_kv_cache")
     # torch.compile cannot reach an eager forward that calls an RNN module: Dynamo skips the frame
     rnns = [op for op in profile.operators if op.operator_name in RNN_OPERATORS] if mode == "eager" else []
-    if host_bound and mode != "cudagraphs" and placed:
+    trees = mode == "cudagraphs" or bool(profile.capture_metadata.cuda_graph_trees)
+    # a window replaying CUDA graphs already is offered none again, unless its cache grows (graphs per length)
+    if host_bound and placed and (growing is not None or not (trees or _captured(profile))):
         gap = rule("estimates", "graph_kernel_gap_ns")
         graphed = placed[1:]
         title = ("Capture the window in CUDA graphs: torch.compile(mode='reduce-overhead')" if mode == "eager"
@@ -241,8 +245,9 @@ def build_opportunities(
             triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
                              [f"rnn_operators={len(rnns)}"]]) if rnns else None)
         _after(out[-1], (step_needs or []) if cls == "static_kv_cache" else needs)
-    if mode in ("cudagraphs", "optimized") and not rnns and placed and not _captured(profile):
-        _whole_call(add, placed, health, mode)
+    # the graph trees' own captures are no whole-call graph; a workload's own capture is as far as it chose
+    if mode in ("cudagraphs", "optimized") and not rnns and placed and (trees or not _captured(profile)):
+        _whole_call(add, placed, health, mode, trees)
         _after(out[-1], needs)
     chains = _chains(placed, fusible) if mode == "eager" and fusible else []
     if chains:

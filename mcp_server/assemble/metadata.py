@@ -59,5 +59,6 @@ def capture_metadata(manifest: RunManifest, harness: HarnessResult, tool: str) -
         command_line=manifest.command_line, started_at=manifest.created_at,
         finished_at=str(getattr(harness, "finished_at", None) or manifest.created_at), clocks=clocks,
         tool_versions=manifest.tool_versions, notes=[] if gpu_used else [CPU_ONLY_NOTE],
-        graph_breaks=graph_breaks(harness), root_module=harness.root_module,
+        graph_breaks=graph_breaks(harness), cuda_graph_trees=harness.cuda_graph_trees,
+        root_module=harness.root_module,
     )

@@ -121,6 +121,14 @@ def compile_id() -> str | None:
     return None if found is None else str(found)
 
 
+def uses_graph_trees(config_patches: dict[str, Any] | None) -> bool:
+    """Whether Inductor, compiling with `config_patches` (what `torch.compile(mode=..., options=...)` hands it) over
+    its global config, runs the graph under CUDA graph trees (`mode="reduce-overhead"`, `triton.cudagraphs`)."""
+    from torch._inductor import config
+
+    return bool((config_patches or {}).get("triton.cudagraphs", config.triton.cudagraphs))
+
+
 class GraphRecorder:
     """What every recording backend keeps of the graphs it compiles: per Dynamo graph (by compile id) its nodes'
     modules and call sites, the graph break that ended it, and per Inductor graph (forward or backward) the
@@ -134,6 +142,7 @@ class GraphRecorder:
         self.node_modules: dict[str, dict[str, str]] = {}  # every graph's nodes, by name (names repeat)
         self.graphs: list[dict[str, Any]] = []
         self.graph_breaks: list[dict[str, str]] = []
+        self.cuda_graph_trees = False  # a graph was compiled to run under CUDA graph trees
         self._inside = False  # a graph being recorded: Inductor compiling it for the backend records nothing more
 
     def dynamo_graph(self, gm: Any) -> dict[str, dict[str, str]]:
@@ -178,6 +187,7 @@ class GraphRecorder:
         real, default_inner = inductor.compile_fx, inductor.compile_fx_inner
 
         def compile_fx(gm: Any, example_inputs: Any, inner_compile: Any = default_inner, **kwargs: Any) -> Any:
+            self.cuda_graph_trees |= uses_graph_trees(kwargs.get("config_patches"))
             if self._inside:  # Inductor's own recursion, or a registered backend's graph already recorded
                 return real(gm, example_inputs, inner_compile=inner_compile, **kwargs)
             self._inside = True
@@ -331,6 +341,7 @@ class RecordingInductor(GraphRecorder):
                 return compile_fx(graph, example_inputs, inner_compile=self.inner_compile,
                                   config_patches=self.patches or None)
 
+        self.cuda_graph_trees |= uses_graph_trees(self.patches)
         hits = counters["aot_autograd"].get("autograd_cache_hit", 0)
         loaded: list[tuple[str, bool, Any]] = []
         with loaded_graphs(loaded):

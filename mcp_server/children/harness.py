@@ -121,6 +121,7 @@ def _record_graphs(args: argparse.Namespace, result: dict[str, Any], recorder: G
     """The compiled graphs into harness.json (graph breaks, kernels that waited for another pass's tuning) and the
     provenance file beside it."""
     result["graph_breaks"] = recorder.graph_breaks
+    result["cuda_graph_trees"] = recorder.cuda_graph_trees
     if waited_for_tuning:
         result["waited_for_tuned_configurations"] = waited_for_tuning
     write_json(args.provenance, inductor_provenance(recorder, args.provenance.parent))

@@ -73,6 +73,9 @@ class HarnessResult(_Open):
         default=None, description="Whether cuDNN's autotuner (torch.backends.cudnn.benchmark) was on once the "
         "workload had warmed up (a script's: when it ended): each process then picks its own convolution kernels.")
     graph_breaks: list[dict[str, Any]] | None = None
+    cuda_graph_trees: bool | None = Field(
+        default=None, description="Whether a graph compiled in the pass runs under Inductor's CUDA graph trees "
+        "(mode='reduce-overhead', triton.cudagraphs); None when nothing was compiled.")
     pageable_batches: int | None = Field(
         default=None, description="(an ncu pass) DataLoader batches left pageable rather than pinned.")
     distributed: dict[str, Any] | None = None
