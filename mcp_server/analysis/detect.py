@@ -53,6 +53,21 @@ def _fp32_on_cuda_cores(kernel: KernelRecord) -> bool:
     return tensor_flop == 0 and ffma > 0 and (low or named)
 
 
+_FLOAT_TEMPLATE = re.compile(r"[<,(]\s*float\s*[,>)]")  # `conv_depthwise2d_forward_kernel<(int)3, float, int>`
+
+
+def _depthwise_of_unknown_precision(p: Placed) -> bool:
+    """A depthwise convolution (one input channel per group: by its kernel's name or its weight's shape) whose
+    kernel name does not say it computes in float. A half-precision one accumulates in FP32 (FFMA, no tensor
+    pipe) and, replayed from a graph or compiled, records no dtype: its counters alone read as FP32 math."""
+    shapes = p.op.input_shapes if p.op else None
+    by_shape = bool(shapes and len(shapes) >= 2 and len(shapes[0]) == len(shapes[1]) >= 3 and shapes[1][1] == 1
+                    and shapes[0][1] > 1)
+    if not (by_shape or matches("depthwise_conv_kernels", p.kernel.kernel_name)):
+        return False
+    return not _FLOAT_TEMPLATE.search(p.kernel.kernel_name)
+
+
 def _fp32_triggers(members: list[Placed]) -> list[str]:
     kernels = [p.kernel for p in members]
     if not any(k.metrics for k in kernels):
@@ -69,7 +84,7 @@ def fp32_tensor_core_candidates(profile: OperatorAttributedProfile, placed: list
         kind = _op_kind(p.op, p.kernel)
         if kind is None or (p.op and any(_LOW_PRECISION.search(d or "") for d in (p.op.input_dtypes or [])[:2])):
             continue
-        if _fp32_on_cuda_cores(p.kernel):
+        if _fp32_on_cuda_cores(p.kernel) and not (kind == "conv" and _depthwise_of_unknown_precision(p)):
             groups[kind].append(p)
     findings = []
     for kind, members in groups.items():
