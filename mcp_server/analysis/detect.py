@@ -60,9 +60,9 @@ def _depthwise_of_unknown_precision(p: Placed) -> bool:
     """A depthwise convolution (one input channel per group: by its kernel's name or its weight's shape) whose
     kernel name does not say it computes in float. A half-precision one accumulates in FP32 (FFMA, no tensor
     pipe) and, replayed from a graph or compiled, records no dtype: its counters alone read as FP32 math."""
-    shapes = p.op.input_shapes if p.op else None
-    by_shape = bool(shapes and len(shapes) >= 2 and len(shapes[0]) == len(shapes[1]) >= 3 and shapes[1][1] == 1
-                    and shapes[0][1] > 1)
+    shapes = (p.op.input_shapes if p.op else None) or []
+    x, w = (shapes[0], shapes[1]) if len(shapes) >= 2 else (None, None)
+    by_shape = bool(x and w and len(x) == len(w) >= 3 and w[1] == 1 and x[1] > 1)
     if not (by_shape or matches("depthwise_conv_kernels", p.kernel.kernel_name)):
         return False
     return not _FLOAT_TEMPLATE.search(p.kernel.kernel_name)
