@@ -220,7 +220,7 @@ def test_script_options_are_checked_before_anything_runs():
     assert CaptureOptions(script=True, steps="2:5", warmup_iters=2).iters == 5
     for bad, message in (
         (dict(script=True, steps="2:5", iters=1), "disagree"),
-        (dict(script=True, steps="2-5"), "should match pattern"),
+        (dict(script=True, steps="2-5"), "is not W:A, W warm-up steps then A steps in the window"),
         (dict(window_fn="generate"), "add script"),
         (dict(script=True, compile_mode="inductor"), "runs as it is written"),
         (dict(script=True, warmup_iters=0), "at least 1"),

@@ -9,6 +9,7 @@ otherwise; a required field is a positional argument.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -75,6 +76,14 @@ class CaptureOptions(Request):
         "(warmup_iters, iters); a GPU's timing pass needs W + 7A."
     )] = None
 
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _steps_in_words(cls, value: object) -> object:
+        """W:A said in words, before the schema's pattern says it as a regular expression."""
+        if isinstance(value, str) and not re.fullmatch(r"\d+:\d+", value):
+            raise ValueError(f"{value!r} is not W:A, W warm-up steps then A steps in the window (e.g. 3:1)")
+        return value
+
     @field_validator("nnodes", "master_addr", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "window_fn")
     @classmethod
     def _plain(cls, value: str | None) -> str | None:
@@ -88,7 +97,7 @@ class CaptureOptions(Request):
             return values
         parts = values["steps"].split(":")
         if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            return values  # the pattern rejects it
+            return values  # `_steps_in_words` rejects it
         warmup, active = int(parts[0]), int(parts[1])
         for name, value in (("warmup_iters", warmup), ("iters", active)):
             if values.get(name) is not None and values[name] != value:
