@@ -206,3 +206,25 @@ def test_a_frontier_failed_by_a_few_flipped_elements_says_so() -> None:
     assert "top-k routing" in warning
     for example in sorted((REPO / "examples").glob("*/recipes.json")):
         assert tail_warning(RecipesReport.model_validate_json(example.read_text()).results) == [], example
+
+
+def test_a_model_written_in_bfloat16_is_the_reference_in_bfloat16_not_fp32_eager(tmp_path):
+    """Its `eager+fp32` runs the model as written: what the frontier's speedups and errors are against is said so."""
+    from mcp_server.render.frontier import format_recipes
+    from mcp_server.render.recipe_workload import recipe_workload
+
+    report = recipes(WORKLOADS / "tiny_mlp_bf16.py", python=sys.executable, options=FAST, seeds=(0,),
+                     only=("eager+bf16-cast",), out_dir=tmp_path)
+    assert report.model is not None and report.model.parameter_dtypes == ["bfloat16"]
+    assert report.model.written_precision == "bfloat16" and report.reference_label == "eager as written in bfloat16"
+    cast = report.result("eager+bf16-cast")
+    assert cast is not None and cast.error is not None and cast.error.max_rel_error == 0.0  # a cast to what it is
+    table = format_recipes(report)
+    assert "errors against eager+fp32 (eager as written in bfloat16: fp32 in a recipe's name keeps the model's own " \
+           "precision)" in table
+    assert "x fp32 eager" not in table and "x eager as written in bfloat16" in table
+    winner = report.winner("reduced")
+    assert winner is not None
+    source = recipe_workload(WORKLOADS / "tiny_mlp_bf16.py", winner, report, tmp_path / "recipes.json")
+    assert "against eager as written in bfloat16" in source and "fp32 eager" not in source
+    assert MLP.written_precision == "fp32"

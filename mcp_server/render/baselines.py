@@ -34,6 +34,7 @@ class FrontierView(BaseModel):
     recipe: str | None
     recipe_time_ns: float | None
     recipe_speedup_vs_eager: float | None
+    reference: str  # what that speedup is against: fp32 eager, or eager as written in the model's own precision
     code: list[str]
     device: str
     recipes_file: str
@@ -128,7 +129,8 @@ def baselines_view(
         frontier = FrontierView(
             tier=tier, recipe=recipe, recipe_time_ns=winner.time_ns if winner else None,
             recipe_speedup_vs_eager=winner.speedup_vs_reference if winner else None,
-            code=winner.code if winner else [], device=report.device_name or report.device_type, recipes_file=file,
+            reference=report.reference_label, code=winner.code if winner else [],
+            device=report.device_name or report.device_type, recipes_file=file,
             verdict=verdict,
         )
     if not rows and frontier is None:

@@ -36,7 +36,10 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
     header = (f"{'recipe':56s} {'latency ms':>10s} {'b2b ms':>9s} {'vs eager':>8s} {'max rel err':>11s} "
               f"{'tier':8s} status")
     lines = [f"free frontier of {Path(report.workload).name} on {device} (torch {report.torch_version}): "
-             f"medians per call, each recipe in its own process; errors against {report.reference} over seeds "
+             f"medians per call, each recipe in its own process; errors against {report.reference}"
+             + ("" if report.reference_label == "fp32 eager" else f" ({report.reference_label}: fp32 in a recipe's "
+                "name keeps the model's own precision)")
+             + " over seeds "
              f"{','.join(map(str, report.seeds))}; ranked by {metric.replace('_', '-')}", header, "-" * len(header)]
     for r in report.results:
         t = r.time_ns(metric)
@@ -55,7 +58,7 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
             lines.append(f"{tier} tier winner: {winner.recipe}, the {tighter.tier} tier's")
             continue
         tighter = winner
-        speed = f", {winner.speedup_vs_reference:.2f}x fp32 eager" if winner.speedup_vs_reference else ""
+        speed = f", {winner.speedup_vs_reference:.2f}x {report.reference_label}" if winner.speedup_vs_reference else ""
         lines.append(f"{tier} tier winner by {metric.replace('_', '-')}: {winner.recipe} "
                      f"({winner.time_ns / 1e6:.3f} ms{speed}):")
         lines += [f"    {line}" for line in winner.code]

@@ -94,15 +94,15 @@ def recipe_workload(workload: Path, winner: Winner, report: RecipesReport, recip
     device = report.device_name or report.device_type
     seeds = ", ".join(map(str, report.seeds))
     error = f"{winner.max_rel_error:.2g}" if winner.max_rel_error is not None else "none measured"
-    speed = f", {winner.speedup_vs_reference:.2f}x fp32 eager" if winner.speedup_vs_reference else ""
+    speed = f", {winner.speedup_vs_reference:.2f}x {report.reference_label}" if winner.speedup_vs_reference else ""
     graphs = mode in GRAPH_MODES
     head = [
         f'"""{name}, optimized: {winner.recipe}, the {winner.tier} tier\'s winner of the free frontier by '
         f"{winner.metric.replace('_', '-')}.",
         "",
         f"Measured by `operator-profiler recipes` on {device} (torch {report.torch_version}, {recipes_path}): "
-        f"{winner.time_ns / 1e6:.3f} ms per call{speed}; largest relative error against fp32 eager {error} over "
-        f"seeds {seeds}. optimize(model) applies it as a user would paste it"
+        f"{winner.time_ns / 1e6:.3f} ms per call{speed}; largest relative error against {report.reference_label} "
+        f"{error} over seeds {seeds}. optimize(model) applies it as a user would paste it"
         + ("; each output is copied, since CUDA graph replays overwrite them." if graphs else ".") + '\n"""',
         "",
         "from __future__ import annotations",

@@ -74,7 +74,12 @@ def summary_view(inputs: ReportInputs, baselines: BaselinesView | None, changed:
         s, device = inputs.bench.speedup, inputs.bench.device_name or inputs.bench.device_type
         speedup = (f"{_ratio(s.point, s.ci_low, s.ci_high)} against eager as written, by "
                    f"{inputs.bench.headline.replace('_', '-')}, on {device}")
-        if tier in ("reduced", "fp8") and _lowers_precision(inputs, baselines):
+        model = inputs.recipes.model if inputs.recipes is not None else None
+        written = model.written_precision if model is not None else "fp32"
+        if tier in ("reduced", "fp8") and written != "fp32":
+            speedup += (f": eager as written computes in {written}; the optimized workload is held to the {tier} "
+                        "tier against it")
+        elif tier in ("reduced", "fp8") and _lowers_precision(inputs, baselines):
             speedup += f": the optimized workload computes in lower precision (the {tier} tier), eager in fp32"
         elif tier in ("reduced", "fp8"):
             speedup += (f": both compute in fp32 (the {tier} tier allowed lower precision; the optimized workload "

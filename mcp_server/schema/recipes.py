@@ -105,6 +105,14 @@ class ModelFacts(_Model):
     input_shapes: list[list[int]]
 
 
+    @property
+    def written_precision(self) -> str:
+        """The floating-point precision the model's parameters are written in: `fp32`, or their dtypes (`bfloat16`)
+        when the user wrote it in another (the reference, eager as written, then computes in those)."""
+        floating = [d for d in self.parameter_dtypes if d.startswith(("float", "bfloat", "half"))]
+        return "fp32" if set(floating) <= {"float32"} else " and ".join(floating)
+
+
 class RecipesReport(_Model):
     """recipes.json: the free frontier of one workload on one device."""
 
@@ -132,6 +140,13 @@ class RecipesReport(_Model):
     warnings: list[str] = Field(default_factory=list)
     stopped: str | None = Field(default=None, description="Why the run ended early (a signal, a cancel): the frontier "
                                 "holds only the recipes measured until then (1.1).")
+
+    @property
+    def reference_label(self) -> str:
+        """How the reference reads in a sentence: `fp32 eager`, or `eager as written in bfloat16` for a model whose
+        parameters are not float32 (what every error and speedup is then against)."""
+        written = self.model.written_precision if self.model is not None else "fp32"
+        return "fp32 eager" if written == "fp32" else f"eager as written in {written}"
 
     @field_validator("results")
     @classmethod
