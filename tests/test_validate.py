@@ -275,3 +275,34 @@ def test_the_reduced_tier_accepts_an_output_returned_in_bfloat16_and_the_exact_t
     assert not exact.passed
     assert not _check(exact, "shapes_dtypes").passed
     assert "torch.bfloat16" in _check(exact, "shapes_dtypes").detail
+
+
+def test_a_baseline_written_in_bfloat16_is_held_to_its_own_distance_from_fp32():
+    """tiny_mlp_bf16 compiled (`compile+fp32`, still bfloat16) in the exact tier: its tolerances start from twice
+    the baseline's largest relative error against itself in float32, measured by the child and said in the
+    report's precision note; a baseline written in float32 keeps the fp32 defaults."""
+    bf16 = WORKLOADS / "tiny_mlp_bf16.py"
+    report = validate(bf16, WORKLOADS / "tiny_mlp_bf16_optimized.py", python=sys.executable, seeds=(0, 1),
+                      run_tests=False)
+    assert report.passed, render_checks(report)
+    note = report.precision_note or ""
+    assert "the baseline is written in bfloat16/float16 and is " in note and "from itself in float32" in note
+    written = float(note.split(" and is ")[1].split(" from itself")[0])
+    assert 0 < written < 5e-2
+    assert report.tolerances["bfloat16"] == pytest.approx(max(1e-2, 2 * written), rel=0.06)  # 2 digits said
+    assert report.tolerances["float32"] >= 2 * written * 0.99
+
+
+def test_the_reduced_tier_accepts_one_half_precision_for_the_other():
+    """A bfloat16 model cast to float16 returns float16 outputs: compared after upcasting in the reduced tier."""
+    import torch
+
+    from mcp_server.children.numerics import Checks, compare_leaf
+
+    ref = torch.randn(64, dtype=torch.bfloat16)
+    out = ref.to(torch.float16)
+    for reduced, allowed in ((True, True), (False, False)):
+        checks = Checks()
+        compare_leaf("out", out, ref, 0, "a", {"rtol": 1e-2, "atol": None, "tolerances": {}, "tf32": False,
+                                               "reduced": reduced}, checks)
+        assert ("shapes_dtypes" not in checks.problems) is allowed

@@ -56,6 +56,9 @@ def recipe_name(compile_mode: str, precision: str, channels_last: bool = False, 
     return "+".join([compile_mode, precision] + [CHANNELS_LAST] * channels_last + [CUDNN_BENCHMARK] * cudnn_benchmark)
 
 
+REFERENCE_RECIPE = recipe_name("eager", "fp32")  # the workload as written, TF32 off: what every recipe is held to
+
+
 class Recording(NamedTuple):
     """What one `--profiler` mode of the harness records over the window: the one table its branches read."""
 

@@ -47,9 +47,10 @@ from mcp_server.children.common import (
     seed_all,
     synchronize,
 )
+from mcp_server.children.contract import REFERENCE_RECIPE
 from mcp_server.children.gpu_lock import GpuTurns
-from mcp_server.children.numerics import Checks, compare_leaf
-from mcp_server.children.recipe import NotApplicable, apply, exact_fp32, model_facts
+from mcp_server.children.numerics import Checks, compare_leaf, exact_fp32, written_error
+from mcp_server.children.recipe import NotApplicable, apply, model_facts
 
 MARKER = "operator_profiler_measure:"
 MIN_CALLS = 10
@@ -175,12 +176,17 @@ def _how(args: argparse.Namespace, base_mod: Any, model: Any, device: str, resul
     return model, lambda x: x
 
 
+def _recipe_opts() -> dict[str, Any]:
+    """How a recipe's outputs are compared: every error recorded at the loosest tier's tolerance."""
+    return {"rtol": RECIPE_RTOL, "atol": None, "tolerances": {}, "tf32": False, "reduced": True}
+
+
 def _validate(base_mod: Any, model: Any, fn: Any, prepare: Any, seeds: list[int], graphs: bool) -> dict[str, Any]:
     """Every seed: fp32 eager with TF32 off as the reference, then the recipe with that seed's weights."""
     import torch
 
     checks = Checks()
-    opts: dict[str, Any] = {"rtol": RECIPE_RTOL, "atol": None, "tolerances": {}, "tf32": False, "reduced": True}
+    opts = _recipe_opts()
     for seed in seeds:
         ref_model, inputs = _build(base_mod, seed)
         with torch.no_grad(), exact_fp32():
@@ -275,6 +281,9 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             result["phase"] = "validation"
             _say(f"validating against fp32 eager over seeds {seeds}")
             result["validation"] = _validate(base_mod, model, fn, prepare, seeds, runner.graphs)
+            if args.recipe == REFERENCE_RECIPE:
+                result["phase"] = "the reference against fp32"
+                result["written_error"] = written_error(lambda seed: _build(base_mod, seed), seeds, _recipe_opts())
     finally:
         turns.release()
 

@@ -3,9 +3,11 @@ closeness of output leaves, input mutation and output aliasing (standard library
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from mcp_server.children.common import as_call, clone, flatten, synchronize, tensors
+from mcp_server.children.common import as_call, clone, flatten, map_tensors, synchronize, tensors
 
 CHECKS = (
     "contract", "backend_registered", "backend_invoked", "fx_passes", "runs", "shapes_dtypes", "finite",
@@ -200,11 +202,67 @@ def lowered_outputs(checks: Checks) -> list[str]:
 
 
 def _dtype_allowed(out: Any, ref: Any, opts: dict[str, Any]) -> bool:
-    """The baseline's dtype, or in the reduced tier a float32/float64 output returned in bfloat16/float16."""
+    """The baseline's dtype, or in the reduced tier a floating output returned in bfloat16/float16 (from float32 or
+    float64, or one half precision for the other: a bfloat16 model cast to float16)."""
     if out.dtype == ref.dtype:
         return True
-    return bool(opts.get("reduced")) and _name(ref.dtype) in ("float32", "float64") and (
+    return bool(opts.get("reduced")) and _name(ref.dtype) in ("float32", "float64", *REDUCED_OUTPUT_DTYPES) and (
         _name(out.dtype) in REDUCED_OUTPUT_DTYPES)
+
+
+def written_below_fp32(model: Any) -> bool:
+    """Whether `model` is an nn.Module with parameters in bfloat16 or float16 (a model loaded in half precision)."""
+    import torch
+
+    return isinstance(model, torch.nn.Module) and any(
+        _name(p.dtype) in REDUCED_OUTPUT_DTYPES for p in model.parameters())
+
+
+def upcast(obj: Any) -> Any:
+    """`obj` with every floating tensor in it as float32 (tuples, lists and dicts rebuilt)."""
+    return map_tensors(lambda t: t.float() if t.is_floating_point() else t, obj)
+
+
+@contextmanager
+def exact_fp32() -> Iterator[None]:
+    """TF32 off for matmuls and cuDNN while the reference runs; the flags as they were afterwards."""
+    import torch
+
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def written_error(build: Callable[[int], tuple[Any, Any]], seeds: list[int], opts: dict[str, Any]
+                  ) -> dict[str, Any] | None:
+    """How far a model written in bfloat16/float16 is from itself in float32 (parameters, buffers and floating
+    inputs upcast, TF32 off), on every seed's model and inputs from `build(seed)`: its outputs compared as a recipe's
+    are (`opts`), as {seeds, outputs, problems}. Two implementations of such a model (eager and compiled, say) may
+    fairly differ by twice this. None for a model written in float32, or no nn.Module."""
+    import torch
+
+    checks = Checks()
+    for seed in seeds:
+        model, inputs = build(seed)
+        if not written_below_fp32(model):
+            return None
+        with torch.no_grad(), exact_fp32():
+            args, kwargs = as_call(inputs)
+            written = [(p, t.detach().cpu() if isinstance(t, torch.Tensor) else t)
+                       for p, t in flatten(model(*args, **kwargs))]
+            model.float()
+            truth = [(p, t.detach().cpu() if isinstance(t, torch.Tensor) else t)
+                     for p, t in flatten(model(*upcast(args), **upcast(kwargs)))]
+        del model
+        for (path, out), (_, ref) in zip(written, truth, strict=True):
+            compare_leaf(path, out, ref, seed, "a", opts, checks)
+    return {"seeds": seeds, "outputs": checks.outputs.get("numerics", []),
+            "problems": {k: v for k, v in checks.problems.items() if k != "numerics"}}
+
 
 
 def compare_leaf(

@@ -8,8 +8,7 @@ times or validates: `measure.py` does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from mcp_server.children.common import map_tensors
@@ -46,20 +45,6 @@ def set_flags(precision: str) -> None:
     tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-
-
-@contextmanager
-def exact_fp32() -> Iterator[None]:
-    """TF32 off for matmuls and cuDNN while the reference runs; the flags as they were afterwards."""
-    import torch
-
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
 def apply(model: Any, name: str, device: str) -> Applied:

@@ -50,6 +50,7 @@ from mcp_server.children.numerics import (
     restore_flags,
     shared_memory,
     tf32_regime,
+    written_error,
 )
 
 DEFAULT_TOLERANCES = {"float64": 1e-7, "float32": 1e-4, "tf32": 1e-3, "bfloat16": 1e-2, "float16": 1e-2}
@@ -144,6 +145,27 @@ def _contract(opt_mod: Any, checks: Checks) -> str | None:
         checks.set("contract", "fail", "the optimized workload has " + "; ".join(problems))
         return None
     return backend
+
+
+def _widen_for_written_precision(base_mod: Any, seeds: list[int], tolerances: dict[str, float],
+                                 result: dict[str, Any]) -> None:
+    """For a baseline written in bfloat16/float16: every tolerance class at least twice its largest relative error
+    against itself in float32 (`numerics.written_error`; two implementations of it may each be that far from fp32),
+    the same floor `recipes` sorts its tiers by. `tolerances` is changed in place; the error goes into `result`."""
+    result["phase"] = "the baseline against itself in fp32"
+
+    def build(seed: int) -> tuple[Any, Any]:
+        seed_all(seed)
+        return model_and_inputs(base_mod.get_model_and_input(), False)
+
+    found = written_error(build, seeds, {"rtol": max(tolerances.values()), "atol": None, "tolerances": {},
+                                         "tf32": False, "reduced": True})
+    values = [o["max_rel_error"] for o in (found or {}).get("outputs", []) if o.get("max_rel_error") is not None]
+    if not values:
+        return
+    result["written_max_rel_error"] = max(values)
+    for cls, rtol in tolerances.items():
+        tolerances[cls] = max(rtol, 2 * max(values))
 
 
 def _one_seed(
@@ -252,6 +274,8 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result.update(tolerances=tolerances, precision_flags=flags, seeds=seeds)
     result["phase"] = "load baseline"
     base_mod = load_workload(args.baseline)
+    if args.rtol is None:  # a model written in bfloat16/float16: its own distance from fp32 is the least tolerance
+        _widen_for_written_precision(base_mod, seeds, tolerances, result)
     result["phase"] = "load optimized"
     try:
         opt_mod = load_workload(args.optimized)

@@ -15,11 +15,12 @@ from itertools import product
 from mcp_server.children.contract import (
     RECIPE_COMPILE_MODES,
     RECIPE_PRECISIONS,
+    REFERENCE_RECIPE,
     recipe_name,
     recipe_parts,
 )
 from mcp_server.schema.proof import Metric
-from mcp_server.schema.recipes import REFERENCE, ModelFacts, RecipeResult, SkippedRecipes
+from mcp_server.schema.recipes import ModelFacts, RecipeResult, SkippedRecipes
 from mcp_server.schema.types import TIERS, tiers_within
 
 DEFAULT_MODES = ("eager", "compile", "reduce-overhead")
@@ -49,13 +50,13 @@ def every_recipe(gpu: bool, layouts: bool) -> list[str]:
 def plan_first(gpu: bool, facts: ModelFacts, thorough: bool, only: tuple[str, ...] = ()) -> Planned:
     """The recipes to run after the reference, longest compiles first."""
     if only:
-        return [(r, "precision") for r in only if r != REFERENCE]
+        return [(r, "precision") for r in only if r != REFERENCE_RECIPE]
     if thorough:
         chosen, stage = every_recipe(gpu, facts.has_convolution), "thorough"
     else:
         modes = DEFAULT_MODES if gpu else CPU_MODES
         chosen, stage = _every(modes, RECIPE_PRECISIONS if gpu else CPU_PRECISIONS, False, gpu), "precision"
-    chosen = [r for r in chosen if r != REFERENCE and (facts.is_module or not _needs_module(r))]
+    chosen = [r for r in chosen if r != REFERENCE_RECIPE and (facts.is_module or not _needs_module(r))]
     return [(r, stage) for r in sorted(chosen, key=_compile_cost, reverse=True)]
 
 
@@ -79,7 +80,7 @@ def skipped(gpu: bool, facts: ModelFacts | None, thorough: bool, only: tuple[str
     before every planned recipe ran)."""
     groups: dict[str, list[str]] = {}
     for name in every_recipe(True, True):
-        if name in ran or name == REFERENCE:
+        if name in ran or name == REFERENCE_RECIPE:
             continue
         mode, _, channels_last, cudnn_benchmark = recipe_parts(name)
         layout = channels_last or cudnn_benchmark

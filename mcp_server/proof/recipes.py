@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from mcp_server.children.contract import recipe_parts
+from mcp_server.children.contract import REFERENCE_RECIPE, recipe_parts
 from mcp_server.errors import CancelledCapture, ChildTimedOut, WorkloadError
 from mcp_server.process import now_iso
 from mcp_server.process.child import Terminated
@@ -32,7 +32,6 @@ from mcp_server.proof.stats import summarize
 from mcp_server.schema.io import write_model_atomic
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import (
-    REFERENCE,
     TIER_RTOL,
     ModelFacts,
     RecipeError,
@@ -80,12 +79,13 @@ def recipes(
     runner = _Runner(path, python, options, seeds, out, timeout_s, progress, cancel)
     raw: dict[str, Any] | None = None
     try:
-        progress(f"recipes: {REFERENCE}, the reference, alone first")
-        reference, raw = runner.run(REFERENCE, "reference")
+        progress(f"recipes: {REFERENCE_RECIPE}, the reference, alone first")
+        reference, raw = runner.run(REFERENCE_RECIPE, "reference")
         if reference.status != "ok" or raw is None:
             raise WorkloadError(f"the workload fails in fp32 eager, the reference: {reference.reason}",
                                 f"fix the workload; its log is in {out / FAILED_LOGS}")
         facts = ModelFacts.model_validate(raw["model"])
+        runner.written = recipe_error(raw["written_error"]) if raw.get("written_error") else None
         gpu = raw["device_type"] == "cuda"
         jobs = jobs or default_jobs(raw["device_type"])
         runner.finished.append(reference)
@@ -123,7 +123,9 @@ def _report(path: Path, raw: dict[str, Any], results: list[RecipeResult], option
     return RecipesReport(
         workload=str(path), device_type=raw["device_type"], device_name=env.get("device_name") if gpu else None,
         torch_version=env["torch_version"], cuda_version=env.get("cuda_version"),
-        python_executable=env["python_executable"], model=facts, seeds=list(seeds), thorough=thorough, jobs=jobs,
+        python_executable=env["python_executable"], model=facts,
+        written_error=recipe_error(raw["written_error"]) if raw.get("written_error") else None,
+        seeds=list(seeds), thorough=thorough, jobs=jobs,
         results=_ranked(results, options.headline), winners=_winners(results, results[0]),
         pareto=_pareto(results), skipped=skipped(gpu, facts, thorough, only, {r.recipe for r in results}, stopped),
         started_at=started, finished_at=now_iso(), wall_time_s=round(time.monotonic() - t0, 3),
@@ -161,6 +163,7 @@ class _Runner:
         self.done = 0
         self.finished: list[RecipeResult] = []  # every result so far, in the order they ended
         self.stopped: str | None = None  # why the run is stopping: results ending after it are not kept
+        self.written: RecipeError | None = None  # a model written below fp32: the reference against itself in fp32
 
     def pool(self, planned: list[tuple[str, str]], jobs: int, total: int) -> None:
         """Run `planned` (recipe, stage) with `jobs` processes at a time, in order; each result joins `finished`."""
@@ -194,7 +197,7 @@ class _Runner:
             return _failed(name, stage, "timed_out", exc.message, time.monotonic() - t0), None
         except WorkloadError as exc:
             return _failed(name, stage, "failed", exc.message, time.monotonic() - t0), None
-        return _result(name, stage, measured), measured.raw
+        return _result(name, stage, measured, self.written), measured.raw
 
     def close(self) -> None:
         """Remove the children's scratch folder (their JSON and logs, the GPU's lock files)."""
@@ -206,7 +209,7 @@ def _failed(name: str, stage: str, status: str, reason: str, wall: float) -> Rec
                         wall_time_s=round(wall, 3))
 
 
-def _result(name: str, stage: str, measured: Measured) -> RecipeResult:
+def _result(name: str, stage: str, measured: Measured, written: RecipeError | None = None) -> RecipeResult:
     raw = measured.raw
     device = raw.get("device_type", "cpu")
     base = dict(recipe=name, stage=stage, wall_time_s=round(measured.wall_time_s, 3),
@@ -215,7 +218,7 @@ def _result(name: str, stage: str, measured: Measured) -> RecipeResult:
         return RecipeResult(**base, status="not_applicable", reason=raw["not_applicable"])  # type: ignore[arg-type]
     error = recipe_error(raw.get("validation") or {})
     return RecipeResult(
-        **base, status="ok", tier=tier_of(name, error),  # type: ignore[arg-type]
+        **base, status="ok", tier=tier_of(name, error, written),  # type: ignore[arg-type]
         latency=summarize(raw["latency_ns"]), back_to_back=summarize(raw["back_to_back_ns"]),
         first_call_ns=int(raw["first_call_ns"]), error=error,
     )
@@ -238,16 +241,25 @@ def recipe_error(validation: dict[str, Any]) -> RecipeError:
                        rel_error_percentiles=pct or None, problems=problems)
 
 
-def tier_of(name: str, error: RecipeError) -> str | None:
+def tier_of(name: str, error: RecipeError, written: RecipeError | None = None) -> str | None:
     """The tightest tier a recipe's error meets: exact needs fp32 (TF32 off) and float32's tolerance; reduced, 1e-2;
     fp8, its looser tolerance. None when nothing was compared, or a problem no tolerance excuses (NaN, shapes,
-    differing integers) was met."""
+    differing integers) was met. `written`: for a model written in bfloat16/float16, the workload as written against
+    itself in float32; two implementations of it, each that far from fp32, may differ by twice its largest error,
+    which is then every tier's tolerance at least (`tier_floor`)."""
     if error.problems or error.outputs_compared == 0:
         return None
     worst = error.max_rel_error or 0.0
-    if recipe_parts(name)[1] == "fp32" and worst <= TIER_RTOL["exact"]:
+    floor = tier_floor(written)
+    if recipe_parts(name)[1] == "fp32" and worst <= max(TIER_RTOL["exact"], floor):
         return "exact"
-    return next((t for t in TIERS[1:] if worst <= TIER_RTOL[t]), None)
+    return next((t for t in TIERS[1:] if worst <= max(TIER_RTOL[t], floor)), None)
+
+
+def tier_floor(written: RecipeError | None) -> float:
+    """The least tolerance of every tier for a model written below fp32: twice the largest relative error of the
+    model as written against itself in float32 (0 for a model written in float32)."""
+    return 2 * (written.max_rel_error or 0.0) if written is not None else 0.0
 
 
 def _ranked(results: list[RecipeResult], metric: Metric) -> list[RecipeResult]:

@@ -175,6 +175,10 @@ def _report(
         regime = f"float32 outputs held to the {cls} class" + (f" (rtol {rtol:g})" if rtol is not None else "")
         allowed = f"TF32 allowed by {', '.join(tf32)}" if tf32 else "TF32 off"
         precision = f"float32 matmul precision {flags.get('float32_matmul_precision')!r}; {allowed}; {regime}"
+        written = raw.get("written_max_rel_error")
+        if written is not None:
+            precision += (f"; the baseline is written in bfloat16/float16 and is {written:.2g} from itself in float32 "
+                          f"(largest relative error): every tolerance is at least twice that, {2 * written:.2g}")
     try:
         checks = [CheckResult.model_validate(c) for c in raw.get("checks", [])] + extra
         failed = [c.name for c in checks if c.status == "fail"]

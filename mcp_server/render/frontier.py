@@ -48,6 +48,13 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
         reason = f": {r.reason[:70]}" if r.reason else ""
         lines.append(f"{r.recipe[:56]:56s} {_ms(r.time_ns('latency')):>10s} {_ms(r.time_ns('back_to_back'))} {vs} "
                      f"{_error(r):>11s} {r.tier or '-':8s} {status}{reason}")
+    written = report.written_error
+    if written is not None and written.max_rel_error is not None:
+        p99 = (written.rel_error_percentiles or {}).get("p99")
+        lines.append(f"{report.reference_label} is {written.max_rel_error:.2g} from itself in float32 at most"
+                     + (f" (p99 {p99:.2g})" if p99 is not None else "")
+                     + f": every tier's tolerance is at least twice that, {2 * written.max_rel_error:.2g} (two "
+                     "implementations of the model may each be that far from fp32)")
     tighter = None
     for tier in TIERS:
         winner = report.winner(tier, metric)

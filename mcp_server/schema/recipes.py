@@ -13,12 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mcp_server.children.contract import recipe_name, recipe_parts
+from mcp_server.children.contract import REFERENCE_RECIPE, recipe_name, recipe_parts
 from mcp_server.schema.proof import Metric, TimingSummary
 from mcp_server.schema.types import TIERS, Tier, tiers_within
 
-RECIPES_VERSION = "1.1"  # 1.1: `stopped`
-REFERENCE = "eager+fp32"
+RECIPES_VERSION = "1.2"  # 1.1: `stopped`; 1.2: `written_error`
 # The error that puts a recipe in a tier, over fp32 eager with TF32 off (validate's rule: |opt - ref| <= rtol *
 # (|ref| + RMS(ref)) per element): float32's class for the exact tier, bfloat16/float16's for the reduced one, and for
 # the fp8 tier that of 3 mantissa bits on both operands of a GEMM with per-tensor scales (a two-layer MLP lost up to
@@ -118,13 +117,17 @@ class RecipesReport(_Model):
 
     recipes_version: str = RECIPES_VERSION
     workload: str
-    reference: str = Field(default=REFERENCE, description="What the errors are measured against.")
+    reference: str = Field(default=REFERENCE_RECIPE, description="What the errors are measured against.")
     device_type: str
     device_name: str | None = None
     torch_version: str
     cuda_version: str | None = None
     python_executable: str
     model: ModelFacts | None = None
+    written_error: RecipeError | None = Field(
+        default=None, description="(a model written in bfloat16/float16) the workload as written against itself in "
+        "float32, parameters and floating inputs upcast: twice its largest relative error is every tier's tolerance "
+        "at least, since two implementations of the model may each be that far from fp32 (1.2).")
     seeds: list[int] = Field(description="Seeds whose models and inputs every recipe was validated on.")
     tier_rtol: dict[str, float] = Field(default_factory=lambda: dict(TIER_RTOL))
     thorough: bool
