@@ -249,3 +249,28 @@ def test_a_model_written_below_fp32_sorts_recipes_by_its_own_distance_from_fp32(
     assert tier_of("reduce-overhead+fp16-cast", compiled, written) == "reduced"  # a cast is never exact
     far = RecipeError(seeds=[0], outputs_compared=1, max_rel_error=0.3)
     assert tier_of("reduce-overhead+fp32", far, written) is None
+
+
+def test_a_bfloat16_decoders_frontier_on_the_gpu_is_sorted_by_its_own_distance_from_fp32():
+    """scripts/gpu_workloads/decoder_bf16.py's frontier on an H200 (`operator-profiler optimize --tier exact`,
+    2026-11-29; recorded under the name bf16_lm.py, the same model before it was kept there): eager as written is
+    2.8e-2 from itself in float32 at most, so its compiled recipes (3.1e-2 from it, bfloat16 rounding in another
+    order) are exact, and reduce-overhead wins the exact tier; its float16 casts are compared after upcasting instead
+    of failing on their output dtype."""
+    report = RecipesReport.model_validate_json(
+        lzma.decompress((FIXTURES / "h200_decoder_bf16_recipes.json.xz").read_bytes()))
+    written = report.written_error
+    assert report.model is not None and report.model.parameter_dtypes == ["bfloat16"]
+    assert written is not None and 2.5e-2 < (written.max_rel_error or 0) < 3e-2
+    for result in report.results:
+        if result.status == "ok" and result.error is not None:
+            assert result.tier == tier_of(result.recipe, result.error, written), result.recipe
+    compiled = report.result("reduce-overhead+fp32")
+    assert compiled is not None and compiled.error is not None and compiled.tier == "exact"
+    assert tier_of(compiled.recipe, compiled.error) == "fp8"  # against fp32's tolerance, as a fp32 model is held
+    winner = report.winner("exact")
+    assert winner is not None and winner.recipe == "reduce-overhead+fp32"
+    eager = report.result("eager+fp32")
+    assert eager is not None and winner.time_ns < eager.time_ns("latency") / 2
+    casts = [r for r in report.results if r.recipe.endswith("fp16-cast")]
+    assert casts and all(r.tier == "reduced" and r.error is not None and not r.error.problems for r in casts)
