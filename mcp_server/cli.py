@@ -501,7 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
         "recipes", help="measure the free frontier: every free recipe timed in its own process and validated",
         description="Run WORKLOAD under every recipe a user can paste in a few lines (torch.compile modes, TF32, "
         "bf16/fp16 autocast, the whole model cast to bf16/fp16, channels_last, cuDNN's autotuner), each in its own "
-        "process, validated against fp32 eager over several seeds and sorted into the exact, reduced or fp8 tier; "
+        "process, validated against eager as written (TF32 off) over several seeds and sorted into the exact, "
+        "reduced or fp8 tier (a model written in bf16/fp16: each tolerance at least twice its own distance from "
+        "fp32); "
         "writes recipes.json and frontier.png and prints the winner of each tier with its lines of code.")
     _add_python(p)
     add_options(p, RecipesRequest)

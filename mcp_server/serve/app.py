@@ -179,9 +179,9 @@ async def bench(ctx: Context, **values: Any) -> BenchToolResult:
 @tool("Recipes: the free frontier of a workload", RUNS_WORKLOAD, RecipesRequest, groups={"timing": None})
 async def recipes(ctx: Context, **values: Any) -> RecipesResult:
     """The free frontier: every few-line recipe (compile modes, TF32, bf16/fp16 autocast or cast, channels_last,
-    cuDNN autotuning), each in its own process, validated against fp32 eager into the exact, reduced or fp8 tier.
+    cuDNN autotuning), each in its own process, validated against eager as written into the exact, reduced or fp8 tier.
 
-    Use before optimizing: each tier's winner (with its code) is what a change must beat. Writes recipes.json.
+    Use before optimizing: each tier's winner (with its code) is what to beat. Writes recipes.json.
     """
     timing = options(RecipeTiming, values)
     return await call(ctx, "recipes", 40 * values["timeout_s"] + ASSEMBLY_MARGIN_S,
