@@ -274,3 +274,13 @@ def test_a_bfloat16_decoders_frontier_on_the_gpu_is_sorted_by_its_own_distance_f
     assert eager is not None and winner.time_ns < eager.time_ns("latency") / 2
     casts = [r for r in report.results if r.recipe.endswith("fp16-cast")]
     assert casts and all(r.tier == "reduced" and r.error is not None and not r.error.problems for r in casts)
+
+
+def test_a_half_precision_model_that_cannot_run_in_fp32_keeps_the_tiers_tolerances_and_says_why(tmp_path):
+    report = recipes(WORKLOADS / "tiny_mlp_bf16_only.py", python=sys.executable, options=FAST, seeds=(0,),
+                     only=("eager+bf16-cast",), out_dir=tmp_path)
+    assert report.written_error is not None and report.written_error.outputs_compared == 0
+    [said] = [w for w in report.warnings if "did not run in float32" in w]
+    assert "TypeError: this kernel takes bfloat16 only, not torch.float32" in said
+    reference = report.result("eager+fp32")
+    assert reference is not None and reference.tier == "exact"

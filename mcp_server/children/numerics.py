@@ -242,7 +242,8 @@ def written_error(build: Callable[[int], tuple[Any, Any]], seeds: list[int], opt
     """How far a model written in bfloat16/float16 is from itself in float32 (parameters, buffers and floating
     inputs upcast, TF32 off), on every seed's model and inputs from `build(seed)`: its outputs compared as a recipe's
     are (`opts`), as {seeds, outputs, problems}. Two implementations of such a model (eager and compiled, say) may
-    fairly differ by twice this. None for a model written in float32, or no nn.Module."""
+    fairly differ by twice this. None for a model written in float32, or no nn.Module; a model that cannot run in
+    float32 (a kernel only for half precision) gives no outputs and says why (`failed`)."""
     import torch
 
     checks = Checks()
@@ -254,9 +255,13 @@ def written_error(build: Callable[[int], tuple[Any, Any]], seeds: list[int], opt
             args, kwargs = as_call(inputs)
             written = [(p, t.detach().cpu() if isinstance(t, torch.Tensor) else t)
                        for p, t in flatten(model(*args, **kwargs))]
-            model.float()
-            truth = [(p, t.detach().cpu() if isinstance(t, torch.Tensor) else t)
-                     for p, t in flatten(model(*upcast(args), **upcast(kwargs)))]
+            try:
+                model.float()
+                truth = [(p, t.detach().cpu() if isinstance(t, torch.Tensor) else t)
+                         for p, t in flatten(model(*upcast(args), **upcast(kwargs)))]
+            except Exception as exc:  # noqa: BLE001 - the model runs only as written: no floor is measured
+                return {"seeds": seeds, "outputs": [], "problems": {},
+                        "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
         del model
         for (path, out), (_, ref) in zip(written, truth, strict=True):
             compare_leaf(path, out, ref, seed, "a", opts, checks)

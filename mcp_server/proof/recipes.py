@@ -129,9 +129,19 @@ def _report(path: Path, raw: dict[str, Any], results: list[RecipeResult], option
         results=_ranked(results, options.headline), winners=_winners(results, results[0]),
         pareto=_pareto(results), skipped=skipped(gpu, facts, thorough, only, {r.recipe for r in results}, stopped),
         started_at=started, finished_at=now_iso(), wall_time_s=round(time.monotonic() - t0, 3),
-        warnings=[*stopped_warning, *tail_warning(results), *dict.fromkeys(w for r in results for w in r.warnings)],
+        warnings=[*stopped_warning, *tail_warning(results), *_written_warning(raw),
+                  *dict.fromkeys(w for r in results for w in r.warnings)],
         stopped=stopped,
     )
+
+
+def _written_warning(raw: dict[str, Any]) -> list[str]:
+    """One warning when the model is written in bfloat16/float16 but would not run in float32: the tiers then keep
+    fp32's tolerances, which two implementations of a half-precision model may not meet."""
+    failed = (raw.get("written_error") or {}).get("failed")
+    return [f"the model is written in bfloat16/float16 but did not run in float32 ({failed}): every tier keeps its "
+            "own tolerance, which recipes computing the same half-precision model differently may exceed"
+            ] if failed else []
 
 
 def tail_warning(results: list[RecipeResult]) -> list[str]:
