@@ -306,3 +306,19 @@ def test_the_reduced_tier_accepts_one_half_precision_for_the_other():
         compare_leaf("out", out, ref, 0, "a", {"rtol": 1e-2, "atol": None, "tolerances": {}, "tf32": False,
                                                "reduced": reduced}, checks)
         assert ("shapes_dtypes" not in checks.problems) is allowed
+
+
+def test_measuring_a_half_precision_model_against_fp32_leaves_the_model_as_written():
+    """A workload may hand out one model it keeps (a module-level global): the float32 twin is a copy."""
+    import torch
+
+    from mcp_server.children.numerics import written_error
+
+    kept = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to(torch.bfloat16)
+    x = torch.randn(8, 16, dtype=torch.bfloat16)
+    found = written_error(lambda seed: (kept, (x,)), [0, 1], {"rtol": 1e-2, "atol": None, "tolerances": {},
+                                                             "tf32": False, "reduced": True})
+    assert found is not None and len(found["outputs"]) == 2 and not found.get("failed")
+    assert all(0 < o["max_rel_error"] < 5e-2 for o in found["outputs"])
+    assert {p.dtype for p in kept.parameters()} == {torch.bfloat16} and x.dtype == torch.bfloat16
+    assert written_error(lambda seed: (kept.float(), (x.float(),)), [0], {}) is None  # written in float32

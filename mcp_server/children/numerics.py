@@ -3,6 +3,7 @@ closeness of output leaves, input mutation and output aliasing (standard library
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -255,19 +256,20 @@ def written_error(build: Callable[[int], tuple[Any, Any]], seeds: list[int], opt
             args, kwargs = as_call(inputs)
             written = [(p, t.detach().cpu() if isinstance(t, torch.Tensor) else t)
                        for p, t in flatten(model(*args, **kwargs))]
+            twin = copy.deepcopy(model)  # upcast a copy: a workload may hand out one model it keeps
+            del model
             try:
-                model.float()
                 truth = [(p, t.detach().cpu() if isinstance(t, torch.Tensor) else t)
-                         for p, t in flatten(model(*upcast(args), **upcast(kwargs)))]
+                         for p, t in flatten(twin.float()(*upcast(args), **upcast(kwargs)))]
             except Exception as exc:  # noqa: BLE001 - the model runs only as written: no floor is measured
                 return {"seeds": seeds, "outputs": [], "problems": {},
                         "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
-        del model
+            finally:
+                del twin
         for (path, out), (_, ref) in zip(written, truth, strict=True):
             compare_leaf(path, out, ref, seed, "a", opts, checks)
     return {"seeds": seeds, "outputs": checks.outputs.get("numerics", []),
             "problems": {k: v for k, v in checks.problems.items() if k != "numerics"}}
-
 
 
 def compare_leaf(
