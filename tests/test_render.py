@@ -664,3 +664,20 @@ def test_estimates_against_the_winner_without_a_bench_against_it_are_left_unmeas
     assert view is not None and view.rows and view.measured is None and view.measured_ci is None
     assert view.verdict.startswith("the estimates are against the frontier's winner and no bench_vs_free.json")
     assert view.analysis_estimate is None and view.analysis_covers is None and view.ceiling is None
+
+
+def test_a_frontier_of_a_model_written_in_bfloat16_is_read_against_eager_as_written(
+        loop: dict[str, Path], tmp_path: Path) -> None:
+    """The bfloat16 decoder's H200 frontier (tests/fixtures/h200_decoder_bf16_recipes.json.xz): the report names its
+    reference as the frontier does, and a reduced-tier headline says what eager as written computes in."""
+    recipes = tmp_path / "recipes.json"
+    recipes.write_bytes(lzma.decompress((FIXTURES / "h200_decoder_bf16_recipes.json.xz").read_bytes()))
+    _cli("validate", str(WORKLOADS / "tiny_mlp.py"), str(WORKLOADS / "tiny_mlp_optimized.py"), "--seeds", "0",
+         "--tier", "reduced", "--output", str(tmp_path))
+    validation = tmp_path / "validation_report.json"
+    paths = render_report(loop["baseline"], tmp_path / "docs", bench=loop["bench"], validation=validation,
+                          recipes=recipes, project_dir=REPO)
+    report = next(p for p in paths if p.name == "report.md").read_text()
+    assert "× eager as written in bfloat16:" in report and "× fp32 eager" not in report
+    assert "against eager as written, by latency, on cpu: eager as written computes in bfloat16; the optimized " \
+           "workload is held to the reduced tier against it" in report

@@ -53,9 +53,6 @@ def _fp32_on_cuda_cores(kernel: KernelRecord) -> bool:
     return tensor_flop == 0 and ffma > 0 and (low or named)
 
 
-_FLOAT_TEMPLATE = re.compile(r"[<,(]\s*float\s*[,>)]")  # `conv_depthwise2d_forward_kernel<(int)3, float, int>`
-
-
 def _depthwise_of_unknown_precision(p: Placed) -> bool:
     """A depthwise convolution (one input channel per group: by its kernel's name or its weight's shape) whose
     kernel name does not say it computes in float. A half-precision one accumulates in FP32 (FFMA, no tensor
@@ -65,7 +62,7 @@ def _depthwise_of_unknown_precision(p: Placed) -> bool:
     by_shape = bool(x and w and len(x) == len(w) >= 3 and w[1] == 1 and x[1] > 1)
     if not (by_shape or matches("depthwise_conv_kernels", p.kernel.kernel_name)):
         return False
-    return not _FLOAT_TEMPLATE.search(p.kernel.kernel_name)
+    return not matches("float_template_kernels", p.kernel.kernel_name)
 
 
 def _fp32_triggers(members: list[Placed]) -> list[str]:

@@ -51,6 +51,7 @@ from mcp_server.children.numerics import (
     shared_memory,
     tf32_regime,
     written_error,
+    written_floor,
 )
 
 DEFAULT_TOLERANCES = {"float64": 1e-7, "float32": 1e-4, "tf32": 1e-3, "bfloat16": 1e-2, "float16": 1e-2}
@@ -168,7 +169,7 @@ def _widen_for_written_precision(base_mod: Any, seeds: list[int], tolerances: di
         return
     result["written_max_rel_error"] = max(values)
     for cls, rtol in tolerances.items():
-        tolerances[cls] = max(rtol, 2 * max(values))
+        tolerances[cls] = max(rtol, written_floor(max(values)))
 
 
 def _one_seed(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_server.children.contract import REFERENCE_RECIPE, recipe_parts
+from mcp_server.children.numerics import written_floor
 from mcp_server.errors import CancelledCapture, ChildTimedOut, WorkloadError
 from mcp_server.process import now_iso
 from mcp_server.process.child import Terminated
@@ -98,24 +99,26 @@ def recipes(
             runner.pool(layout, jobs, len(layout))
     except (KeyboardInterrupt, Terminated, CancelledCapture) as exc:  # stopped: what was measured is kept, marked
         if raw is not None and runner.stopped is not None:
-            report = _report(path, raw, runner.finished, options, seeds, thorough, only, jobs or 1, started, t0,
-                             stopped=f"{runner.stopped} after {len(runner.finished) - 1} recipe(s)")
+            report = _report(path, raw, runner.written, runner.finished, options, seeds, thorough, only, jobs or 1,
+                             started, t0, stopped=f"{runner.stopped} after {len(runner.finished) - 1} recipe(s)")
             write_model_atomic(out / RECIPES_JSON, report)
             progress(f"recipes: stopped; wrote the {len(runner.finished) - 1} recipe(s) measured to "
                      f"{out / RECIPES_JSON} ({type(exc).__name__})")
         raise
     finally:
         runner.close()
-    report = _report(path, raw, runner.finished, options, seeds, thorough, only, jobs or 1, started, t0)
+    report = _report(path, raw, runner.written, runner.finished, options, seeds, thorough, only, jobs or 1, started,
+                     t0)
     write_model_atomic(out / RECIPES_JSON, report)
     return report
 
 
-def _report(path: Path, raw: dict[str, Any], results: list[RecipeResult], options: TimingOptions,
-            seeds: tuple[int, ...], thorough: bool, only: tuple[str, ...], jobs: int, started: str,
-            t0: float, stopped: str | None = None) -> RecipesReport:
-    """recipes.json's content from the reference's child JSON and the results (the reference first); `stopped`:
-    why the run ended before the rest ran (said in the first warning too)."""
+def _report(path: Path, raw: dict[str, Any], written: RecipeError | None, results: list[RecipeResult],
+            options: TimingOptions, seeds: tuple[int, ...], thorough: bool, only: tuple[str, ...], jobs: int,
+            started: str, t0: float, stopped: str | None = None) -> RecipesReport:
+    """recipes.json's content from the reference's child JSON, its error against itself in float32 (`written`) and
+    the results (the reference first); `stopped`: why the run ended before the rest ran (said in the first warning
+    too)."""
     env, facts = raw["environment"], ModelFacts.model_validate(raw["model"])
     gpu = raw["device_type"] == "cuda"
     stopped_warning = [f"the run was stopped ({stopped}): this frontier holds only the recipes measured until then, "
@@ -123,8 +126,7 @@ def _report(path: Path, raw: dict[str, Any], results: list[RecipeResult], option
     return RecipesReport(
         workload=str(path), device_type=raw["device_type"], device_name=env.get("device_name") if gpu else None,
         torch_version=env["torch_version"], cuda_version=env.get("cuda_version"),
-        python_executable=env["python_executable"], model=facts,
-        written_error=recipe_error(raw["written_error"]) if raw.get("written_error") else None,
+        python_executable=env["python_executable"], model=facts, written_error=written,
         seeds=list(seeds), thorough=thorough, jobs=jobs,
         results=_ranked(results, options.headline), winners=_winners(results, results[0]),
         pareto=_pareto(results), skipped=skipped(gpu, facts, thorough, only, {r.recipe for r in results}, stopped),
@@ -269,7 +271,7 @@ def tier_of(name: str, error: RecipeError, written: RecipeError | None = None) -
 def tier_floor(written: RecipeError | None) -> float:
     """The least tolerance of every tier for a model written below fp32: twice the largest relative error of the
     model as written against itself in float32 (0 for a model written in float32)."""
-    return 2 * (written.max_rel_error or 0.0) if written is not None else 0.0
+    return written_floor(written.max_rel_error if written is not None else None)
 
 
 def _ranked(results: list[RecipeResult], metric: Metric) -> list[RecipeResult]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from mcp_server.children.numerics import written_floor
 from mcp_server.errors import ProfileFormatError, UsageError
 from mcp_server.process import interpreter_env, run_child
 from mcp_server.process.child import log_tail
@@ -178,7 +179,8 @@ def _report(
         written = raw.get("written_max_rel_error")
         if written is not None:
             precision += (f"; the baseline is written in bfloat16/float16 and is {written:.2g} from itself in float32 "
-                          f"(largest relative error): every tolerance is at least twice that, {2 * written:.2g}")
+                          "(largest relative error): every tolerance is at least twice that, "
+                          f"{written_floor(written):.2g}")
     try:
         checks = [CheckResult.model_validate(c) for c in raw.get("checks", [])] + extra
         failed = [c.name for c in checks if c.status == "fail"]

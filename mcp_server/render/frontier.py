@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mcp_server.analysis.charts import pyplot, save_png
+from mcp_server.children.numerics import written_floor
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import RecipeResult, RecipesReport
 from mcp_server.schema.types import TIERS
@@ -53,8 +54,9 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
         p99 = (written.rel_error_percentiles or {}).get("p99")
         lines.append(f"{report.reference_label} is {written.max_rel_error:.2g} from itself in float32 at most"
                      + (f" (p99 {p99:.2g})" if p99 is not None else "")
-                     + f": every tier's tolerance is at least twice that, {2 * written.max_rel_error:.2g} (two "
-                     "implementations of the model may each be that far from fp32)")
+                     + ": every tier's tolerance is at least twice that, "
+                     f"{written_floor(written.max_rel_error):.2g} (two implementations of the model may each be that "
+                     "far from fp32)")
     tighter = None
     for tier in TIERS:
         winner = report.winner(tier, metric)
