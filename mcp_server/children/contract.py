@@ -59,6 +59,13 @@ def recipe_name(compile_mode: str, precision: str, channels_last: bool = False, 
 REFERENCE_RECIPE = recipe_name("eager", "fp32")  # the workload as written, TF32 off: what every recipe is held to
 
 
+def written_floor(max_rel_error: float | None) -> float:
+    """The least tolerance for a model written below fp32 whose largest relative error against itself in float32
+    (`numerics.written_error`) is `max_rel_error`: twice it, since two implementations may each be that far from
+    fp32, in opposite directions (0 when none was measured)."""
+    return 2 * max_rel_error if max_rel_error else 0.0
+
+
 class Recording(NamedTuple):
     """What one `--profiler` mode of the harness records over the window: the one table its branches read."""
 

@@ -238,13 +238,6 @@ def exact_fp32() -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
-def written_floor(max_rel_error: float | None) -> float:
-    """The least tolerance for a model written below fp32 whose largest relative error against itself in float32
-    (`written_error`) is `max_rel_error`: twice it, since two implementations may each be that far from fp32, in
-    opposite directions (0 when none was measured)."""
-    return 2 * max_rel_error if max_rel_error else 0.0
-
-
 def written_error(build: Callable[[int], tuple[Any, Any]], seeds: list[int], opts: dict[str, Any]
                   ) -> dict[str, Any] | None:
     """How far a model written in bfloat16/float16 is from itself in float32 (parameters, buffers and floating

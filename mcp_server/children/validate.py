@@ -39,6 +39,7 @@ from mcp_server.children.common import (
     seed_all,
     traceback_tail,
 )
+from mcp_server.children.contract import written_floor
 from mcp_server.children.numerics import (
     Checks,
     all_equal,
@@ -51,7 +52,6 @@ from mcp_server.children.numerics import (
     shared_memory,
     tf32_regime,
     written_error,
-    written_floor,
 )
 
 DEFAULT_TOLERANCES = {"float64": 1e-7, "float32": 1e-4, "tf32": 1e-3, "bfloat16": 1e-2, "float16": 1e-2}

@@ -20,8 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from mcp_server.children.contract import REFERENCE_RECIPE, recipe_parts
-from mcp_server.children.numerics import written_floor
+from mcp_server.children.contract import REFERENCE_RECIPE, recipe_parts, written_floor
 from mcp_server.errors import CancelledCapture, ChildTimedOut, WorkloadError
 from mcp_server.process import now_iso
 from mcp_server.process.child import Terminated

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mcp_server.children.numerics import written_floor
+from mcp_server.children.contract import written_floor
 from mcp_server.errors import ProfileFormatError, UsageError
 from mcp_server.process import interpreter_env, run_child
 from mcp_server.process.child import log_tail

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mcp_server.analysis.charts import pyplot, save_png
-from mcp_server.children.numerics import written_floor
+from mcp_server.children.contract import written_floor
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import RecipeResult, RecipesReport
 from mcp_server.schema.types import TIERS
