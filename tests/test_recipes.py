@@ -139,6 +139,9 @@ def test_a_waiting_window_goes_before_a_warm_up_that_starts_after_it(tmp_path):
 
 @pytest.mark.slow
 def test_a_frontier_records_crashes_hangs_and_failed_validation_and_is_not_fatal(tmp_path):
+    stale = tmp_path / "recipe_logs" / "compile_fp32.log"  # a previous frontier's failure, in the same folder
+    stale.parent.mkdir()
+    stale.write_text("an earlier failure")
     report = recipes(WORKLOADS / "recipe_hostile.py", python=sys.executable, options=FAST, seeds=(0, 1),
                      only=("eager+bf16-autocast", "eager+bf16-cast", "compile+fp32"), out_dir=tmp_path, timeout_s=20)
     by = {r.recipe: r for r in report.results}
@@ -148,6 +151,7 @@ def test_a_frontier_records_crashes_hangs_and_failed_validation_and_is_not_fatal
     assert by["eager+bf16-cast"].status == "timed_out"
     assert by["compile+fp32"].status == "ok" and by["compile+fp32"].tier == "exact"
     assert (tmp_path / "recipe_logs" / "eager_bf16-autocast.log").is_file()  # the failed recipe's log is kept
+    assert not stale.exists()
     assert report.winner("exact") is not None and report.winner("reduced") is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe_logs", "recipes.json"]
     assert RecipesReport.model_validate_json((tmp_path / "recipes.json").read_text()) == report

@@ -258,6 +258,8 @@ def perturb(obj: Any, seed: int) -> Any:
 
     Floating tensors get new normal values with the original's mean and standard deviation; integer tensors
     (token ids, indices) a random permutation of their own values, so they stay in range; bools new coin flips.
+    An integer tensor ordered along its last dimension (EmbeddingBag offsets, positions, sequence boundaries,
+    lengths sorted for packing) is structure, not data: it is kept.
     """
     import torch
 
@@ -276,10 +278,45 @@ def perturb(obj: Any, seed: int) -> Any:
             return values.to(device=t.device, dtype=t.dtype)
         if t.dtype == torch.bool:
             return (torch.rand(t.shape, generator=gen) < 0.5).to(t.device)
+        if _ordered(t):
+            return t.clone()
         order = torch.randperm(t.numel(), generator=gen).to(t.device)
         return t.flatten()[order].reshape(t.shape).clone()
 
     return map_tensors(fresh, obj)
+
+
+def _ordered(t: Any) -> bool:
+    """Whether an integer tensor of more than one element per row is non-decreasing, or non-increasing, along
+    its last dimension."""
+    if t.dim() == 0 or t.shape[-1] < 2:
+        return False
+    step = t[..., 1:] - t[..., :-1]
+    return bool((step >= 0).all()) or bool((step <= 0).all())
+
+
+def varied_inputs(model: Any, inputs: Any, seeds: list[int]) -> tuple[list[Any], str | None]:
+    """`perturb`ed copies of `inputs`, one per seed, that `model` runs on under `no_grad`, and why any were
+    dropped (None when none was): inputs whose structure a perturbation breaks in a way `perturb` cannot see
+    (indices that must be unique, a mask a row of which must stay open) leave the workload's own inputs only."""
+    import torch
+
+    kept, failure = [], None
+    for seed in seeds:
+        varied = perturb(inputs, seed)
+        call_args, call_kwargs = as_call(varied)
+        try:
+            with torch.no_grad():
+                model(*call_args, **call_kwargs)
+        except Exception as exc:  # noqa: BLE001 - the workload's own exception, reported
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            failure = f"{type(exc).__name__}: {first[:160]}"
+            continue
+        kept.append(varied)
+    if failure is None:
+        return kept, None
+    return kept, (f"{len(seeds) - len(kept)} of {len(seeds)} perturbed input sets made the model as written raise "
+                  f"({failure}): its own inputs stand in for them")
 
 
 def flatten(obj: Any, prefix: str = "out") -> list[tuple[str, Any]]:

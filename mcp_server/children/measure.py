@@ -42,10 +42,10 @@ from mcp_server.children.common import (
     load_workload,
     model_and_inputs,
     optimized_callable,
-    perturb,
     run_main,
     seed_all,
     synchronize,
+    varied_inputs,
 )
 from mcp_server.children.contract import REFERENCE_RECIPE
 from mcp_server.children.gpu_lock import GpuTurns
@@ -244,13 +244,17 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         if callable(getattr(base_mod, "train_step", None)):
             result["warnings"].append("the workload defines train_step: forward calls were timed (training steps "
                                       "are out of this measurement's scope)")
+        result["phase"] = "input sets"
+        varied, why = varied_inputs(model, inputs, [args.seed * 1000 + k for k in range(1, max(args.input_sets, 1))])
+        if why:
+            result["warnings"].append(why)
+        sets = [inputs] + varied
         result["phase"] = "apply"
         try:
             fn, prepare = _how(args, base_mod, model, device, result)
         except NotApplicable as exc:
             result["not_applicable"] = str(exc)
             return
-        sets = [inputs] + [perturb(inputs, args.seed * 1000 + k) for k in range(1, max(args.input_sets, 1))]
         runner = _Runner(fn, [prepare(s) for s in sets], bool(result["graphs"]) and device == "cuda")
         with torch.no_grad():
             result["phase"] = "first call"

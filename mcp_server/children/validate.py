@@ -26,6 +26,7 @@ from typing import Any
 
 from mcp_server.children.common import (
     as_call,
+    clone,
     device_of,
     flatten,
     inputs_preparer,
@@ -33,11 +34,11 @@ from mcp_server.children.common import (
     load_workload,
     model_and_inputs,
     optimized_callable,
-    perturb,
     recipe_of,
     run_main,
     seed_all,
     traceback_tail,
+    varied_inputs,
 )
 from mcp_server.children.contract import written_floor
 from mcp_server.children.numerics import (
@@ -185,7 +186,10 @@ def _one_seed(
     call_args, call_kwargs = as_call(inputs_a)
     opts["tf32"] = tf32_regime(flags, base_model) and device_of(base_model, call_args, call_kwargs) == "cuda"
     result["tf32"] = opts["tf32"]
-    inputs_b = perturb(inputs_a, 7919 * (seed + 1))
+    varied, why = varied_inputs(base_model, inputs_a, [7919 * (seed + 1)])
+    inputs_b = varied[0] if varied else clone(inputs_a)
+    if why and seed == int(result["seeds"][0]):
+        warnings.append(f"{why}: a cached result is not detected")
     if getattr(base_model, "training", False) and seed == int(result["seeds"][0]):
         warnings.append("the baseline model is in training mode: dropout or batch statistics make outputs vary")
     if callable(getattr(base_mod, "train_step", None)) and seed == int(result["seeds"][0]):

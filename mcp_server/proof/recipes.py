@@ -170,6 +170,7 @@ class _Runner:
         self.path, self.python, self.options, self.seeds = path, python, options, seeds
         self.scratch = Path(tempfile.mkdtemp(prefix="operator_profiler_recipes_"))
         self.failed_logs, self.lock = out / FAILED_LOGS, self.scratch / LOCK_NAME
+        shutil.rmtree(self.failed_logs, ignore_errors=True)  # a previous frontier's logs would read as this one's
         self.timeout_s, self.progress, self.cancel = timeout_s, progress, cancel
         self.done = 0
         self.finished: list[RecipeResult] = []  # every result so far, in the order they ended
