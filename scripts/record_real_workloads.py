@@ -39,6 +39,11 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
   reduced-tier winner as `optimize` writes it: reduce-overhead under float16 autocast), `--compile-mode optimized`.
   Target: attributed >= 99.5 %, the compile's CUDA graph trees recorded (`cuda_graph_trees`), so that the analysis
   offers the whole call in one graph and not reduce-overhead again. Its fixture keeps the profile alone.
+- `sample_decode`: scripts/gpu_workloads/sample_decode.py as it is (`--script --window-fn generate`: a GPT whose
+  attention is written by hand, its KV cache grown by `torch.cat`, an `.item()` stop check between steps). Target:
+  attributed >= 99.5 %, the growing cache found (the score matmul told from the probabilities @ values of the same
+  module), its static cache offered with no prerequisite from the stop check outside the model. Its fixture keeps
+  the profile alone.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -84,6 +89,8 @@ CASES: dict[str, list[str]] = {
     "amp_graphs_train": ["--script", str(WORKLOADS / "amp_compiled_train.py"), "--", "--steps", "40", "--mode",
                          "reduce-overhead"],
     "classifier_graph_trees": [str(WORKLOADS / "text_classifier_recipe.py"), "--compile-mode", "optimized"],
+    "sample_decode": ["--script", str(WORKLOADS / "sample_decode.py"), "--window-fn", "generate", "--", "--calls",
+                      "12"],
 }
 
 
@@ -218,7 +225,8 @@ def _counted_pct(row: dict[str, Any]) -> float:
 
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train"}
-PROFILE_FIXTURES = {"classifier_graph_trees"}  # what the tests replay is the analysis of the profile alone
+# what the tests replay is the analysis of the profile alone
+PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -234,6 +242,7 @@ TARGETS = {
     "amp_compiled_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "amp_graphs_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "classifier_graph_trees": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("cuda_graph_trees") is True,
+    "sample_decode": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
 }
 
 

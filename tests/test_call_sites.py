@@ -66,3 +66,43 @@ def test_an_fx_nodes_stack_trace_falls_back_to_the_library_line_too():
     with_user = f'  File "{__file__}", line 3, in step\n' + library_only
     assert user_site(with_user, library_roots()) == f"{__file__}:3"
     assert user_site(f'  File "{torch_file}", line 125, in forward\n', library_roots()) is None
+
+
+def test_the_call_site_mode_leaves_pytorchs_fused_attention_fast_paths_as_they_run_without_it():
+    """nn.MultiheadAttention and nn.TransformerEncoderLayer skip their fused inference kernels when any torch-function
+    mode is on the stack: under the call-site mode the profiled passes ran the slow path's kernels (a Conformer's 210
+    kernels against the 186 its timing pass counted). They now run what a run without the profiler runs; a mode of
+    the user's still takes the slow path, and compiling under the mode breaks no graph."""
+    from torch.overrides import TorchFunctionMode
+
+    from mcp_server.children.sites import call_sites
+
+    attention = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2,
+                                          enable_nested_tensor=False).eval()
+    x = torch.randn(2, 6, 32)
+
+    def operators() -> set[str]:
+        with torch.profiler.profile() as prof:
+            attention(x, x, x, need_weights=False)
+            encoder(x)
+        return {e.name for e in prof.events()}
+
+    fused = {"aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd"}
+    with torch.no_grad():
+        assert fused <= operators()
+        with call_sites("torch", UserFrames()):
+            seen = operators()
+            assert fused <= seen
+            assert any(name.startswith("site:") and "test_call_sites.py" in name for name in seen)
+            torch._dynamo.reset()
+            torch._dynamo.utils.counters.clear()
+            torch.compile(attention)(x, x, x, need_weights=False)
+            assert not torch._dynamo.utils.counters["graph_break"]
+
+            class Users(TorchFunctionMode):
+                def __torch_function__(self, func, types, args=(), kwargs=None):
+                    return func(*args, **(kwargs or {}))
+
+            with Users():
+                assert not fused & operators()

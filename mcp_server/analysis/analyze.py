@@ -271,11 +271,10 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
         findings = [f for f in findings if f.kind != "host_sync"] + ([found] if found else [])
     operators = _operator_analyses(profile, by_id, spec, findings)
     fusible = fusible_kernels(placed) if meta.compile_mode == "eager" else set()
-    # a decode step captured alone needs only its own synchronisations gone (those inside the model's modules)
-    step_needs = prerequisites(profile, [p for p in points or [] if p.module_path]) if growing else None
+    # the model compiled, or one decode step captured, needs only the model's own synchronisations gone
     opportunities = build_opportunities(profile, placed, by_id, findings, health, spec, fusible,
                                         prerequisites(profile, points) + ([KV_NEED] if growing else []), points,
-                                        step_needs)
+                                        prerequisites(profile, points, in_modules=True))
     counters = any(k.has_counters for k in kernels)
     if counters:
         notes += COUNTER_NOTES

@@ -174,15 +174,17 @@ def _whole_call(add: Callable[..., None], placed: list[Placed], health: Timeline
 def build_opportunities(
     profile: OperatorAttributedProfile, placed: list[Placed], analyses: dict[int, KernelAnalysis],
     findings: list[Finding], health: TimelineHealth, device: DeviceSpec | None, fusible: set[int],
-    needs: list[str] | None = None, syncs: list[SyncPoint] | None = None, step_needs: list[str] | None = None,
+    needs: list[str] | None = None, syncs: list[SyncPoint] | None = None, model_needs: list[str] | None = None,
 ) -> list[Opportunity]:
     """Opportunities from the findings, ranked by estimated end-to-end saving.
 
     `needs`: the changes that must come before a CUDA graph or a whole-graph compile of the window (its host
     synchronisations, data-dependent shapes): such advice names the first of them in its title and lists them all.
-    `syncs`: the window's synchronising places, whose idle time removing them gives back. `step_needs`: what must
-    come before one decode step is captured alone (a static KV cache's graph: a stop check between steps stays)."""
+    `syncs`: the window's synchronising places, whose idle time removing them gives back. `model_needs`: what must
+    come before the model alone is compiled or one decode step captured (those of `needs` inside its modules: a
+    stop check between decode steps, a script's `loss.item()` stay; `needs` when not given)."""
     needs = needs or []
+    model_needs = [n for n in needs if n != KV_NEED] if model_needs is None else model_needs
     by_id = {p.kernel.kernel_id: p for p in placed}
     window = max(health.window_ns, 1)
     mode = profile.capture_metadata.compile_mode
@@ -244,7 +246,7 @@ def build_opportunities(
                "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"],
             triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
                              [f"rnn_operators={len(rnns)}"]]) if rnns else None)
-        _after(out[-1], (step_needs or []) if cls == "static_kv_cache" else needs)
+        _after(out[-1], model_needs if cls == "static_kv_cache" else needs)
     # the graph trees' own captures are no whole-call graph; a workload's own capture is as far as it chose
     if mode in ("cudagraphs", "optimized") and not rnns and placed and (trees or not _captured(profile)):
         _whole_call(add, placed, health, mode, trees)
@@ -280,8 +282,8 @@ def build_opportunities(
             f"{how}{NOT_ADDITIVE}", modules=["(whole window)"],
             triggers=[*triggers, f"fusible_kernels={len(fusible)}", f"fusion_groups={len(chains)}",
                       f"cudnn_layout_kernels={len(layouts)}", f"attention_kernels={len(attention)}"])
-        if host_bound and not rnns:  # its estimate counts the host gaps of a whole-window compile (which may go
-            _after(out[-1], [n for n in needs if n != KV_NEED])  # dynamic: a growing cache needs no change first)
+        if host_bound and not rnns:  # the model compiled (dynamic shapes: a growing cache needs no change first)
+            _after(out[-1], model_needs)
     target = _target_precision(device)
     precision: tuple[tuple[str, PatternName], ...] = (("fp32_matmul", "dtype_autocast"), ("fp32_conv", "channels_last"))
     for kind, cls in precision:

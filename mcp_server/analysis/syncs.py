@@ -62,14 +62,19 @@ def _where(point: SyncPoint) -> str:
     return point.call_site.rsplit("/", 1)[-1] if point.call_site else f"{point.operator_name or point.api}"
 
 
-def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint] | None) -> list[str]:
+def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint] | None,
+                  in_modules: bool = False) -> list[str]:
     """What must change before the window can be captured in a CUDA graph or compiled whole: its data-dependent
-    shapes made static, its value reads moved out of the loop, its other synchronisations removed."""
+    shapes made static, its value reads moved out of the loop, its other synchronisations removed. `in_modules`:
+    what must change before the model alone is compiled or one call of it captured, those inside its modules only
+    (a script's `loss.item()`, a decode loop's stop check between steps stay where they are)."""
     needs: list[str] = []
-    launched = {k.attribution.launch_op for op in profile.operators for k in op.kernels}
-    shaped = sorted({name for name in {op.operator_name for op in profile.operators} | launched
+    operators = [op for op in profile.operators if op.module_path or not in_modules]
+    points = [p for p in points or [] if p.module_path or not in_modules]
+    launched = {k.attribution.launch_op for op in operators for k in op.kernels}
+    shaped = sorted({name for name in {op.operator_name for op in operators} | launched
                      if name and matches(DATA_DEPENDENT, name)})
-    shaped_sites = sorted({_where(p) for p in points or [] if p.data_dependent and matches(
+    shaped_sites = sorted({_where(p) for p in points if p.data_dependent and matches(
         DATA_DEPENDENT, p.operator_name)})
     if shaped or shaped_sites:
         what = ", ".join(shaped) or "operators with data-dependent output shapes"
@@ -77,11 +82,11 @@ def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint
                      f"{SHORT_END}pad to a fixed size or route with a fixed capacity and masks, or let Dynamo trace "
                      "them with torch._dynamo.config.capture_dynamic_output_shape_ops = True (a CUDA graph still "
                      "needs static shapes)")
-    reads = sorted({_where(p) for p in points or [] if p.synchronizing and matches(READBACK, p.operator_name)})
+    reads = sorted({_where(p) for p in points if p.synchronizing and matches(READBACK, p.operator_name)})
     if reads:
         needs.append(f"move the .item() read(s) at {', '.join(reads)} out of the loop{SHORT_END}keep the value on "
                      "the GPU (or torch._dynamo.config.capture_scalar_outputs = True under torch.compile)")
-    others = sorted({_where(p) for p in points or [] if p.synchronizing and not p.data_dependent})
+    others = sorted({_where(p) for p in points if p.synchronizing and not p.data_dependent})
     if others:
         needs.append(f"remove the host synchronisation(s) at {', '.join(others)}{SHORT_END}a CUDA graph cannot "
                      "capture one")

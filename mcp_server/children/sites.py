@@ -118,11 +118,13 @@ def call_sites(profiler: str, frames: UserFrames, active: bool = True) -> Any:
     from torch.overrides import TorchFunctionMode
 
     open_range, close_range = site_ranges(profiler)
+    _fast_paths_see_through()
 
     class CallSites(TorchFunctionMode):
         def __init__(self) -> None:
             super().__init__()
             self.active = active
+            self.call_site_mode = True  # `_fast_paths_see_through` looks past it
 
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
@@ -141,6 +143,37 @@ def call_sites(profiler: str, frames: UserFrames, active: bool = True) -> Any:
                 close_range(handle)
 
     return CallSites()
+
+
+def _fast_paths_see_through() -> None:
+    """Make `torch.overrides.has_torch_function` answer as if the call-site modes were not on the stack (once per
+    process). nn.MultiheadAttention's and nn.TransformerEncoderLayer's fused inference kernels are skipped when it
+    answers True, which any TorchFunctionMode makes it do: the profiled passes would run the slow path's kernels
+    while a run without the profiler runs the fused ones. Those modules ask through the module attribute at each
+    call; a mode of the user's, or a tensor subclass, still answers True."""
+    import torch
+    import torch.overrides as overrides
+    from torch.compiler import is_compiling
+
+    if getattr(overrides.has_torch_function, "sees_through_call_sites", False):
+        return
+    original = overrides.has_torch_function
+    plain = (torch.Tensor, torch.nn.Parameter)
+
+    def has_torch_function(args: Any) -> bool:
+        if is_compiling():  # Dynamo's own answer for the original, in code it traces: a tensor subclass's override
+            for arg in args:
+                if isinstance(arg, torch.Tensor) and type(arg) not in plain:
+                    return True
+            return False
+        stack = overrides._get_current_function_mode_stack()
+        if not stack or not getattr(stack[-1], "call_site_mode", False):
+            return original(args)
+        with overrides._pop_mode_temporarily():
+            return has_torch_function(args)
+
+    has_torch_function.sees_through_call_sites = True  # type: ignore[attr-defined]
+    overrides.has_torch_function = has_torch_function
 
 
 class ThreadCapture:
