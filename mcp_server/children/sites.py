@@ -162,10 +162,7 @@ def _fast_paths_see_through() -> None:
 
     def has_torch_function(args: Any) -> bool:
         if is_compiling():  # Dynamo's own answer for the original, in code it traces: a tensor subclass's override
-            for arg in args:
-                if isinstance(arg, torch.Tensor) and type(arg) not in plain:
-                    return True
-            return False
+            return any(isinstance(arg, torch.Tensor) and type(arg) not in plain for arg in args)
         stack = overrides._get_current_function_mode_stack()
         if not stack or not getattr(stack[-1], "call_site_mode", False):
             return original(args)
