@@ -134,3 +134,27 @@ def test_the_decode_loop_s_frontier_winner_still_grows_its_cache_and_is_answered
     analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
     static = next(o for o in analysis.opportunities if o.change_class == "static_kv_cache")
     assert static.prerequisites == [] and "growing_kv_cache" in static.findings
+
+
+def test_a_hand_written_attentions_growing_cache_is_found_and_its_stop_check_gates_no_model_change(tmp_path) -> None:
+    """`h200_sample_decode.profile.json.xz`: scripts/gpu_workloads/sample_decode.py as it is (`--script --window-fn
+    generate`), recorded by `scripts/record_real_workloads.py --cases sample_decode` on an H200 on 2026-11-29. Its
+    attention is q @ k^T, softmax, @ v in one module: the probabilities @ values matmul, read as (1 query, the head
+    size), hid the score matmul's growing key length. The `.item()` stop check runs between steps, outside the model:
+    compiling the model, or capturing one step, needs nothing moved first; a graph of the whole window would."""
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((FIXTURES / "h200_sample_decode.profile.json.xz").read_bytes()))
+    profile = load_profile(path)
+    growing = growing_kv_cache(profile)
+    assert growing is not None
+    assert "decode_steps=48" in growing.triggers and "key_length_min=33" in growing.triggers
+    assert len(growing.module_paths) == 6 and "key_length_max=80" in growing.triggers
+    analysis = analyze_profile(profile, tmp_path / "out", profile_path=path, measure=False)
+    syncs = [p for p in analysis.syncs or [] if p.synchronizing]
+    assert syncs and all(p.call_site and p.call_site.endswith("sample_decode.py:66") and not p.module_path
+                         for p in syncs)
+    by_class = {o.change_class: o for o in analysis.opportunities}
+    static = by_class["static_kv_cache"]
+    assert not static.prerequisites and "cuda_graphs" not in by_class
+    assert not by_class["inductor_config"].prerequisites
+    assert by_class["sdpa_substitution"].estimated_saving_ns > 0

@@ -158,34 +158,36 @@ def sleep_cycles(ns: int) -> int:
 
 class ModuleRanges:
     """Forward pre/post hooks that wrap every module's forward in a `module:<path>` range (eager only); the
-    model itself is named by its class (`root`), as kernels its own forward launches outside every submodule."""
+    model itself is named by its class (`root`), as kernels its own forward launches outside every submodule.
+    The hooks are global, filtered to the model's modules: nn.TransformerEncoderLayer skips its fused inference
+    kernels when one of its modules carries hooks of its own, as a run without the profiler would not."""
 
     def __init__(self, model: Any, profiler: str, root: str) -> None:
         import torch
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
         self._torch = torch
         self.profiler = profiler
         self.recording = RECORDINGS[profiler]
         self._open: list[Any] = []
-        self._handles = []
-        for path, module in model.named_modules():
-            self._handles.append(module.register_forward_pre_hook(self._pre(path or root)))
-            self._handles.append(module.register_forward_hook(self._post, always_call=True))
+        self._names = {id(module): MODULE_RANGE_PREFIX + (path or root) for path, module in model.named_modules()}
+        self._handles = [register_module_forward_pre_hook(self._pre),
+                         register_module_forward_hook(self._post, always_call=True)]
 
-    def _pre(self, path: str) -> Callable[..., None]:
-        name = MODULE_RANGE_PREFIX + path
-
-        def hook(module: Any, args: Any) -> None:
-            if self.recording.torch_profiler:
-                ctx = self._torch.autograd.profiler.record_function(name)
-                ctx.__enter__()
-                self._open.append(ctx)
-            else:
-                self._torch.cuda.nvtx.range_push(name)
-
-        return hook
+    def _pre(self, module: Any, args: Any) -> None:
+        name = self._names.get(id(module))
+        if name is None:
+            return
+        if self.recording.torch_profiler:
+            ctx = self._torch.autograd.profiler.record_function(name)
+            ctx.__enter__()
+            self._open.append(ctx)
+        else:
+            self._torch.cuda.nvtx.range_push(name)
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
+        if id(module) not in self._names:
+            return
         if self.recording.torch_profiler:
             if self._open:
                 self._open.pop().__exit__(None, None, None)
