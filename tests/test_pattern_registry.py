@@ -187,3 +187,20 @@ def test_a_launch_bound_rnn_training_step_is_offered_graphed_forward_and_backwar
     assert "make_graphed_callables" in offered.title
     window = profile.window.unprofiled_wall_time_ns
     assert window and 0 < offered.estimated_saving_ns < window - profile.window.unprofiled_gpu_busy_time_ns
+
+
+def test_what_is_left_says_when_the_frontier_measured_the_winners_compile_mode_swapped(tmp_path: Path):
+    """A DLRM-style recommender (scripts/gpu_workloads/dlrm.py) through `optimize --tier reduced` on an H200
+    (2026-11-29; the fixtures are its recipes.json and the winner's profile_optimized.json): the winner
+    compile+fp16-cast leaves a host-bound window, so the analysis offers reduce-overhead; the frontier had run
+    reduce-overhead+fp16-cast, reduce-overhead in place of the winner's compile, and measured it slower."""
+    fixtures = REPO / "tests" / "fixtures"
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((fixtures / "h200_dlrm_winner.profile.json.xz").read_bytes()))
+    frontier = RecipesReport.model_validate_json(lzma.decompress((fixtures / "h200_dlrm_recipes.json.xz").read_bytes()))
+    analysis = analyze_profile(load_profile(path), tmp_path / "analysis", profile_path=path, measure=False)
+    assert [o.change_class for o in analysis.opportunities] == ["cuda_graphs"]
+    rows = residual_from_analysis(analysis, [], recipe="compile+fp16-cast", tier="reduced", frontier=frontier)
+    assert len(rows) == 1 and rows[0].pattern == knowledge_of("cuda_graphs")
+    assert rows[0].title.endswith("the frontier measured it on its winner: reduce-overhead+fp16-cast, 701.4 µs against "
+                                  "588.9 µs by latency (slower; recipes.json)")

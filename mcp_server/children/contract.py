@@ -56,6 +56,19 @@ def recipe_name(compile_mode: str, precision: str, channels_last: bool = False, 
     return "+".join([compile_mode, precision] + [CHANNELS_LAST] * channels_last + [CUDNN_BENCHMARK] * cudnn_benchmark)
 
 
+def changed_part(recipe: str, other: str) -> str | None:
+    """The one part of recipe `other` that `recipe` lacks when they differ in one thing only: a compile mode or a
+    precision put in place of the recipe's own, or channels-last or cuDNN's autotuner added (None otherwise)."""
+    mine, theirs = recipe_parts(recipe), recipe_parts(other)
+    changed = [i for i in range(4) if mine[i] != theirs[i]]
+    if len(changed) != 1:
+        return None
+    i = changed[0]
+    if i < 2:
+        return str(theirs[i])
+    return (CHANNELS_LAST if i == 2 else CUDNN_BENCHMARK) if theirs[i] else None
+
+
 REFERENCE_RECIPE = recipe_name("eager", "fp32")  # the workload as written, TF32 off: what every recipe is held to
 
 

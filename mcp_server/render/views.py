@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_server.analysis.pattern_registry import PATTERNS, allowed_in, covered_by, needed_tier
+from mcp_server.children.contract import changed_part
 from mcp_server.compare import COUNTERS, total
 from mcp_server.queries import top_operators
 from mcp_server.render.inputs import ReportInputs
@@ -357,18 +358,17 @@ def diagnosis_text(analysis: Analysis) -> str:
 
 
 def tried_on_winner(change_class: str, recipe: str, frontier: RecipesReport) -> str | None:
-    """What the frontier measured of pattern `change_class` added to its winner `recipe` (e.g. channels-last on
-    `reduce-overhead+fp16-cast`), in words with both latencies; None when no such recipe ran."""
+    """What the frontier measured of pattern `change_class` applied to its winner `recipe` (channels-last added to
+    `reduce-overhead+fp16-cast`, reduce-overhead in place of `compile+fp16-cast`'s compile), in words with both
+    latencies; None when no such recipe ran."""
     ran = {r.recipe: r for r in frontier.results if r.status == "ok"}
     winner = ran.get(recipe)
     base = winner.time_ns("latency") if winner is not None else None
     if change_class not in PATTERNS or winner is None or not base:
         return None
-    parts, knobs = set(recipe.split("+")), set(PATTERNS[change_class].recipes)
     for result in ran.values():
-        theirs, time = set(result.recipe.split("+")), result.time_ns("latency")
-        added = theirs - parts
-        if len(added) == 1 and added <= knobs and parts <= theirs and time:
+        time = result.time_ns("latency")
+        if changed_part(recipe, result.recipe) in PATTERNS[change_class].recipes and time:
             verdict = "slower" if time > base else "faster" if result.tier == winner.tier else "faster, another tier"
             return (f"the frontier measured it on its winner: {result.recipe}, {time / 1e3:.1f} µs against "
                     f"{base / 1e3:.1f} µs by latency ({verdict}; recipes.json)")
