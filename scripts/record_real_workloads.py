@@ -44,6 +44,10 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
   attributed >= 99.5 %, the growing cache found (the score matmul told from the probabilities @ values of the same
   module), its static cache offered with no prerequisite from the stop check outside the model. Its fixture keeps
   the profile alone.
+- `gcn`: scripts/gpu_workloads/gcn.py (a graph convolutional network: gathers, scales and index_add_ scatters along
+  a million edges, GPU-bound). Target: attributed >= 99.5 %. Its fixture keeps the profile alone; with
+  `recipes gcn.py --only compile+fp32`'s recipes.json, the tests check the fusion estimate against what compiling
+  measured (Inductor's scatter, the gather and scale fused into it, is faster than ATen's index_add_ alone).
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -91,6 +95,7 @@ CASES: dict[str, list[str]] = {
     "classifier_graph_trees": [str(WORKLOADS / "text_classifier_recipe.py"), "--compile-mode", "optimized"],
     "sample_decode": ["--script", str(WORKLOADS / "sample_decode.py"), "--window-fn", "generate", "--", "--calls",
                       "12"],
+    "gcn": [str(WORKLOADS / "gcn.py")],
 }
 
 
@@ -226,7 +231,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train"}
 # what the tests replay is the analysis of the profile alone
-PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode"}
+PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -243,6 +248,7 @@ TARGETS = {
     "amp_graphs_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "classifier_graph_trees": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("cuda_graph_trees") is True,
     "sample_decode": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
+    "gcn": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
 }
 
 

@@ -257,7 +257,9 @@ def format_summary(analysis: Analysis) -> str:
     if sol is not None:
         lines.append(f"speed of light: the window runs at {sol.pct_of_speed_of_light:.0f} % of its speed of light "
                      f"({_us(sol.floor_ns)} at its precisions, {_us(sol.reduced_precision_floor_ns)} with BF16 tensor "
-                     f"cores, against {_us(sol.window_ns)}); a speedup above {sol.max_plausible_speedup:.1f}x is "
+                     f"cores, against {_us(sol.window_ns)}: its kernels as they are, at the device's peaks; fused "
+                     f"kernels move fewer bytes and may go below it); a speedup above "
+                     f"{sol.max_plausible_speedup:.1f}x is "
                      f"suspect (its GEMMs, convolutions and attention in BF16 at half the bytes, all else fused "
                      f"away: {_us(sol.plausible_floor_ns)}); {sol.estimate_label}")
     lines += _syncs_block(analysis)
