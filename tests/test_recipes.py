@@ -288,3 +288,23 @@ def test_a_half_precision_model_that_cannot_run_in_fp32_keeps_the_tiers_toleranc
     assert "TypeError: this kernel takes bfloat16 only, not torch.float32" in said
     reference = report.result("eager+fp32")
     assert reference is not None and reference.tier == "exact"
+
+
+def test_a_winner_the_frontier_cannot_tell_from_its_runner_up_says_so():
+    """The DLRM-style recommender's H200 frontier (tests/fixtures/h200_dlrm_recipes.json.xz): compile+fp16-cast won
+    the reduced tier in its one process at 588.9 µs, eager+fp16-cast 595.6 µs; bench later measured the winner's
+    processes at 588.7 to 1128.1 µs. The winner's lines are followed by the close runner-up and how to tell them
+    apart; a tier whose runner-up is further than the spread says nothing."""
+    from mcp_server.proof.bench import PROCESS_SPREAD
+    from mcp_server.render.frontier import format_recipes, runner_up
+
+    report = RecipesReport.model_validate_json(lzma.decompress((FIXTURES / "h200_dlrm_recipes.json.xz").read_bytes()))
+    close = runner_up(report, "reduced")
+    assert close is not None and close.recipe == "eager+fp16-cast"
+    table = format_recipes(report)
+    assert ("    (close: eager+fp16-cast, 0.596 ms, one process each; the processes of one host-bound recipe can "
+            f"differ by more than {PROCESS_SPREAD:.2f}x: `bench` the two, each in its own processes, to tell them "
+            "apart)") in table
+    far = report.model_copy(update={"results": [r for r in report.results if r.tier != "reduced"
+                                                or r.recipe == "compile+fp16-cast"]})
+    assert runner_up(far, "reduced") is None  # the exact tier's fastest, 724.3 µs, is beyond the spread

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from mcp_server.analysis.charts import pyplot, save_png
 from mcp_server.children.contract import written_floor
+from mcp_server.proof.bench import PROCESS_SPREAD
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import RecipeResult, RecipesReport
-from mcp_server.schema.types import TIERS
+from mcp_server.schema.types import TIERS, tiers_within
 
 FRONTIER_PNG = "frontier.png"
 TIER_COLORS = {"exact": "#2ca02c", "reduced": "#1f77b4", "fp8": "#9467bd", None: "#d62728"}
@@ -71,9 +72,26 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
         lines.append(f"{tier} tier winner by {metric.replace('_', '-')}: {winner.recipe} "
                      f"({winner.time_ns / 1e6:.3f} ms{speed}):")
         lines += [f"    {line}" for line in winner.code]
+        close = runner_up(report, tier, metric)
+        if close is not None:
+            lines.append(f"    (close: {close.recipe}, {(close.time_ns(metric) or 0) / 1e6:.3f} ms, one process each; "
+                         f"the processes of one host-bound recipe can differ by more than {PROCESS_SPREAD:.2f}x: "
+                         "`bench` the two, each in its own processes, to tell them apart)")
     for group in report.skipped:
         lines.append(f"skipped {len(group.recipes)}: {group.reason}")
     return "\n".join(lines)
+
+
+def runner_up(report: RecipesReport, tier: str, metric: Metric = "latency") -> RecipeResult | None:
+    """The fastest other recipe valid in `tier` within `PROCESS_SPREAD` of its winner's time by `metric` (each
+    recipe is timed in one process: closer than that, the frontier does not tell them apart); None otherwise."""
+    winner = report.winner(tier, metric)
+    if winner is None:
+        return None
+    within = set(tiers_within(tier))
+    close = [r for r in report.results if r.status == "ok" and r.tier in within and r.recipe != winner.recipe
+             and (r.time_ns(metric) or float("inf")) <= winner.time_ns * PROCESS_SPREAD]
+    return min(close, key=lambda r: r.time_ns(metric) or float("inf")) if close else None
 
 
 def frontier_chart(report: RecipesReport, path: Path) -> Path | None:
