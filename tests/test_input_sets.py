@@ -53,3 +53,16 @@ def test_a_frontier_of_a_workload_with_structured_inputs_is_timed_on_its_own_inp
     assert any("must open with the BOS token" in w for w in reference.warnings)
     cast = report.result("eager+bf16-cast")
     assert cast is not None and cast.status == "ok"
+
+
+def test_validate_takes_the_same_inputs_again_when_the_model_refuses_a_perturbed_copy():
+    """The second call of validate's pair is normally a perturbed copy (a result cached from the first is caught); a
+    model that refuses it is called with its own inputs again, and the report says what that leaves unchecked."""
+    from mcp_server.proof.validate import render_checks, validate
+
+    report = validate(WORKLOADS / "tiny_bag.py", WORKLOADS / "tiny_bag_optimized.py", python=sys.executable,
+                      seeds=(0, 1), run_tests=False)
+    assert report.passed, render_checks(report)
+    said = [w for w in report.warnings if "perturbed copy of the inputs" in w]
+    assert len(said) == 1 and "ValueError: every sequence must open with the BOS token" in said[0]
+    assert said[0].endswith("so a cached result is not detected")

@@ -295,6 +295,12 @@ def _ordered(t: Any) -> bool:
     return bool((step >= 0).all()) or bool((step <= 0).all())
 
 
+def refusal(exc: BaseException) -> str:
+    """An exception in one short line: its type and the first line of its message."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first[:160]}"
+
+
 def varied_inputs(model: Any, inputs: Any, seeds: list[int]) -> tuple[list[Any], str | None]:
     """`perturb`ed copies of `inputs`, one per seed, that `model` runs on under `no_grad`, and why any were
     dropped (None when none was): inputs whose structure a perturbation breaks in a way `perturb` cannot see
@@ -309,8 +315,7 @@ def varied_inputs(model: Any, inputs: Any, seeds: list[int]) -> tuple[list[Any],
             with torch.no_grad():
                 model(*call_args, **call_kwargs)
         except Exception as exc:  # noqa: BLE001 - the workload's own exception, reported
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            failure = f"{type(exc).__name__}: {first[:160]}"
+            failure = refusal(exc)
             continue
         kept.append(varied)
     if failure is None:
