@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from mcp_server.analysis.devices import peak_at_clock
-from mcp_server.analysis.kv_cache import KV_NEED
 from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledge_of
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes
@@ -182,9 +181,9 @@ def build_opportunities(
     synchronisations, data-dependent shapes): such advice names the first of them in its title and lists them all.
     `syncs`: the window's synchronising places, whose idle time removing them gives back. `model_needs`: what must
     come before the model alone is compiled or one decode step captured (those of `needs` inside its modules: a
-    stop check between decode steps, a script's `loss.item()` stay; `needs` when not given)."""
+    stop check between decode steps, a script's `loss.item()` stay)."""
     needs = needs or []
-    model_needs = [n for n in needs if n != KV_NEED] if model_needs is None else model_needs
+    model_needs = model_needs or []
     by_id = {p.kernel.kernel_id: p for p in placed}
     window = max(health.window_ns, 1)
     mode = profile.capture_metadata.compile_mode

@@ -295,10 +295,10 @@ def _ordered(t: Any) -> bool:
     return bool((step >= 0).all()) or bool((step <= 0).all())
 
 
-def refusal(exc: BaseException) -> str:
-    """An exception in one short line: its type and the first line of its message."""
+def refusal(exc: BaseException, limit: int = 160) -> str:
+    """An exception in one short line: its type and the first line of its message (at most `limit` characters)."""
     first = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {first[:160]}"
+    return f"{type(exc).__name__}: {first[:limit]}"
 
 
 def varied_inputs(model: Any, inputs: Any, seeds: list[int]) -> tuple[list[Any], str | None]:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from mcp_server.children.common import as_call, clone, flatten, map_tensors, synchronize, tensors
+from mcp_server.children.common import as_call, clone, flatten, map_tensors, refusal, synchronize, tensors
 
 CHECKS = (
     "contract", "backend_registered", "backend_invoked", "fx_passes", "runs", "shapes_dtypes", "finite",
@@ -263,7 +263,7 @@ def written_error(build: Callable[[int], tuple[Any, Any]], seeds: list[int], opt
                          for p, t in flatten(twin.float()(*upcast(args), **upcast(kwargs)))]
             except Exception as exc:  # noqa: BLE001 - the model runs only as written: no floor is measured
                 return {"seeds": seeds, "outputs": [], "problems": {},
-                        "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+                        "failed": refusal(exc, 200)}
             finally:
                 del twin
         for (path, out), (_, ref) in zip(written, truth, strict=True):
