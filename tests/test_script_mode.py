@@ -4,7 +4,6 @@ DataLoader worker processes, run unmodified by the real CLI and harness under to
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -297,5 +296,3 @@ def test_a_window_the_script_ends_inside_is_dropped_not_kept_short(tmp_path):
     assert "traced_windows" not in harness
     assert f"the script ended after {steps} steps: {steps - 1} of 12 windows of 1 step(s) were measured" in (
         harness["warnings"])
-    shortest = min(w["wall_time_ns"] for w in harness["windows"])
-    assert shortest > 0.2 * statistics.median(w["wall_time_ns"] for w in harness["windows"])
