@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import statistics
 import sys
 import threading
 import time
@@ -31,7 +32,7 @@ from mcp_server.proof.recipe_plan import (
     skipped,
 )
 from mcp_server.proof.recipes import default_jobs, recipes, tail_warning, tier_of
-from mcp_server.schema.recipes import ModelFacts, RecipeError, RecipesReport
+from mcp_server.schema.recipes import ModelFacts, ProcessTimes, RecipeError, RecipesReport
 from mcp_server.schema.requests import RecipeTiming
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -295,16 +296,92 @@ def test_a_winner_the_frontier_cannot_tell_from_its_runner_up_says_so():
     the reduced tier in its one process at 588.9 µs, eager+fp16-cast 595.6 µs; bench later measured the winner's
     processes at 588.7 to 1128.1 µs. The winner's lines are followed by the close runner-up and how to tell them
     apart; a tier whose runner-up is further than the spread says nothing."""
-    from mcp_server.proof.bench import PROCESS_SPREAD
+    from mcp_server.proof.stats import PROCESS_SPREAD
     from mcp_server.render.frontier import format_recipes, runner_up
 
     report = RecipesReport.model_validate_json(lzma.decompress((FIXTURES / "h200_dlrm_recipes.json.xz").read_bytes()))
     close = runner_up(report, "reduced")
     assert close is not None and close.recipe == "eager+fp16-cast"
     table = format_recipes(report)
-    assert ("    (close: eager+fp16-cast, 0.596 ms, one process each; the processes of one host-bound recipe can "
-            f"differ by more than {PROCESS_SPREAD:.2f}x: `bench` the two, each in its own processes, to tell them "
-            "apart)") in table
+    assert ("    (close behind it: eager+fp16-cast measured 595.6 µs by latency in its own process, within the "
+            f"{PROCESS_SPREAD:.2f}× by which the processes of one host-bound recipe can differ: one process each does "
+            "not tell the two apart (`recipes --runoff 2` runs each again, or `bench` the two))") in table
     far = report.model_copy(update={"results": [r for r in report.results if r.tier != "reduced"
                                                 or r.recipe == "compile+fp16-cast"]})
     assert runner_up(far, "reduced") is None  # the exact tier's fastest, 724.3 µs, is beyond the spread
+
+
+def _with_runoff(report: RecipesReport, medians: dict[str, list[float]]) -> RecipesReport:
+    """`report` as if the runoff had run `medians` (latency, ns) for the recipes named: more processes each."""
+    results = [r.model_copy(update={"runoff": [ProcessTimes(latency_ns=m, back_to_back_ns=m, wall_time_s=1.0)
+                                               for m in medians.get(r.recipe, [])]}) for r in report.results]
+    return report.model_copy(update={"results": results, "runoff_rounds": 2})
+
+
+def test_the_runoff_takes_each_tiers_winner_and_the_recipes_within_the_spread_of_it():
+    """The DLRM-style recommender's H200 frontier: the reduced tier's winner compile+fp16-cast (588.9 µs) has
+    eager+fp16-cast within 1.15x of it; the runoff of every tier takes each tier's race (winner first, at most
+    RUNOFF_MAX), that of one tier only its own."""
+    from mcp_server.proof.recipes import RUNOFF_MAX, contenders
+    from mcp_server.proof.stats import PROCESS_SPREAD
+
+    report = RecipesReport.model_validate_json(lzma.decompress((FIXTURES / "h200_dlrm_recipes.json.xz").read_bytes()))
+    named = contenders(report.results, "latency")
+    reduced = [r for r in sorted(report.results, key=lambda r: r.time_ns("latency") or float("inf"))
+               if r.status == "ok" and r.tier in ("exact", "reduced")]
+    best = reduced[0].time_ns("latency") or 0.0
+    close = [r.recipe for r in reduced if (r.time_ns("latency") or 0.0) <= best * PROCESS_SPREAD][:RUNOFF_MAX]
+    assert close == ["compile+fp16-cast", "eager+fp16-cast"]
+    # every tier's race: the fp8 tier's reduce-overhead+bf16-cast (540.7 µs) and the exact tier's two fp32 recipes
+    assert named == ["reduce-overhead+fp32", "eager+fp32", "compile+fp16-cast", "eager+fp16-cast",
+                     "reduce-overhead+bf16-cast"]
+    assert contenders(report.results, "latency", ("reduced",)) == close  # optimize --tier reduced: its race alone
+    alone = [r for r in report.results if r.recipe not in close[1:]]
+    assert "compile+fp16-cast" not in contenders(alone, "latency", ("reduced",))  # no recipe near it: no race
+
+
+def test_after_a_runoff_the_runner_up_says_whether_its_processes_tell_it_from_the_winner():
+    """The same frontier, the runoff's processes added by hand: a runner-up slower in every process says so; one
+    whose processes overlap the winner's says the race is not settled. Times are medians of process medians."""
+    from mcp_server.render.frontier import format_recipes, runner_up_text
+
+    report = RecipesReport.model_validate_json(lzma.decompress((FIXTURES / "h200_dlrm_recipes.json.xz").read_bytes()))
+    apart = _with_runoff(report, {"compile+fp16-cast": [590_000.0, 1_100_000.0], "eager+fp16-cast": [600_000.0,
+                                                                                                      610_000.0]})
+    winner = apart.result("compile+fp16-cast")
+    assert winner is not None and winner.time_ns("latency") == 590_000.0  # the median of 588.9, 590 and 1100 µs
+    assert runner_up_text(apart, "reduced") == (
+        "eager+fp16-cast measured 600.0 µs by latency, the median of 3 processes (595.6–610.0 µs; the winner's 3: "
+        "588.9–1100.0 µs): their processes overlap, so which of the two is faster is not settled (`bench` them with "
+        "more --rounds)")
+    slower = _with_runoff(report, {"compile+fp16-cast": [590_000.0, 591_000.0], "eager+fp16-cast": [600_000.0,
+                                                                                                     610_000.0]})
+    said = runner_up_text(slower, "reduced")
+    assert said is not None and said.endswith("595.6–610.0 µs; the winner's 3: 588.9–591.0 µs): slower than the "
+                                              "winner in every process")
+    changed = slower.model_copy(update={"runoff_changed": ["reduced (latency): eager+fp16-cast -> compile+fp16-cast"]})
+    assert ("runoff: 2 more process(es) each for compile+fp16-cast, eager+fp16-cast (within 1.15x of their tier's "
+            "winner in one process); their times are the medians of their processes' medians; it changed reduced "
+            "(latency): eager+fp16-cast -> compile+fp16-cast") in format_recipes(changed)
+
+
+def test_a_host_bound_frontier_runs_its_close_recipes_again_and_ranks_them_by_their_processes(tmp_path):
+    """A forward that waits a fixed 5 ms on the host (CPU): eager+fp32 and eager+bf16-cast both run in about that,
+    so the reduced tier's race goes to the runoff: one more process each, timed only, their times the medians
+    of their processes' medians; the exact tier, one recipe, has none."""
+    lines: list[str] = []
+    report = recipes(WORKLOADS / "host_bound.py", python=sys.executable, options=FAST, seeds=(0,),
+                     only=("eager+bf16-cast",), out_dir=tmp_path, progress=lines.append, runoff=1)
+    by = {r.recipe: r for r in report.results}
+    assert by["eager+bf16-cast"].tier == "reduced" and by["eager+fp32"].tier == "exact"
+    for result in by.values():
+        assert len(result.runoff) == 1 and result.runoff[0].latency_ns > 5e6  # the wait is in it
+        medians = result.process_medians("latency")
+        assert len(medians) == 2 and result.time_ns("latency") == statistics.median(medians)
+    assert report.runoff_rounds == 1
+    assert any(line.startswith("recipes: runoff of eager+fp32, eager+bf16-cast: within 1.15x") or
+               line.startswith("recipes: runoff of eager+bf16-cast, eager+fp32: within 1.15x") for line in lines)
+    winner = report.winner("reduced")
+    assert winner is not None and winner.time_ns == by[winner.recipe].time_ns("latency")
+    saved = RecipesReport.model_validate_json((tmp_path / "recipes.json").read_text())
+    assert saved == report and saved.recipes_version == "1.3"

@@ -697,4 +697,4 @@ def test_a_winner_one_process_cannot_tell_from_its_runner_up_is_followed_by_it(l
     assert "**compile+fp16-cast**, 588.9 µs per call" in report
     assert ("Close behind it: eager+fp16-cast measured 595.6 µs by latency in its own process, within the 1.15× by "
             "which the processes of one host-bound recipe can differ: one process each does not tell the two apart "
-            "(`bench` them, each in its own processes).") in report
+            "(`recipes --runoff 2` runs each again, or `bench` the two).") in report

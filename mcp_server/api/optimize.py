@@ -30,6 +30,7 @@ from mcp_server.proof.bench import load_recipes
 from mcp_server.proof.recipes import RECIPES_JSON
 from mcp_server.render.recipe_workload import write_recipe_workload
 from mcp_server.rundir import files_under, output_folder
+from mcp_server.schema.recipes import RUNOFF_ROUNDS
 from mcp_server.schema.requests import (
     AnalyzeRequest,
     BenchRequest,
@@ -39,6 +40,7 @@ from mcp_server.schema.requests import (
     OptimizeRequest,
     ProfileRequest,
     RecipesRequest,
+    RecipeTiming,
     ReportRequest,
     ValidateRequest,
 )
@@ -92,7 +94,8 @@ def optimize(req: OptimizeRequest, progress: Progress = quiet, cancel: Cancel = 
     if req.recipes is None:
         stage("recipes", lambda: recipes(RecipesRequest(
             workload=req.workload, python=req.python, thorough=req.thorough, output=out, project=req.project,
-            timeout_s=req.timeout_s), progress, cancel))
+            timing=RecipeTiming(runoff=RUNOFF_ROUNDS, throughput=req.timing.throughput), timeout_s=req.timeout_s),
+            progress, cancel, runoff_tiers=(req.tier,)))
     else:
         stage("recipes", lambda: progress(f"optimize: the frontier of {recipes_path}, measured earlier"))
     frontier = load_recipes(recipes_path)

@@ -29,6 +29,7 @@ from mcp_server.schema.results import (
     RecipesResult,
     ValidateToolResult,
 )
+from mcp_server.schema.types import TIERS
 
 
 def bench(req: BenchRequest, progress: Progress = quiet, cancel: Cancel = None) -> BenchToolResult:
@@ -53,8 +54,10 @@ def bench(req: BenchRequest, progress: Progress = quiet, cancel: Cancel = None) 
                                     executable=result.python_executable, torch_version=result.torch_version),
         warnings=result.warnings,
     )
-def recipes(req: RecipesRequest, progress: Progress = quiet, cancel: Cancel = None) -> RecipesResult:
-    """Measure the free frontier of a workload: recipes.json, frontier.png and the table."""
+def recipes(req: RecipesRequest, progress: Progress = quiet, cancel: Cancel = None,
+            runoff_tiers: tuple[str, ...] = TIERS) -> RecipesResult:
+    """Measure the free frontier of a workload: recipes.json, frontier.png and the table; the runoff
+    (`req.timing.runoff`) is for the races of `runoff_tiers`."""
     from mcp_server.render.frontier import FRONTIER_PNG, format_recipes, frontier_chart  # matplotlib: only here
 
     progress(f"recipes: the free frontier of {req.workload.name} under {req.python.python}")
@@ -62,7 +65,8 @@ def recipes(req: RecipesRequest, progress: Progress = quiet, cancel: Cancel = No
         loop = Recorder(out, "recipes", [req.workload], [req.workload])
         report = run_recipes(req.workload, python=req.python.python, options=req.timing, seeds=req.seeds,
                              thorough=req.thorough, only=req.only, jobs=req.jobs, out_dir=out,
-                             timeout_s=req.timeout_s, progress=progress, cancel=cancel)
+                             timeout_s=req.timeout_s, progress=progress, cancel=cancel, runoff=req.timing.runoff,
+                             runoff_tiers=runoff_tiers)
         chart = frontier_chart(report, out / FRONTIER_PNG)
         record(loop, [out / RECIPES_JSON], progress)
     metric = req.timing.headline

@@ -28,7 +28,7 @@ from mcp_server.progress import Progress, quiet
 from mcp_server.proof import check_python, check_workload
 from mcp_server.proof.measure import TIMING_STARTS, Measured, Way, measure
 from mcp_server.proof.recipes import RECIPES_JSON
-from mcp_server.proof.stats import BOOTSTRAP_RESAMPLES, bootstrap_speedup, summarize
+from mcp_server.proof.stats import BOOTSTRAP_RESAMPLES, PROCESS_SPREAD, bootstrap_speedup, summarize
 from mcp_server.schema.io import read_model, write_model_atomic
 from mcp_server.schema.proof import BenchResult, BenchSide, ClockObservation, ClockReading, SpeedupEstimate
 from mcp_server.schema.recipes import RecipesReport
@@ -211,9 +211,6 @@ def _side(workload: Path, runs: list[Measured], recipe: str | None) -> BenchSide
         back_to_back=summarize([v for m in rounds for v in m.back_to_back_ns]),
         rounds=rounds,
     )
-
-
-PROCESS_SPREAD = 1.15  # per-process medians further apart than this are said, with what it means
 
 
 def spread_notes(name: str, side: BenchSide) -> list[str]:

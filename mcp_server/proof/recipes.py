@@ -5,6 +5,11 @@ at a time, and their timed windows take turns on the GPU (`children/gpu_lock.Gpu
 fp32 eager runs first, alone: it is the reference, and it says which recipes apply (`proof/recipe_plan.py`). Each
 recipe is validated against fp32 eager with TF32 off over several seeds and sorted into the tightest tier its error
 meets; a recipe that crashes, hangs, does not apply or fails validation is recorded with its reason, never fatal.
+
+One process per recipe cannot tell apart two recipes closer than the processes of one recipe differ (a host-bound
+call on a host whose speed changes between processes: `proof.bench.PROCESS_SPREAD`). The runoff then runs each
+tier's winner and the recipes within that spread of it again, a few more processes each in alternating order, and
+times each by the median of its processes' medians.
 """
 
 from __future__ import annotations
@@ -28,12 +33,13 @@ from mcp_server.progress import Progress, quiet
 from mcp_server.proof import check_python, check_workload
 from mcp_server.proof.measure import Measured, Way, measure
 from mcp_server.proof.recipe_plan import plan_first, plan_layout, recipe_code, skipped, stage_winners
-from mcp_server.proof.stats import summarize
+from mcp_server.proof.stats import PROCESS_SPREAD, summarize
 from mcp_server.schema.io import write_model_atomic
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import (
     TIER_RTOL,
     ModelFacts,
+    ProcessTimes,
     RecipeError,
     RecipeResult,
     RecipesReport,
@@ -46,6 +52,7 @@ RECIPES_JSON = "recipes.json"
 FAILED_LOGS = "recipe_logs"
 LOCK_NAME = "gpu.lock"
 METRICS: tuple[Metric, ...] = ("latency", "back_to_back")
+RUNOFF_MAX = 3  # recipes of one tier in its runoff, its winner included
 
 
 def default_jobs(device: str, cpus: int | None = None) -> int:
@@ -69,9 +76,13 @@ def recipes(
     timeout_s: float = 600.0,
     progress: Progress = quiet,
     cancel: threading.Event | None = None,
+    runoff: int = 0,
+    runoff_tiers: tuple[str, ...] = TIERS,
 ) -> RecipesReport:
     """Measure the free frontier of `workload` into `out_dir` (recipes.json; the log of each recipe that failed under
-    recipe_logs/). `timeout_s` bounds each recipe's process."""
+    recipe_logs/). `timeout_s` bounds each recipe's process; `runoff`: more processes for each recipe one process
+    cannot tell from the winner of its tier, of `runoff_tiers` (0: none; `optimize` runs `RUNOFF_ROUNDS` for its
+    tier)."""
     options = options or TimingOptions()
     path, python = check_workload(workload), check_python(python)
     out = Path(out_dir) if out_dir is not None else Path.cwd()
@@ -96,6 +107,7 @@ def recipes(
         if layout:
             progress(f"recipes: channels_last and cuDNN's autotuner on the winners ({len(layout)} recipes)")
             runner.pool(layout, jobs, len(layout))
+        runner.runoff(contenders(runner.finished, options.headline, runoff_tiers), runoff, jobs, options.headline)
     except (KeyboardInterrupt, Terminated, CancelledCapture) as exc:  # stopped: what was measured is kept, marked
         if raw is not None and runner.stopped is not None:
             report = _report(path, raw, runner.written, runner.finished, options, seeds, thorough, only, jobs or 1,
@@ -132,8 +144,32 @@ def _report(path: Path, raw: dict[str, Any], written: RecipeError | None, result
         started_at=started, finished_at=now_iso(), wall_time_s=round(time.monotonic() - t0, 3),
         warnings=[*stopped_warning, *tail_warning(results), *_written_warning(raw),
                   *dict.fromkeys(w for r in results for w in r.warnings)],
-        stopped=stopped,
+        stopped=stopped, runoff_rounds=max((len(r.runoff) for r in results), default=0),
+        runoff_changed=_changed(results, options.headline),
     )
+
+
+def contenders(results: list[RecipeResult], metric: Metric, tiers: tuple[str, ...] = TIERS) -> list[str]:
+    """Recipes one process each cannot rank: for each of `tiers` whose winner by `metric` has recipes valid in the
+    tier within `PROCESS_SPREAD` of its time, the winner and those (fastest first, `RUNOFF_MAX` of them at most)."""
+    named: dict[str, None] = {}
+    for tier in tiers:
+        valid = sorted((r for r in results if r.status == "ok" and r.tier in tiers_within(tier)
+                        and r.time_ns(metric) is not None), key=lambda r: r.time_ns(metric) or 0.0)
+        close = [r for r in valid if (r.time_ns(metric) or 0.0) <= (valid[0].time_ns(metric) or 0.0) * PROCESS_SPREAD
+                 ] if valid else []
+        if len(close) > 1:
+            named.update(dict.fromkeys(r.recipe for r in close[:RUNOFF_MAX]))
+    return list(named)
+
+
+def _changed(results: list[RecipeResult], metric: Metric) -> list[str]:
+    """The winners the runoff changed: `tier (metric): first-process winner -> winner`."""
+    first = [r.model_copy(update={"runoff": []}) for r in results]
+    before = {(w.tier, w.metric): w.recipe for w in _winners(first, first[0])}
+    return [f"{w.tier} ({w.metric.replace('_', '-')}): {before[(w.tier, w.metric)]} -> {w.recipe}"
+            for w in _winners(results, results[0]) if w.metric == metric
+            and before.get((w.tier, w.metric), w.recipe) != w.recipe] if results else []
 
 
 def _written_warning(raw: dict[str, Any]) -> list[str]:
@@ -197,6 +233,48 @@ class _Runner:
         self.finished.append(result)
         self.done += 1
         self.progress(f"recipes: [{self.done}/{total}] {_line(result)}")
+
+    def runoff(self, names: list[str], rounds: int, jobs: int, metric: Metric) -> None:
+        """Run each of `names` `rounds` more times, each time in a fresh process without validation (its first one
+        validated it), rounds alternating the order (the last first every other round); each process's medians join
+        its result's `runoff`. A process that fails is said in the result's warnings and leaves it as it was."""
+        if rounds < 1 or not names:
+            return
+        by_name = {r.recipe: r for r in self.finished}
+        self.progress(f"recipes: runoff of {', '.join(names)}: within {PROCESS_SPREAD:.2f}x of their tier's winner by "
+                      f"{metric.replace('_', '-')} in one process each; {rounds} more process(es) each")
+        for index in range(rounds):
+            order = names[::-1] if index % 2 == 0 else names
+            executor = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="runoff")
+            try:
+                for name, times in zip(order, executor.map(self._again, order), strict=True):
+                    result = by_name[name]
+                    if isinstance(times, str):
+                        result.warnings.append(f"a runoff process failed ({times[:160]}): its time rests on "
+                                               f"{len(result.runoff) + 1} process(es)")
+                        continue
+                    result.runoff.append(times)
+                    self.progress(f"recipes: runoff [{index + 1}/{rounds}] {name}: "
+                                  f"{times.latency_ns / 1e6:.3f} ms latency, {times.back_to_back_ns / 1e6:.3f} ms "
+                                  f"back-to-back (now {(result.time_ns(metric) or 0) / 1e6:.3f} ms by "
+                                  f"{metric.replace('_', '-')}, the median of {len(result.runoff) + 1} processes)")
+            except BaseException as exc:
+                self.stopped = str(exc) or type(exc).__name__
+                raise
+            finally:
+                executor.shutdown(wait=True, cancel_futures=True)
+
+    def _again(self, name: str) -> ProcessTimes | str:
+        """One more process of recipe `name`, timed only: its medians, or why it failed."""
+        try:
+            measured = measure(self.path, Way(recipe=name), self.python, self.options, self.scratch,
+                               f"runoff_{name.replace('+', '_')}", self.timeout_s, quiet, self.cancel, self.lock)
+        except (ChildTimedOut, WorkloadError) as exc:
+            return exc.message
+        raw = measured.raw
+        return ProcessTimes(latency_ns=summarize(raw["latency_ns"]).median_ns,
+                            back_to_back_ns=summarize(raw["back_to_back_ns"]).median_ns,
+                            wall_time_s=round(measured.wall_time_s, 3))
 
     def run(self, name: str, stage: str) -> tuple[RecipeResult, dict[str, Any] | None]:
         """One recipe in its own process: its result, and the child's JSON when it ran."""

@@ -18,6 +18,9 @@ from mcp_server.schema.proof import SpeedupEstimate, TimingSummary
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261121
 CI_LEVEL = 0.95
+# Per-process medians of one code further apart than this are said, with what it means: a host-bound call runs as
+# fast as the host does in that process (bench's sides, the frontier's close recipes).
+PROCESS_SPREAD = 1.15
 
 Rounds = Sequence[Sequence[float]]
 

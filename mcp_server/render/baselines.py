@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from mcp_server.proof.bench import PROCESS_SPREAD
-from mcp_server.render.frontier import runner_up
+from mcp_server.render.frontier import runner_up_text
 from mcp_server.schema.analysis import SpeedOfLight
-from mcp_server.schema.proof import BenchResult, Metric
+from mcp_server.schema.proof import BenchResult
 from mcp_server.schema.recipes import RecipesReport
 
 
@@ -41,7 +40,7 @@ class FrontierView(BaseModel):
     device: str
     recipes_file: str
     verdict: str
-    runner_up: str | None = None  # a recipe one process each cannot tell from the winner, with its time
+    runner_up: str | None = None  # a recipe within the spread of processes of the winner, with its times
 
 
 class BaselinesView(BaseModel):
@@ -134,19 +133,8 @@ def baselines_view(
             recipe_speedup_vs_eager=winner.speedup_vs_reference if winner else None,
             reference=report.reference_label, code=winner.code if winner else [],
             device=report.device_name or report.device_type, recipes_file=file,
-            verdict=verdict, runner_up=_runner_up_text(report, tier, metric),
+            verdict=verdict, runner_up=runner_up_text(report, tier, metric),
         )
     if not rows and frontier is None:
         return None
     return BaselinesView(rows=rows, frontier=frontier)
-
-
-def _runner_up_text(report: RecipesReport, tier: str, metric: Metric) -> str | None:
-    """The tier's runner-up when one process each cannot tell it from the winner, in words; None otherwise."""
-    close = runner_up(report, tier, metric)
-    time = close.time_ns(metric) if close is not None else None
-    if close is None or time is None:
-        return None
-    return (f"{close.recipe} measured {time / 1e3:.1f} µs by {metric.replace('_', '-')} in its own process, within the "
-            f"{PROCESS_SPREAD:.2f}× by which the processes of one host-bound recipe can differ: one process each does "
-            "not tell the two apart (`bench` them, each in its own processes)")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mcp_server.analysis.charts import pyplot, save_png
 from mcp_server.children.contract import written_floor
-from mcp_server.proof.bench import PROCESS_SPREAD
+from mcp_server.proof.stats import PROCESS_SPREAD
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import RecipeResult, RecipesReport
 from mcp_server.schema.types import TIERS, tiers_within
@@ -72,11 +72,15 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
         lines.append(f"{tier} tier winner by {metric.replace('_', '-')}: {winner.recipe} "
                      f"({winner.time_ns / 1e6:.3f} ms{speed}):")
         lines += [f"    {line}" for line in winner.code]
-        close = runner_up(report, tier, metric)
+        close = runner_up_text(report, tier, metric)
         if close is not None:
-            lines.append(f"    (close: {close.recipe}, {(close.time_ns(metric) or 0) / 1e6:.3f} ms, one process each; "
-                         f"the processes of one host-bound recipe can differ by more than {PROCESS_SPREAD:.2f}x: "
-                         "`bench` the two, each in its own processes, to tell them apart)")
+            lines.append(f"    (close behind it: {close})")
+    if report.runoff_rounds:
+        ran = [r.recipe for r in report.results if r.runoff]
+        lines.append(f"runoff: {report.runoff_rounds} more process(es) each for {', '.join(ran)} (within "
+                     f"{PROCESS_SPREAD:.2f}x of their tier's winner in one process); their times are the medians of "
+                     "their processes' medians" + (f"; it changed {'; '.join(report.runoff_changed)}"
+                                                   if report.runoff_changed else "; no winner changed"))
     for group in report.skipped:
         lines.append(f"skipped {len(group.recipes)}: {group.reason}")
     return "\n".join(lines)
@@ -92,6 +96,33 @@ def runner_up(report: RecipesReport, tier: str, metric: Metric = "latency") -> R
     close = [r for r in report.results if r.status == "ok" and r.tier in within and r.recipe != winner.recipe
              and (r.time_ns(metric) or float("inf")) <= winner.time_ns * PROCESS_SPREAD]
     return min(close, key=lambda r: r.time_ns(metric) or float("inf")) if close else None
+
+
+def runner_up_text(report: RecipesReport, tier: str, metric: Metric = "latency") -> str | None:
+    """The tier's runner-up within `PROCESS_SPREAD` of its winner, in words: its time, over how many processes, and
+    whether those tell it from the winner; None when there is none."""
+    close, winner = runner_up(report, tier, metric), report.winner(tier, metric)
+    time = close.time_ns(metric) if close is not None else None
+    first = report.result(winner.recipe) if winner is not None else None
+    if close is None or time is None or first is None:
+        return None
+    by = metric.replace("_", "-")
+    theirs, ours = close.process_medians(metric), first.process_medians(metric)
+    if len(theirs) < 2 or len(ours) < 2:
+        return (f"{close.recipe} measured {time / 1e3:.1f} µs by {by} in its own process, within the "
+                f"{PROCESS_SPREAD:.2f}× by which the processes of one host-bound recipe can differ: one process each "
+                "does not tell the two apart (`recipes --runoff 2` runs each again, or `bench` the two)")
+    said = (f"{close.recipe} measured {time / 1e3:.1f} µs by {by}, the median of {len(theirs)} processes "
+            f"({_span(theirs)}; the winner's {len(ours)}: {_span(ours)})")
+    if max(ours) < min(theirs):
+        return f"{said}: slower than the winner in every process"
+    return (f"{said}: their processes overlap, so which of the two is faster is not settled (`bench` them with more "
+            "--rounds)")
+
+
+def _span(medians: list[float]) -> str:
+    low, high = min(medians), max(medians)
+    return f"{low / 1e3:.1f}–{high / 1e3:.1f} µs"
 
 
 def frontier_chart(report: RecipesReport, path: Path) -> Path | None:

@@ -9,6 +9,7 @@ tier, by each metric.
 
 from __future__ import annotations
 
+import statistics
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -17,12 +18,15 @@ from mcp_server.children.contract import REFERENCE_RECIPE, recipe_name, recipe_p
 from mcp_server.schema.proof import Metric, TimingSummary
 from mcp_server.schema.types import TIERS, Tier, tiers_within
 
-RECIPES_VERSION = "1.2"  # 1.1: `stopped`; 1.2: `written_error`
+RECIPES_VERSION = "1.3"  # 1.1: `stopped`; 1.2: `written_error`; 1.3: the runoff (`RecipeResult.runoff`, `runoff`)
 # The error that puts a recipe in a tier, over fp32 eager with TF32 off (validate's rule: |opt - ref| <= rtol *
 # (|ref| + RMS(ref)) per element): float32's class for the exact tier, bfloat16/float16's for the reduced one, and for
 # the fp8 tier that of 3 mantissa bits on both operands of a GEMM with per-tensor scales (a two-layer MLP lost up to
 # 24 % of its output's RMS: knowledge/fx_patterns/fp8_linear.py).
 TIER_RTOL: dict[str, float] = {"exact": 1e-4, "reduced": 1e-2, "fp8": 0.25}
+# More processes for each recipe of a runoff: three in all, whose median is the usual speed's on a host whose speed
+# differs between processes, unless two of the three met the unusual one.
+RUNOFF_ROUNDS = 2
 
 
 class _Model(BaseModel):
@@ -48,6 +52,14 @@ class RecipeError(_Model):
                                 description="What no tolerance excuses: NaN/Inf, other shapes, integers that differ.")
 
 
+class ProcessTimes(_Model):
+    """One more process of a recipe, run by the runoff: its medians per call."""
+
+    latency_ns: float
+    back_to_back_ns: float
+    wall_time_s: float
+
+
 class RecipeResult(_Model):
     """One recipe, run in its own process."""
 
@@ -66,11 +78,23 @@ class RecipeResult(_Model):
     error: RecipeError | None = None
     code: list[str] = Field(default_factory=list, description="The lines a user pastes to apply it.")
     warnings: list[str] = Field(default_factory=list)
+    runoff: list[ProcessTimes] = Field(
+        default_factory=list, description="More processes of this recipe, run when one process could not tell it "
+        "from its tier's winner; its time is then the median of every process's median (1.3).")
+
+    def process_medians(self, metric: Metric) -> list[float]:
+        """The median per call by `metric` of each of its processes: the first (validated), then the runoff's."""
+        summary = self.latency if metric == "latency" else self.back_to_back
+        if summary is None:
+            return []
+        more = [p.latency_ns if metric == "latency" else p.back_to_back_ns for p in self.runoff]
+        return [summary.median_ns, *more]
 
     def time_ns(self, metric: Metric) -> float | None:
-        """The median time per call by `metric`, when it ran."""
-        summary = self.latency if metric == "latency" else self.back_to_back
-        return summary.median_ns if summary is not None else None
+        """The time per call by `metric`, when it ran: its process's median, or the median of its processes'
+        medians when the runoff ran it again."""
+        medians = self.process_medians(metric)
+        return statistics.median(medians) if medians else None
 
 
 class Winner(_Model):
@@ -143,6 +167,10 @@ class RecipesReport(_Model):
     warnings: list[str] = Field(default_factory=list)
     stopped: str | None = Field(default=None, description="Why the run ended early (a signal, a cancel): the frontier "
                                 "holds only the recipes measured until then (1.1).")
+    runoff_rounds: int = Field(default=0, description="More processes the runoff ran for each recipe one process "
+                               "could not tell from its tier's winner (1.3).")
+    runoff_changed: list[str] = Field(default_factory=list, description="Winners the runoff changed, as `tier "
+                                      "(metric): first-process winner -> winner` (1.3).")
 
     @property
     def reference_label(self) -> str:

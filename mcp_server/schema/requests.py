@@ -69,7 +69,7 @@ class CaptureOptions(Request):
     ), Flag("--script-arg", repeat=True)] = ()
     window_fn: Annotated[str | None, Field(
         description="(script) A step is one call of this function, method (e.g. generate) or nn.Module class; "
-        "`backward`: one backward() (training without torch.optim)."
+        "`backward`: one backward()."
     )] = None
     steps: Annotated[str | None, Field(
         pattern=r"^\d+:\d+$", description="(script) W:A: W warm-up steps, then A in the window "
@@ -149,14 +149,13 @@ class NcuOptions(Request):
         "exactly."
     ), Flag("--set")] = None
     sections: Annotated[tuple[str, ...], Field(
-        description="Also collect these ncu sections (SpeedOfLight: the SM, memory, L1 and L2 throughputs exactly, "
-        "not as the busiest of their inputs)."
+        description="Also collect these ncu sections (SpeedOfLight: the SM, memory, L1 and L2 throughputs read "
+        "exactly)."
     ), Flag("--section", repeat=True)] = ()
     ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False
     replay_budget_s: Annotated[float, Field(
-        gt=0, allow_inf_nan=False, description="Seconds of ncu replay (estimated per replayed kernel): every launch "
-        "configuration first, then shape variants spread over the window; a variant left out takes its nearest "
-        "measured shape's counters."
+        gt=0, allow_inf_nan=False, description="Seconds of ncu replay: launch configurations first, then shape "
+        "variants spread over the window; a variant left out takes its nearest measured shape's counters."
     ), Flag("--replay-budget")] = 60.0
 
     @field_validator("kernel_regex", "metric_set")
@@ -222,9 +221,8 @@ class ProfileRequest(Request):
     workload: Workload
     python: Interpreter
     capture: CaptureOptions = CaptureOptions()
-    backend: Backend = Field(default="auto", description="auto: the first backend this machine has everything for "
-                             "(nsys + ncu with an NVIDIA GPU, else torch.profiler: CPU operator times without a GPU); "
-                             "or one backend by name (an unknown name is refused with the list).")
+    backend: Backend = Field(default="auto", description="auto: nsys + ncu with an NVIDIA GPU, else "
+                             "torch.profiler (CPU operator times); or a backend by name.")
     ncu: NcuOptions | None = Field(
         default=None, description="Replay the window under ncu too (the run verb); None: no counters."
     )
@@ -347,6 +345,8 @@ class RecipeTiming(TimingOptions):
 
     budget_s: Annotated[float, Field(gt=0, allow_inf_nan=False, description="Seconds of timed calls each process "
                                      "aims at: slow calls get fewer (at least 10 each).")] = 1.0
+    runoff: Annotated[int, Field(ge=0, le=8, description="More processes for recipes within 1.15x of a tier's "
+                                 "winner, timed by the median (0: none; optimize: 2).")] = 0
 
 
 def _baseline_mode(value: str) -> str:
