@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 
 import pytest
 
@@ -426,3 +427,22 @@ def test_a_workload_replaying_its_own_cuda_graph_is_refused_for_that_reason_not_
     unattributed = total(c, "unattributed_kernel_time_ns")
     assert unattributed is not None and unattributed.baseline == 0
     assert unattributed.optimized == sum(k.duration_ns for k in optimized.unattributed_kernels)
+
+
+def test_a_loop_fused_into_one_kernel_lists_what_it_absorbed_by_kind():
+    """The Mamba-style SSM on the H200 (tests/fixtures/h200_ssm_comparison.json.xz: eager against reduce-overhead in
+    float16): each block's 32-step scan became one Triton kernel absorbing 260 and 262 operator calls. comparison.md
+    and report.md name each kind once with its count, not 262 names in a table cell."""
+    from fixtures_util import FIXTURES
+
+    from mcp_server.compare.matching import absorbed_summary
+
+    recorded = lzma.decompress((FIXTURES / "h200_ssm_comparison.json.xz").read_bytes())
+    comparison = Comparison.model_validate_json(recorded)
+    fused = [d for d in comparison.operators if len(d.absorbed_operators) > 100]
+    assert sorted(len(d.absorbed_operators) for d in fused) == [260, 262]
+    said = absorbed_summary(next(d for d in fused if len(d.absorbed_operators) == 262).absorbed_operators)
+    assert said == ("aten::silu, aten::add ×32, aten::softplus, aten::exp ×33, aten::neg, aten::mul ×161 and 2 more "
+                    "kind(s) (262 calls)")
+    markdown = render_comparison_markdown(comparison)
+    assert said in markdown and "aten::mul, aten::mul" not in markdown

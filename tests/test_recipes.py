@@ -360,9 +360,9 @@ def test_after_a_runoff_the_runner_up_says_whether_its_processes_tell_it_from_th
     assert said is not None and said.endswith("595.6–610.0 µs; the winner's 3: 588.9–591.0 µs): slower than the "
                                               "winner in every process")
     changed = slower.model_copy(update={"runoff_changed": ["reduced (latency): eager+fp16-cast -> compile+fp16-cast"]})
-    assert ("runoff: 2 more process(es) each for compile+fp16-cast, eager+fp16-cast (within 1.15x of their tier's "
-            "winner in one process); their times are the medians of their processes' medians; it changed reduced "
-            "(latency): eager+fp16-cast -> compile+fp16-cast") in format_recipes(changed)
+    assert ("runoff: 2 more process(es) each for compile+fp16-cast, eager+fp16-cast (within 1.15x of the winner); "
+            "their times are the medians of their processes' medians; it changed reduced (latency): eager+fp16-cast "
+            "-> compile+fp16-cast") in format_recipes(changed)
 
 
 def test_a_host_bound_frontier_runs_its_close_recipes_again_and_ranks_them_by_their_processes(tmp_path):
@@ -385,3 +385,31 @@ def test_a_host_bound_frontier_runs_its_close_recipes_again_and_ranks_them_by_th
     assert winner is not None and winner.time_ns == by[winner.recipe].time_ns("latency")
     saved = RecipesReport.model_validate_json((tmp_path / "recipes.json").read_text())
     assert saved == report and saved.recipes_version == "1.3"
+
+
+def test_a_runoff_of_one_tier_names_what_its_new_times_bring_into_the_race_and_changes_no_other_tier():
+    """The Mamba-style SSM's H200 frontier through `optimize --tier reduced` (tests/fixtures/h200_ssm_recipes.json.xz,
+    recorded before these rules): the reduced tier's winner reduce-overhead+fp16-cast measured 147.2 µs in its first
+    process, 173.1 and 228.8 in the runoff's. Its median, 173.1 µs, brings reduce-overhead+fp16-cast+channels-last
+    (178.3 µs, one process) within 1.15x: the race now names it. The fp8 tier's winner moved to
+    reduce-overhead+bf16-cast (149.6 µs, one process) because a recipe it shares with the reduced tier was measured
+    again: no change the reduced tier's runoff made, so it is not reported as one."""
+    from mcp_server.proof.recipes import _changed, contenders
+    from mcp_server.render.frontier import format_recipes, runner_up_text
+
+    report = RecipesReport.model_validate_json(lzma.decompress((FIXTURES / "h200_ssm_recipes.json.xz").read_bytes()))
+    winner = report.result("reduce-overhead+fp16-cast")
+    assert winner is not None and winner.process_medians("latency") == [147152.0, 173136.0, 228816.0]
+    assert contenders(report.results, "latency", ("reduced",)) == [
+        "reduce-overhead+fp16-cast", "reduce-overhead+fp16-cast+channels-last"]
+    assert _changed(report.results, "latency", ("reduced",)) == []
+    assert _changed(report.results, "latency", ("reduced", "fp8")) == [
+        "fp8 (latency): reduce-overhead+fp16-cast -> reduce-overhead+bf16-cast"]
+    assert runner_up_text(report, "reduced") == (
+        "reduce-overhead+fp16-cast+channels-last measured 178.3 µs by latency in 1 process(es), the winner "
+        "147.2–228.8 µs in 3: within the 1.15× by which the processes of one host-bound recipe can differ, and not "
+        "raced against it (`bench` the two to tell them apart)")
+    raced = report.model_copy(update={"runoff_tiers": ["reduced"], "runoff_changed": []})
+    assert ("runoff of the reduced tier's race: 2 more process(es) each for reduce-overhead+fp16-cast, "
+            "reduce-overhead+fp16-autocast, reduce-overhead+tf32 (within 1.15x of the winner); their times are the "
+            "medians of their processes' medians; no winner changed") in format_recipes(raced)

@@ -3,7 +3,7 @@ the matching itself (exact, renamed, fused by names, fused by module; see the pa
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
 from mcp_server.schema.profile import OperatorAttributedProfile, OperatorRecord
@@ -117,6 +117,16 @@ def module_label(module_path: str | None) -> str:
     if module_path is None:
         return NO_MODULE
     return module_path or ROOT_MODULE
+
+
+def absorbed_summary(names: list[str], kinds: int = 6) -> str:
+    """The operators a fused one absorbed, for display: each name once with its count, in order of first appearance,
+    the first `kinds` of them (a loop unrolled into one kernel absorbs hundreds)."""
+    counts = Counter(names)
+    shown = [f"{name} ×{n}" if n > 1 else name for name, n in counts.items()][:kinds]
+    rest = len(counts) - len(shown)
+    return ", ".join(shown) + (f" and {rest} more kind(s)" if rest > 0 else "") + (
+        f" ({len(names)} calls)" if len(names) > len(counts) else "")
 
 
 def speedup(baseline: float | None, optimized: float | None) -> float | None:

@@ -107,11 +107,12 @@ def recipes(
         if layout:
             progress(f"recipes: channels_last and cuDNN's autotuner on the winners ({len(layout)} recipes)")
             runner.pool(layout, jobs, len(layout))
-        runner.runoff(contenders(runner.finished, options.headline, runoff_tiers), runoff, jobs, options.headline)
+        runner.race(runoff_tiers, runoff, jobs, options.headline)
     except (KeyboardInterrupt, Terminated, CancelledCapture) as exc:  # stopped: what was measured is kept, marked
         if raw is not None and runner.stopped is not None:
             report = _report(path, raw, runner.written, runner.finished, options, seeds, thorough, only, jobs or 1,
-                             started, t0, stopped=f"{runner.stopped} after {len(runner.finished) - 1} recipe(s)")
+                             started, t0, stopped=f"{runner.stopped} after {len(runner.finished) - 1} recipe(s)",
+                             raced=runner.raced)
             write_model_atomic(out / RECIPES_JSON, report)
             progress(f"recipes: stopped; wrote the {len(runner.finished) - 1} recipe(s) measured to "
                      f"{out / RECIPES_JSON} ({type(exc).__name__})")
@@ -119,17 +120,17 @@ def recipes(
     finally:
         runner.close()
     report = _report(path, raw, runner.written, runner.finished, options, seeds, thorough, only, jobs or 1, started,
-                     t0)
+                     t0, raced=runner.raced)
     write_model_atomic(out / RECIPES_JSON, report)
     return report
 
 
 def _report(path: Path, raw: dict[str, Any], written: RecipeError | None, results: list[RecipeResult],
             options: TimingOptions, seeds: tuple[int, ...], thorough: bool, only: tuple[str, ...], jobs: int,
-            started: str, t0: float, stopped: str | None = None) -> RecipesReport:
+            started: str, t0: float, stopped: str | None = None, raced: tuple[str, ...] = ()) -> RecipesReport:
     """recipes.json's content from the reference's child JSON, its error against itself in float32 (`written`) and
     the results (the reference first); `stopped`: why the run ended before the rest ran (said in the first warning
-    too)."""
+    too); `raced`: the tiers whose races the runoff ran."""
     env, facts = raw["environment"], ModelFacts.model_validate(raw["model"])
     gpu = raw["device_type"] == "cuda"
     stopped_warning = [f"the run was stopped ({stopped}): this frontier holds only the recipes measured until then, "
@@ -145,7 +146,7 @@ def _report(path: Path, raw: dict[str, Any], written: RecipeError | None, result
         warnings=[*stopped_warning, *tail_warning(results), *_written_warning(raw),
                   *dict.fromkeys(w for r in results for w in r.warnings)],
         stopped=stopped, runoff_rounds=max((len(r.runoff) for r in results), default=0),
-        runoff_changed=_changed(results, options.headline),
+        runoff_tiers=list(raced), runoff_changed=_changed(results, options.headline, raced),
     )
 
 
@@ -163,12 +164,13 @@ def contenders(results: list[RecipeResult], metric: Metric, tiers: tuple[str, ..
     return list(named)
 
 
-def _changed(results: list[RecipeResult], metric: Metric) -> list[str]:
-    """The winners the runoff changed: `tier (metric): first-process winner -> winner`."""
+def _changed(results: list[RecipeResult], metric: Metric, raced: tuple[str, ...]) -> list[str]:
+    """The winners of the `raced` tiers the runoff changed: `tier (metric): first-process winner -> winner` (another
+    tier's winner may change too, a recipe it shares with a raced tier measured again: that is no race of its own)."""
     first = [r.model_copy(update={"runoff": []}) for r in results]
     before = {(w.tier, w.metric): w.recipe for w in _winners(first, first[0])}
     return [f"{w.tier} ({w.metric.replace('_', '-')}): {before[(w.tier, w.metric)]} -> {w.recipe}"
-            for w in _winners(results, results[0]) if w.metric == metric
+            for w in _winners(results, results[0]) if w.metric == metric and w.tier in raced
             and before.get((w.tier, w.metric), w.recipe) != w.recipe] if results else []
 
 
@@ -212,6 +214,7 @@ class _Runner:
         self.finished: list[RecipeResult] = []  # every result so far, in the order they ended
         self.stopped: str | None = None  # why the run is stopping: results ending after it are not kept
         self.written: RecipeError | None = None  # a model written below fp32: the reference against itself in fp32
+        self.raced: tuple[str, ...] = ()  # the tiers whose races the runoff ran
 
     def pool(self, planned: list[tuple[str, str]], jobs: int, total: int) -> None:
         """Run `planned` (recipe, stage) with `jobs` processes at a time, in order; each result joins `finished`."""
@@ -233,6 +236,20 @@ class _Runner:
         self.finished.append(result)
         self.done += 1
         self.progress(f"recipes: [{self.done}/{total}] {_line(result)}")
+
+    def race(self, tiers: tuple[str, ...], rounds: int, jobs: int, metric: Metric) -> None:
+        """The runoff of `tiers`: their contenders run `rounds` more times each; a recipe the new times bring within
+        the spread of a winner (a winner measured slower in its other processes) runs too, once more at most."""
+        if rounds < 1:
+            return
+        ran: set[str] = set()
+        for _ in range(2):
+            names = [n for n in contenders(self.finished, metric, tiers) if n not in ran]
+            if not names:
+                break
+            self.runoff(names, rounds, jobs, metric)
+            ran.update(names)
+            self.raced = tiers
 
     def runoff(self, names: list[str], rounds: int, jobs: int, metric: Metric) -> None:
         """Run each of `names` `rounds` more times, each time in a fresh process without validation (its first one

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mcp_server.compare import COMPARISON_JSON, COMPARISON_MD, module_label, speedup, total
+from mcp_server.compare.matching import absorbed_summary
 from mcp_server.schema.io import write_model_atomic, write_text_atomic
 from mcp_server.schema.proof import Comparison, OperatorMetrics, TotalDelta
 
@@ -114,7 +115,7 @@ def render_comparison_markdown(c: Comparison, max_rows: int = 30) -> str:
     if fused:
         lines += ["## Fused groups", ""]
         rows = [
-            [d.operator_name, module_label(d.module_path), ", ".join(d.absorbed_operators), d.match_rule,
+            [d.operator_name, module_label(d.module_path), absorbed_summary(d.absorbed_operators), d.match_rule,
              fmt_ns(time_of(d.baseline)), fmt_ns(time_of(d.optimized))]
             for d in fused[:max_rows]
         ]

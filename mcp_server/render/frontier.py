@@ -77,8 +77,9 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
             lines.append(f"    (close behind it: {close})")
     if report.runoff_rounds:
         ran = [r.recipe for r in report.results if r.runoff]
-        lines.append(f"runoff: {report.runoff_rounds} more process(es) each for {', '.join(ran)} (within "
-                     f"{PROCESS_SPREAD:.2f}x of their tier's winner in one process); their times are the medians of "
+        tiers = f" of the {'/'.join(report.runoff_tiers)} tier's race" if report.runoff_tiers else ""
+        lines.append(f"runoff{tiers}: {report.runoff_rounds} more process(es) each for "
+                     f"{', '.join(ran)} (within {PROCESS_SPREAD:.2f}x of the winner); their times are the medians of "
                      "their processes' medians" + (f"; it changed {'; '.join(report.runoff_changed)}"
                                                    if report.runoff_changed else "; no winner changed"))
     for group in report.skipped:
@@ -108,10 +109,14 @@ def runner_up_text(report: RecipesReport, tier: str, metric: Metric = "latency")
         return None
     by = metric.replace("_", "-")
     theirs, ours = close.process_medians(metric), first.process_medians(metric)
-    if len(theirs) < 2 or len(ours) < 2:
+    if len(theirs) < 2 and len(ours) < 2:
         return (f"{close.recipe} measured {time / 1e3:.1f} µs by {by} in its own process, within the "
                 f"{PROCESS_SPREAD:.2f}× by which the processes of one host-bound recipe can differ: one process each "
                 "does not tell the two apart (`recipes --runoff 2` runs each again, or `bench` the two)")
+    if len(theirs) < 2 or len(ours) < 2:
+        return (f"{close.recipe} measured {time / 1e3:.1f} µs by {by} in {len(theirs)} process(es), the winner "
+                f"{_span(ours)} in {len(ours)}: within the {PROCESS_SPREAD:.2f}× by which the processes of one "
+                "host-bound recipe can differ, and not raced against it (`bench` the two to tell them apart)")
     said = (f"{close.recipe} measured {time / 1e3:.1f} µs by {by}, the median of {len(theirs)} processes "
             f"({_span(theirs)}; the winner's {len(ours)}: {_span(ours)})")
     if max(ours) < min(theirs):

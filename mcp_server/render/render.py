@@ -12,6 +12,7 @@ from typing import Any
 
 import jinja2
 
+from mcp_server.compare.matching import absorbed_summary
 from mcp_server.data import data_dir
 from mcp_server.errors import ProfileFormatError
 from mcp_server.render.comparison import fmt_bytes as _fmt_bytes
@@ -52,7 +53,7 @@ def environment(prompts_dir: Path | None = None) -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(str(prompts_dir)), undefined=jinja2.StrictUndefined, autoescape=False,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
     )
-    env.filters.update(ns=_fmt_ns, bytes=_fmt_bytes, ratio=_fmt_ratio, num=_num, cell=_cell)
+    env.filters.update(ns=_fmt_ns, bytes=_fmt_bytes, ratio=_fmt_ratio, num=_num, cell=_cell, absorbed=absorbed_summary)
     return env
 
 

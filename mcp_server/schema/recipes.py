@@ -169,6 +169,7 @@ class RecipesReport(_Model):
                                 "holds only the recipes measured until then (1.1).")
     runoff_rounds: int = Field(default=0, description="More processes the runoff ran for each recipe one process "
                                "could not tell from its tier's winner (1.3).")
+    runoff_tiers: list[str] = Field(default_factory=list, description="The tiers whose races the runoff ran (1.3).")
     runoff_changed: list[str] = Field(default_factory=list, description="Winners the runoff changed, as `tier "
                                       "(metric): first-process winner -> winner` (1.3).")
 
