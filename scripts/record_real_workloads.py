@@ -48,6 +48,13 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
   a million edges, GPU-bound). Target: attributed >= 99.5 %. Its fixture keeps the profile alone; with
   `recipes gcn.py --only compile+fp32`'s recipes.json, the tests check the fusion estimate against what compiling
   measured (Inductor's scatter, the gather and scale fused into it, is faster than ATen's index_add_ alone).
+- `swin_train`: scripts/gpu_workloads/swin_train.py's `train_step` (two Swin-style blocks: shifted windows by
+  `torch.roll`, window attention written by hand, AdamW). Target: attributed >= 99.5 %, module paths >= 95 %, its
+  attention counted as blocks of the forward, its backward runs not counted as more blocks. Profile alone.
+- `detector_compiled`: scripts/gpu_workloads/detector.py under `--compile-mode inductor` (a boolean-mask filter in a
+  loop over the batch: Dynamo skips the whole forward and runs it eagerly). Target: the skipped function recorded as
+  a graph break at its line, the window recorded as eager (module paths >= 95 %), the analysis saying the model did
+  not compile. Profile alone.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -96,6 +103,8 @@ CASES: dict[str, list[str]] = {
     "sample_decode": ["--script", str(WORKLOADS / "sample_decode.py"), "--window-fn", "generate", "--", "--calls",
                       "12"],
     "gcn": [str(WORKLOADS / "gcn.py")],
+    "swin_train": [str(WORKLOADS / "swin_train.py"), "--train-step"],
+    "detector_compiled": [str(WORKLOADS / "detector.py"), "--compile-mode", "inductor"],
 }
 
 
@@ -231,7 +240,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train"}
 # what the tests replay is the analysis of the profile alone
-PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn"}
+PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -249,6 +258,8 @@ TARGETS = {
     "classifier_graph_trees": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("cuda_graph_trees") is True,
     "sample_decode": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "gcn": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
+    "swin_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
+    "detector_compiled": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
 }
 
 

@@ -327,7 +327,15 @@ def build_opportunities(
         if kind in kinds:
             groups = _runs(profile, kinds[kind])
             e2e, kernel = _removal(by_id, groups, keep_one=True)
-            add(f"Replace {len(groups)} attention blocks by F.scaled_dot_product_attention (one fused kernel each)",
+            # A block is a forward run through a softmax: the runs around it are its module's layout copies and
+            # residual adds, and a backward's runs interleave with the other gradients' work.
+            softmax = {k.kernel_id for op in profile.operators if op.phase != "backward"
+                       and "softmax" in op.operator_name for k in op.kernels}
+            blocks = [g for g in groups if softmax.intersection(g)]
+            backward = any(op.phase == "backward" and any(k.kernel_id in wanted for k in op.kernels)
+                           for wanted in [set(kinds[kind].kernel_ids)] for op in profile.operators)
+            add(f"Replace {len(blocks) or len(groups)} attention blocks{' and their backward' if backward else ''} by "
+                "F.scaled_dot_product_attention (one fused kernel each)",
                 "sdpa_substitution", [kind], e2e, kernel,
                 "estimate (upper bound): each attention block's kernels and the idle time between them become one "
                 f"fused kernel of at least {_us(rule('estimates', 'kernel_floor_ns'))}")
@@ -347,7 +355,10 @@ def build_opportunities(
     if breaks and placed:
         e2e, triggers = _graph_boundaries(placed, health)
         where = ", ".join(dict.fromkeys(b.location.rsplit("/", 1)[-1] for b in breaks))
-        add(f"Remove {len(breaks)} graph break(s) so the model compiles to one graph ({where})", "graph_breaks", [],
+        title = (f"Make the model compile: Dynamo ran it eagerly after {len(breaks)} graph break(s) it could not "
+                 f"handle ({where})" if "compiled_graphs=0" in triggers
+                 else f"Remove {len(breaks)} graph break(s) so the model compiles to one graph ({where})")
+        add(title, "graph_breaks", [],
             e2e, 0, "estimate (upper bound): the GPU idle time at the boundaries between compiled graphs, "
             + ("measured without the profiler" if health.unprofiled else "inflated by profiler instrumentation: "
                "no timing pass ran") + "; fusions across a boundary and CUDA graphs over the whole forward come on "

@@ -113,6 +113,63 @@ def graph_break(gm: Any) -> dict[str, str] | None:
             "detail": text[:2000]}
 
 
+FALLBACK = "falling back to eager"  # what Dynamo says of a function it skipped, its graph break unhandled
+SKIPPED = ": Dynamo skipped the function and ran it eagerly"  # how a skipped function's graph break ends
+BREAK_AT = re.compile(r"Graph break in user code at (?P<location>\S+:\d+)")
+
+
+class SkippedFunctions:
+    """Graph breaks Dynamo could not handle, kept while in effect (as `with`): a break inside a loop, or in a
+    function it cannot resume, makes it skip the whole function and run it eagerly, and no graph records that
+    (only graphs that were compiled name the break that ended them). Read from Dynamo's `graph_breaks` log
+    artifact, which this keeps out of the log while it listens."""
+
+    def __init__(self, into: list[dict[str, str]]) -> None:
+        import logging
+
+        import torch._logging
+
+        self.into = into
+        self.logger = torch._logging.getArtifactLogger("torch._dynamo.symbolic_convert", "graph_breaks")
+        recorder = self
+
+        class _Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                recorder.heard(record.getMessage())
+
+        self.handler = _Handler()
+        self.saved: tuple[int, bool] = (self.logger.level, self.logger.propagate)
+
+    def __enter__(self) -> SkippedFunctions:
+        import logging
+
+        self.saved = (self.logger.level, self.logger.propagate)
+        self.logger.addHandler(self.handler)
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.propagate = False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.saved[0])
+        self.logger.propagate = self.saved[1]
+
+    def heard(self, message: str) -> None:
+        """One graph-break message: kept when Dynamo skipped the function for it (once per place and reason)."""
+        found = BREAK_AT.search(message)
+        if FALLBACK not in message or found is None:
+            return
+        lines = [line.strip() for line in message.split("Graph break encountered:", 1)[-1].splitlines()
+                 if line.strip()]
+        why = next((line.removeprefix("Explanation:").strip() for line in lines if line.startswith("Explanation:")),
+                   None)
+        reason = (f"{lines[0] if lines else 'unknown'}" + (f" ({why})" if why else "")
+                  + SKIPPED)
+        if any(b["location"] == found["location"] and b["reason"] == reason for b in self.into):
+            return
+        self.into.append({"reason": reason, "location": found["location"], "detail": message[:2000]})
+
+
 def compile_id() -> str | None:
     """The Dynamo compile id (`frame/attempt`, as `Torch-Compiled Region: 1/0` names it) being compiled."""
     from torch._guards import CompileContext

@@ -30,7 +30,7 @@ import os
 import sys
 import time
 import traceback
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,11 @@ from mcp_server.children.common import (
     write_json,
 )
 from mcp_server.children.compiling import (
+    SKIPPED,
     GraphRecorder,
     RecordingBackend,
     RecordingInductor,
+    SkippedFunctions,
     import_compiler,
     inductor_provenance,
     root_module_name,
@@ -205,13 +207,24 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     _enter(result, "warmup")
     t0 = time.perf_counter_ns()
     last_step_ns = 0
-    for _ in range(args.warmup_iters):
-        t_step = time.perf_counter_ns()
-        step()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        last_step_ns = time.perf_counter_ns() - t_step
+    with SkippedFunctions(backend.graph_breaks) if isinstance(backend, RecordingInductor) else nullcontext():
+        for _ in range(args.warmup_iters):
+            t_step = time.perf_counter_ns()
+            step()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            last_step_ns = time.perf_counter_ns() - t_step
     result["warmup_time_ns"] = time.perf_counter_ns() - t0
+    if isinstance(backend, RecordingInductor) and not backend.graphs:
+        # Dynamo skipped every function it met, so the model ran eagerly. The window runs it without the compiled
+        # wrapper (whose frame hook, under the module ranges, would trace again), recorded as an eager one is.
+        eager, fn = True, wrapped
+        skipped = ", ".join(f"{b['location']} ({b['reason'].removesuffix(SKIPPED)})" for b in backend.graph_breaks)
+        result["warnings"].append(
+            "torch.compile compiled no graph: Dynamo ran the model eagerly"
+            + (f", after graph breaks it could not handle at {skipped}" if skipped else "")
+            + "; the window runs the model without torch.compile's wrapper (its per-call frame checks not timed), "
+            "with module ranges and call sites as in eager mode")
     result["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
     if args.unprofiled_windows and not torch.cuda.is_available():  # a GPU's run has its timing pass for this
         _enter(result, "unprofiled windows")
