@@ -57,3 +57,27 @@ def test_a_training_steps_attention_is_counted_by_its_forward_blocks(tmp_path: P
     [sdpa] = [o for o in analysis.opportunities if o.change_class == "sdpa_substitution"]
     assert sdpa.title == ("Replace 2 attention blocks and their backward by F.scaled_dot_product_attention (one "
                           "fused kernel each)")
+
+
+def test_on_the_gpu_a_skipped_model_is_advised_as_eager_code_with_its_mask_made_static_first(tmp_path: Path) -> None:
+    """`h200_detector_compiled.profile.json.xz`: `scripts/record_real_workloads.py --cases detector_compiled` on an
+    H200 (2026-11-29): a detector's boolean-mask filter in a loop over the batch, under --compile-mode inductor.
+    Dynamo skipped the forward: the profile names the break at detector.py:30 and holds the eager window (module
+    paths on every kernel). The CUDA-graph advice is eager code's (no compiled graph to replay), after the mask's
+    shapes are made static: its 12 synchronisations are in aten::index, the boolean mask's nonzero inside it."""
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((FIXTURES / "h200_detector_compiled.profile.json.xz").read_bytes()))
+    profile = load_profile(path)
+    [skipped] = profile.capture_metadata.graph_breaks or []
+    assert skipped.location.endswith("scripts/gpu_workloads/detector.py:30") and "aten.nonzero" in skipped.reason
+    assert profile.window.module_path_kernel_time_pct == 100.0
+    assert not any(op.compiled_graph for op in profile.operators)
+    analysis = analyze_profile(profile, tmp_path / "out", profile_path=path, measure=False)
+    first = analysis.opportunities[0]
+    assert first.title == ("Capture the window in CUDA graphs: torch.compile(mode='reduce-overhead') — first make the "
+                           "shapes static (aten::index at detector.py:30)")
+    compile_it = next(o for o in analysis.opportunities if o.change_class == "graph_breaks")
+    assert compile_it.title == ("Make the model compile: Dynamo ran it eagerly after 1 graph break(s) it could not "
+                                "handle (detector.py:30) — first make the shapes static (aten::index at "
+                                "detector.py:30)")
+    assert compile_it.prerequisites and compile_it.prerequisites[0].startswith("make the shapes static")

@@ -187,6 +187,8 @@ def build_opportunities(
     by_id = {p.kernel.kernel_id: p for p in placed}
     window = max(health.window_ns, 1)
     mode = profile.capture_metadata.compile_mode
+    if mode in ("inductor", "cudagraphs") and not any(op.compiled_graph for op in profile.operators):
+        mode = "eager"  # Dynamo compiled nothing of the window (it skipped the model): its advice is eager code's
     kinds = {f.kind: f for f in findings}
     out: list[Opportunity] = []
 

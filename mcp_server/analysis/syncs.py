@@ -74,10 +74,12 @@ def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint
     launched = {k.attribution.launch_op for op in operators for k in op.kernels}
     shaped = sorted({name for name in {op.operator_name for op in operators} | launched
                      if name and matches(DATA_DEPENDENT, name)})
-    shaped_sites = sorted({_where(p) for p in points if p.data_dependent and matches(
-        DATA_DEPENDENT, p.operator_name)})
+    # a synchronisation a data-dependent shape made, inside the operator called (a boolean mask's aten::index)
+    shaped_points = [p for p in points if p.data_dependent and not matches(READBACK, p.operator_name)]
+    shaped_sites = sorted({_where(p) for p in shaped_points})
     if shaped or shaped_sites:
-        what = ", ".join(shaped) or "operators with data-dependent output shapes"
+        what = ", ".join(shaped or sorted({p.operator_name for p in shaped_points if p.operator_name})) or (
+            "operators with data-dependent output shapes")
         needs.append(f"make the shapes static ({what}{' at ' + ', '.join(shaped_sites) if shaped_sites else ''})"
                      f"{SHORT_END}pad to a fixed size or route with a fixed capacity and masks, or let Dynamo trace "
                      "them with torch._dynamo.config.capture_dynamic_output_shape_ops = True (a CUDA graph still "
