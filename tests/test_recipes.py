@@ -413,3 +413,26 @@ def test_a_runoff_of_one_tier_names_what_its_new_times_bring_into_the_race_and_c
     assert ("runoff of the reduced tier's race: 2 more process(es) each for reduce-overhead+fp16-cast, "
             "reduce-overhead+fp16-autocast, reduce-overhead+tf32 (within 1.15x of the winner); their times are the "
             "medians of their processes' medians; no winner changed") in format_recipes(raced)
+
+
+def test_a_runoff_on_the_gpu_tells_a_decided_race_from_an_open_one():
+    """The DLRM-style recommender's frontier with `--runoff 2` on an H200 (tests/fixtures/h200_dlrm_runoff_recipes.
+    json.xz, 130 s, every tier raced): the reduced tier's winner reduce-overhead+fp16-cast ran 531.3–534.7 µs in its
+    three processes, eager+fp16-cast 596.3–603.1 µs: slower in every process, a decided race. The exact tier's
+    eager+fp32 (765.9–805.3 µs) and reduce-overhead+fp32 (732.2–855.0 µs) overlap: the runoff moved the winner from
+    reduce-overhead+fp32, whose one process had been the fastest, and says the race is still open."""
+    from mcp_server.render.frontier import format_recipes, runner_up_text
+
+    report = RecipesReport.model_validate_json(
+        lzma.decompress((FIXTURES / "h200_dlrm_runoff_recipes.json.xz").read_bytes()))
+    assert report.runoff_tiers == ["exact", "reduced", "fp8"] and report.runoff_rounds == 2
+    assert report.runoff_changed == ["exact (latency): reduce-overhead+fp32 -> eager+fp32"]
+    reduced = runner_up_text(report, "reduced")
+    assert reduced is not None and reduced.startswith("eager+fp16-cast measured 597.6 µs by latency, the median of 3")
+    assert reduced.endswith("slower than the winner in every process")
+    exact = runner_up_text(report, "exact")
+    assert exact is not None and exact.startswith("reduce-overhead+fp32 measured 776.0 µs")
+    assert "their processes overlap, so which of the two is faster is not settled" in exact
+    winner = report.winner("exact")
+    assert winner is not None and winner.recipe == "eager+fp32" and winner.time_ns == 770064.0  # 770.1 µs
+    assert "runoff of the exact, reduced and fp8 tiers' races: 2 more process(es) each" in format_recipes(report)

@@ -77,7 +77,9 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
             lines.append(f"    (close behind it: {close})")
     if report.runoff_rounds:
         ran = [r.recipe for r in report.results if r.runoff]
-        tiers = f" of the {'/'.join(report.runoff_tiers)} tier's race" if report.runoff_tiers else ""
+        raced = report.runoff_tiers
+        tiers = ("" if not raced else f" of the {raced[0]} tier's race" if len(raced) == 1
+                 else f" of the {', '.join(raced[:-1])} and {raced[-1]} tiers' races")
         lines.append(f"runoff{tiers}: {report.runoff_rounds} more process(es) each for "
                      f"{', '.join(ran)} (within {PROCESS_SPREAD:.2f}x of the winner); their times are the medians of "
                      "their processes' medians" + (f"; it changed {'; '.join(report.runoff_changed)}"
