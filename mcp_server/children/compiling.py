@@ -116,6 +116,7 @@ def graph_break(gm: Any) -> dict[str, str] | None:
 FALLBACK = "falling back to eager"  # what Dynamo says of a function it skipped, its graph break unhandled
 SKIPPED = ": Dynamo skipped the function and ran it eagerly"  # how a skipped function's graph break ends
 BREAK_AT = re.compile(r"Graph break in user code at (?P<location>\S+:\d+)")
+FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+)')
 
 
 class SkippedFunctions:
@@ -159,15 +160,26 @@ class SkippedFunctions:
         found = BREAK_AT.search(message)
         if FALLBACK not in message or found is None:
             return
+        location = self.user_line(message) or found["location"]
         lines = [line.strip() for line in message.split("Graph break encountered:", 1)[-1].splitlines()
                  if line.strip()]
         why = next((line.removeprefix("Explanation:").strip() for line in lines if line.startswith("Explanation:")),
                    None)
         reason = (f"{lines[0] if lines else 'unknown'}" + (f" ({why})" if why else "")
                   + SKIPPED)
-        if any(b["location"] == found["location"] and b["reason"] == reason for b in self.into):
+        if any(b["location"] == location and b["reason"] == reason for b in self.into):
             return
-        self.into.append({"reason": reason, "location": found["location"], "detail": message[:2000]})
+        self.into.append({"reason": reason, "location": location, "detail": message[:2000]})
+
+    @staticmethod
+    def user_line(message: str) -> str | None:
+        """The innermost `path:line` of the user's code in the message's traceback: Dynamo names the frame it traced
+        last, which is this package's when its call-site mode is on the stack (a script run as it is)."""
+        from mcp_server.children.sites import is_core
+
+        frames = [f"{m['path']}:{m['line']}" for m in FRAME.finditer(message.split("User code traceback:", 1)[-1])
+                  if not is_core(os.path.realpath(m["path"]))]
+        return frames[-1] if frames else None
 
 
 def compile_id() -> str | None:
@@ -306,6 +318,7 @@ class ScriptCompiles:
         import torch
 
         self.recorder: GraphRecorder | None = None
+        self.skipped: SkippedFunctions | None = None  # listens from the first compile to the script's end
         self.reuse_tuned = reuse_tuned
         self.waited_for_tuning: list[str] = []  # kernels that waited for another pass's tuned configuration
         self._real = torch.compile
@@ -318,6 +331,7 @@ class ScriptCompiles:
             owner = getattr(model, "__self__", model)  # `module.compile()` compiles its bound `_call_impl`
             self.recorder = GraphRecorder(root_module_name(owner) if isinstance(owner, torch.nn.Module) else "")
             self.recorder.record_inductor()
+            self.skipped = SkippedFunctions(self.recorder.graph_breaks).__enter__()
             if self.reuse_tuned:
                 reuse_tuned_configurations(self.waited_for_tuning)
         return self._real(model, *args, **kwargs)
@@ -327,6 +341,8 @@ class ScriptCompiles:
         import torch
 
         torch.compile = self._real
+        if self.skipped is not None:
+            self.skipped.__exit__(None, None, None)
 
 
 class RecordingInductor(GraphRecorder):
