@@ -46,7 +46,7 @@ def test_a_model_dynamo_skips_whole_is_said_not_to_compile_and_recorded_as_eager
 
 def test_a_script_whose_compiled_model_dynamo_skips_names_the_users_line(tmp_path: Path) -> None:
     """The same model compiled by a plain script run as it is (tests/scripts/masked_loop_script.py): the skip is
-    recorded from the script's first compile on, at the script's own line, not at the frame Dynamo traced last (the
+    recorded from the script's first compile on, at the model's own line, not at the frame Dynamo traced last (the
     call-site mode's, this package's, on the stack of a script run as it is)."""
     script = REPO / "tests" / "scripts" / "masked_loop_script.py"
     out = tmp_path / "run"
@@ -55,8 +55,7 @@ def test_a_script_whose_compiled_model_dynamo_skips_names_the_users_line(tmp_pat
                           timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     [skipped] = load_profile(out / "profile.json").capture_metadata.graph_breaks or []
-    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "the graph breaks here" in text)
-    assert skipped.location == f"{script}:{line}" and "aten.nonzero" in skipped.reason
+    assert skipped.location == f"{WORKLOAD}:{_line('the graph breaks here')}" and "aten.nonzero" in skipped.reason
 
 def test_a_training_steps_attention_is_counted_by_its_forward_blocks(tmp_path: Path) -> None:
     """Two Swin-style blocks' window attention written by hand, trained one AdamW step on the H200: the unfused

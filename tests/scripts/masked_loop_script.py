@@ -1,27 +1,16 @@
-"""A plain inference script that compiles a model torch.compile cannot compile (CPU, for the tests): a boolean-mask
-filter inside a loop over the batch makes Dynamo skip the whole forward and run it eagerly."""
+"""A plain inference script that compiles a model torch.compile cannot compile (CPU, for the tests): the model of
+tests/workloads/masked_loop.py, whose boolean-mask filter inside a loop over the batch makes Dynamo skip the whole
+forward and run it eagerly."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
-from torch import nn
 
-
-class MaskedLoop(nn.Module):
-    """A Linear scoring rows, then per sample the rows scored above 0 refined by a second Linear."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.score = nn.Linear(8, 1)
-        self.refine = nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scores = self.score(x).squeeze(-1)
-        out = []
-        for i in range(x.shape[0]):
-            kept = x[i][scores[i] > 0]  # the graph breaks here: a shape the data decides
-            out.append(self.refine(kept).sum(0))
-        return torch.stack(out)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workloads"))
+from masked_loop import MaskedLoop  # noqa: E402 - the same model as the contract workload
 
 
 def main() -> None:
