@@ -34,6 +34,7 @@ from mcp_server.schema.requests import (
     PreflightRequest,
     ProfileRequest,
     RecipesRequest,
+    RecipeTiming,
     ReportRequest,
     SummaryRequest,
     TimingOptions,
@@ -120,7 +121,7 @@ def test_a_bad_parameter_value_is_a_tool_error_naming_it(tmp_path: Path, monkeyp
 
 @pytest.mark.parametrize("command", sorted(VERBS))
 def test_every_argument_is_a_field_of_the_verbs_request_and_its_help_the_fields_description(command: str):
-    groups = (VERBS[command], CaptureOptions, NcuOptions, TimingOptions)
+    groups = (VERBS[command], CaptureOptions, NcuOptions, TimingOptions, RecipeTiming)
     for action in _subparser(command)._actions:
         if action.dest in CLI_OWN or action.help == argparse.SUPPRESS:
             continue
