@@ -511,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_options(p)
     p = sub.add_parser(
         "optimize", help="the floor in one command: the tier's free-frontier winner as an optimized workload, proven",
-        description="Profile WORKLOAD, measure its free frontier, write the tier's winner as <name>_optimized.py "
+        description="Profile WORKLOAD, measure its free frontier (the tier's close race run off: the recipes within "
+        "1.15x of its winner timed in two more processes each), write the tier's winner as <name>_optimized.py "
         "(plain code in optimize(model)), bench it against eager and against the winner (each side in its own "
         "processes), validate it, profile the optimized workload, compare and render report.md and "
         "OPTIMIZED_WORKLOAD.md: every file in the output folder, none beside the workload. Exit 1 when validation "
