@@ -47,15 +47,23 @@ def test_a_model_dynamo_skips_whole_is_said_not_to_compile_and_recorded_as_eager
 def test_a_script_whose_compiled_model_dynamo_skips_names_the_users_line(tmp_path: Path) -> None:
     """The same model compiled by a plain script run as it is (tests/scripts/masked_loop_script.py): the skip is
     recorded from the script's first compile on, at the model's own line, not at the frame Dynamo traced last (the
-    call-site mode's, this package's, on the stack of a script run as it is)."""
+    call-site mode's, this package's, on the stack of a script run as it is). Its forward runs eagerly under
+    torch.compile's frame callback, which compiled the module hooks and the call-site mode as frames of their own
+    (Inductor ran the Linears, outside their modules): no longer."""
     script = REPO / "tests" / "scripts" / "masked_loop_script.py"
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "mcp_server.cli", "run", "--script", str(script), "--window-fn",
                            "MaskedLoop", "--steps", "2:1", "-o", str(out), "-q"], capture_output=True, text=True,
                           timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    [skipped] = load_profile(out / "profile.json").capture_metadata.graph_breaks or []
+    profile = load_profile(out / "profile.json")
+    [skipped] = profile.capture_metadata.graph_breaks or []
     assert skipped.location == f"{WORKLOAD}:{_line('the graph breaks here')}" and "aten.nonzero" in skipped.reason
+    # The skipped forward ran eagerly under torch.compile's frame callback; the module hooks and the call-site mode
+    # were not compiled as frames of their own: the Linears ran as they do without the profiler, in their modules
+    linears = [op for op in profile.operators if op.operator_name == "aten::linear"]
+    assert {op.module_path for op in linears} == {"score", "refine"} and all(op.call_site for op in linears)
+    assert not [op for op in profile.operators if op.operator_name in ("aten::addmm", "aten::as_strided")]
 
 def test_a_training_steps_attention_is_counted_by_its_forward_blocks(tmp_path: Path) -> None:
     """Two Swin-style blocks' window attention written by hand, trained one AdamW step on the H200: the unfused

@@ -11,6 +11,7 @@ from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
+from mcp_server.children import sites
 from mcp_server.children.common import ContractError
 from mcp_server.children.inductor_cache import (
     NotCached,
@@ -23,7 +24,7 @@ from mcp_server.children.inductor_cache import (
     reuse_tuned_configurations,
     save_nodes,
 )
-from mcp_server.children.sites import is_core
+from mcp_server.children.sites import is_core, keep_out_of_dynamo
 
 INDUCTOR_CODE_DIR = "inductor_code"  # beside the provenance file; the file lists what it holds
 CACHE_COUNTERS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")
@@ -175,8 +176,6 @@ class SkippedFunctions:
     def user_line(message: str) -> str | None:
         """The innermost `path:line` of the user's code in the message's traceback: Dynamo names the frame it traced
         last, which is this package's when its call-site mode is on the stack (a script run as it is)."""
-        from mcp_server.children.sites import is_core
-
         frames = [f"{m['path']}:{m['line']}" for m in FRAME.finditer(message.split("User code traceback:", 1)[-1])
                   if not is_core(os.path.realpath(m["path"]))]
         return frames[-1] if frames else None
@@ -332,6 +331,9 @@ class ScriptCompiles:
             self.recorder = GraphRecorder(root_module_name(owner) if isinstance(owner, torch.nn.Module) else "")
             self.recorder.record_inductor()
             self.skipped = SkippedFunctions(self.recorder.graph_breaks).__enter__()
+            from mcp_server.children import global_modules  # it imports this module
+
+            keep_out_of_dynamo(global_modules, sites)  # the script's module ranges and call sites
             if self.reuse_tuned:
                 reuse_tuned_configurations(self.waited_for_tuning)
         return self._real(model, *args, **kwargs)

@@ -16,7 +16,7 @@ import sysconfig
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import CodeType, FrameType
+from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 from mcp_server.children.contract import RECORDINGS, SITE_RANGE_PREFIX
@@ -107,6 +107,34 @@ def site_ranges(profiler: str) -> tuple[Callable[[str], Any], Callable[[Any], No
 
         return open_range, lambda ctx: ctx.__exit__(None, None, None)
     return torch.cuda.nvtx.range_push, lambda _: torch.cuda.nvtx.range_pop()
+
+
+def keep_out_of_dynamo(*modules: ModuleType) -> None:
+    """Have Dynamo never compile the code of `modules` (every function, method and nested class they define) as frames
+    of their own; it still traces it inside the graphs it compiles, where the ranges do nothing. That code runs as a
+    frame of its own where the user's code runs eagerly under torch.compile's frame callback (a function Dynamo
+    skipped): compiled, a module hook or the call-site mode would be what tracing it left (no range), and the torch
+    calls it passes on would run as Inductor's code. Called once Dynamo is loaded (a script's first compile)."""
+    from torch._dynamo.eval_frame import skip_code
+
+    seen: set[CodeType] = set()
+
+    def walk(code: CodeType) -> None:
+        if code in seen:
+            return
+        seen.add(code)
+        skip_code(code)
+        for const in code.co_consts:
+            if isinstance(const, CodeType):
+                walk(const)
+
+    for module in modules:
+        for value in vars(module).values():
+            members = vars(value).values() if isinstance(value, type) else [value]
+            for member in members:
+                code = getattr(getattr(member, "fget", member), "__code__", None)
+                if isinstance(code, CodeType) and code.co_filename == module.__file__:
+                    walk(code)
 
 
 def call_sites(profiler: str, frames: UserFrames, active: bool = True) -> Any:
