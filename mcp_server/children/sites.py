@@ -115,8 +115,13 @@ def keep_out_of_dynamo(*modules: ModuleType) -> None:
     frame of its own where the user's code runs eagerly under torch.compile's frame callback (a function Dynamo
     skipped): compiled, a module hook or the call-site mode would be what tracing it left (no range), and the torch
     calls it passes on would run as Inductor's code. Called once Dynamo is loaded (a script's first compile)."""
-    from torch._dynamo.eval_frame import skip_code
-
+    try:
+        from torch._dynamo.eval_frame import skip_code
+    except ImportError:  # a torch whose Dynamo keeps it in C only
+        try:
+            from torch._C._dynamo.eval_frame import skip_code  # type: ignore[attr-defined]
+        except ImportError:
+            return
     seen: set[CodeType] = set()
 
     def walk(code: CodeType) -> None:
