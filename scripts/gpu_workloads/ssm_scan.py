@@ -9,6 +9,8 @@ from torch import nn
 
 
 class SelectiveSSM(nn.Module):
+    """One block: a gated input projection, a causal depthwise conv1d, and the selective scan over the sequence."""
+
     def __init__(self, d_model: int = 256, d_state: int = 16, expand: int = 2) -> None:
         super().__init__()
         inner = expand * d_model
@@ -23,6 +25,7 @@ class SelectiveSSM(nn.Module):
         self.out_proj = nn.Linear(inner, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's residual output for `x` (batch, length, d_model)."""
         batch, length, _ = x.shape
         xi, z = self.in_proj(self.norm(x)).chunk(2, -1)
         xi = F.silu(self.conv(xi.transpose(1, 2))[..., :length].transpose(1, 2))
@@ -40,15 +43,19 @@ class SelectiveSSM(nn.Module):
 
 
 class SSMStack(nn.Module):
+    """`layers` blocks and a linear head."""
+
     def __init__(self, layers: int = 2) -> None:
         super().__init__()
         self.blocks = nn.Sequential(*[SelectiveSSM() for _ in range(layers)])
         self.head = nn.Linear(256, 256)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The head's output after every block."""
         return self.head(self.blocks(x))
 
 
 def get_model_and_input() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """The model (eval) and one batch of 8 sequences of 32 steps, on the GPU when there is one."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return SSMStack().to(device).eval(), (torch.randn(8, 32, 256, device=device),)

@@ -11,18 +11,22 @@ WINDOW = 7
 
 
 def partition(x: torch.Tensor) -> torch.Tensor:
+    """(batch, h, w, c) as windows of WINDOW x WINDOW tokens: (batch * windows, WINDOW**2, c)."""
     b, h, w, c = x.shape
     x = x.view(b, h // WINDOW, WINDOW, w // WINDOW, WINDOW, c).permute(0, 1, 3, 2, 4, 5)
     return x.reshape(-1, WINDOW * WINDOW, c)
 
 
 def merge(windows: torch.Tensor, b: int, h: int, w: int) -> torch.Tensor:
+    """The windows back as (b, h, w, c)."""
     c = windows.shape[-1]
     x = windows.view(b, h // WINDOW, w // WINDOW, WINDOW, WINDOW, c).permute(0, 1, 3, 2, 4, 5)
     return x.reshape(b, h, w, c)
 
 
 class WindowBlock(nn.Module):
+    """Window attention (shifted by `shift` with torch.roll) with a relative position bias, then an MLP."""
+
     def __init__(self, dim: int, heads: int, shift: int) -> None:
         super().__init__()
         self.heads, self.shift = heads, shift
@@ -35,6 +39,7 @@ class WindowBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's output for `x` (b, h, w, c)."""
         b, h, w, c = x.shape
         y = self.norm1(x)
         if self.shift:
@@ -52,16 +57,20 @@ class WindowBlock(nn.Module):
 
 
 class Swin(nn.Module):
+    """A plain and a shifted block, then a 10-way head over the mean token."""
+
     def __init__(self, dim: int = 96, heads: int = 3) -> None:
         super().__init__()
         self.blocks = nn.Sequential(WindowBlock(dim, heads, 0), WindowBlock(dim, heads, WINDOW // 2))
         self.head = nn.Linear(dim, 10)
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits; `target` (the second input, for `train_step`) is not used by a forward alone."""
         return self.head(self.blocks(x).mean((1, 2)))
 
 
 def get_model_and_input() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """The model in training mode, its AdamW attached, and (8 patch grids, 8 labels)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = Swin().to(device).train()
     model.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)  # type: ignore[assignment]
@@ -69,6 +78,7 @@ def get_model_and_input() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]
 
 
 def train_step(model: nn.Module, inputs: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """One AdamW step on the cross-entropy of the logits."""
     x, target = inputs
     optimizer = model.optimizer if hasattr(model, "optimizer") else model._orig_mod.optimizer  # type: ignore[union-attr]
     optimizer.zero_grad(set_to_none=True)
