@@ -9,9 +9,9 @@ import re
 import shutil
 from contextlib import nullcontext, suppress
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from mcp_server.children import sites
 from mcp_server.children.common import ContractError
 from mcp_server.children.inductor_cache import (
     NotCached,
@@ -313,9 +313,10 @@ class ScriptCompiles:
     pass's load or under ncu, the same kernel could launch with another block size, and so another grid, than the
     timeline's; past the wait, the pass compiles again after that pass's window."""
 
-    def __init__(self, reuse_tuned: bool = False) -> None:
+    def __init__(self, reuse_tuned: bool = False, own: tuple[ModuleType, ...] = ()) -> None:
         import torch
 
+        self.own = own  # modules whose code runs inside the script's calls (hooks, modes): never compiled as frames
         self.recorder: GraphRecorder | None = None
         self.skipped: SkippedFunctions | None = None  # listens from the first compile to the script's end
         self.reuse_tuned = reuse_tuned
@@ -331,9 +332,7 @@ class ScriptCompiles:
             self.recorder = GraphRecorder(root_module_name(owner) if isinstance(owner, torch.nn.Module) else "")
             self.recorder.record_inductor()
             self.skipped = SkippedFunctions(self.recorder.graph_breaks).__enter__()
-            from mcp_server.children import global_modules  # it imports this module
-
-            keep_out_of_dynamo(global_modules, sites)  # the script's module ranges and call sites
+            keep_out_of_dynamo(*self.own)  # the profiler's code the script runs: its module ranges, call sites
             if self.reuse_tuned:
                 reuse_tuned_configurations(self.waited_for_tuning)
         return self._real(model, *args, **kwargs)

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import FrameType, MethodType
 from typing import Any
 
+from mcp_server.children import global_modules, sites
 from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import ScriptCompiles, root_module_name
 from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, UPDATE_RANGE
@@ -392,12 +393,11 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
                             "--iters must be at least 1")
     lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.warm_up_after)
     calls = _replay_calls(args.replay_calls)
-    modules = GlobalModules(args.profiler, calls,
-                            switch=(lambda on: torch.cuda.profiler.start() if on else torch.cuda.profiler.stop())
-                            if calls else None).install()
+    switch = (lambda on: torch.cuda.profiler.start() if on else torch.cuda.profiler.stop()) if calls else None
+    modules = GlobalModules(args.profiler, calls, switch=switch).install()
     windows = StepWindows(args, lock, modules, enter)
     captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
-    compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early))
+    compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early), own=(global_modules, sites))
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
         source = OptimizerSteps(windows)
