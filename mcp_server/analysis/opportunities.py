@@ -334,8 +334,9 @@ def build_opportunities(
             softmax = {k.kernel_id for op in profile.operators if op.phase != "backward"
                        and "softmax" in op.operator_name for k in op.kernels}
             blocks = [g for g in groups if softmax.intersection(g)]
+            wanted = set(kinds[kind].kernel_ids)
             backward = any(op.phase == "backward" and any(k.kernel_id in wanted for k in op.kernels)
-                           for wanted in [set(kinds[kind].kernel_ids)] for op in profile.operators)
+                           for op in profile.operators)
             add(f"Replace {len(blocks) or len(groups)} attention blocks{' and their backward' if backward else ''} by "
                 "F.scaled_dot_product_attention (one fused kernel each)",
                 "sdpa_substitution", [kind], e2e, kernel,

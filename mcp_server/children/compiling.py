@@ -140,7 +140,7 @@ class SkippedFunctions:
                 recorder.heard(record.getMessage())
 
         self.handler = _Handler()
-        self.saved: tuple[int, bool] = (self.logger.level, self.logger.propagate)
+        self.saved: tuple[int, bool] = (0, True)  # the logger's level and propagation, put back on exit
 
     def __enter__(self) -> SkippedFunctions:
         import logging

@@ -112,7 +112,7 @@ def recipes(
         if raw is not None and runner.stopped is not None:
             report = _report(path, raw, runner.written, runner.finished, options, seeds, thorough, only, jobs or 1,
                              started, t0, stopped=f"{runner.stopped} after {len(runner.finished) - 1} recipe(s)",
-                             raced=runner.raced)
+                             raced=runner.raced, rounds=runoff)
             write_model_atomic(out / RECIPES_JSON, report)
             progress(f"recipes: stopped; wrote the {len(runner.finished) - 1} recipe(s) measured to "
                      f"{out / RECIPES_JSON} ({type(exc).__name__})")
@@ -120,17 +120,18 @@ def recipes(
     finally:
         runner.close()
     report = _report(path, raw, runner.written, runner.finished, options, seeds, thorough, only, jobs or 1, started,
-                     t0, raced=runner.raced)
+                     t0, raced=runner.raced, rounds=runoff)
     write_model_atomic(out / RECIPES_JSON, report)
     return report
 
 
 def _report(path: Path, raw: dict[str, Any], written: RecipeError | None, results: list[RecipeResult],
             options: TimingOptions, seeds: tuple[int, ...], thorough: bool, only: tuple[str, ...], jobs: int,
-            started: str, t0: float, stopped: str | None = None, raced: tuple[str, ...] = ()) -> RecipesReport:
+            started: str, t0: float, stopped: str | None = None, raced: tuple[str, ...] = (),
+            rounds: int = 0) -> RecipesReport:
     """recipes.json's content from the reference's child JSON, its error against itself in float32 (`written`) and
     the results (the reference first); `stopped`: why the run ended before the rest ran (said in the first warning
-    too); `raced`: the tiers whose races the runoff ran."""
+    too); `raced`: the tiers whose races the runoff ran, `rounds` more processes each."""
     env, facts = raw["environment"], ModelFacts.model_validate(raw["model"])
     gpu = raw["device_type"] == "cuda"
     stopped_warning = [f"the run was stopped ({stopped}): this frontier holds only the recipes measured until then, "
@@ -145,7 +146,7 @@ def _report(path: Path, raw: dict[str, Any], written: RecipeError | None, result
         started_at=started, finished_at=now_iso(), wall_time_s=round(time.monotonic() - t0, 3),
         warnings=[*stopped_warning, *tail_warning(results), *_written_warning(raw),
                   *dict.fromkeys(w for r in results for w in r.warnings)],
-        stopped=stopped, runoff_rounds=max((len(r.runoff) for r in results), default=0),
+        stopped=stopped, runoff_rounds=rounds if raced else 0,
         runoff_tiers=list(raced), runoff_changed=_changed(results, options.headline, raced),
     )
 
@@ -259,7 +260,7 @@ class _Runner:
             return
         by_name = {r.recipe: r for r in self.finished}
         self.progress(f"recipes: runoff of {', '.join(names)}: within {PROCESS_SPREAD:.2f}x of their tier's winner by "
-                      f"{metric.replace('_', '-')} in one process each; {rounds} more process(es) each")
+                      f"{metric.replace('_', '-')}; {rounds} more process(es) each")
         for index in range(rounds):
             order = names[::-1] if index % 2 == 0 else names
             executor = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="runoff")

@@ -90,8 +90,9 @@ def format_recipes(report: RecipesReport, metric: Metric = "latency") -> str:
 
 
 def runner_up(report: RecipesReport, tier: str, metric: Metric = "latency") -> RecipeResult | None:
-    """The fastest other recipe valid in `tier` within `PROCESS_SPREAD` of its winner's time by `metric` (each
-    recipe is timed in one process: closer than that, the frontier does not tell them apart); None otherwise."""
+    """The fastest other recipe valid in `tier` within `PROCESS_SPREAD` of its winner's time by `metric` (closer
+    than that, one process each does not tell them apart; `runner_up_text` says what the runoff's did); None
+    otherwise."""
     winner = report.winner(tier, metric)
     if winner is None:
         return None
