@@ -15,6 +15,7 @@ from mcp_server.children.numerics import loosens
 from mcp_server.cli import main as cli
 from mcp_server.proof.validate import validate
 from mcp_server.render.recipe_workload import recipe_workload, write_recipe_workload
+from mcp_server.schema.io import load_profile
 from mcp_server.schema.recipes import RecipesReport, Winner
 from mcp_server.schema.requests import (
     BenchRequest,
@@ -95,6 +96,21 @@ def test_an_autocast_recipe_written_as_code_passes_validate_in_the_reduced_tier(
     assert checks["backend_registered"] == checks["backend_invoked"] == checks["fx_passes"] == "skip"
     assert checks["numerics"] == "pass" and checks["output_caching"] == "pass"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny_mlp_optimized.py", "validation_report.json"]
+
+
+def test_an_eager_recipe_s_profile_runs_the_model_as_its_optimize_returns_it(frontier: Path, tmp_path: Path) -> None:
+    """An eager recipe compiles nothing: its window is still the callable optimize(model) returned (here under bf16
+    autocast), not the bare model of a torch.compile that compiled no graph."""
+    report = _report(frontier)
+    result = report.result("eager+bf16-autocast")
+    assert result is not None
+    winner = Winner(tier="reduced", metric="latency", recipe=result.recipe, time_ns=1.0, code=result.code)
+    optimized = write_recipe_workload(WORKLOADS / "tiny_mlp.py", winner, report, frontier, tmp_path)
+    assert cli(["run", str(optimized), "--compile-mode", "optimized", "-o", str(tmp_path / "run"), "-q"]) == 0
+    profile = load_profile(tmp_path / "run" / "profile.json")
+    assert not any("compiled no graph" in warning for warning in profile.warnings)
+    [relu] = [op for op in profile.operators if op.operator_name == "aten::relu"]
+    assert relu.input_dtypes == ["c10::BFloat16"]  # autocast's linear output
 
 
 @pytest.mark.slow

@@ -436,3 +436,18 @@ def test_a_runoff_on_the_gpu_tells_a_decided_race_from_an_open_one():
     winner = report.winner("exact")
     assert winner is not None and winner.recipe == "eager+fp32" and winner.time_ns == 770064.0  # 770.1 µs
     assert "runoff of the exact, reduced and fp8 tiers' races: 2 more process(es) each" in format_recipes(report)
+
+
+def test_a_recipe_that_dynamo_refuses_names_the_error_inside_dynamos_explanation_on_one_line():
+    import torch
+
+    from mcp_server.children.common import refusal
+
+    def spectrum(x: torch.Tensor) -> torch.Tensor:
+        return torch.fft.rfft2(x).abs()
+
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - Dynamo's own exception type, whatever its version
+        torch.compile(spectrum, backend="eager")(torch.randn(2, 8, 8, dtype=torch.bfloat16))
+    assert len(str(raised.value).splitlines()) > 1  # Dynamo explains over many lines
+    line = refusal(raised.value, 300)
+    assert "\n" not in line and line.endswith("RuntimeError('Unsupported dtype BFloat16')")

@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import random
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -295,10 +296,16 @@ def _ordered(t: Any) -> bool:
     return bool((step >= 0).all()) or bool((step <= 0).all())
 
 
+WRAPPED_ERROR = re.compile(r"\bgot (\w+(?:Error|Exception)\(.*\))\s*$")
+
+
 def refusal(exc: BaseException, limit: int = 160) -> str:
-    """An exception in one short line: its type and the first line of its message (at most `limit` characters)."""
-    first = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {first[:limit]}"
+    """An exception in one short line: its type and the first line of its message (at most `limit` characters), and
+    the error inside it where Dynamo wraps one in its explanation ("... got RuntimeError('Unsupported dtype ...')")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    first = lines[0][:limit] if lines else ""
+    inner = next((found.group(1) for line in lines[1:] if (found := WRAPPED_ERROR.search(line))), None)
+    return f"{type(exc).__name__}: {first}" + (f": {inner[:limit]}" if inner else "")
 
 
 def varied_inputs(model: Any, inputs: Any, seeds: list[int]) -> tuple[list[Any], str | None]:
@@ -425,7 +432,7 @@ def run_main(out: Path, run: Callable[[dict[str, Any]], None], failed: str | Cal
             failed, remedy = failed(result["phase"])
         print(f"{failed} failed during {result['phase']}:", file=sys.stderr)  # the whole traceback in the log
         traceback.print_exception(type(exc), exc, exc.__traceback__)
-        message = f"{failed} failed during {result['phase']}: {type(exc).__name__}: {exc}"
+        message = f"{failed} failed during {result['phase']}: {refusal(exc, 300)}"
         result.update(status="error", error=error("workload_raised", message, exc, remedy))
         code = EXIT_ERROR
     result["finished_at"] = now()

@@ -215,11 +215,13 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
                 torch.cuda.synchronize()
             last_step_ns = time.perf_counter_ns() - t_step
     result["warmup_time_ns"] = time.perf_counter_ns() - t0
-    if isinstance(backend, RecordingInductor) and not backend.graphs:
+    # our own torch.compile of the model (a recipe's optimize(model) wraps more than its compile: autocast, casts)
+    ours = backend if isinstance(backend, RecordingInductor) and not isinstance(backend, RecordingRecipe) else None
+    if ours is not None and not ours.graphs:
         # Dynamo skipped every function it met, so the model ran eagerly. The window runs it without the compiled
         # wrapper (whose frame hook, under the module ranges, would trace again), recorded as an eager one is.
         eager, fn = True, wrapped
-        skipped = ", ".join(f"{b['location']} ({b['reason'].removesuffix(SKIPPED)})" for b in backend.graph_breaks)
+        skipped = ", ".join(f"{b['location']} ({b['reason'].removesuffix(SKIPPED)})" for b in ours.graph_breaks)
         result["warnings"].append(
             "torch.compile compiled no graph: Dynamo ran the model eagerly"
             + (f", after graph breaks it could not handle at {skipped}" if skipped else "")
