@@ -8,7 +8,9 @@ the examples' current profile_optimized.json files replay a graph each workload 
 nn.TransformerEncoder classifier's reduced-tier winner as `optimize` writes it (reduce-overhead under fp16 autocast,
 its graph trees' captures recorded), `scripts/record_real_workloads.py --cases classifier_graph_trees` on an H200 on
 2026-11-29 (the whole call in one graph, text_classifier_optimized.py, measured 1.22x the winner by latency:
-docs/measurements/h200_unseen_workloads.json).
+docs/measurements/h200_unseen_workloads.json). `h200_fno_winner.profile.json.xz`: the profile `operator-profiler
+optimize --tier reduced` took of scripts/gpu_workloads/fno.py's winner (eager+tf32+cudnn-benchmark) on an H200 on
+2026-11-29.
 """
 
 from __future__ import annotations
@@ -72,3 +74,13 @@ def test_a_window_replaying_the_workloads_own_graph_is_not_offered_it_again(name
 def test_an_eager_window_is_offered_reduce_overhead_first(tmp_path: Path) -> None:
     analysis = _analysis(REPO / "examples" / "mlp_activations" / "profile.json", tmp_path)
     assert not [o for o in analysis.opportunities if o.change_class == "whole_forward_graph"]
+
+
+def test_a_winner_whose_gpu_is_not_idle_around_its_kernels_is_offered_no_whole_call_graph(tmp_path: Path) -> None:
+    """An eager recipe's winner (the Fourier operator's TF32 with cuDNN's autotuner) leaves the GPU idle between its
+    kernels rather than around them: no whole-call graph, and its analysis ends (it stopped at an empty list)."""
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((FIXTURES / "h200_fno_winner.profile.json.xz").read_bytes()))
+    analysis = _analysis(path, tmp_path / "out")
+    assert analysis.opportunities and not any(o.change_class == "whole_forward_graph" for o in analysis.opportunities)
+    assert analysis.opportunities[0].title.startswith("Run 9 FP32 convolutions on tensor cores")

@@ -149,14 +149,15 @@ def _captured(profile: OperatorAttributedProfile) -> bool:
 
 
 def _whole_call(add: Callable[..., None], placed: list[Placed], health: TimelineHealth, mode: str,
-                trees: bool) -> None:
+                trees: bool) -> bool:
     """A compiled window whose kernels run close together but whose call leaves the GPU idle around them: the host
     work of each call (Dynamo's guards, CUDA graph trees' checks, input and output handling) is the idle time, and
-    one torch.cuda.CUDAGraph replayed for the whole call leaves a copy in, a replay and a copy out."""
+    one torch.cuda.CUDAGraph replayed for the whole call leaves a copy in, a replay and a copy out. Whether it was
+    offered."""
     inner = sum(p.gap_before_ns for p in placed[1:])
     around = max(0, health.idle_ns - inner)
     if around <= inner or around * 100 < rule("timeline", "whole_call_idle_pct") * max(health.window_ns, 1):
-        return
+        return False
     graphs = "CUDA graph trees' checks" if trees else "the compiled code's own calls"
     add(f"Replay the whole call from one torch.cuda.CUDAGraph: {_us(around)} of host work around the kernels "
         f"(Dynamo's guards, {graphs}, input handling) keeps the GPU idle", "whole_forward_graph",
@@ -168,6 +169,7 @@ def _whole_call(add: Callable[..., None], placed: list[Placed], health: Timeline
         + NOT_ADDITIVE, modules=["(whole window)"],
         triggers=[f"idle_around_kernels_ns={around}", f"idle_between_kernels_ns={inner}", f"compile_mode={mode}",
                   f"cuda_graph_trees={trees}"])
+    return True
 
 
 def build_opportunities(
@@ -249,8 +251,8 @@ def build_opportunities(
                              [f"rnn_operators={len(rnns)}"]]) if rnns else None)
         _after(out[-1], model_needs if cls == "static_kv_cache" else needs)
     # the graph trees' own captures are no whole-call graph; a workload's own capture is as far as it chose
-    if mode in ("cudagraphs", "optimized") and not rnns and placed and (trees or not _captured(profile)):
-        _whole_call(add, placed, health, mode, trees)
+    if (mode in ("cudagraphs", "optimized") and not rnns and placed and (trees or not _captured(profile))
+            and _whole_call(add, placed, health, mode, trees)):
         _after(out[-1], needs)
     chains = _chains(placed, fusible) if mode == "eager" and fusible else []
     if chains:

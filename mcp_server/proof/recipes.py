@@ -400,9 +400,15 @@ def _pareto(results: Iterable[RecipeResult]) -> list[str]:
             if not any((t2 < t and e2 <= e) or (t2 <= t and e2 < e) for _, t2, e2 in points)]
 
 
+REASON_CHARS = 200  # of a failed recipe's reason in its progress line
+
+
 def _line(result: RecipeResult) -> str:
     if result.status != "ok":
-        return f"{result.recipe}: {result.status.replace('_', ' ')} ({(result.reason or '')[:160]})"
+        reason = result.reason or ""
+        if len(reason) > REASON_CHARS:  # the message before the child's last lines
+            reason = reason.split(" (last lines: ")[0][:REASON_CHARS]
+        return f"{result.recipe}: {result.status.replace('_', ' ')} ({reason})"
     error = result.error.max_rel_error if result.error is not None else None
     err = f"max rel error {error:.1e}" if error is not None else "no float output"
     return (f"{result.recipe}: {(result.time_ns('latency') or 0) / 1e6:.3f} ms latency, "
