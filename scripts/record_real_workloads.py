@@ -55,6 +55,9 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
   loop over the batch: Dynamo skips the whole forward and runs it eagerly). Target: the skipped function recorded as
   a graph break at its line, the window recorded as eager (module paths >= 95 %), the analysis saying the model did
   not compile. Profile alone.
+- `detector_script`: the same detector compiled by a plain script itself (scripts/gpu_workloads/detector_script.py,
+  `--script --window-fn Detector`): the profiler's hooks and call-site mode kept out of Dynamo. Target: the skip
+  recorded at the model's own line, attributed >= 99.5 %, module paths >= 95 %. Profile alone.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -105,6 +108,7 @@ CASES: dict[str, list[str]] = {
     "gcn": [str(WORKLOADS / "gcn.py")],
     "swin_train": [str(WORKLOADS / "swin_train.py"), "--train-step"],
     "detector_compiled": [str(WORKLOADS / "detector.py"), "--compile-mode", "inductor"],
+    "detector_script": ["--script", str(WORKLOADS / "detector_script.py"), "--window-fn", "Detector", "--steps", "3:1"],
 }
 
 
@@ -240,7 +244,8 @@ def _counted_pct(row: dict[str, Any]) -> float:
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train"}
 # what the tests replay is the analysis of the profile alone
-PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled"}
+PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
+                    "detector_script"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -260,6 +265,7 @@ TARGETS = {
     "gcn": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "swin_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
     "detector_compiled": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
+    "detector_script": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
 }
 
 

@@ -102,3 +102,29 @@ def test_on_the_gpu_a_skipped_model_is_advised_as_eager_code_with_its_mask_made_
                                 "handle (detector.py:30) — first make the shapes static (aten::index at "
                                 "detector.py:30)")
     assert compile_it.prerequisites and compile_it.prerequisites[0].startswith("make the shapes static")
+
+
+def test_on_the_gpu_a_script_that_compiles_a_model_dynamo_skips_is_told_to_make_it_compile_first(
+        tmp_path: Path) -> None:
+    """`h200_detector_script.profile.json.xz`: `scripts/record_real_workloads.py --cases detector_script` on an H200
+    (2026-11-29): the same detector compiled by a plain script of its own (`torch.compile(model)`), run as it is. The
+    skip is recorded at the model's line, not in the profiler's hooks or call-site mode that ran around it (kept out
+    of Dynamo); the window is the eager model's, every kernel with its module and its line. Compiling it is what the
+    fusion advice asks for, so the two are one: make the model compile (its mask's shapes static first), then
+    Inductor fuses its element-wise kernels."""
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((FIXTURES / "h200_detector_script.profile.json.xz").read_bytes()))
+    profile = load_profile(path)
+    [skipped] = profile.capture_metadata.graph_breaks or []
+    assert skipped.location.endswith("scripts/gpu_workloads/detector.py:30")
+    assert skipped.reason.endswith("Dynamo skipped the function and ran it eagerly")
+    assert profile.window.module_path_kernel_time_pct == profile.window.call_site_kernel_time_pct == 100.0
+    assert {(op.call_site or "").rsplit("/", 1)[-1].split(":")[0] for op in profile.operators} == {"detector.py"}
+    analysis = analyze_profile(profile, tmp_path / "out", profile_path=path, measure=False)
+    first = analysis.opportunities[0]
+    assert first.change_class == "graph_breaks"
+    assert first.title == ("Make the model compile: Dynamo ran it eagerly after 1 graph break(s) it could not handle "
+                           "(detector.py:30), then Inductor fuses 86 element-wise/normalisation kernels — first make "
+                           "the shapes static (aten::index at detector.py:30)")
+    assert "fusible_kernels=86" in first.triggers and first.kernel_time_saving_ns > 0
+    assert not any(o.change_class == "inductor_config" for o in analysis.opportunities)

@@ -360,16 +360,25 @@ def build_opportunities(
     if breaks and placed:
         e2e, triggers = _graph_boundaries(placed, health)
         where = ", ".join(dict.fromkeys(b.location.rsplit("/", 1)[-1] for b in breaks))
+        skipped = "compiled_graphs=0" in triggers
+        label = ("estimate (upper bound): the GPU idle time at the boundaries between compiled graphs, "
+                 + ("measured without the profiler" if health.unprofiled else "inflated by profiler instrumentation: "
+                    "no timing pass ran") + "; fusions across a boundary and CUDA graphs over the whole forward come "
+                 "on top and are not counted")
         title = (f"Make the model compile: Dynamo ran it eagerly after {len(breaks)} graph break(s) it could not "
-                 f"handle ({where})" if "compiled_graphs=0" in triggers
+                 f"handle ({where})" if skipped
                  else f"Remove {len(breaks)} graph break(s) so the model compiles to one graph ({where})")
-        add(title, "graph_breaks", [],
-            e2e, 0, "estimate (upper bound): the GPU idle time at the boundaries between compiled graphs, "
-            + ("measured without the profiler" if health.unprofiled else "inflated by profiler instrumentation: "
-               "no timing pass ran") + "; fusions across a boundary and CUDA graphs over the whole forward come on "
-            "top and are not counted", ops=[], modules=["(whole window)"],
-            triggers=[f"graph_breaks={len(breaks)}", *triggers, *(f"break at {b.location}: {b.reason}"
-                                                                   for b in breaks)])
+        # a model compiled and skipped whole runs eagerly: compiling it is what the eager fusion advice asks for
+        fusion = next((o for o in out if o.change_class == "inductor_config"), None) if skipped else None
+        if fusion is not None:
+            out.remove(fusion)
+            title += ", then Inductor fuses" + fusion.title.split(" — ")[0].removeprefix("Fuse").removesuffix(
+                " with torch.compile (Inductor)")
+            e2e, label, triggers = fusion.estimated_saving_ns, fusion.estimate_label, [*triggers, *fusion.triggers]
+        add(title, "graph_breaks", fusion.findings if fusion else [], e2e,
+            fusion.kernel_time_saving_ns if fusion else 0, label, ops=[],
+            modules=["(whole window)"], triggers=[f"graph_breaks={len(breaks)}", *triggers,
+                                                  *(f"break at {b.location}: {b.reason}" for b in breaks)])
         _after(out[-1], needs)  # one graph needs the break's cause gone: a synchronisation, a data-dependent shape
     waiting = [p for p in syncs or [] if p.synchronizing and p.idle_after_ns]
     if waiting:
