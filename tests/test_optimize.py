@@ -113,6 +113,16 @@ def test_an_eager_recipe_s_profile_runs_the_model_as_its_optimize_returns_it(fro
     assert relu.input_dtypes == ["c10::BFloat16"]  # autocast's linear output
 
 
+def test_optimize_refuses_the_frontier_of_another_workload_before_it_profiles(frontier: Path, tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture[str]):
+    out = tmp_path / "floor"
+    code = cli(["optimize", str(WORKLOADS / "tiny_bag.py"), "--recipes", str(frontier), "--output", str(out)])
+    said = capsys.readouterr()
+    assert code == 1
+    assert f"is the frontier of {WORKLOADS / 'tiny_mlp.py'}, not of" in said.err + said.out
+    assert not (out / "runs").exists()  # refused before the first profile
+
+
 @pytest.mark.slow
 def test_optimize_writes_the_floor_into_its_folder_and_reports_the_winner(frontier: Path, tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:

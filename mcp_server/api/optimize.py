@@ -26,7 +26,7 @@ from mcp_server.compare import ProfileMismatch
 from mcp_server.errors import ProfilerError, UsageError
 from mcp_server.progress import Progress, quiet
 from mcp_server.proof import check_workload
-from mcp_server.proof.bench import load_recipes
+from mcp_server.proof.bench import check_frontier_of, load_recipes
 from mcp_server.proof.recipes import RECIPES_JSON
 from mcp_server.render.recipe_workload import write_recipe_workload
 from mcp_server.rundir import files_under, output_folder
@@ -70,6 +70,8 @@ def optimize(req: OptimizeRequest, progress: Progress = quiet, cancel: Cancel = 
     """The floor: the tier's winner of the free frontier as an optimized workload, validated, benched, profiled and
     reported, every file in one folder."""
     check_workload(req.workload)  # before any folder is made: every stage needs the contract's model
+    if req.recipes is not None:  # a frontier of another workload is refused now, not after the first profile
+        check_frontier_of(load_recipes(req.recipes), req.recipes, req.workload)
     out = output_folder(req.output, req.project, req.workload, "optimize")
     out.mkdir(parents=True, exist_ok=True)
     counters = choose_backend(AUTO).counters

@@ -98,6 +98,15 @@ def load_recipes(path: Path) -> RecipesReport:
                       "pass the recipes.json `operator-profiler recipes` wrote (or run it again)")
 
 
+def check_frontier_of(report: RecipesReport, path: Path, workload: Path) -> RecipesReport:
+    """`report`, the recipes.json at `path`, when it is the frontier of `workload` (by file name: a copy of the
+    folder still matches); UsageError otherwise."""
+    if Path(report.workload).name != workload.name:
+        raise UsageError(f"{path} is the frontier of {report.workload}, not of {workload}",
+                         f"run `operator-profiler recipes {workload}` and pass its recipes.json")
+    return report
+
+
 def _free_recipe(recipes: Path | None, baseline: Path, tier: str,
                  options: TimingOptions) -> tuple[str, Path, RecipesReport]:
     """The recipe `free` runs: the winner of `tier` by the headline metric in recipes.json, that file and its
@@ -108,10 +117,7 @@ def _free_recipe(recipes: Path | None, baseline: Path, tier: str,
             f"--baseline-mode free needs the free frontier: no {path}",
             f"run `operator-profiler recipes {baseline}` on this GPU first and pass its recipes.json with --recipes",
         )
-    report = load_recipes(path)
-    if Path(report.workload).name != baseline.name:
-        raise UsageError(f"{path} is the frontier of {report.workload}, not of {baseline}",
-                         f"run `operator-profiler recipes {baseline}` and pass its recipes.json")
+    report = check_frontier_of(load_recipes(path), path, baseline)
     winner = report.winner(tier, options.headline)
     if winner is None:
         raise UsageError(f"no recipe of {path} validated in the {tier} tier",
