@@ -11,7 +11,7 @@ from mcp_server.analysis.devices import match_device, peak_at_clock, precision_k
 from mcp_server.analysis.diagnosis import diagnose
 from mcp_server.analysis.roofline import roofline_from_counts
 from mcp_server.analysis.rules import knowledge, rule
-from mcp_server.analysis.shapes import gemm_flops_and_bytes
+from mcp_server.analysis.shapes import gemm_flops_and_bytes, minimum_bytes
 from mcp_server.analysis.stalls import stall_breakdown
 from mcp_server.schema.analysis import Bottleneck, KernelAnalysis, TimelineHealth
 from mcp_server.schema.profile import Attribution, AttributionMethod, Confidence, KernelRecord, Metric, OperatorRecord
@@ -160,6 +160,20 @@ def test_gemm_shapes():
     relu = OperatorRecord(operator_id="aten::relu#0", operator_name="aten::relu", call_index=0, input_shapes=[[4]])
     assert gemm_flops_and_bytes(relu) is None
 
+
+
+def test_the_least_bytes_a_convolution_moves_are_its_input_and_weight():
+    """A 1x1 convolution of the Fourier operator's width (64 channels, 16 fields of 128x128, float32): its output's
+    size needs the stride and padding the shapes lack, but its input and weight are read at least once."""
+    conv = OperatorRecord(operator_id="aten::conv2d#0", operator_name="aten::conv2d", call_index=0,
+                          input_shapes=[[16, 64, 128, 128], [64, 64, 1, 1], [64]],
+                          input_dtypes=["float", "float", "float"])
+    assert minimum_bytes(conv) == 4 * (16 * 64 * 128 * 128 + 64 * 64)
+    linear = OperatorRecord(operator_id="aten::linear#0", operator_name="aten::linear", call_index=0,
+                            input_shapes=[[4, 128, 768], [3072, 768], [3072]], input_dtypes=["float", "float", "float"])
+    assert minimum_bytes(linear) == gemm_flops_and_bytes(linear)[1]  # type: ignore[index]
+    relu = OperatorRecord(operator_id="aten::relu#0", operator_name="aten::relu", call_index=0, input_shapes=[[4]])
+    assert minimum_bytes(relu) is None
 
 def _health(window_ns: int, busy_ns: int, window_range_ns: list[int] | None, tiny_pct: float) -> TimelineHealth:
     return TimelineHealth(

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from mcp_server.analysis.devices import peak_at_clock
 from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledge_of
 from mcp_server.analysis.rules import matches, rule
-from mcp_server.analysis.shapes import gemm_flops_and_bytes
+from mcp_server.analysis.shapes import gemm_flops_and_bytes, minimum_bytes
 from mcp_server.analysis.syncs import SHORT_END
 from mcp_server.analysis.timeline_health import Placed
 from mcp_server.assemble.attribute import CAPTURED_DETAIL
@@ -72,10 +72,10 @@ def _speedup(placed: dict[int, Placed], analyses: dict[int, KernelAnalysis], ids
             peak = peak_at_clock(device, target, roof.sm_clock_mhz)
             bandwidth = device.dram_bandwidth_bytes_per_s
             if peak:  # the kernel's own DRAM traffic is no floor (a tensor-core kernel tiles differently):
-                seconds = roof.flop / peak  # the FLOPs at the new peak, and a GEMM's compulsory bytes
-                minimum = gemm_flops_and_bytes(p.op) if p.op is not None else None
+                seconds = roof.flop / peak  # the FLOPs at the new peak, and the bytes its shapes must move
+                minimum = minimum_bytes(p.op) if p.op is not None else None
                 if bandwidth and minimum:
-                    seconds = max(seconds, minimum[1] * bytes_ratio / bandwidth)
+                    seconds = max(seconds, minimum * bytes_ratio / bandwidth)
                 new = min(t, max(floor, t * seconds * 1e9 / roof.ncu_duration_ns))
         saving = t - new
         kernel_total += saving
@@ -307,8 +307,9 @@ def build_opportunities(
                  "end to end only once launch overhead is removed") if e2e < kernel / 2 else ""
         title = f"Run {len(finding.kernel_ids)} FP32 {what} on tensor cores: {how}"
         label = (f"estimate (upper bound): each kernel shrinks to its {target.replace('_', ' ')} roofline time (its "
-                 "FLOPs at that peak and, for a GEMM, the bytes its shapes must move; the FP32 kernel's own DRAM "
-                 "traffic is no floor, a tensor-core kernel tiles differently), not below "
+                 "FLOPs at that peak, and the bytes its shapes must move: a GEMM's operands and result, a "
+                 "convolution's input and weight; the FP32 kernel's own DRAM traffic is no floor, a tensor-core "
+                 "kernel tiles differently), not below "
                  f"{_us(rule('estimates', 'kernel_floor_ns'))}; only kernels on the GPU critical path shorten the "
                  f"window{later}")
         add_or_join(title, cls, finding, e2e, kernel, label)

@@ -1,8 +1,9 @@
 """Model FLOPs and minimum bytes of a GEMM operator from its recorded input shapes.
 
 Used where kernels carry no counters (torch backend) to bound what a precision change can save: a GEMM of
-M x N x K does 2*M*N*K FLOPs and must at least read its operands and write its result once. Only the GEMM
-family is covered (linear, mm, addmm, bmm, matmul); convolutions need stride/padding, which shapes lack.
+M x N x K does 2*M*N*K FLOPs and must at least read its operands and write its result once. FLOPs cover the GEMM
+family only (linear, mm, addmm, bmm, matmul); a convolution's need its stride and padding, which shapes lack, but it
+must at least read its input and its weight once: that lower bound of its bytes holds without them.
 """
 
 from __future__ import annotations
@@ -52,3 +53,19 @@ def gemm_flops_and_bytes(op: OperatorRecord) -> tuple[float, float] | None:
     operands = [s for s in op.input_shapes if s is not None]
     moved = float(size * (sum(prod(s) for s in operands[:3] if s) + batch * m * n))
     return (flops, moved) if flops > 0 else None
+
+
+CONVOLUTIONS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
+                "aten::cudnn_convolution")
+
+
+def minimum_bytes(op: OperatorRecord) -> float | None:
+    """The DRAM bytes a GEMM or convolution call must move at least, from its shapes: a GEMM's operands and result,
+    a convolution's input and weight (its output's size needs the stride and padding); None for other operators."""
+    if op.operator_name in CONVOLUTIONS and op.input_shapes and len(op.input_shapes) >= 2:
+        x, w = op.input_shapes[0], op.input_shapes[1]
+        if x and w:
+            return float(element_bytes((op.input_dtypes or [None])[0]) * (prod(x) + prod(w)))
+        return None
+    found = gemm_flops_and_bytes(op)
+    return found[1] if found else None
