@@ -81,6 +81,20 @@ def test_a_cast_recipe_s_inputs_are_converted_by_prepare_inputs_in_validate_and_
     assert result.speedup.point > 0 and result.optimized.how_run == "optimize()"
 
 
+def test_a_cast_recipe_s_workload_converts_inputs_nested_in_lists_and_dicts(frontier: Path, tmp_path: Path) -> None:
+    """recipes casts every tensor of the inputs, however nested: the written prepare_inputs does too (it converted
+    only the top level, and the bf16 model met a float32 tensor inside a list)."""
+    report = _report(frontier)
+    winner = Winner(tier="reduced", metric="latency", recipe="eager+bf16-cast", time_ns=1.0, code=[])
+    nested = WORKLOADS / "nested_inputs.py"
+    optimized = write_recipe_workload(nested, winner, report, frontier, tmp_path)
+    verdict = validate(nested, optimized, python=sys.executable, seeds=(0,), run_tests=False, tier="fp8",
+                       out_dir=tmp_path)
+    checks = {c.name: c.status for c in verdict.checks}
+    assert checks["runs"] == "pass", verdict.checks
+    assert verdict.max_rel_error is not None and verdict.max_rel_error < 0.25  # bf16's rounding, measured
+
+
 def test_an_autocast_recipe_written_as_code_passes_validate_in_the_reduced_tier(frontier: Path, tmp_path: Path):
     report = _report(frontier)
     result = report.result("eager+bf16-autocast")

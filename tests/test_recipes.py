@@ -88,6 +88,18 @@ def test_the_lines_of_a_recipe_are_what_it_runs():
     assert not any("tf32" in line for line in autocast)  # no TF32 flag on the CPU
 
 
+
+def test_the_pasted_lines_of_a_cast_recipe_convert_inputs_nested_in_lists_and_dicts():
+    import torch
+
+    lines = recipe_code("eager+bf16-cast+channels-last", "cpu")
+    model = torch.nn.Conv2d(3, 4, 1)
+    namespace = {"torch": torch, "model": model, "inputs": ([torch.randn(2, 3, 8, 8)], {"scale": torch.randn(1)}, 3)}
+    exec("\n".join(lines[:-1]), namespace)  # every line but the call
+    (image,), extra, count = namespace["inputs"]
+    assert image.dtype == torch.bfloat16 and image.is_contiguous(memory_format=torch.channels_last)
+    assert extra["scale"].dtype == torch.bfloat16 and count == 3
+
 def test_a_tier_is_the_tightest_tolerance_the_error_meets():
     def error(worst: float, problems: tuple[str, ...] = ()) -> RecipeError:
         return RecipeError(seeds=[0], outputs_compared=1, max_rel_error=worst, problems=list(problems))

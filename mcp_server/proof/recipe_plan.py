@@ -131,7 +131,8 @@ def stage_winners(results: list[RecipeResult], metric: Metric = "latency") -> li
 
 
 def recipe_code(name: str, device: str) -> list[str]:
-    """The lines a user pastes to apply recipe `name` to `model` and its `inputs` (a tuple), on `device`."""
+    """The lines a user pastes to apply recipe `name` to `model` and its `inputs` (a tuple, its tensors nested in
+    tuples, lists or dicts as the model takes them), on `device`."""
     mode, precision, channels_last, cudnn_benchmark = recipe_parts(name)
     lines = []
     if device == "cuda":
@@ -139,14 +140,17 @@ def recipe_code(name: str, device: str) -> list[str]:
         lines += [f"torch.backends.cuda.matmul.allow_tf32 = {tf32}", f"torch.backends.cudnn.allow_tf32 = {tf32}"]
     if cudnn_benchmark:
         lines.append("torch.backends.cudnn.benchmark = True")
+    if precision.endswith("-cast") or channels_last:  # the inputs' tensors, however nested, as the recipe ran
+        lines.append("from torch.utils._pytree import tree_map")
     if precision.endswith("-cast"):
         dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
         lines += [f"model = model.to({dtype})",
-                  f"inputs = tuple(x.to({dtype}) if x.is_floating_point() else x for x in inputs)"]
+                  f"inputs = tree_map(lambda x: x.to({dtype}) if torch.is_tensor(x) and x.is_floating_point() else x, "
+                  "inputs)"]
     if channels_last:
         lines += ["model = model.to(memory_format=torch.channels_last)",
-                  "inputs = tuple(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x "
-                  "for x in inputs)"]
+                  "inputs = tree_map(lambda x: x.contiguous(memory_format=torch.channels_last) if torch.is_tensor(x) "
+                  "and x.is_floating_point() and x.dim() == 4 else x, inputs)"]
     if mode == "compile":
         lines.append("model = torch.compile(model)")
     elif mode != "eager":

@@ -45,8 +45,8 @@ def prepare_inputs_source(recipe: str) -> list[str]:
     lines = ["", "", "def prepare_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:",
              f'    """The baseline\'s inputs as {recipe} takes them, converted once before the calls (not in '
              'each call)."""']
-    for cast in casts:
-        lines.append(f"    inputs = tuple(({cast}) if isinstance(x, torch.Tensor) else x for x in inputs)")
+    for cast in casts:  # every tensor, however nested in tuples, lists and dicts, as `recipes` converted them
+        lines.append(f"    inputs = tree_map(lambda x: ({cast}) if isinstance(x, torch.Tensor) else x, inputs)")
     return lines + ["    return inputs"]
 
 
@@ -112,7 +112,7 @@ def recipe_workload(workload: Path, winner: Winner, report: RecipesReport, recip
         "",
         "import torch",
     ]
-    if graphs:
+    if graphs or input_casts(winner.recipe):
         head.append("from torch.utils._pytree import tree_map")
     head += [
         "",
