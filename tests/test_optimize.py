@@ -95,6 +95,21 @@ def test_a_cast_recipe_s_workload_converts_inputs_nested_in_lists_and_dicts(fron
     assert verdict.max_rel_error is not None and verdict.max_rel_error < 0.25  # bf16's rounding, measured
 
 
+def test_a_recipe_s_workload_takes_keyword_inputs(frontier: Path, tmp_path: Path) -> None:
+    """A workload whose get_model_and_input() returns its inputs as a dict: the optimized workload's callable takes
+    them by keyword (its run(*inputs) refused them in bench), and bench runs it."""
+    report = _report(frontier)
+    winner = Winner(tier="reduced", metric="latency", recipe="compile+bf16-cast", time_ns=1.0, code=[])
+    keywords = WORKLOADS / "keyword_inputs.py"
+    optimized = write_recipe_workload(keywords, winner, report, frontier, tmp_path)
+    verdict = validate(keywords, optimized, python=sys.executable, seeds=(0,), run_tests=False, tier="fp8",
+                       out_dir=tmp_path)
+    assert {c.name: c.status for c in verdict.checks}["runs"] == "pass", verdict.checks
+    result = api.bench(BenchRequest(baseline=keywords, optimized=optimized, python=PYTHON, timing=FAST,
+                                    output=tmp_path / "bench", project=tmp_path))
+    assert result.speedup.point > 0
+
+
 def test_an_autocast_recipe_written_as_code_passes_validate_in_the_reduced_tier(frontier: Path, tmp_path: Path):
     report = _report(frontier)
     result = report.result("eager+bf16-autocast")

@@ -396,7 +396,7 @@ def test_a_host_bound_frontier_runs_its_close_recipes_again_and_ranks_them_by_th
     winner = report.winner("reduced")
     assert winner is not None and winner.time_ns == by[winner.recipe].time_ns("latency")
     saved = RecipesReport.model_validate_json((tmp_path / "recipes.json").read_text())
-    assert saved == report and saved.recipes_version == "1.3"
+    assert saved == report and saved.recipes_version == "1.4"
 
 
 def test_a_runoff_of_one_tier_names_what_its_new_times_bring_into_the_race_and_changes_no_other_tier():
@@ -463,3 +463,19 @@ def test_a_recipe_that_dynamo_refuses_names_the_error_inside_dynamos_explanation
     assert len(str(raised.value).splitlines()) > 1  # Dynamo explains over many lines
     line = refusal(raised.value, 300)
     assert "\n" not in line and line.endswith("RuntimeError('Unsupported dtype BFloat16')")
+
+
+def test_the_pasted_lines_call_a_model_with_keyword_inputs_by_keyword():
+    assert recipe_code("compile+fp32", "cpu", keywords=True)[-1] == "out = model(**inputs)"
+    assert recipe_code("eager+bf16-autocast", "cpu", keywords=True)[-1] == "    out = model(**inputs)"
+    assert recipe_code("compile+fp32", "cpu")[-1] == "out = model(*inputs)"
+
+
+def test_the_model_facts_say_whether_the_inputs_are_keywords():
+    import torch
+
+    from mcp_server.children.recipe import model_facts
+
+    model = torch.nn.Linear(4, 4)
+    assert ModelFacts.model_validate(model_facts(model, {"x": torch.randn(2, 4)})).keyword_inputs
+    assert not ModelFacts.model_validate(model_facts(model, (torch.randn(2, 4),))).keyword_inputs

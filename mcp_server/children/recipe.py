@@ -110,6 +110,7 @@ def model_facts(model: Any, inputs: Any) -> dict[str, Any]:
         "parameter_dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in params}),
         "floating_inputs": sum(1 for t in found if t.is_floating_point()),
         "input_shapes": [list(t.shape) for t in found][:8],
+        "keyword_inputs": isinstance(inputs, dict),
     }
 
 

@@ -130,9 +130,9 @@ def stage_winners(results: list[RecipeResult], metric: Metric = "latency") -> li
     return found
 
 
-def recipe_code(name: str, device: str) -> list[str]:
-    """The lines a user pastes to apply recipe `name` to `model` and its `inputs` (a tuple, its tensors nested in
-    tuples, lists or dicts as the model takes them), on `device`."""
+def recipe_code(name: str, device: str, keywords: bool = False) -> list[str]:
+    """The lines a user pastes to apply recipe `name` to `model` and its `inputs` (a tuple, or with `keywords` a dict
+    of keyword arguments; its tensors nested in tuples, lists or dicts as the model takes them), on `device`."""
     mode, precision, channels_last, cudnn_benchmark = recipe_parts(name)
     lines = []
     if device == "cuda":
@@ -155,9 +155,10 @@ def recipe_code(name: str, device: str) -> list[str]:
         lines.append("model = torch.compile(model)")
     elif mode != "eager":
         lines.append(f'model = torch.compile(model, mode="{mode}")')
+    call = "out = model(**inputs)" if keywords else "out = model(*inputs)"
     if precision.endswith("-autocast"):
         dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
-        lines += [f'with torch.autocast("{device}", dtype={dtype}):', "    out = model(*inputs)"]
+        lines += [f'with torch.autocast("{device}", dtype={dtype}):', f"    {call}"]
     else:
-        lines.append("out = model(*inputs)")
+        lines.append(call)
     return lines

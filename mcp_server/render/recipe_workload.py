@@ -70,8 +70,8 @@ def optimize_body(recipe: str, device: str) -> list[str]:
         lines.append("compiled = torch.compile(model)")
     else:
         lines.append(f'compiled = torch.compile(model, mode="{mode}")')
-    lines += ["", "def run(*inputs: Any) -> Any:"]
-    call = "compiled(*inputs)"
+    lines += ["", "def run(*args: Any, **kwargs: Any) -> Any:"]  # the inputs positional, or by keyword (a dict)
+    call = "compiled(*args, **kwargs)"
     if mode in GRAPH_MODES:
         lines.append("    torch.compiler.cudagraph_mark_step_begin()")
     if precision.endswith("-autocast"):
