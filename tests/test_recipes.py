@@ -479,3 +479,22 @@ def test_the_model_facts_say_whether_the_inputs_are_keywords():
     model = torch.nn.Linear(4, 4)
     assert ModelFacts.model_validate(model_facts(model, {"x": torch.randn(2, 4)})).keyword_inputs
     assert not ModelFacts.model_validate(model_facts(model, (torch.randn(2, 4),))).keyword_inputs
+
+
+def test_a_reference_that_does_not_reproduce_itself_is_named_with_its_cause_and_optimize_refuses_it(tmp_path,
+                                                                                                    capsys):
+    """A model left in training mode: fp32 eager against another run of itself differs through its dropout, so no
+    recipe validates in any tier. The frontier says why and how to fix it, and optimize refuses before profiling."""
+    workload = WORKLOADS / "dropout_training.py"
+    report = recipes(workload, python=sys.executable, options=FAST, seeds=(0,), only=("eager+bf16-autocast",),
+                     out_dir=tmp_path, timeout_s=120)
+    assert report.model is not None and report.model.dropout_in_training == ["2"]
+    assert report.winner("exact") is None
+    [unstable] = [w for w in report.warnings if w.startswith("eager+fp32, the reference, does not reproduce")]
+    assert unstable.endswith("its model is in training mode with dropout active (2): return model.eval() from "
+                             "get_model_and_input()")
+    out = tmp_path / "floor"
+    assert cli(["optimize", str(workload), "--recipes", str(tmp_path / "recipes.json"), "-o", str(out)]) == 1
+    said = capsys.readouterr()
+    assert "validated in the exact tier: eager+fp32, the reference, does not reproduce" in said.err + said.out
+    assert not out.exists()

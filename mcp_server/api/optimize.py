@@ -27,10 +27,10 @@ from mcp_server.errors import ProfilerError, UsageError
 from mcp_server.progress import Progress, quiet
 from mcp_server.proof import check_workload
 from mcp_server.proof.bench import check_frontier_of, load_recipes
-from mcp_server.proof.recipes import RECIPES_JSON
+from mcp_server.proof.recipes import RECIPES_JSON, unstable_reference
 from mcp_server.render.recipe_workload import write_recipe_workload
 from mcp_server.rundir import files_under, output_folder
-from mcp_server.schema.recipes import RUNOFF_ROUNDS
+from mcp_server.schema.recipes import RUNOFF_ROUNDS, RecipesReport, Winner
 from mcp_server.schema.requests import (
     AnalyzeRequest,
     BenchRequest,
@@ -70,8 +70,8 @@ def optimize(req: OptimizeRequest, progress: Progress = quiet, cancel: Cancel = 
     """The floor: the tier's winner of the free frontier as an optimized workload, validated, benched, profiled and
     reported, every file in one folder."""
     check_workload(req.workload)  # before any folder is made: every stage needs the contract's model
-    if req.recipes is not None:  # a frontier of another workload is refused now, not after the first profile
-        check_frontier_of(load_recipes(req.recipes), req.recipes, req.workload)
+    if req.recipes is not None:  # a frontier of another workload, or without a winner, is refused before profiling
+        _winner(check_frontier_of(load_recipes(req.recipes), req.recipes, req.workload), req, req.recipes)
     out = output_folder(req.output, req.project, req.workload, "optimize")
     out.mkdir(parents=True, exist_ok=True)
     counters = choose_backend(AUTO).counters
@@ -101,10 +101,7 @@ def optimize(req: OptimizeRequest, progress: Progress = quiet, cancel: Cancel = 
     else:
         stage("recipes", lambda: progress(f"optimize: the frontier of {recipes_path}, measured earlier"))
     frontier = load_recipes(recipes_path)
-    winner = frontier.winner(req.tier, req.timing.headline)
-    if winner is None:
-        raise UsageError(f"optimize stopped at recipes: no recipe of {recipes_path} validated in the {req.tier} tier",
-                         "choose the other tier, or read recipes.json for why each recipe failed")
+    winner = _winner(frontier, req, recipes_path)
     optimized = stage("write", lambda: write_recipe_workload(req.workload, winner, frontier, recipes_path, out))
 
     def timed(mode: str) -> BenchToolResult:
@@ -134,6 +131,19 @@ def optimize(req: OptimizeRequest, progress: Progress = quiet, cancel: Cancel = 
         speedup_vs_eager=vs_eager.speedup, speedup_vs_winner=vs_winner.speedup, stages=stage.done,
         warnings=list(dict.fromkeys(warnings + vs_eager.warnings + verdict.warnings)),
     )
+
+
+def _winner(frontier: RecipesReport, req: OptimizeRequest, path: Path) -> Winner:
+    """The tier's winner of `frontier` (the recipes.json at `path`) by the headline metric, or UsageError saying why
+    none validated where the frontier knows (its reference does not reproduce itself)."""
+    winner = frontier.winner(req.tier, req.timing.headline)
+    if winner is None:
+        unstable = unstable_reference(frontier.results, frontier.model)
+        raise UsageError(f"optimize stopped at recipes: no recipe of {path} validated in the {req.tier} tier"
+                         + (f": {unstable[0]}" if unstable else ""),
+                         "fix the workload, then run optimize again" if unstable
+                         else "choose the other tier, or read recipes.json for why each recipe failed")
+    return winner
 
 
 def _compared(out: Path, req: OptimizeRequest, progress: Progress, cancel: Cancel, warnings: list[str]) -> Path | None:

@@ -144,8 +144,8 @@ def _report(path: Path, raw: dict[str, Any], written: RecipeError | None, result
         results=_ranked(results, options.headline), winners=_winners(results, results[0]),
         pareto=_pareto(results), skipped=skipped(gpu, facts, thorough, only, {r.recipe for r in results}, stopped),
         started_at=started, finished_at=now_iso(), wall_time_s=round(time.monotonic() - t0, 3),
-        warnings=[*stopped_warning, *tail_warning(results), *_written_warning(raw),
-                  *dict.fromkeys(w for r in results for w in r.warnings)],
+        warnings=[*stopped_warning, *unstable_reference(results, facts), *tail_warning(results),
+                  *_written_warning(raw), *dict.fromkeys(w for r in results for w in r.warnings)],
         stopped=stopped, runoff_rounds=rounds if raced else 0,
         runoff_tiers=list(raced), runoff_changed=_changed(results, options.headline, raced),
     )
@@ -182,6 +182,23 @@ def _written_warning(raw: dict[str, Any]) -> list[str]:
     return [f"the model is written in bfloat16/float16 but did not run in float32 ({failed}): every tier keeps its "
             "own tolerance, which recipes computing the same half-precision model differently may exceed"
             ] if failed else []
+
+
+def unstable_reference(results: list[RecipeResult], facts: ModelFacts | None) -> list[str]:
+    """One warning when the reference fails against itself: fp32 eager's output, called again on the same inputs,
+    differs, so no recipe can validate in any tier; the cause when the model shows one (dropout in training mode)."""
+    reference = next((r for r in results if r.recipe == REFERENCE_RECIPE), None)
+    if reference is None or reference.status != "ok" or reference.tier is not None or reference.error is None:
+        return []
+    worst = reference.error.max_rel_error
+    dropout = facts.dropout_in_training if facts is not None else []
+    cause = (f"its model is in training mode with dropout active ({', '.join(dropout)}): return "
+             "model.eval() from get_model_and_input()" if dropout else
+             "something in its forward is random or unseeded (sampling, dropout by hand, an uninitialised buffer): "
+             "make it deterministic for the same seed")
+    return [f"{REFERENCE_RECIPE}, the reference, does not reproduce its own output (largest relative error "
+            f"{worst:.2g} against another run of itself on the same inputs), so no recipe validates in any tier: "
+            + cause]
 
 
 def tail_warning(results: list[RecipeResult]) -> list[str]:
