@@ -498,3 +498,13 @@ def test_a_reference_that_does_not_reproduce_itself_is_named_with_its_cause_and_
     said = capsys.readouterr()
     assert "validated in the exact tier: eager+fp32, the reference, does not reproduce" in said.err + said.out
     assert not out.exists()
+
+
+def test_a_model_that_changes_its_inputs_in_place_is_compared_on_inputs_it_has_not_changed(tmp_path):
+    """The reference ran on the inputs the recipe then took: a model doubling its input in place made every recipe,
+    the reference itself included, fail validation by a factor of two."""
+    report = recipes(WORKLOADS / "mutates_input.py", python=sys.executable, options=FAST, seeds=(0, 1),
+                     only=("compile+fp32",), out_dir=tmp_path, timeout_s=120)
+    by = {r.recipe: r for r in report.results}
+    assert by["eager+fp32"].tier == "exact" and by["compile+fp32"].tier == "exact"
+    assert not any("does not reproduce" in w for w in report.warnings)

@@ -35,6 +35,7 @@ from typing import Any
 
 from mcp_server.children.common import (
     as_call,
+    clone,
     device_of,
     flatten,
     inputs_preparer,
@@ -189,8 +190,8 @@ def _validate(base_mod: Any, model: Any, fn: Any, prepare: Any, seeds: list[int]
     opts = _recipe_opts()
     for seed in seeds:
         ref_model, inputs = _build(base_mod, seed)
-        with torch.no_grad(), exact_fp32():
-            ref_args, ref_kwargs = as_call(inputs)
+        with torch.no_grad(), exact_fp32():  # on a copy: a model that changes its inputs in place changes its own
+            ref_args, ref_kwargs = as_call(clone(inputs))
             reference = flatten(ref_model(*ref_args, **ref_kwargs))
             reference = [(p, t.detach().cpu() if isinstance(t, torch.Tensor) else t) for p, t in reference]
         if isinstance(model, torch.nn.Module):
