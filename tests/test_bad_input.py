@@ -49,6 +49,14 @@ def test_workload_that_raises(tmp_path):
     assert not (tmp_path / "run" / "profile.json").exists()
 
 
+
+def test_a_model_whose_lazy_modules_were_never_called(tmp_path):
+    """Their weights have no shape until the first call: every cast, count and compile would fail on them."""
+    proc = run_cli("profile", str(SCRIPTS / "lazy_modules.py"), "-o", str(tmp_path / "run"))
+    _assert_one_line_error(proc, "lazy modules are not initialised yet (0, 2)",
+                           "call the model once on its inputs in get_model_and_input()")
+    assert not (tmp_path / "run" / "profile.json").exists()
+
 def test_unknown_compile_mode(tmp_path, example):
     proc = run_cli("profile", str(example("conv_block")), "--compile-mode", "turbo", "-o", str(tmp_path / "run"))
     _assert_one_line_error(proc, "turbo", "eager, inductor, cudagraphs")

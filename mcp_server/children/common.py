@@ -136,6 +136,12 @@ def model_and_inputs(returned: Any, module_required: bool = True) -> tuple[Any, 
     if not isinstance(returned, (tuple, list)) or len(returned) != 2:
         raise ContractError(f"{CONTRACT_RETURN}; it returned {describe(returned)}")
     model, inputs = returned
+    lazy = [name or type(model).__name__ for name, m in model.named_modules()
+            if isinstance(m, torch.nn.modules.lazy.LazyModuleMixin) and m.has_uninitialized_params()
+            ] if isinstance(model, torch.nn.Module) else []
+    if lazy:  # their shapes come from the first call, after which every cast and compile would have to wait
+        raise ContractError(f"the model's lazy modules are not initialised yet ({', '.join(lazy[:3])}): call the model "
+                            "once on its inputs in get_model_and_input() before returning it")
     if isinstance(model, torch.nn.Module) or (callable(model) and not module_required):
         return model, inputs
     remedy = ": wrap it in an nn.Module whose forward calls it" if callable(model) else ""
