@@ -465,20 +465,22 @@ def test_a_recipe_that_dynamo_refuses_names_the_error_inside_dynamos_explanation
     assert "\n" not in line and line.endswith("RuntimeError('Unsupported dtype BFloat16')")
 
 
-def test_the_pasted_lines_call_a_model_with_keyword_inputs_by_keyword():
-    assert recipe_code("compile+fp32", "cpu", keywords=True)[-1] == "out = model(**inputs)"
-    assert recipe_code("eager+bf16-autocast", "cpu", keywords=True)[-1] == "    out = model(**inputs)"
+def test_the_pasted_lines_call_the_model_with_its_inputs_as_the_workload_returns_them():
+    assert recipe_code("compile+fp32", "cpu", "dict")[-1] == "out = model(**inputs)"
+    assert recipe_code("eager+bf16-autocast", "cpu", "dict")[-1] == "    out = model(**inputs)"
+    assert recipe_code("compile+fp32", "cpu", "tensor")[-1] == "out = model(inputs)"
     assert recipe_code("compile+fp32", "cpu")[-1] == "out = model(*inputs)"
 
 
-def test_the_model_facts_say_whether_the_inputs_are_keywords():
+def test_the_model_facts_say_how_the_inputs_come():
     import torch
 
     from mcp_server.children.recipe import model_facts
 
     model = torch.nn.Linear(4, 4)
-    assert ModelFacts.model_validate(model_facts(model, {"x": torch.randn(2, 4)})).keyword_inputs
-    assert not ModelFacts.model_validate(model_facts(model, (torch.randn(2, 4),))).keyword_inputs
+    assert ModelFacts.model_validate(model_facts(model, {"x": torch.randn(2, 4)})).inputs_form == "dict"
+    assert ModelFacts.model_validate(model_facts(model, (torch.randn(2, 4),))).inputs_form == "tuple"
+    assert ModelFacts.model_validate(model_facts(model, torch.randn(2, 4))).inputs_form == "tensor"
 
 
 def test_a_reference_that_does_not_reproduce_itself_is_named_with_its_cause_and_optimize_refuses_it(tmp_path,

@@ -110,7 +110,8 @@ def model_facts(model: Any, inputs: Any) -> dict[str, Any]:
         "parameter_dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in params}),
         "floating_inputs": sum(1 for t in found if t.is_floating_point()),
         "input_shapes": [list(t.shape) for t in found][:8],
-        "keyword_inputs": isinstance(inputs, dict),
+        "inputs_form": ("dict" if isinstance(inputs, dict) else "tuple" if isinstance(inputs, (tuple, list))
+                        else "tensor"),
         "dropout_in_training": [name for name, m in model.named_modules()
                                 if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training and m.p > 0
                                 ][:5] if is_module else [],

@@ -20,7 +20,7 @@ from mcp_server.children.contract import (
     recipe_parts,
 )
 from mcp_server.schema.proof import Metric
-from mcp_server.schema.recipes import ModelFacts, RecipeResult, SkippedRecipes
+from mcp_server.schema.recipes import InputsForm, ModelFacts, RecipeResult, SkippedRecipes
 from mcp_server.schema.types import TIERS, tiers_within
 
 DEFAULT_MODES = ("eager", "compile", "reduce-overhead")
@@ -130,9 +130,10 @@ def stage_winners(results: list[RecipeResult], metric: Metric = "latency") -> li
     return found
 
 
-def recipe_code(name: str, device: str, keywords: bool = False) -> list[str]:
-    """The lines a user pastes to apply recipe `name` to `model` and its `inputs` (a tuple, or with `keywords` a dict
-    of keyword arguments; its tensors nested in tuples, lists or dicts as the model takes them), on `device`."""
+def recipe_code(name: str, device: str, inputs_form: InputsForm = "tuple") -> list[str]:
+    """The lines a user pastes to apply recipe `name` to `model` and its `inputs` (a tuple of positional arguments, a
+    dict of keyword arguments or one tensor, as `inputs_form` says; its tensors nested in tuples, lists or dicts as
+    the model takes them), on `device`."""
     mode, precision, channels_last, cudnn_benchmark = recipe_parts(name)
     lines = []
     if device == "cuda":
@@ -155,7 +156,8 @@ def recipe_code(name: str, device: str, keywords: bool = False) -> list[str]:
         lines.append("model = torch.compile(model)")
     elif mode != "eager":
         lines.append(f'model = torch.compile(model, mode="{mode}")')
-    call = "out = model(**inputs)" if keywords else "out = model(*inputs)"
+    call = {"tuple": "out = model(*inputs)", "dict": "out = model(**inputs)",
+            "tensor": "out = model(inputs)"}[inputs_form]
     if precision.endswith("-autocast"):
         dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
         lines += [f'with torch.autocast("{device}", dtype={dtype}):', f"    {call}"]

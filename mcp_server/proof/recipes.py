@@ -339,7 +339,7 @@ def _result(name: str, stage: str, measured: Measured, written: RecipeError | No
     device = raw.get("device_type", "cpu")
     base = dict(recipe=name, stage=stage, wall_time_s=round(measured.wall_time_s, 3),
                 warnings=list(raw.get("warnings", [])),
-                code=recipe_code(name, device, bool((raw.get("model") or {}).get("keyword_inputs"))))
+                code=recipe_code(name, device, (raw.get("model") or {}).get("inputs_form", "tuple")))
     if raw.get("not_applicable"):
         return RecipeResult(**base, status="not_applicable", reason=raw["not_applicable"])  # type: ignore[arg-type]
     error = recipe_error(raw.get("validation") or {})

@@ -19,7 +19,7 @@ from mcp_server.schema.proof import Metric, TimingSummary
 from mcp_server.schema.types import TIERS, Tier, tiers_within
 
 # 1.1: `stopped`; 1.2: `written_error`; 1.3: the runoff (`RecipeResult.runoff`, `runoff`);
-# 1.4: `model.keyword_inputs`, `model.dropout_in_training`
+# 1.4: `model.inputs_form`, `model.dropout_in_training`
 RECIPES_VERSION = "1.4"
 # The error that puts a recipe in a tier, over fp32 eager with TF32 off (validate's rule: |opt - ref| <= rtol *
 # (|ref| + RMS(ref)) per element): float32's class for the exact tier, bfloat16/float16's for the reduced one, and for
@@ -119,6 +119,9 @@ class SkippedRecipes(_Model):
     reason: str
 
 
+InputsForm = Literal["tuple", "dict", "tensor"]
+
+
 class ModelFacts(_Model):
     """What decides which recipes apply."""
 
@@ -128,8 +131,9 @@ class ModelFacts(_Model):
     parameter_dtypes: list[str]
     floating_inputs: int
     input_shapes: list[list[int]]
-    keyword_inputs: bool = Field(default=False, description="get_model_and_input() returns its inputs as a dict of "
-                                 "keyword arguments (the recipe's lines call model(**inputs)).")
+    inputs_form: InputsForm = Field(default="tuple", description="How get_model_and_input() returns the inputs: a "
+                                    "tuple of positional arguments (the recipe's lines call model(*inputs)), a dict of "
+                                    "keyword arguments (model(**inputs)) or one tensor (model(inputs)).")
     dropout_in_training: list[str] = Field(default_factory=list, description="Dropout modules left in training mode "
                                            "(the first five): each call's output differs, so no recipe validates.")
 
