@@ -7,6 +7,7 @@ import ast
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,30 +82,29 @@ def test_a_cast_recipe_s_inputs_are_converted_by_prepare_inputs_in_validate_and_
     assert result.speedup.point > 0 and result.optimized.how_run == "optimize()"
 
 
+def _written_and_validated(frontier: Path, recipe: str, workload: Path, out: Path) -> tuple[Path, Any]:
+    """`recipe` written as `workload`'s optimized workload (the tiny frontier's report for its facts), and validate's
+    verdict on it in the fp8 tier, which ran."""
+    winner = Winner(tier="reduced", metric="latency", recipe=recipe, time_ns=1.0, code=[])
+    optimized = write_recipe_workload(workload, winner, _report(frontier), frontier, out)
+    verdict = validate(workload, optimized, python=sys.executable, seeds=(0,), run_tests=False, tier="fp8",
+                       out_dir=out)
+    assert {c.name: c.status for c in verdict.checks}["runs"] == "pass", verdict.checks
+    return optimized, verdict
+
+
 def test_a_cast_recipe_s_workload_converts_inputs_nested_in_lists_and_dicts(frontier: Path, tmp_path: Path) -> None:
     """recipes casts every tensor of the inputs, however nested: the written prepare_inputs does too (it converted
     only the top level, and the bf16 model met a float32 tensor inside a list)."""
-    report = _report(frontier)
-    winner = Winner(tier="reduced", metric="latency", recipe="eager+bf16-cast", time_ns=1.0, code=[])
-    nested = WORKLOADS / "nested_inputs.py"
-    optimized = write_recipe_workload(nested, winner, report, frontier, tmp_path)
-    verdict = validate(nested, optimized, python=sys.executable, seeds=(0,), run_tests=False, tier="fp8",
-                       out_dir=tmp_path)
-    checks = {c.name: c.status for c in verdict.checks}
-    assert checks["runs"] == "pass", verdict.checks
+    _, verdict = _written_and_validated(frontier, "eager+bf16-cast", WORKLOADS / "nested_inputs.py", tmp_path)
     assert verdict.max_rel_error is not None and verdict.max_rel_error < 0.25  # bf16's rounding, measured
 
 
 def test_a_recipe_s_workload_takes_keyword_inputs(frontier: Path, tmp_path: Path) -> None:
     """A workload whose get_model_and_input() returns its inputs as a dict: the optimized workload's callable takes
     them by keyword (its run(*inputs) refused them in bench), and bench runs it."""
-    report = _report(frontier)
-    winner = Winner(tier="reduced", metric="latency", recipe="compile+bf16-cast", time_ns=1.0, code=[])
     keywords = WORKLOADS / "keyword_inputs.py"
-    optimized = write_recipe_workload(keywords, winner, report, frontier, tmp_path)
-    verdict = validate(keywords, optimized, python=sys.executable, seeds=(0,), run_tests=False, tier="fp8",
-                       out_dir=tmp_path)
-    assert {c.name: c.status for c in verdict.checks}["runs"] == "pass", verdict.checks
+    optimized, _ = _written_and_validated(frontier, "compile+bf16-cast", keywords, tmp_path)
     result = api.bench(BenchRequest(baseline=keywords, optimized=optimized, python=PYTHON, timing=FAST,
                                     output=tmp_path / "bench", project=tmp_path))
     assert result.speedup.point > 0
