@@ -84,3 +84,19 @@ def test_a_winner_whose_gpu_is_not_idle_around_its_kernels_is_offered_no_whole_c
     analysis = _analysis(path, tmp_path / "out")
     assert analysis.opportunities and not any(o.change_class == "whole_forward_graph" for o in analysis.opportunities)
     assert analysis.opportunities[0].title.startswith("Run 9 FP32 convolutions on tensor cores")
+
+
+def test_an_eager_winner_idle_around_its_kernels_is_not_said_to_spend_it_in_dynamo(tmp_path: Path) -> None:
+    """The graph-trees profile with its compiled graphs and trees taken out reads as an eager recipe's winner (an
+    optimized window that compiles nothing) whose call leaves the GPU idle around its kernels: the host work is the
+    eager call's, not Dynamo's guards."""
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((FIXTURES / "h100_mlp_activations_graph_trees.profile.json.xz").read_bytes()))
+    profile = load_profile(path)
+    profile.capture_metadata.cuda_graph_trees = False
+    for op in profile.operators:
+        op.compiled_graph = None
+    path.write_text(profile.model_dump_json())
+    whole = [o for o in _analysis(path, tmp_path / "out").opportunities if o.change_class == "whole_forward_graph"]
+    assert len(whole) == 1 and "(the eager call's Python and dispatch, input handling)" in whole[0].title
+    assert "Dynamo" not in whole[0].title

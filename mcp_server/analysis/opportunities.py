@@ -149,18 +149,20 @@ def _captured(profile: OperatorAttributedProfile) -> bool:
 
 
 def _whole_call(add: Callable[..., None], placed: list[Placed], health: TimelineHealth, mode: str,
-                trees: bool) -> bool:
-    """A compiled window whose kernels run close together but whose call leaves the GPU idle around them: the host
-    work of each call (Dynamo's guards, CUDA graph trees' checks, input and output handling) is the idle time, and
-    one torch.cuda.CUDAGraph replayed for the whole call leaves a copy in, a replay and a copy out. Whether it was
-    offered."""
+                trees: bool, compiled: bool) -> bool:
+    """An optimized or compiled window whose kernels run close together but whose call leaves the GPU idle around
+    them: the host work of each call (Dynamo's guards, CUDA graph trees' checks, input and output handling; an eager
+    recipe's Python and dispatch) is the idle time, and one torch.cuda.CUDAGraph replayed for the whole call leaves a
+    copy in, a replay and a copy out. Whether it was offered."""
     inner = sum(p.gap_before_ns for p in placed[1:])
     around = max(0, health.idle_ns - inner)
     if around <= inner or around * 100 < rule("timeline", "whole_call_idle_pct") * max(health.window_ns, 1):
         return False
-    graphs = "CUDA graph trees' checks" if trees else "the compiled code's own calls"
+    host = ("Dynamo's guards, CUDA graph trees' checks, input handling" if trees
+            else "Dynamo's guards, the compiled code's own calls, input handling" if compiled
+            else "the eager call's Python and dispatch, input handling")  # an eager recipe compiles nothing
     add(f"Replay the whole call from one torch.cuda.CUDAGraph: {_us(around)} of host work around the kernels "
-        f"(Dynamo's guards, {graphs}, input handling) keeps the GPU idle", "whole_forward_graph",
+        f"({host}) keeps the GPU idle", "whole_forward_graph",
         PATTERNS["whole_forward_graph"].answers, around, 0,
         "estimate (upper bound): the idle time before and after the window's kernels goes, "
         + ("measured without the profiler" if health.unprofiled else "inflated by profiler instrumentation: no "
@@ -252,7 +254,7 @@ def build_opportunities(
         _after(out[-1], model_needs if cls == "static_kv_cache" else needs)
     # the graph trees' own captures are no whole-call graph; a workload's own capture is as far as it chose
     if (mode in ("cudagraphs", "optimized") and not rnns and placed and (trees or not _captured(profile))
-            and _whole_call(add, placed, health, mode, trees)):
+            and _whole_call(add, placed, health, mode, trees, any(op.compiled_graph for op in profile.operators))):
         _after(out[-1], needs)
     chains = _chains(placed, fusible) if mode == "eager" and fusible else []
     if chains:
