@@ -110,6 +110,15 @@ def test_a_recipe_s_workload_takes_keyword_inputs(frontier: Path, tmp_path: Path
     assert result.speedup.point > 0
 
 
+def test_a_workload_whose_file_name_is_no_module_name_is_imported_by_its_path(frontier: Path, tmp_path: Path) -> None:
+    """`my-model.py`: the optimized workload's `from my-model import ...` was a SyntaxError; it loads the file."""
+    workload = tmp_path / "baseline" / "my-model.py"
+    workload.parent.mkdir()
+    workload.write_text((WORKLOADS / "tiny_mlp.py").read_text())
+    optimized, verdict = _written_and_validated(frontier, "eager+bf16-cast", workload, tmp_path)
+    assert "from my-model import" not in optimized.read_text() and verdict.passed
+
+
 def test_an_autocast_recipe_written_as_code_passes_validate_in_the_reduced_tier(frontier: Path, tmp_path: Path):
     report = _report(frontier)
     result = report.result("eager+bf16-autocast")

@@ -11,6 +11,7 @@ calls: the optimized workload is timed as its recipe was.
 
 from __future__ import annotations
 
+import keyword
 from pathlib import Path
 
 from mcp_server.children.contract import recipe_parts
@@ -87,6 +88,22 @@ def optimize_body(recipe: str, device: str) -> list[str]:
     return ["    " + line if line else "" for line in lines]
 
 
+def _baseline_import(workload: Path) -> list[str]:
+    """The lines that import the baseline's get_model_and_input: `from <name> import ...`, or, when the file's name
+    is no Python identifier (`my-model.py`), the file loaded by its path."""
+    name = workload.stem
+    if name.isidentifier() and not keyword.iskeyword(name):
+        return [f"from {name} import get_model_and_input  # noqa: E402,F401 - the baseline's model and inputs"]
+    return [
+        "import importlib.util  # noqa: E402 - the baseline's file name is no module name: loaded by its path",
+        "",
+        f"_spec = importlib.util.spec_from_file_location(\"baseline_workload\", {str(workload.resolve())!r})",
+        "_baseline = importlib.util.module_from_spec(_spec)",
+        "_spec.loader.exec_module(_baseline)",
+        "get_model_and_input = _baseline.get_model_and_input  # the baseline's model and inputs",
+    ]
+
+
 def recipe_workload(workload: Path, winner: Winner, report: RecipesReport, recipes_path: Path) -> str:
     """The source of `<name>_optimized.py` applying `winner` to `workload`'s model."""
     name = workload.stem
@@ -117,7 +134,7 @@ def recipe_workload(workload: Path, winner: Winner, report: RecipesReport, recip
     head += [
         "",
         f"sys.path.insert(0, {str(workload.resolve().parent)!r})  # the baseline's folder: its workload and imports",
-        f"from {name} import get_model_and_input  # noqa: E402,F401 - the baseline's model and inputs",
+        *_baseline_import(workload),
         "",
         f'RECIPE = "{winner.recipe}"',
         "",
