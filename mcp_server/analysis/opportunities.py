@@ -191,7 +191,8 @@ def build_opportunities(
     by_id = {p.kernel.kernel_id: p for p in placed}
     window = max(health.window_ns, 1)
     mode = profile.capture_metadata.compile_mode
-    if mode in ("inductor", "cudagraphs") and not any(op.compiled_graph for op in profile.operators):
+    compiled = any(op.compiled_graph for op in profile.operators)
+    if mode in ("inductor", "cudagraphs") and not compiled:
         mode = "eager"  # Dynamo compiled nothing of the window (it skipped the model): its advice is eager code's
     kinds = {f.kind: f for f in findings}
     out: list[Opportunity] = []
@@ -254,7 +255,7 @@ def build_opportunities(
         _after(out[-1], model_needs if cls == "static_kv_cache" else needs)
     # the graph trees' own captures are no whole-call graph; a workload's own capture is as far as it chose
     if (mode in ("cudagraphs", "optimized") and not rnns and placed and (trees or not _captured(profile))
-            and _whole_call(add, placed, health, mode, trees, any(op.compiled_graph for op in profile.operators))):
+            and _whole_call(add, placed, health, mode, trees, compiled)):
         _after(out[-1], needs)
     chains = _chains(placed, fusible) if mode == "eager" and fusible else []
     if chains:
@@ -375,8 +376,7 @@ def build_opportunities(
         fusion = next((o for o in out if o.change_class == "inductor_config"), None) if skipped else None
         if fusion is not None:
             out.remove(fusion)
-            title += ", then Inductor fuses" + fusion.title.split(" — ")[0].removeprefix("Fuse").removesuffix(
-                " with torch.compile (Inductor)")
+            title += f", then Inductor fuses {len(fusible)} element-wise/normalisation kernels"
             e2e, label, triggers = fusion.estimated_saving_ns, fusion.estimate_label, [*triggers, *fusion.triggers]
         add(title, "graph_breaks", fusion.findings if fusion else [], e2e,
             fusion.kernel_time_saving_ns if fusion else 0, label, ops=[],

@@ -70,8 +70,10 @@ def optimize(req: OptimizeRequest, progress: Progress = quiet, cancel: Cancel = 
     """The floor: the tier's winner of the free frontier as an optimized workload, validated, benched, profiled and
     reported, every file in one folder."""
     check_workload(req.workload)  # before any folder is made: every stage needs the contract's model
+    given: RecipesReport | None = None
     if req.recipes is not None:  # a frontier of another workload, or without a winner, is refused before profiling
-        _winner(check_frontier_of(load_recipes(req.recipes), req.recipes, req.workload), req, req.recipes)
+        given = check_frontier_of(load_recipes(req.recipes), req.recipes, req.workload)
+        _winner(given, req, req.recipes)
     out = output_folder(req.output, req.project, req.workload, "optimize")
     out.mkdir(parents=True, exist_ok=True)
     counters = choose_backend(AUTO).counters
@@ -100,7 +102,7 @@ def optimize(req: OptimizeRequest, progress: Progress = quiet, cancel: Cancel = 
             progress, cancel, runoff_tiers=(req.tier,)))
     else:
         stage("recipes", lambda: progress(f"optimize: the frontier of {recipes_path}, measured earlier"))
-    frontier = load_recipes(recipes_path)
+    frontier = given or load_recipes(recipes_path)  # read once when given
     winner = _winner(frontier, req, recipes_path)
     optimized = stage("write", lambda: write_recipe_workload(req.workload, winner, frontier, recipes_path, out))
 

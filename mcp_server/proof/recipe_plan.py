@@ -130,6 +130,20 @@ def stage_winners(results: list[RecipeResult], metric: Metric = "latency") -> li
     return found
 
 
+def input_casts(recipe: str) -> list[str]:
+    """The expressions, in `x`, that convert one input tensor for `recipe` (its cast, then its layout), as
+    `children/recipe.apply` converts them: the pasted lines and the optimized workload's prepare_inputs both."""
+    _, precision, channels_last, _ = recipe_parts(recipe)
+    casts = []
+    if precision.endswith("-cast"):
+        dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
+        casts.append(f"x.to({dtype}) if x.is_floating_point() else x")
+    if channels_last:
+        casts.append("x.contiguous(memory_format=torch.channels_last) if x.is_floating_point() and x.dim() == 4 "
+                     "else x")
+    return casts
+
+
 def recipe_code(name: str, device: str, inputs_form: InputsForm = "tuple") -> list[str]:
     """The lines a user pastes to apply recipe `name` to `model` and its `inputs` (a tuple of positional arguments, a
     dict of keyword arguments or one tensor, as `inputs_form` says; its tensors nested in tuples, lists or dicts as
@@ -141,17 +155,15 @@ def recipe_code(name: str, device: str, inputs_form: InputsForm = "tuple") -> li
         lines += [f"torch.backends.cuda.matmul.allow_tf32 = {tf32}", f"torch.backends.cudnn.allow_tf32 = {tf32}"]
     if cudnn_benchmark:
         lines.append("torch.backends.cudnn.benchmark = True")
-    if precision.endswith("-cast") or channels_last:  # the inputs' tensors, however nested, as the recipe ran
-        lines.append("from torch.utils._pytree import tree_map")
     if precision.endswith("-cast"):
         dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
-        lines += [f"model = model.to({dtype})",
-                  f"inputs = tree_map(lambda x: x.to({dtype}) if torch.is_tensor(x) and x.is_floating_point() else x, "
-                  "inputs)"]
+        lines.append(f"model = model.to({dtype})")
     if channels_last:
-        lines += ["model = model.to(memory_format=torch.channels_last)",
-                  "inputs = tree_map(lambda x: x.contiguous(memory_format=torch.channels_last) if torch.is_tensor(x) "
-                  "and x.is_floating_point() and x.dim() == 4 else x, inputs)"]
+        lines.append("model = model.to(memory_format=torch.channels_last)")
+    casts = input_casts(name)
+    if casts:  # the inputs' tensors, however nested, as the recipe ran
+        lines.append("from torch.utils._pytree import tree_map")
+        lines += [f"inputs = tree_map(lambda x: ({cast}) if torch.is_tensor(x) else x, inputs)" for cast in casts]
     if mode == "compile":
         lines.append("model = torch.compile(model)")
     elif mode != "eager":

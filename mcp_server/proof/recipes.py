@@ -7,7 +7,7 @@ recipe is validated against fp32 eager with TF32 off over several seeds and sort
 meets; a recipe that crashes, hangs, does not apply or fails validation is recorded with its reason, never fatal.
 
 One process per recipe cannot tell apart two recipes closer than the processes of one recipe differ (a host-bound
-call on a host whose speed changes between processes: `proof.bench.PROCESS_SPREAD`). The runoff then runs each
+call on a host whose speed changes between processes: `proof.stats.PROCESS_SPREAD`). The runoff then runs each
 tier's winner and the recipes within that spread of it again, a few more processes each in alternating order, and
 times each by the median of its processes' medians.
 """

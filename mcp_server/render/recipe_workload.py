@@ -15,6 +15,7 @@ import keyword
 from pathlib import Path
 
 from mcp_server.children.contract import recipe_parts
+from mcp_server.proof.recipe_plan import input_casts
 from mcp_server.schema.io import write_text_atomic
 from mcp_server.schema.recipes import RecipesReport, Winner
 
@@ -23,18 +24,6 @@ GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 def _dtype(precision: str) -> str:
     return "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
-
-
-def input_casts(recipe: str) -> list[str]:
-    """The expressions, in `x`, that convert one input tensor for `recipe` (its cast, then its layout)."""
-    _, precision, channels_last, _ = recipe_parts(recipe)
-    casts = []
-    if precision.endswith("-cast"):
-        casts.append(f"x.to({_dtype(precision)}) if x.is_floating_point() else x")
-    if channels_last:
-        casts.append("x.contiguous(memory_format=torch.channels_last) if x.is_floating_point() and x.dim() == 4 "
-                     "else x")
-    return casts
 
 
 def prepare_inputs_source(recipe: str) -> list[str]:
