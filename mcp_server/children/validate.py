@@ -220,8 +220,7 @@ def _one_seed(
         out_a, snap_a, mut_a, alias_a = call(fn, prepare(inputs_a))
         out_b, snap_b, mut_b, alias_b = call(fn, prepare(inputs_b))
     except Exception as exc:  # noqa: BLE001 - the optimized workload's failure is a failed check
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        checks.set("runs", "fail", f"seed {seed}: the optimized workload raised {type(exc).__name__}: {first}")
+        checks.set("runs", "fail", f"seed {seed}: the optimized workload raised {refusal(exc, 300)}")
         result["optimized_traceback"] = traceback_tail(exc)
         return False
     result["phase"] = f"checks, seed {seed}"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mcp_server.children.common import export_trace
+from mcp_server.children.common import export_trace, refusal
 from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, RECORDINGS
 from mcp_server.children.pinned import pinned_host_bytes
 
@@ -274,6 +274,6 @@ def capture_graph(step: Callable[[], None]) -> Callable[[], None] | str:
             step()
     except Exception as exc:  # noqa: BLE001 - the reason is reported, the window runs eagerly
         torch.cuda.synchronize()
-        return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return refusal(exc, 300)
     torch.cuda.synchronize()
     return graph.replay
