@@ -234,17 +234,14 @@ def _one_seed(
         if extra:
             checks.problem("output_aliasing", f"seed {seed}, inputs {name}: {', '.join(extra)} shares memory "
                                               "with an input (the baseline's does not)")
-    first = _first_output(out_a, snap_a)
     shared = [p for p in shared_memory(out_b, out_a) if p not in base_shared]
-    if first == "guarded":
-        state["guarded_outputs"] = True
-    elif shared:
+    if shared:
         checks.problem("output_caching", f"seed {seed}: the second call returned {', '.join(shared)} in the "
                                          "same memory as the first call's output")
-    elif first == "overwritten":
-        checks.problem("output_caching", f"seed {seed}: the second call overwrote the first call's output in "
-                                         "silence (a CUDA graph captured by hand replays into the same memory: "
-                                         "return a clone)")
+    elif not _still_equal(out_a, snap_a):
+        checks.problem("output_caching", f"seed {seed}: the second call overwrote the first call's output (a CUDA "
+                                         "graph replays into the same memory: return a clone, as the recipes' "
+                                         "workloads do after torch.compiler.cudagraph_mark_step_begin())")
     if not all_equal(ref_a_snap, ref_b_snap) and all_equal(snap_a, snap_b):
         checks.problem("output_caching", f"seed {seed}: different inputs gave the same output (the baseline's "
                                          "outputs differ): a result computed earlier is being returned")
@@ -264,16 +261,15 @@ def _one_seed(
     return True
 
 
-def _first_output(output: Any, snapshot: Any) -> str:
-    """What the second call left of the first call's output: "intact", "overwritten" (it reads other values), or
-    "guarded" (reading it raises: torch.compile's CUDA graph trees refuse to hand out an output a later replay
-    overwrote, as the compiled recipe does when pasted)."""
+def _still_equal(output: Any, snapshot: Any) -> bool:
+    """Whether the first call's output still holds what it returned; False when reading it raises (CUDA graph trees
+    refuse to read an output a later replay overwrote)."""
     try:
-        return "intact" if all_equal(output, snapshot) else "overwritten"
+        return all_equal(output, snapshot)
     except RuntimeError as exc:
-        if "overwritten by a subsequent run" not in str(exc):
+        if "overwritten" not in str(exc):
             raise
-        return "guarded"
+        return False
 
 
 def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
@@ -340,15 +336,14 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         warnings.append(f"the optimized workload set global precision flags stricter than the baseline ran with "
                         f"{stricter}: its outputs lose nothing by them, but other code in the same process runs "
                         "with them too")
-    _settle(checks, counter, opt_mod, passes_before, state, result)
+    _settle(checks, counter, opt_mod, passes_before, bool(state["returned_model"]), result)
 
 
 def _settle(
-    checks: Checks, counter: _Counter, opt_mod: Any, passes_before: dict[str, int] | None, state: dict[str, Any],
-    result: dict[str, Any],
+    checks: Checks, counter: _Counter, opt_mod: Any, passes_before: dict[str, int] | None,
+    optimize_returned_model: bool, result: dict[str, Any],
 ) -> None:
-    """Decide the checks that depend on everything having run (`state`: what the seeds found of the optimized
-    callable)."""
+    """Decide the checks that depend on everything having run."""
     if "contract" in checks.entries:
         checks.skip_rest("the contract check failed")
         result["checks"] = checks.as_list()
@@ -366,7 +361,7 @@ def _settle(
     result["applied_passes"] = passes or {}
     result["backend_calls"] = counter.calls if counter.installed else None
     if recipe is None:
-        _backend_checks(checks, counter, opt_mod, passes, passes_before, bool(state["returned_model"]))
+        _backend_checks(checks, counter, opt_mod, passes, passes_before, optimize_returned_model)
     if "runs" in checks.entries:
         checks.skip_rest("the optimized workload raised")
         result["checks"] = checks.as_list()
@@ -381,11 +376,7 @@ def _settle(
                               f"max rel error {result['max_rel_error'] or 0:.3g})")
     checks.settle("input_mutation", "no input was changed in place")
     checks.settle("output_aliasing", "no output shares memory with an input")
-    checks.settle("output_caching", "each call returned fresh memory, and different inputs gave different outputs"
-                  if not state.get("guarded_outputs") else
-                  "different inputs gave different outputs; each output is CUDA graph memory the next call "
-                  "overwrites, and torch raises if it is read after that call, as with the recipe pasted: clone "
-                  "what is kept across calls")
+    checks.settle("output_caching", "each call returned fresh memory, and different inputs gave different outputs")
     result["checks"] = checks.as_list()
 
 

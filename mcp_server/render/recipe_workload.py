@@ -2,10 +2,9 @@
 
 The file follows the optimized-workload contract with `RECIPE` in place of a backend of its own (validate skips the
 backend checks and says why): it imports the baseline's `get_model_and_input` from the baseline's folder, and its
-`optimize(model)` applies the recipe exactly as `recipes` measured it, and as a user pasting it gets it: where CUDA
-graph trees replay the calls, each call's outputs are overwritten by the next, and torch raises if one is read after
-that (validate's output_caching check passes it and says so; copying every output would charge the workload a cost
-its winner was not measured with). The recipe's input conversions (a cast, channels_last) go in `prepare_inputs`,
+`optimize(model)` applies the recipe exactly as `recipes` measured it, plus, where CUDA graphs replay the calls,
+a copy of each output (a replay overwrites the previous call's outputs, which validate's output_caching check and
+any caller keeping them would see). The recipe's input conversions (a cast, channels_last) go in `prepare_inputs`,
 which validate, bench and profiling apply once per input set before the calls, as `recipes` did before its timed
 calls: the optimized workload is timed as its recipe was.
 """
@@ -69,7 +68,11 @@ def optimize_body(recipe: str, device: str) -> list[str]:
         lines += [f'    with torch.autocast("{device}", dtype={_dtype(precision)}):', f"        out = {call}"]
     else:
         lines.append(f"    out = {call}")
-    lines.append("    return out")
+    if mode in GRAPH_MODES:
+        lines.append("    return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, out)  # replays "
+                     "overwrite outputs")
+    else:
+        lines.append("    return out")
     lines += ["", "return run"]
     return ["    " + line if line else "" for line in lines]
 
@@ -106,8 +109,7 @@ def recipe_workload(workload: Path, winner: Winner, report: RecipesReport, recip
         f"Measured by `operator-profiler recipes` on {device} (torch {report.torch_version}, {recipes_path}): "
         f"{winner.time_ns / 1e6:.3f} ms per call{speed}; largest relative error against {report.reference_label} "
         f"{error} over seeds {seeds}. optimize(model) applies it as a user would paste it"
-        + ("; as there, its outputs are CUDA graph memory that the next call overwrites (torch raises if one is "
-           "read after it): clone what you keep across calls." if graphs else ".") + '\n"""',
+        + ("; each output is copied, since CUDA graph replays overwrite them." if graphs else ".") + '\n"""',
         "",
         "from __future__ import annotations",
         "",
@@ -116,7 +118,7 @@ def recipe_workload(workload: Path, winner: Winner, report: RecipesReport, recip
         "",
         "import torch",
     ]
-    if input_casts(winner.recipe):
+    if graphs or input_casts(winner.recipe):
         head.append("from torch.utils._pytree import tree_map")
     head += [
         "",

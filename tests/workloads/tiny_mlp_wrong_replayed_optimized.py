@@ -1,5 +1,5 @@
-"""Optimized tiny MLP whose outputs live as CUDA graph trees' do (`mode="reduce-overhead"`, the recipe pasted): each
-call's output is overwritten by the next, and reading it after that raises, so no stale value is ever read."""
+"""Deliberately wrong optimized tiny MLP: each call's output is overwritten by the next, and reading it after that
+raises, as CUDA graph trees (`mode="reduce-overhead"`) do when an output is held past a later replay."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tiny_mlp import get_model_and_input  # noqa: F401 - same model and inputs
 
-BACKEND_NAME = "tiny_mlp_replayed"
+BACKEND_NAME = "tiny_mlp_wrong_replayed"
 APPLIED_PASSES: dict[str, int] = {}
 OVERWRITTEN = ("Error: accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run. To "
                "prevent overwriting, clone the tensor outside of torch.compile() or call "
