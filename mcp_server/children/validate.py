@@ -263,7 +263,8 @@ def _one_seed(
 
 def _still_equal(output: Any, snapshot: Any) -> bool:
     """Whether the first call's output still holds what it returned; False when reading it raises (CUDA graph trees
-    refuse to read an output a later replay overwrote)."""
+    refuse to read the output of a warm-up or recording call a later call overwrote; a steady-state replay's
+    outputs they overwrite in silence, which the values or the shared memory show)."""
     try:
         return all_equal(output, snapshot)
     except RuntimeError as exc:

@@ -4,9 +4,14 @@ The file follows the optimized-workload contract with `RECIPE` in place of a bac
 backend checks and says why): it imports the baseline's `get_model_and_input` from the baseline's folder, and its
 `optimize(model)` applies the recipe exactly as `recipes` measured it, plus, where CUDA graphs replay the calls,
 a copy of each output (a replay overwrites the previous call's outputs, which validate's output_caching check and
-any caller keeping them would see). The recipe's input conversions (a cast, channels_last) go in `prepare_inputs`,
-which validate, bench and profiling apply once per input set before the calls, as `recipes` did before its timed
-calls: the optimized workload is timed as its recipe was.
+any caller keeping them would see). The copy is not optional: CUDA graph trees make a read of an overwritten output
+raise only for the outputs of a warm-up or recording call; a steady-state replay overwrites the previous replay's
+outputs in silence (`torch._inductor.cudagraph_trees`: ending an execution deallocates nothing; validate caught it on
+the H200, docs/measurements/h200_unseen_workloads.json `sixteenth_stop`). Where the copies cost (several outputs, a
+host-bound call), the whole call replayed from one CUDA graph goes beyond the winner
+(`knowledge/fx_patterns/whole_forward_graph.md`). The recipe's input conversions (a cast, channels_last) go in
+`prepare_inputs`, which validate, bench and profiling apply once per input set before the calls, as `recipes` did
+before its timed calls: the optimized workload is timed as its recipe was.
 """
 
 from __future__ import annotations
