@@ -204,3 +204,27 @@ def test_what_is_left_says_when_the_frontier_measured_the_winners_compile_mode_s
     assert len(rows) == 1 and rows[0].pattern == knowledge_of("cuda_graphs")
     assert rows[0].title.endswith("the frontier measured it on its winner: reduce-overhead+fp16-cast, 701.4 µs against "
                                   "588.9 µs by latency (slower; recipes.json)")
+
+
+def test_what_is_left_says_when_every_whole_model_recipe_of_the_pattern_failed_on_the_frontier(tmp_path: Path):
+    """The Fourier operator (scripts/gpu_workloads/fno.py) through `optimize --tier reduced` on an H200 (2026-11-29;
+    the fixtures are its recipes.json and the winner's profile): the winner eager+tf32+cudnn-benchmark leaves nine
+    FP32 convolutions, for which the analysis offers bfloat16 autocast; the frontier had run every bfloat16 and
+    float16 recipe on the whole model and each failed (no bfloat16 FFT, no complex-half einsum). What is left keeps the
+    offer, says so with the first failure, and names the scoped change as the way left."""
+    fixtures = REPO / "tests" / "fixtures"
+    path = tmp_path / "profile.json"
+    path.write_bytes(lzma.decompress((fixtures / "h200_fno_winner.profile.json.xz").read_bytes()))
+    frontier = RecipesReport.model_validate_json(lzma.decompress((fixtures / "h200_fno_recipes.json.xz").read_bytes()))
+    half = [r for r in frontier.results if {"bf16-autocast", "fp16-autocast", "bf16-cast", "fp16-cast"}
+            & set(r.recipe.split("+"))]
+    assert len(half) == 12 and all(r.status == "failed" for r in half)
+    analysis = analyze_profile(load_profile(path), tmp_path / "analysis", profile_path=path, measure=False)
+    assert [o.change_class for o in analysis.opportunities] == ["dtype_autocast"]
+    rows = residual_from_analysis(analysis, [], recipe="eager+tf32+cudnn-benchmark", tier="reduced", frontier=frontier)
+    assert len(rows) == 1 and rows[0].pattern == knowledge_of("dtype_autocast")
+    said = rows[0].title
+    assert "the frontier applied it to the whole model in 12 recipe(s) and none ran within a tier" in said
+    assert f"({half[0].recipe}: " in said and "only a change scoped to the kernels named here can apply it" in said
+    plain = residual_from_analysis(analysis, [], recipe="eager+tf32+cudnn-benchmark", tier="reduced")
+    assert "frontier" not in plain[0].title  # without recipes.json nothing is said

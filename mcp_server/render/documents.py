@@ -238,7 +238,8 @@ def build_plan_view(inputs: ReportInputs, out_dir: Path, project_dir: Path) -> P
         hotspots=hotspots(inputs.baseline), items=[i for i in views if i.status != "rejected"],
         rejected=[i for i in views if i.status == "rejected"], not_proposed=plan.not_proposed, tier=plan.tier,
         diagnosis=diagnosis_text(inputs.analysis) if inputs.analysis else None,
-        opportunities=residual_from_analysis(inputs.analysis, [], tier=plan.tier) if inputs.analysis else [],
+        opportunities=(residual_from_analysis(inputs.analysis, [], tier=plan.tier, frontier=inputs.recipes)
+                       if inputs.analysis else []),
         ir_levels=IR_LEVEL_HOW, commands=commands,
         precision_change=any(i.precision_change for i in plan.items if i.status != "rejected"),
     )

@@ -1,4 +1,5 @@
-"""The free frontier as a person reads it: a table for the terminal and frontier.png (time against error).
+"""The free frontier as a person reads it: a table for the terminal and frontier.png (time against error), and what
+it measured of a pattern the analysis offers beyond its winner (`tried_on_winner`, `failed_on_frontier`).
 
 Every time is a median per call measured in the recipe's own process; every error is against fp32 eager with TF32
 off, over the seeds recipes.json names.
@@ -9,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mcp_server.analysis.charts import pyplot, save_png
-from mcp_server.children.contract import written_floor
+from mcp_server.analysis.pattern_registry import PATTERNS
+from mcp_server.children.contract import changed_part, written_floor
 from mcp_server.proof.stats import PROCESS_SPREAD
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import RecipeResult, RecipesReport
@@ -164,3 +166,43 @@ def frontier_chart(report: RecipesReport, path: Path) -> Path | None:
     save_png(fig, path)
     plt.close(fig)
     return path
+
+
+def tried_on_winner(change_class: str, recipe: str, frontier: RecipesReport) -> str | None:
+    """What the frontier measured of pattern `change_class` applied to its winner `recipe` (channels-last added to
+    `reduce-overhead+fp16-cast`, reduce-overhead in place of `compile+fp16-cast`'s compile), in words with both
+    latencies; None when no such recipe ran."""
+    ran = {r.recipe: r for r in frontier.results if r.status == "ok"}
+    winner = ran.get(recipe)
+    base = winner.time_ns("latency") if winner is not None else None
+    if change_class not in PATTERNS or winner is None or not base:
+        return None
+    for result in ran.values():
+        time = result.time_ns("latency")
+        if changed_part(recipe, result.recipe) in PATTERNS[change_class].recipes and time:
+            verdict = "slower" if time > base else "faster" if result.tier == winner.tier else "faster, another tier"
+            return (f"the frontier measured it on its winner: {result.recipe}, {time / 1e3:.1f} µs against "
+                    f"{base / 1e3:.1f} µs by latency ({verdict}; recipes.json)")
+    return None
+
+
+def _first_line(reason: str) -> str:
+    """A recipe's failure as one short line: its error, without the stage it failed at or the source lines after."""
+    return reason.removeprefix("the measurement failed during first call: ").split(" (last lines:")[0][:160]
+
+
+def failed_on_frontier(change_class: str, frontier: RecipesReport) -> str | None:
+    """What the frontier found of pattern `change_class` when every recipe applying it to the whole model failed to
+    run or to validate in any tier (the Fourier operator's bfloat16 and float16: no bfloat16 FFT, no complex-half
+    einsum), in words with the first failure; None when one of them ran within a tier, or none was tried."""
+    if change_class not in PATTERNS:
+        return None
+    parts = set(PATTERNS[change_class].recipes)
+    tried = [r for r in frontier.results if parts & set(r.recipe.split("+"))]
+    if not tried or any(r.status == "ok" and r.tier is not None for r in tried):
+        return None
+    first = tried[0]
+    why = first.reason or ("its error met no tier" if first.status == "ok" else first.status.replace("_", " "))
+    return (f"the frontier applied it to the whole model in {len(tried)} recipe(s) and none ran within a tier "
+            f"({first.recipe}: {_first_line(why)}; "
+            "recipes.json): only a change scoped to the kernels named here can apply it")

@@ -12,9 +12,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_server.analysis.pattern_registry import PATTERNS, allowed_in, covered_by, needed_tier
-from mcp_server.children.contract import changed_part
 from mcp_server.compare import COUNTERS, total
 from mcp_server.queries import top_operators
+from mcp_server.render.frontier import failed_on_frontier, tried_on_winner
 from mcp_server.render.inputs import ReportInputs
 from mcp_server.schema.analysis import Analysis
 from mcp_server.schema.optimizations import OptimizationItem, OptimizationPlan
@@ -357,30 +357,13 @@ def diagnosis_text(analysis: Analysis) -> str:
     return f"{d.bottleneck.value}: {d.root_cause}{triggers}"
 
 
-def tried_on_winner(change_class: str, recipe: str, frontier: RecipesReport) -> str | None:
-    """What the frontier measured of pattern `change_class` applied to its winner `recipe` (channels-last added to
-    `reduce-overhead+fp16-cast`, reduce-overhead in place of `compile+fp16-cast`'s compile), in words with both
-    latencies; None when no such recipe ran."""
-    ran = {r.recipe: r for r in frontier.results if r.status == "ok"}
-    winner = ran.get(recipe)
-    base = winner.time_ns("latency") if winner is not None else None
-    if change_class not in PATTERNS or winner is None or not base:
-        return None
-    for result in ran.values():
-        time = result.time_ns("latency")
-        if changed_part(recipe, result.recipe) in PATTERNS[change_class].recipes and time:
-            verdict = "slower" if time > base else "faster" if result.tier == winner.tier else "faster, another tier"
-            return (f"the frontier measured it on its winner: {result.recipe}, {time / 1e3:.1f} µs against "
-                    f"{base / 1e3:.1f} µs by latency ({verdict}; recipes.json)")
-    return None
-
-
 def residual_from_analysis(analysis: Analysis, applied: list[OptimizationItem], recipe: str | None = None,
                            tier: str | None = None, frontier: RecipesReport | None = None) -> list[ResidualView]:
     """The analysis's ranked opportunities that no applied item addressed (same pattern, or shared operators) and
     that the free recipe the optimized workload applies (`recipe`) does not already apply (pattern_registry); those
     precision tier `tier` does not allow (a reduced-precision change in the exact tier) last, saying so, and after
-    them those the frontier (`frontier`, recipes.json) measured on its winner, with the measurement."""
+    them those the frontier (`frontier`, recipes.json) measured on its winner, with the measurement. One whose every
+    whole-model recipe failed on the frontier keeps its place and says so (`failed_on_frontier`)."""
     patterns = {item.pattern.split("#", 1)[0] for item in applied}
     operator_ids = {op for item in applied for op in item.target.operator_ids}
     rows: list[ResidualView] = []
@@ -395,9 +378,10 @@ def residual_from_analysis(analysis: Analysis, applied: list[OptimizationItem], 
         ops = f"`{', '.join(opp.operators[:3])}`{' …' if len(opp.operators) > 3 else ''} in " if opp.operators else ""
         allowed = tier is None or allowed_in(opp.change_class, tier)
         tried = tried_on_winner(opp.change_class, recipe, frontier) if recipe and frontier else None
+        failed = failed_on_frontier(opp.change_class, frontier) if frontier and not tried else None
         title = f"#{opp.rank} {opp.title}" + ("" if allowed else f" — outside this report's {tier} tier (needs "
                                                                  f"{needed_tier(opp.change_class)})")
-        title += f" — {tried}" if tried else ""
+        title += f" — {tried or failed}" if tried or failed else ""
         (measured if tried else rows if allowed else outside).append(ResidualView(
             source="analysis.json", title=title, target=ops + where,
             evidence=", ".join(opp.triggers), pattern=opp.knowledge,
