@@ -421,12 +421,14 @@ def _pareto(results: Iterable[RecipeResult]) -> list[str]:
 REASON_CHARS = 200  # of a failed recipe's reason in its progress line
 
 
+def short_reason(reason: str) -> str:
+    """A failed recipe's reason as one line: whole when short, else the message before the child's last lines."""
+    return reason if len(reason) <= REASON_CHARS else reason.split(" (last lines: ")[0][:REASON_CHARS]
+
+
 def _line(result: RecipeResult) -> str:
     if result.status != "ok":
-        reason = result.reason or ""
-        if len(reason) > REASON_CHARS:  # the message before the child's last lines
-            reason = reason.split(" (last lines: ")[0][:REASON_CHARS]
-        return f"{result.recipe}: {result.status.replace('_', ' ')} ({reason})"
+        return f"{result.recipe}: {result.status.replace('_', ' ')} ({short_reason(result.reason or '')})"
     error = result.error.max_rel_error if result.error is not None else None
     err = f"max rel error {error:.1e}" if error is not None else "no float output"
     return (f"{result.recipe}: {(result.time_ns('latency') or 0) / 1e6:.3f} ms latency, "

@@ -12,6 +12,7 @@ from pathlib import Path
 from mcp_server.analysis.charts import pyplot, save_png
 from mcp_server.analysis.pattern_registry import PATTERNS
 from mcp_server.children.contract import changed_part, written_floor
+from mcp_server.proof.recipes import short_reason
 from mcp_server.proof.stats import PROCESS_SPREAD
 from mcp_server.schema.proof import Metric
 from mcp_server.schema.recipes import RecipeResult, RecipesReport
@@ -186,11 +187,6 @@ def tried_on_winner(change_class: str, recipe: str, frontier: RecipesReport) -> 
     return None
 
 
-def _first_line(reason: str) -> str:
-    """A recipe's failure as one short line: its error, without the stage it failed at or the source lines after."""
-    return reason.removeprefix("the measurement failed during first call: ").split(" (last lines:")[0][:160]
-
-
 def failed_on_frontier(change_class: str, frontier: RecipesReport) -> str | None:
     """What the frontier found of pattern `change_class` when every recipe applying it to the whole model failed to
     run or to validate in any tier (the Fourier operator's bfloat16 and float16: no bfloat16 FFT, no complex-half
@@ -204,5 +200,5 @@ def failed_on_frontier(change_class: str, frontier: RecipesReport) -> str | None
     first = tried[0]
     why = first.reason or ("its error met no tier" if first.status == "ok" else first.status.replace("_", " "))
     return (f"the frontier applied it to the whole model in {len(tried)} recipe(s) and none ran within a tier "
-            f"({first.recipe}: {_first_line(why)}; "
+            f"({first.recipe}: {short_reason(why)}; "
             "recipes.json): only a change scoped to the kernels named here can apply it")
