@@ -31,6 +31,7 @@ from mcp_server.compare import compare_profiles
 from mcp_server.data import data_dir
 from mcp_server.errors import ProfileFormatError
 from mcp_server.render import render_plan, render_report
+from mcp_server.render.baselines import baselines_view
 from mcp_server.render.comparison import write_comparison
 from mcp_server.render.render import TEMPLATES
 from mcp_server.render.views import residual_from_analysis
@@ -698,3 +699,26 @@ def test_a_winner_one_process_cannot_tell_from_its_runner_up_is_followed_by_it(l
     assert ("Close behind it: eager+fp16-cast measured 595.6 µs by latency in its own process, within the 1.15× by "
             "which the processes of one host-bound recipe can differ: one process each does not tell the two apart "
             "(`recipes --runoff 2` runs each again, or `bench` the two).") in report
+
+
+def test_a_cuda_graph_winner_applied_as_it_is_says_its_outputs_are_copied_and_the_recipe_s_are_not() -> None:
+    """The ConvNeXt-style CNN's H200 frontier (tests/fixtures/h200_convnext_recipes.json.xz): its reduced winner
+    replays CUDA graph trees, so the workload `optimize` writes copies each call's outputs (a steady-state replay
+    overwrites the last ones in silence) where the pasted recipe does not: the verdict says so and names the way
+    beyond. The Fourier operator's reduced winner (tests/fixtures/h200_fno_recipes.json.xz), an eager recipe, copies
+    nothing, and its verdict says nothing of copies."""
+    convnext = RecipesReport.model_validate_json(
+        lzma.decompress((FIXTURES / "h200_convnext_recipes.json.xz").read_bytes()))
+    winner = convnext.winner("reduced")
+    assert winner is not None and winner.recipe.startswith("reduce-overhead+")
+    view = baselines_view(None, None, (convnext, "recipes.json"), tier="reduced", applies=winner.recipe)
+    assert view is not None and view.frontier is not None
+    said = view.frontier.verdict
+    assert said.startswith(f"The optimized workload is the reduced tier's winner of the free frontier, {winner.recipe}")
+    assert "copies each call's outputs, which the next CUDA graph replay would overwrite in silence" in said
+    assert "knowledge/fx_patterns/whole_forward_graph.md" in said
+    fno = RecipesReport.model_validate_json(lzma.decompress((FIXTURES / "h200_fno_recipes.json.xz").read_bytes()))
+    eager = fno.winner("reduced")
+    assert eager is not None and eager.recipe.startswith("eager+")
+    view = baselines_view(None, None, (fno, "recipes.json"), tier="reduced", applies=eager.recipe)
+    assert view is not None and view.frontier is not None and "CUDA graph" not in view.frontier.verdict

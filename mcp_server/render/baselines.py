@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from mcp_server.children.contract import recipe_parts
 from mcp_server.render.frontier import runner_up_text
+from mcp_server.render.recipe_workload import GRAPH_MODES
 from mcp_server.schema.analysis import SpeedOfLight
 from mcp_server.schema.proof import BenchResult
 from mcp_server.schema.recipes import RecipesReport
@@ -84,11 +86,17 @@ def _verdict(row: BaselineRow | None, recipe: str, code: list[str], tier: str, f
              applies: str | None = None) -> str:
     lines = "; ".join(f"`{line}`" for line in code)
     if applies == recipe:
+        graphs = recipe_parts(recipe)[0] in GRAPH_MODES
+        wrapper = "its copy of every output" if graphs else "its wrapper"
         measured = (f": benched against the recipe itself, each in its own processes, {row.point:.3f}× by {row.metric} "
-                    f"(95 % CI {row.ci_low:.3f}×–{row.ci_high:.3f}×), the cost of its wrapper and the spread between "
+                    f"(95 % CI {row.ci_low:.3f}×–{row.ci_high:.3f}×), the cost of {wrapper} and the spread between "
                     "processes" if row is not None else "")
         text = (f"The optimized workload is the {tier} tier's winner of the free frontier, {recipe}, applied as plain "
                 f"code{measured}. Nothing here is faster than what the user gets for free.")
+        if graphs:
+            text += (" It copies each call's outputs, which the next CUDA graph replay would overwrite in silence; "
+                     "the recipe as pasted and as measured does not. Where the copies cost, the whole call replayed "
+                     "from one CUDA graph goes beyond the winner (knowledge/fx_patterns/whole_forward_graph.md).")
         return text + (floor_evidence(floor, tier) if floor is not None else "")
     if row is None:
         return (f"The optimized workload was not benched against the {tier} tier's winner, {recipe}: no "
