@@ -30,6 +30,12 @@ COMPILE_MODES = ("eager", "inductor", "cudagraphs", "optimized")
 RECIPE_COMPILE_MODES = ("eager", "compile", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 RECIPE_PRECISIONS = ("fp32", "tf32", "bf16-autocast", "fp16-autocast", "bf16-cast", "fp16-cast")
 CHANNELS_LAST, CUDNN_BENCHMARK = "channels-last", "cudnn-benchmark"
+GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the compile modes that replay CUDA graph trees
+
+
+def half_dtype_name(precision: str) -> str:
+    """The torch dtype, as code, of a bf16/fp16 precision (`bf16-cast`, `fp16-autocast`)."""
+    return "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
 
 
 def recipe_parts(name: str) -> tuple[str, str, bool, bool]:

@@ -13,9 +13,7 @@ from typing import Any, NamedTuple
 
 from mcp_server.children.common import map_tensors
 from mcp_server.children.compiling import RecordingInductor
-from mcp_server.children.contract import recipe_parts
-
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+from mcp_server.children.contract import GRAPH_MODES, recipe_parts
 
 
 class NotApplicable(Exception):
@@ -57,7 +55,7 @@ def apply(model: Any, name: str, device: str) -> Applied:
         raise NotApplicable(f"the model is a {type(model).__name__}, not an nn.Module: it cannot be cast or "
                             "converted to channels_last")
     if device != "cuda" and (precision in ("tf32", "fp16-autocast", "fp16-cast") or cudnn_benchmark
-                             or mode in CUDA_GRAPH_MODES):
+                             or mode in GRAPH_MODES):
         raise NotApplicable(f"{name} needs a CUDA GPU (TF32, fp16, cuDNN and CUDA graphs are GPU features)")
     torch.backends.cudnn.benchmark = cudnn_benchmark
     set_flags(precision)
@@ -81,7 +79,7 @@ def apply(model: Any, name: str, device: str) -> Applied:
         fn = torch.compile(model) if mode == "compile" else torch.compile(model, mode=mode)
     if precision.endswith("-autocast"):
         fn = _autocast(fn, device, _dtype(precision))
-    return Applied(fn, prepare, name, mode in CUDA_GRAPH_MODES)
+    return Applied(fn, prepare, name, mode in GRAPH_MODES)
 
 
 def _autocast(fn: Callable[..., Any], device: str, dtype: Any) -> Callable[..., Any]:

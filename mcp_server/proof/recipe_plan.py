@@ -16,6 +16,7 @@ from mcp_server.children.contract import (
     RECIPE_COMPILE_MODES,
     RECIPE_PRECISIONS,
     REFERENCE_RECIPE,
+    half_dtype_name,
     recipe_name,
     recipe_parts,
 )
@@ -136,8 +137,7 @@ def input_casts(recipe: str) -> list[str]:
     _, precision, channels_last, _ = recipe_parts(recipe)
     casts = []
     if precision.endswith("-cast"):
-        dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
-        casts.append(f"x.to({dtype}) if x.is_floating_point() else x")
+        casts.append(f"x.to({half_dtype_name(precision)}) if x.is_floating_point() else x")
     if channels_last:
         casts.append("x.contiguous(memory_format=torch.channels_last) if x.is_floating_point() and x.dim() == 4 "
                      "else x")
@@ -156,8 +156,7 @@ def recipe_code(name: str, device: str, inputs_form: InputsForm = "tuple") -> li
     if cudnn_benchmark:
         lines.append("torch.backends.cudnn.benchmark = True")
     if precision.endswith("-cast"):
-        dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
-        lines.append(f"model = model.to({dtype})")
+        lines.append(f"model = model.to({half_dtype_name(precision)})")
     if channels_last:
         lines.append("model = model.to(memory_format=torch.channels_last)")
     casts = input_casts(name)
@@ -171,8 +170,7 @@ def recipe_code(name: str, device: str, inputs_form: InputsForm = "tuple") -> li
     call = {"tuple": "out = model(*inputs)", "dict": "out = model(**inputs)",
             "tensor": "out = model(inputs)"}[inputs_form]
     if precision.endswith("-autocast"):
-        dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
-        lines += [f'with torch.autocast("{device}", dtype={dtype}):', f"    {call}"]
+        lines += [f'with torch.autocast("{device}", dtype={half_dtype_name(precision)}):', f"    {call}"]
     else:
         lines.append(call)
     return lines

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from mcp_server.children.contract import recipe_parts
+from mcp_server.children.contract import GRAPH_MODES, recipe_parts
 from mcp_server.render.frontier import runner_up_text
-from mcp_server.render.recipe_workload import GRAPH_MODES
 from mcp_server.schema.analysis import SpeedOfLight
 from mcp_server.schema.proof import BenchResult
 from mcp_server.schema.recipes import RecipesReport

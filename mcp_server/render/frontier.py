@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mcp_server.analysis.charts import pyplot, save_png
-from mcp_server.analysis.pattern_registry import PATTERNS
+from mcp_server.analysis.pattern_registry import PATTERNS, covered_by
 from mcp_server.children.contract import changed_part, written_floor
 from mcp_server.proof.recipes import short_reason
 from mcp_server.proof.stats import PROCESS_SPREAD
@@ -193,8 +193,7 @@ def failed_on_frontier(change_class: str, frontier: RecipesReport) -> str | None
     einsum), in words with the first failure; None when one of them ran within a tier, or none was tried."""
     if change_class not in PATTERNS:
         return None
-    parts = set(PATTERNS[change_class].recipes)
-    tried = [r for r in frontier.results if parts & set(r.recipe.split("+"))]
+    tried = [r for r in frontier.results if covered_by(change_class, r.recipe)]
     if not tried or any(r.status == "ok" and r.tier is not None for r in tried):
         return None
     first = tried[0]

@@ -19,16 +19,10 @@ from __future__ import annotations
 import keyword
 from pathlib import Path
 
-from mcp_server.children.contract import recipe_parts
+from mcp_server.children.contract import GRAPH_MODES, half_dtype_name, recipe_parts
 from mcp_server.proof.recipe_plan import input_casts
 from mcp_server.schema.io import write_text_atomic
 from mcp_server.schema.recipes import RecipesReport, Winner
-
-GRAPH_MODES = ("reduce-overhead", "max-autotune")
-
-
-def _dtype(precision: str) -> str:
-    return "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
 
 
 def prepare_inputs_source(recipe: str) -> list[str]:
@@ -56,7 +50,7 @@ def optimize_body(recipe: str, device: str) -> list[str]:
     if cudnn_benchmark:
         lines.append("torch.backends.cudnn.benchmark = True")
     if precision.endswith("-cast"):
-        lines.append(f"model = model.to({_dtype(precision)})")
+        lines.append(f"model = model.to({half_dtype_name(precision)})")
     if channels_last:
         lines.append("model = model.to(memory_format=torch.channels_last)")
     if mode == "eager":
@@ -70,7 +64,7 @@ def optimize_body(recipe: str, device: str) -> list[str]:
     if mode in GRAPH_MODES:
         lines.append("    torch.compiler.cudagraph_mark_step_begin()")
     if precision.endswith("-autocast"):
-        lines += [f'    with torch.autocast("{device}", dtype={_dtype(precision)}):', f"        out = {call}"]
+        lines += [f'    with torch.autocast("{device}", dtype={half_dtype_name(precision)}):', f"        out = {call}"]
     else:
         lines.append(f"    out = {call}")
     if mode in GRAPH_MODES:
