@@ -74,8 +74,9 @@ PROFILE_DESCRIPTION = (
     "that function or nn.Module class); --steps W:A warms up W steps, measures A and stops the script.")
 RUN_DESCRIPTION = (
     " ncu replays the window's kernels within --replay-budget seconds (default 60): every launch configuration first, "
-    "then shape variants by the module calls that launch them, spread over the window; a variant left out takes the "
-    "counters of the nearest measured shape of its configuration.")
+    "then shape variants by the module calls that launch them, spread over the window (a second ncu pass, whose "
+    "warm-up is paid from the budget); a variant left out takes the counters of the nearest measured shape of its "
+    "configuration.")
 
 
 # --------------------------------------------------------------------------------------------- option groups

@@ -2,7 +2,8 @@
 tests/fixtures/h100_<case>.tar.xz): a decode loop profiled as a plain script under the replay budget, a plain
 training script, an MoE layer's synchronisations, and a workload that captures its own CUDA graph; and the decode loop
 recorded again on an H200 (tests/fixtures/h200_decode_loop.tar.xz) once its variant replay kept to the window; a
-training loop without torch.optim on an H200 (h200_manual_train.tar.xz)."""
+training loop without torch.optim on an H200 (h200_manual_train.tar.xz); an HF generate() loop on an H200
+(h200_decode_loop_hf.tar.xz), whose shape-variant pass pays its warm-up from the budget."""
 
 from __future__ import annotations
 
@@ -247,3 +248,20 @@ def test_what_the_timing_pass_says_of_itself_reaches_the_profile(tmp_path_factor
     path.write_text(json.dumps({**harness, "warnings": [*harness.get("warnings", []), said]}))
     profile = assemble(RunDir(run))
     assert f"timing pass: {said}" in profile.warnings
+
+
+def test_an_hf_decode_loops_variant_pass_pays_its_warm_up_from_the_budget(tmp_path_factory):
+    run = _recorded("decode_loop_hf", tmp_path_factory, gpu="h200")
+    plan = plan_replays(RunDir(run).nsys_sqlite())
+    measured = json.loads((REPO / "docs" / "measurements" / "h200_unseen_workloads.json").read_text())
+    row = next(r for r in measured["sixteenth_stop"]["issue40_targets_again"]["rows"] if r["case"] == "decode_loop_hf")
+    ncu, variants = row["pass_phases"]["ncu"], row["pass_phases"]["ncu_variants"]
+    pace = (ncu["finish"] - ncu["measure"]) / plan.configurations  # the main pass's replay, measured on the H200
+    warm = ncu["waiting for the GPU lock (window)"] - ncu["warmup"]  # its one generate() call under ncu
+    assert 9.0 < warm < 13.0 and variants["measure"] - variants["warmup"] == pytest.approx(warm, rel=0.2), (
+        "the variant pass warms up as long as the main pass did")
+    before = within_budget(plan, 60.0, pace)
+    paid = within_budget(plan, 60.0, pace, warm)
+    assert len(paid.replayed) < len(before.replayed) and paid.variants
+    assert (paid.configurations + len(paid.replayed)) * pace + warm <= 60.0
+    assert (before.configurations + len(before.replayed)) * pace + warm > 60.0, "the budget was overspent before"

@@ -143,6 +143,20 @@ def test_a_decode_window_of_thousands_of_variants_plans_within_the_budget():
     assert "spread over the window" in (budget_note(fitted) or "")
 
 
+def test_the_variant_passs_warm_up_under_ncu_is_paid_from_the_budget():
+    plan = plan_launches(_decode_window())
+    free = within_budget(plan, 60.0, EACH_S)
+    warm_s = 10 * EACH_S + 0.1  # eleven replays' worth: the pass's start is not replay time, but the run waits for it
+    paid = within_budget(plan, 60.0, EACH_S, warm_s)
+    assert paid.start_s == warm_s and free.start_s == 0.0
+    assert len(free.replayed) - 11 - KERNELS < len(paid.replayed) <= len(free.replayed) - 11, "whole module calls"
+    assert (paid.configurations + len(paid.replayed)) * EACH_S + warm_s <= 60.0
+    assert "the second ncu pass's warm-up, about 3 s estimated from the first's" in (budget_note(paid) or "")
+    assert refitted(free, EACH_S, warm_s).replayed == paid.replayed, "a warm-up measured later fits the plan again"
+    assert refitted(paid, EACH_S, warm_s + 0.1) is paid, "less than a replay's worth: kept"
+    none_left = within_budget(plan, 60.0, EACH_S, 60.0 - plan.configurations * EACH_S)
+    assert none_left.variants == [] and none_left.main_limit is None, "the configurations keep their budget"
+
 def _with_token_cat(duration_ns: int) -> list[WindowKernel]:
     """The decode window with the loop's own `torch.cat` of each step's token, outside every module call: a variant
     per step (its output grows)."""

@@ -33,6 +33,23 @@ def test_the_estimate_uses_the_plan_until_two_kernels_were_replayed_then_the_mea
     assert replays.done == 0 and replays.seconds_left(0.0) == pytest.approx(4.0), "a new attempt starts over"
 
 
+def test_the_ncu_pass_times_its_own_warm_up_from_the_harness_phases():
+    from mcp_server.children.contract import PHASE_MARKER
+
+    replays = ReplayCount()
+    assert replays.warmup_estimate(1) == 0.0, "not measured yet"
+    sink = PassProgress("ncu", [].append, replays)
+    replays.warmup_iters = 4
+    sink(f"{PHASE_MARKER}warmup")
+    time.sleep(0.2)
+    sink(f"{PHASE_MARKER}waiting for the GPU lock (window)")
+    sink(f"{PHASE_MARKER}measure")
+    assert replays.warmup_s is not None and 0.2 <= replays.warmup_s < 1.0, "from its own phase to the next only"
+    assert replays.warmup_estimate(1) == pytest.approx(replays.warmup_s / 4), "one warm-up iteration of four"
+    replays.restart()
+    assert replays.warmup_s is None, "a new attempt warms up again"
+
+
 def test_the_count_line_gives_the_measured_time_left():
     lines: list[str] = []
     replays = ReplayCount()

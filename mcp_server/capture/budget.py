@@ -1,13 +1,14 @@
 """The replay plan fitted to a budget of replay time: what ncu replays is bounded by the budget, not by the
 workload (a decode loop's attention has new shapes at every step: thousands of shape variants).
 
-Every configuration is replayed first (ncu's deduplicated pass: one replay each); when they alone exceed the
-budget, the main pass stops once its replay time reaches the budget (as many as it affords) and no variant is
-replayed. What is left pays for shape variants, taken by the module calls that launch them: calls of each module path
-in a spread order (the first, the last, the middle, the quarters...) so that a few representative steps of a decode
-loop are measured across its sequence lengths, paths holding more kernel time first. A variant left out takes, at
-assembly, the counters of the nearest measured shape of its configuration (`propagated_from`, propagation
-`nearest_shape`).
+Every configuration is replayed first (ncu's deduplicated pass: one replay each); when they alone exceed the budget,
+the main pass stops once its replay time reaches the budget (as many as it affords) and no variant is replayed. What
+is left pays for shape variants, less the second pass's own warm-up under ncu (a decode loop's thousands of launches
+each pay ncu's interception: about 10 s for an HF generate() call on an H200), taken by the module calls that launch
+them: calls of each module path in a spread order (the first, the last, the middle, the quarters...) so that a few
+representative steps of a decode loop are measured across its sequence lengths, paths holding more kernel time first.
+A variant left out takes, at assembly, the counters of the nearest measured shape of its configuration
+(`propagated_from`, propagation `nearest_shape`).
 
 A pure function of the plan: no process, no file.
 """
@@ -23,37 +24,42 @@ DEFAULT_BUDGET_S = 60.0
 Call = tuple[str, int]  # (module path, its range's start)
 
 
-def within_budget(plan: ReplayPlan, budget_s: float, seconds_each: float) -> ReplayPlan:
+def within_budget(plan: ReplayPlan, budget_s: float, seconds_each: float, start_s: float = 0.0) -> ReplayPlan:
     """`plan` fitted to `budget_s` seconds of replay at `seconds_each` per replayed kernel (a copy; `plan` is kept; a
-    plan fitted before is fitted again from its `unfitted` plan).
+    plan fitted before is fitted again from its `unfitted` plan). `start_s`: the seconds the shape-variant pass
+    takes to warm up under ncu before it replays, taken from what the configurations leave.
 
     The configurations come first; the variants' module calls (scoped plans) or the run of variant launches (the
     others) then take what is left, as described in the module's docstring."""
     plan = plan.unfitted or plan  # a fitted plan is fitted again from the plan it was fitted from
-    fitted = replace(plan, budget_s=budget_s, seconds_each=seconds_each, left_out=[], unfitted=plan)
+    fitted = replace(plan, budget_s=budget_s, seconds_each=seconds_each, start_s=start_s, left_out=[], unfitted=plan)
     affordable = max(1, math.floor(budget_s / seconds_each + 1e-9))  # 1e-9: 17.1 s / 0.3 s is 57
     if plan.configurations > affordable:
         fitted.main_limit = affordable
         return _without_variants(fitted)
-    room = affordable - plan.configurations
     if not plan.variants:
         return fitted
+    room = max(0, affordable - plan.configurations - math.ceil(start_s / seconds_each - 1e-9))
     if plan.calls is None:
         return _run_prefix(fitted, room)
     return _spread_calls(fitted, room)
 
 
-def refitted(plan: ReplayPlan, seconds_each: float | None, tolerance: float = 0.1) -> ReplayPlan:
+def refitted(plan: ReplayPlan, seconds_each: float | None, start_s: float | None = None,
+             tolerance: float = 0.1) -> ReplayPlan:
     """`plan` fitted again to its budget at `seconds_each`, the pace the ncu pass was measured to replay at (a plan is
     first fitted at an estimate: the pass has not replayed enough kernels to measure its pace when the plan is made,
-    and the pace varies with the workload: ncu restores every pinned host buffer before each pass, for one); `plan`
-    itself when the pace is unknown or within `tolerance` of the pace it was fitted at."""
+    and the pace varies with the workload: ncu restores every pinned host buffer before each pass, for one), and with
+    the variant pass's warm-up `start_s` (None: the one it was fitted with); `plan` itself when neither is known to
+    have moved by more than `tolerance` of the pace it was fitted at (a pace's worth, for the warm-up)."""
     fitted_at = plan.seconds_each
-    if seconds_each is None or plan.budget_s is None or fitted_at is None:
+    if plan.budget_s is None or fitted_at is None:
         return plan
-    if abs(seconds_each - fitted_at) <= tolerance * fitted_at:
+    pace = fitted_at if seconds_each is None else seconds_each
+    start = plan.start_s if start_s is None else start_s
+    if abs(pace - fitted_at) <= tolerance * fitted_at and abs(start - plan.start_s) <= pace:
         return plan
-    return within_budget(plan, plan.budget_s, seconds_each)
+    return within_budget(plan, plan.budget_s, pace, start)
 
 
 def _without_variants(plan: ReplayPlan) -> ReplayPlan:
@@ -190,6 +196,8 @@ def budget_note(plan: ReplayPlan) -> str | None:
     if not plan.left_out:
         return None
     steps = f" in {len(plan.calls)} module calls spread over the window" if plan.calls is not None else ""
+    warm = (f" (the second ncu pass's warm-up, about {plan.start_s:.0f} s estimated from the first's, is counted in "
+            "the budget)" if plan.start_s >= 0.5 else "")
     return (f"replay budget {plan.budget_s:.0f} s: {len(plan.variants)} of {len(plan.variants) + len(plan.left_out)} "
-            f"shape variants are replayed{steps}; the other {len(plan.left_out)} take the counters of the nearest "
-            "measured shape of their configuration (raise --replay-budget to measure more)")
+            f"shape variants are replayed{steps}{warm}; the other {len(plan.left_out)} take the counters of the "
+            "nearest measured shape of their configuration (raise --replay-budget to measure more)")

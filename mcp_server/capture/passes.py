@@ -23,6 +23,7 @@ from mcp_server.children.contract import (
     OUT_OF_MEMORY,
     PAGEABLE_LINE,
     PHASE_MARKER,
+    WARMUP_PHASE,
 )
 from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, WorkloadError, WorkloadOutOfMemory
 from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, uses_cache
@@ -52,12 +53,32 @@ class ReplayCount:
         self.done = 0
         self.expected: int | None = None
         self.seconds_each: float | None = None  # estimated replay time of one kernel, before any was replayed
+        self.warmup_iters: int | None = None  # the pass's warm-up iterations (steps of a script)
+        self.warmup_s: float | None = None  # how long they took under ncu (measured)
         self._first_at: float | None = None  # when the first and the latest kernel's replay ended (monotonic)
         self._last_at: float | None = None
+        self._warmup_from: float | None = None
 
     def restart(self) -> None:
         """A new attempt of the pass: nothing replayed yet."""
         self.done, self._first_at, self._last_at = 0, None, None
+        self.warmup_s, self._warmup_from = None, None
+
+    def entered(self, phase: str, at: float) -> None:
+        """The pass's harness entered `phase` at `at` (time.monotonic()): the warm-up is timed from its own phase
+        to the next."""
+        if phase.startswith(WARMUP_PHASE):
+            self._warmup_from = at
+        elif self._warmup_from is not None and self.warmup_s is None:
+            self.warmup_s = at - self._warmup_from
+
+    def warmup_estimate(self, iters: int) -> float:
+        """Seconds a pass of this workload under ncu takes to warm up `iters` iterations, at the pace this pass
+        warmed up at (an estimate: a first iteration that compiles costs more than the rest); 0 before it was
+        measured."""
+        if self.warmup_s is None or not self.warmup_iters:
+            return 0.0
+        return self.warmup_s * iters / self.warmup_iters
 
     def replayed(self, at: float) -> None:
         """One more kernel's replay ended at `at` (time.monotonic())."""
@@ -94,7 +115,10 @@ class PassProgress:
 
     def __call__(self, line: str) -> None:
         if line.startswith(PHASE_MARKER):
-            self.progress(f"{self.name} pass: {line.removeprefix(PHASE_MARKER)}")
+            phase = line.removeprefix(PHASE_MARKER)
+            if self.replays is not None:
+                self.replays.entered(phase, time.monotonic())
+            self.progress(f"{self.name} pass: {phase}")
             return
         if self.replays is not None and is_replayed_kernel(line):
             now = time.monotonic()
@@ -308,6 +332,7 @@ def ncu_pass(
     req = req.with_turn(pageable_batches=True)
     progress(f"{name} pass: replaying the window's kernels for hardware counters")
     replays = replays or ReplayCount()
+    replays.warmup_iters = req.options.warmup_iters
     early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels
                       else _over_budget(options.replay_budget_s) if options.whole_window else None)
     prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs",

@@ -67,6 +67,7 @@ class ReplayPlan:
     # set by `capture.budget.within_budget`:
     budget_s: float | None = None  # seconds of replay the plan was fitted to
     seconds_each: float | None = None  # the cost of one replayed kernel it was fitted with
+    start_s: float = 0.0  # the shape-variant pass's warm-up under ncu, taken from the budget (an estimate)
     main_limit: int | None = None  # the configurations the budget affords, when they alone exceed it (an estimate)
     left_out: list[int] = field(default_factory=list)  # variants not replayed: they take the nearest measured shape
     unfitted: ReplayPlan | None = field(default=None, repr=False, compare=False)  # the plan before it was fitted

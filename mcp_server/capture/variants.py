@@ -79,7 +79,7 @@ def ncu_variants_pass(
         # this pass takes the GPU once the ncu pass's window has ended: that window's marker bounds the wait
         until_replay_nearly_done(replays, req.turn.after, cancel, progress)
     if replays is not None:
-        plan = _at_measured_pace(plan, replays, progress)
+        plan = _at_measured_pace(plan, replays, _warmup_s(req, replays), progress)
     if not plan.variants or not _worth_a_pass(plan, progress):
         if waiting is not None:
             waiting.discard()
@@ -127,15 +127,25 @@ def _worth_a_pass(plan: ReplayPlan, progress: Progress) -> bool:
     return False
 
 
-def _at_measured_pace(plan: ReplayPlan, replays: ReplayCount, progress: Progress) -> ReplayPlan:
-    """The plan fitted again at the pace the ncu pass replays at, measured by now (`budget.refitted`), said when it
-    changes what the variant pass replays."""
+def _warmup_s(req: CaptureRequest, replays: ReplayCount | None) -> float:
+    """The shape-variant pass's warm-up under ncu (`req`'s warm-up iterations), estimated from the ncu pass's own;
+    0 before that was measured."""
+    return replays.warmup_estimate(req.options.warmup_iters) if replays is not None else 0.0
+
+
+def _at_measured_pace(plan: ReplayPlan, replays: ReplayCount, start_s: float, progress: Progress) -> ReplayPlan:
+    """The plan fitted again at the pace the ncu pass replays at, measured by now, and with the variant pass's
+    warm-up `start_s` (`budget.refitted`), said when it changes what the variant pass replays."""
     pace = replays.pace()
-    fitted = refitted(plan, pace)
-    if fitted is plan or pace is None:
+    fitted = refitted(plan, pace, start_s)
+    if fitted is plan:
         return plan
-    progress(f"ncu: the ncu pass replays {pace:.2f} s per kernel, not the {plan.seconds_each:.2f} s "
-             "estimated: the replay budget is fitted again")
+    if fitted.seconds_each != plan.seconds_each:
+        progress(f"ncu: the ncu pass replays {fitted.seconds_each:.2f} s per kernel, not the {plan.seconds_each:.2f} s "
+                 "estimated: the replay budget is fitted again")
+    else:
+        progress(f"ncu: the shape-variant pass's warm-up under ncu is estimated at {start_s:.1f} s from the ncu "
+                 "pass's: the replay budget is fitted again")
     if (note := budget_note(fitted)) is not None:
         progress(f"ncu: {note}")
     if not fitted.variants:
@@ -271,7 +281,7 @@ def planned(req: CaptureRequest, options: NcuOptions, progress: Progress, replay
     plan = plan_replays(req.run_dir.nsys_sqlite())
     if options.whole_window:  # the pace the ncu pass replays at, once measured, else the measured cost per kernel
         pace = replays.pace() if replays is not None else None
-        plan = within_budget(plan, options.replay_budget_s, pace or plan.estimate_s(1))
+        plan = within_budget(plan, options.replay_budget_s, pace or plan.estimate_s(1), _warmup_s(req, replays))
         if pace is not None:
             progress(f"ncu: replay budget planned at the ncu pass's own pace, {pace:.2f} s per kernel")
     announce_plan(plan, progress)

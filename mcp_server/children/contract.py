@@ -118,6 +118,7 @@ MEASURE_RANGE = "operator_profiler::measure"
 # operator, module and call site, which its replays in the window take.
 GRAPH_CAPTURE_RANGE = "operator_profiler::graph_capture"
 PHASE_MARKER = "operator_profiler_harness: phase "  # what the harness prints as it enters each phase
+WARMUP_PHASE = "warmup"  # the phase of the warm-up iterations (steps of a script)
 # what the harness prints once, at the first DataLoader batch it leaves pageable (an ncu pass: children.pinned)
 PAGEABLE_LINE = "operator_profiler_harness: batches left pageable under ncu: "
 MODULE_RANGE_PREFIX = "module:"

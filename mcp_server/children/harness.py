@@ -76,6 +76,7 @@ from mcp_server.children.contract import (
     PHASE_MARKER,
     RECORDINGS,
     SCRIPT_WINDOW,
+    WARMUP_PHASE,
     WORKLOAD_RAISED,
     harness_parser,
     recipe_parts,
@@ -204,7 +205,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     _enter(result, "waiting for the previous pass")
     lock.warmup(early)
     clocks = ClockSampler().start() if recording.kernel_trace and torch.cuda.is_available() else None
-    _enter(result, "warmup")
+    _enter(result, WARMUP_PHASE)
     t0 = time.perf_counter_ns()
     last_step_ns = 0
     with SkippedFunctions(backend.graph_breaks) if isinstance(backend, RecordingInductor) else nullcontext():

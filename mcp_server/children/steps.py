@@ -35,7 +35,7 @@ from typing import Any
 from mcp_server.children import global_modules, sites
 from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import ScriptCompiles, root_module_name
-from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, UPDATE_RANGE
+from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, UPDATE_RANGE, WARMUP_PHASE
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
@@ -417,7 +417,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     sys.argv = [str(script), *args.script_arg]
     sys.path.insert(0, str(script.parent))  # as `python script.py` puts its folder first
     stopped, t0 = False, time.perf_counter_ns()
-    enter("warmup")
+    enter(WARMUP_PHASE)
     try:
         with windows.sites or nullcontext():
             runpy.run_path(str(script), run_name="__main__")
