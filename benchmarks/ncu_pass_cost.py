@@ -6,9 +6,11 @@ cudaProfilerStop) under `ncu --replay-mode kernel` once per variant of the optio
 seconds and the seconds per replayed kernel, as JSON. With `--footprint-gib`, the default variant again with that
 much more device memory allocated, with `--pinned-mib` that much pinned host memory (untouched by the window's
 kernels): what a large training step's allocations, or a DataLoader's pinned batches, cost each replayed kernel.
-GPU machine only:
+`--window resnet50-train` replays the first `--launch-count` kernels of a torchvision ResNet-50 training step (batch
+32, SGD) instead: a training script's kernels. GPU machine only:
 
     python3 benchmarks/ncu_pass_cost.py --out pass_cost.json [--only default --footprint-gib 8 32]
+    python3 benchmarks/ncu_pass_cost.py --window resnet50-train --launch-count 40 --only default duration_only
 """
 
 from __future__ import annotations
@@ -46,6 +48,33 @@ torch.cuda.synchronize()
 print("WINDOW_S", time.perf_counter() - t0, flush=True)
 torch.cuda.cudart().cudaProfilerStop()
 """
+RESNET50_TRAIN = """
+import sys, time, torch, torchvision
+held = [torch.ones(2**30, dtype=torch.uint8, device="cuda") for _ in range(int(sys.argv[2]))]
+pinned = torch.ones(int(sys.argv[3]) * 2**20, dtype=torch.uint8).pin_memory() if int(sys.argv[3]) else None
+model = torchvision.models.resnet50().cuda().train()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+x, y = torch.randn(32, 3, 224, 224, device="cuda"), torch.randint(0, 1000, (32,), device="cuda")
+
+
+def step():
+    optimizer.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+
+
+for _ in range(3):
+    step()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStart()
+t0 = time.perf_counter()
+for _ in range(int(sys.argv[1])):
+    step()
+torch.cuda.synchronize()
+print("WINDOW_S", time.perf_counter() - t0, flush=True)
+torch.cuda.cudart().cudaProfilerStop()
+"""
+WINDOWS = {"small": CHILD, "resnet50-train": RESNET50_TRAIN}
 
 
 def variants() -> dict[str, tuple[list[str], list[str]]]:
@@ -84,11 +113,12 @@ def variants() -> dict[str, tuple[list[str], list[str]]]:
 
 
 def measure(ncu: str, child: Path, iterations: int, options: list[str], metrics: list[str],
-            footprint_gib: int = 0, pinned_mib: int = 0) -> dict[str, object]:
+            footprint_gib: int = 0, pinned_mib: int = 0, launch_count: int | None = None) -> dict[str, object]:
     """One ncu run of the child (holding `footprint_gib` GiB more device memory and `pinned_mib` MiB of pinned host
-    memory): passes per kernel, kernels replayed, window seconds."""
+    memory; replaying its first `launch_count` kernels, or all): passes per kernel, kernels replayed, window seconds."""
+    count = ["--launch-count", str(launch_count)] if launch_count else []
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [ncu, "--profile-from-start", "off", "--replay-mode", "kernel", *options,
+        cmd = [ncu, "--profile-from-start", "off", "--replay-mode", "kernel", *options, *count,
                "--metrics", ",".join(metrics), "--export", str(Path(tmp) / "r"), "--force-overwrite",
                sys.executable, str(child), str(iterations), str(footprint_gib),
                str(pinned_mib)]
@@ -107,7 +137,11 @@ def main() -> int:
     """Run every variant and print (and optionally write) the table."""
     table = variants()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=6, help="loop iterations in the window (default 6)")
+    parser.add_argument("--window", choices=list(WINDOWS), default="small",
+                        help="what the window runs: a small loop (default) or a ResNet-50 training step")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="loop iterations (steps) in the window (default 6 for the small loop, 1 for a step)")
+    parser.add_argument("--launch-count", type=int, default=None, help="replay only the window's first N kernels")
     parser.add_argument("--only", nargs="*", choices=list(table), metavar="VARIANT",
                         help=f"variants to run (default: all): {', '.join(table)}")
     parser.add_argument("--footprint-gib", type=int, nargs="*", default=[], metavar="GIB",
@@ -123,20 +157,22 @@ def main() -> int:
     results: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
         child = Path(tmp) / "window.py"
-        child.write_text(CHILD, encoding="utf-8")
+        child.write_text(WINDOWS[args.window], encoding="utf-8")
+        iterations = args.iterations or (6 if args.window == "small" else 1)
         for name, (options, metrics) in table.items():
             if args.only and name not in args.only:
                 continue
-            results[name] = measure(ncu, child, args.iterations, options, metrics)
+            results[name] = measure(ncu, child, iterations, options, metrics, launch_count=args.launch_count)
             print(name, json.dumps(results[name]), flush=True)
         options, metrics = table["default"]
         for gib in args.footprint_gib:
             name = f"default_holding_{gib}_gib"
-            results[name] = measure(ncu, child, args.iterations, options, metrics, gib)
+            results[name] = measure(ncu, child, iterations, options, metrics, gib, launch_count=args.launch_count)
             print(name, json.dumps(results[name]), flush=True)
         for mib in args.pinned_mib:
             name = f"default_pinning_{mib}_mib"
-            results[name] = measure(ncu, child, args.iterations, options, metrics, pinned_mib=mib)
+            results[name] = measure(ncu, child, iterations, options, metrics, pinned_mib=mib,
+                                    launch_count=args.launch_count)
             print(name, json.dumps(results[name]), flush=True)
     if args.out:
         write_json_atomic(args.out, results)
