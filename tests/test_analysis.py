@@ -275,3 +275,27 @@ def test_unknown_gpu_omits_percentages_and_says_so(analyzed, tmp_path):
                for k in analysis.kernels)
     assert {k.bottleneck for k in analysis.kernels} <= {Bottleneck.LATENCY, Bottleneck.LAUNCH_OVERHEAD}
     assert "unknown GPU NVIDIA Imaginary GPU" in format_summary(analysis)
+
+
+def test_attention_whose_softmax_inductor_fused_with_a_bias_module_is_found(tmp_path):
+    """A T5-style encoder's winner (reduce-overhead, float16; recorded on an H200 by `operator-profiler run` on the
+    workload `optimize` wrote for scripts/gpu_workloads/t5_encoder.py): Inductor fused each layer's softmax with the
+    relative-position bias module's arithmetic, so that kernel's module path names both (comma-joined) while the
+    attention's two batched matmuls sit in the attention module alone."""
+    import lzma
+
+    from mcp_server.schema.profile import split_module_path
+
+    text = lzma.decompress((REPO / "tests" / "fixtures" / "h200_t5_winner.profile.json.xz").read_bytes())
+    profile = OperatorAttributedProfile.model_validate_json(text)
+    softmax = [o for o in profile.operators if "softmax" in o.operator_name]
+    assert len(softmax) == 6 and all(split_module_path(o.module_path)[-1].endswith(".attention") for o in softmax)
+    assert all("," in (o.module_path or "") for o in softmax), "the fused kernel spans the bias and the attention"
+    analysis = analyze_profile(profile, tmp_path, measure=False)
+    attention = next(f for f in analysis.findings if f.kind == "unfused_attention")
+    assert attention.module_paths == [f"blocks.{i}.attention" for i in range(6)]
+    sdpa = next(o for o in analysis.opportunities if o.change_class == "sdpa_substitution")
+    assert sdpa.knowledge == "knowledge/fx_patterns/sdpa_substitution.py"
+    kernels = {k.kernel_id: k.duration_ns for o in profile.operators for k in o.kernels}
+    held = sum(kernels[i] for i in attention.kernel_ids)  # the matmuls, the softmax and the layout copies around them
+    assert len(attention.kernel_ids) == 42 and 0 < sdpa.kernel_time_saving_ns <= held

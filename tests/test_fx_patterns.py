@@ -245,6 +245,64 @@ def test_sdpa_substitution_replaces_matmul_softmax_matmul(scale_op: str, masked:
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
 
 
+class UpcastBiasAttention(nn.Module):
+    """T5's attention: unscaled scores plus a relative-position bias, the softmax taken in float32 between casts."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        scores = q @ k.transpose(-1, -2) + bias
+        return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_substitution_looks_through_a_float32_softmax(dtype: torch.dtype) -> None:
+    sdpa = _load("sdpa_substitution")
+    torch.manual_seed(0)
+    model = UpcastBiasAttention().eval()
+    args = (*(torch.randn(2, 4, 8, 16, dtype=dtype) for _ in range(3)), torch.randn(1, 4, 8, 8, dtype=dtype))
+    gm, values = dynamo_graph(model, *args)
+    assert sdpa.substitute_sdpa(gm) == 0, "the casts hide the softmax from the plain pass"
+    assert sdpa.substitute_sdpa_through_casts(gm) == 1
+    after = targets(gm)
+    assert after[F.scaled_dot_product_attention] == 1 and after[torch.softmax] == 0
+    assert after["float"] == 0 and after["to"] == 0, "the casts around the softmax went with it"
+    node = next(n for n in gm.graph.nodes if n.target is F.scaled_dot_product_attention)
+    assert node.kwargs["attn_mask"] is not None and node.kwargs["scale"] == 1.0, "T5 does not scale its scores"
+    with torch.no_grad():
+        expected = model(*args)
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(run_graph(gm, values), expected, rtol=tolerance, atol=tolerance)
+
+
+def test_sdpa_substitution_keeps_a_softmax_whose_cast_moves_it() -> None:
+    sdpa = _load("sdpa_substitution")
+
+    class ToDevice(nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(q @ k.transpose(-1, -2), dim=-1).to("cpu", torch.float32) @ v
+
+    gm, values = dynamo_graph(ToDevice(), *(torch.randn(2, 4, 8, 16) for _ in range(3)))
+    assert sdpa.substitute_sdpa_through_casts(gm) == 0
+    assert targets(gm)[torch.softmax] == 1
+
+
+def test_sdpa_substitution_puts_back_the_casts_of_a_softmax_it_leaves() -> None:
+    sdpa = _load("sdpa_substitution")
+
+    class OverKeys(nn.Module):  # float32 softmax over the query dimension: no attention
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return torch.softmax((q @ k.transpose(-1, -2)).float(), dim=-2).to(q.dtype) @ v
+
+    model = OverKeys()
+    args = tuple(torch.randn(2, 4, 8, 16, dtype=torch.bfloat16) for _ in range(3))
+    gm, values = dynamo_graph(model, *args)
+    assert sdpa.substitute_sdpa_through_casts(gm) == 0
+    after = targets(gm)
+    assert after[torch.softmax] == 1 and after["float"] == 1 and after["to"] == 1
+    softmax = next(n for n in gm.graph.nodes if n.target is torch.softmax)
+    assert softmax.args[0].target == "float" and next(iter(softmax.users)).target == "to"
+    torch.testing.assert_close(run_graph(gm, values), model(*args), rtol=0, atol=0)
+
+
 def test_sdpa_substitution_ignores_softmax_over_another_dim() -> None:
     sdpa = _load("sdpa_substitution")
 

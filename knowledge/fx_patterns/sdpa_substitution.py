@@ -4,6 +4,9 @@ Matches `softmax(q @ k.transpose(-2, -1) * scale [+ mask], dim=-1) [-> dropout(t
 scale written as `* c`, `/ c` or absent, and rewrites it as
 `F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=...)`, which dispatches to a fused
 flash / memory-efficient / cuDNN kernel on a GPU and never materialises the L×L score matrix in DRAM.
+`substitute_sdpa_through_casts` also takes the softmax in float32 between casts
+(`softmax(scores.float(), dim=-1).to(q.dtype)`, T5's and many Hugging Face models' spelling): SDPA's fused kernels
+accumulate in float32 themselves.
 
 When to apply: attention written out by hand (GPT-2 style blocks, older model code) in inference.
 
@@ -61,6 +64,20 @@ def _key_of_transpose(node: Any) -> fx.Node | None:
         if len(dims) == 2 and (normal == {-2, -1} or (last_two and normal == last_two)):
             return source
     return None
+
+
+CAST_METHODS = ("float", "to", "type_as", "half", "bfloat16")
+
+
+def _through_cast(node: Any) -> Any:
+    """What a single-use dtype cast (`x.float()`, `x.to(dtype)`, `x.type_as(y)`) casts; `node` itself otherwise (a
+    `.to` that names a device, or anything besides a dtype, too)."""
+    if not (isinstance(node, fx.Node) and node.op == "call_method" and node.target in CAST_METHODS
+            and len(node.users) == 1):
+        return node
+    if node.target == "to" and (node.kwargs or len(node.args) != 2 or not isinstance(node.args[1], torch.dtype)):
+        return node  # Dynamo writes `.to(q.dtype)` with the dtype itself
+    return node.args[0]
 
 
 def _softmax_input(node: fx.Node) -> Any:
@@ -188,6 +205,47 @@ def substitute_sdpa(gm: fx.GraphModule, example_inputs: list[Any] | None = None)
         graph.eliminate_dead_code()
         count += 1
     if count:
+        graph.lint()
+        gm.recompile()
+    return count
+
+
+def _casts_around_softmax(graph: fx.Graph) -> list[tuple[fx.Node, fx.Node, fx.Node]]:
+    """(cast in, softmax, cast out) for each softmax that takes a single-use dtype cast and whose one user is one."""
+    found = []
+    for node in graph.nodes:
+        is_method = node.op == "call_method" and node.target == "softmax"
+        if not (_call(node, SOFTMAX_TARGETS) or is_method) or len(node.users) != 1:
+            continue
+        inner, outer = node.args[0], next(iter(node.users))
+        if _through_cast(inner) is not inner and _through_cast(outer) is node:
+            found.append((inner, node, outer))
+    return found
+
+
+def substitute_sdpa_through_casts(gm: fx.GraphModule, example_inputs: list[Any] | None = None) -> int:
+    """`substitute_sdpa`, also for attention whose softmax is taken in float32 between casts: the casts are taken
+    out for the match and put back around each softmax it left; return how many attentions were rewritten."""
+    graph = gm.graph
+    taken = []
+    for inner, softmax, outer in _casts_around_softmax(graph):
+        softmax.replace_input_with(inner, inner.args[0])
+        outer.replace_all_uses_with(softmax)
+        taken.append((inner.target, inner.args[1:], softmax, outer.target, outer.args[1:]))
+        graph.erase_node(outer)
+        graph.erase_node(inner)
+    count = substitute_sdpa(gm, example_inputs)
+    left = set(graph.nodes)
+    for up, up_args, softmax, down, down_args in taken:
+        if softmax not in left:
+            continue
+        scores = softmax.args[0]
+        with graph.inserting_before(softmax):
+            softmax.replace_input_with(scores, graph.call_method(up, (scores, *up_args)))
+        with graph.inserting_after(softmax):
+            back = graph.call_method(down, (softmax, *down_args))
+        softmax.replace_all_uses_with(back, delete_user_cb=lambda user, back=back: user is not back)
+    if taken:
         graph.lint()
         gm.recompile()
     return count

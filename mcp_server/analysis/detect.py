@@ -12,7 +12,7 @@ import re
 from mcp_server.analysis.rules import matches, patterns, rule
 from mcp_server.analysis.timeline_health import Placed
 from mcp_server.schema.analysis import Finding, TimelineHealth
-from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord
+from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord, split_module_path
 
 _LOW_PRECISION = re.compile(r"bfloat16|half|float16|float8|double|int", re.IGNORECASE)
 
@@ -179,9 +179,9 @@ def unfused_attention(profile: OperatorAttributedProfile) -> list[Finding]:
     """Attention computed as matmul + softmax + matmul in one module (`_scores_then_values` when the matmuls' shapes
     are known), or SDPA running its math path."""
     by_module: dict[str, list[OperatorRecord]] = {}
-    for op in profile.operators:
-        if op.module_path:
-            by_module.setdefault(op.module_path, []).append(op)
+    for op in profile.operators:  # an Inductor kernel fused across modules counts in each (its softmax with a bias)
+        for path in split_module_path(op.module_path):
+            by_module.setdefault(path, []).append(op)
 
     def fused(ops: list[OperatorRecord]) -> bool:
         return any(matches("fused_attention_kernels", k.kernel_name) for o in ops for k in o.kernels)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
-from mcp_server.schema.profile import OperatorAttributedProfile, OperatorRecord
+from mcp_server.schema.profile import OperatorAttributedProfile, OperatorRecord, split_module_path
 from mcp_server.schema.proof import OperatorMetrics, ProfileSummary
 
 NO_MODULE = "<no module>"
@@ -77,10 +77,8 @@ def op_family(name: str) -> str:
 
 
 def _paths(module_path: str | None) -> list[str | None]:
-    """A fused kernel spanning modules without a common parent carries them comma-joined."""
-    if module_path is None:
-        return [None]
-    return [p.strip() for p in module_path.split(",")] if "," in module_path else [module_path]
+    """A fused kernel spanning modules without a common parent carries them comma-joined; [None] when unknown."""
+    return [*split_module_path(module_path)] or [None]
 
 
 def _under(path: str | None, root: str | None, root_covers_all: bool) -> bool:

@@ -127,6 +127,14 @@ class AggregatedMetrics(_Model):
     )
 
 
+def split_module_path(module_path: str | None) -> list[str]:
+    """The modules a `module_path` names: an Inductor kernel fused across modules that share no parent carries them
+    comma-joined (`blocks.0.attention,bias.embedding`); none when the path is unknown."""
+    if module_path is None:
+        return []
+    return [p.strip() for p in module_path.split(",")] if "," in module_path else [module_path]
+
+
 class OperatorRecord(_Model):
     """One call of one PyTorch operator (or one Inductor-fused group) in the window."""
 

@@ -41,10 +41,11 @@ def winner_graph_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) ->
     return compile_fx(gm, example_inputs)
 
 
-def winner_functions(channels_last: bool = True, cudnn_benchmark: bool = True) -> tuple[
+def winner_functions(channels_last: bool = True, cudnn_benchmark: bool = True, backend: str = BACKEND_NAME) -> tuple[
         Callable[[torch.nn.Module], Any], Callable[[tuple[Any, ...]], tuple[Any, ...]]]:
     """`optimize` and `prepare_inputs` for a winner `reduce-overhead+fp16-cast[+channels-last][+cudnn-benchmark]`
-    (the parts named by the flags), its CUDA graph trees replaced by one CUDA graph of the whole call."""
+    (the parts named by the flags), its CUDA graph trees replaced by one CUDA graph of the whole call; `backend`: a
+    registered backend that rewrites the graph before it calls `winner_graph_backend` (default: that one alone)."""
 
     def optimize(model: torch.nn.Module) -> Any:
         """The model in float16 (channels_last, cuDNN's autotuner on, as the flags say), compiled with this module's
@@ -58,7 +59,7 @@ def winner_functions(channels_last: bool = True, cudnn_benchmark: bool = True) -
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
             count_pass("channels_last")
-        return graph_whole_forward(torch.compile(model, backend=BACKEND_NAME), on_capture=lambda: count_pass(
+        return graph_whole_forward(torch.compile(model, backend=backend), on_capture=lambda: count_pass(
             "whole_forward_graph"))
 
     def prepare_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
