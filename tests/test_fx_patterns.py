@@ -267,10 +267,7 @@ def test_sdpa_substitution_looks_through_a_float32_softmax(dtype: torch.dtype) -
     assert after["float"] == 0 and after["to"] == 0, "the casts around the softmax went with it"
     node = next(n for n in gm.graph.nodes if n.target is F.scaled_dot_product_attention)
     assert node.kwargs["attn_mask"] is not None and node.kwargs["scale"] == 1.0, "T5 does not scale its scores"
-    with torch.no_grad():
-        expected = model(*args)
-    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
-    torch.testing.assert_close(run_graph(gm, values), expected, rtol=tolerance, atol=tolerance)
+    _rewritten_matches(model, args, gm, values, 1e-4 if dtype == torch.float32 else 2e-2)
 
 
 def test_sdpa_substitution_keeps_a_softmax_whose_cast_moves_it() -> None:
@@ -348,9 +345,15 @@ def test_sdpa_substitution_turns_a_causal_masked_fill_into_is_causal(triangle: b
         node = next(n for n in gm.graph.nodes if n.target is F.scaled_dot_product_attention)
         assert node.kwargs["is_causal"] is True and node.kwargs["scale"] is None
         assert after["masked_fill"] == 0 and after[torch.softmax] == 0
+    _rewritten_matches(model, args, gm, values, 1e-4 if dtype == torch.float32 else 2e-3)
+
+
+def _rewritten_matches(
+    model: nn.Module, args: tuple[torch.Tensor, ...], gm: Any, values: Any, tolerance: float,
+) -> None:
+    """The rewritten graph computes what the model does, within `tolerance` (relative and absolute)."""
     with torch.no_grad():
         expected = model(*args)
-    tolerance = 1e-4 if dtype == torch.float32 else 2e-3
     torch.testing.assert_close(run_graph(gm, values), expected, rtol=tolerance, atol=tolerance)
 
 
