@@ -1,8 +1,9 @@
 """What ncu replays for a run: every distinct launch configuration, and each shape variant with what tells it
 apart from the launch whose counters it would otherwise inherit; with --budget S, what the replay budget keeps of
-the variants (`run --replay-budget`). JSON on stdout.
+the variants (`run --replay-budget`), less --warmup S of the shape-variant pass's own warm-up under ncu (which `run`
+measures from its ncu pass). JSON on stdout.
 
-    python scripts/replay_plan.py RUN_DIR [--budget 60]
+    python scripts/replay_plan.py RUN_DIR [--budget 60 [--warmup 10]]
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--budget", type=float, help="seconds of replay to fit the plan to (run's --replay-budget)")
+    parser.add_argument("--warmup", type=float, default=0.0,
+                        help="seconds the shape-variant pass warms up under ncu, paid from the budget (default 0)")
     args = parser.parse_args()
     sqlite = RunDir(args.run_dir).nsys_sqlite()
     plan = plan_replays(sqlite)
-    fitted = within_budget(plan, args.budget, plan.estimate_s(1)) if args.budget else None
+    fitted = within_budget(plan, args.budget, plan.estimate_s(1), args.warmup) if args.budget else None
     launches = _launches(sqlite)
     first: dict[str, dict[str, object]] = {}
     invocation: Counter[str] = Counter()
@@ -60,7 +63,8 @@ def main() -> None:
                "variant_kernel_time_ns": sum(int(v["duration_ns"]) for v in variants),  # type: ignore[call-overload]
                "by_name": Counter(str(v["name"])[:60] for v in variants).most_common(),
                "budget": None if fitted is None else {
-                   "budget_s": fitted.budget_s, "main_limit": fitted.main_limit, "variants": len(fitted.variants),
+                   "budget_s": fitted.budget_s, "warmup_s": fitted.start_s, "main_limit": fitted.main_limit,
+                   "variants": len(fitted.variants),
                    "left_out": len(fitted.left_out), "replayed": len(fitted.replayed), "calls": fitted.calls,
                    "estimate_s": fitted.estimate_s(fitted.main_limit or fitted.configurations) + fitted.estimate_s(
                        len(fitted.replayed)),

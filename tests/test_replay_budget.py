@@ -151,7 +151,7 @@ def test_the_variant_passs_warm_up_under_ncu_is_paid_from_the_budget():
     assert paid.start_s == warm_s and free.start_s == 0.0
     assert len(free.replayed) - 11 - KERNELS < len(paid.replayed) <= len(free.replayed) - 11, "whole module calls"
     assert (paid.configurations + len(paid.replayed)) * EACH_S + warm_s <= 60.0
-    assert "the second ncu pass's warm-up, about 3 s estimated from the first's" in (budget_note(paid) or "")
+    assert "the second ncu pass's warm-up under ncu, about 3 s, is paid from the budget" in (budget_note(paid) or "")
     assert refitted(free, EACH_S, warm_s).replayed == paid.replayed, "a warm-up measured later fits the plan again"
     assert refitted(paid, EACH_S, warm_s + 0.1) is paid, "less than a replay's worth: kept"
     none_left = within_budget(plan, 60.0, EACH_S, 60.0 - plan.configurations * EACH_S)

@@ -196,7 +196,7 @@ def budget_note(plan: ReplayPlan) -> str | None:
     if not plan.left_out:
         return None
     steps = f" in {len(plan.calls)} module calls spread over the window" if plan.calls is not None else ""
-    warm = (f" (the second ncu pass's warm-up, about {plan.start_s:.0f} s estimated from the first's, is counted in "
+    warm = (f" (the second ncu pass's warm-up under ncu, about {plan.start_s:.0f} s, is paid from "
             "the budget)" if plan.start_s >= 0.5 else "")
     return (f"replay budget {plan.budget_s:.0f} s: {len(plan.variants)} of {len(plan.variants) + len(plan.left_out)} "
             f"shape variants are replayed{steps}{warm}; the other {len(plan.left_out)} take the counters of the "
