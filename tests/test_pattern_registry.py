@@ -138,6 +138,7 @@ def test_what_is_left_in_the_exact_tier_puts_the_reduced_precision_changes_last_
     rows = residual_from_analysis(analysis, [], recipe="reduce-overhead+fp32", tier="exact")
     assert [r.pattern for r in rows] == [knowledge_of("triton_op"), knowledge_of("dtype_autocast")]
     assert rows[-1].title.endswith("— outside this report's exact tier (needs reduced)")
+    assert rows[0].title.startswith("#2 ") and "(analysis #1)" in rows[-1].title and not rows[-1].title.startswith("#")
     assert "outside" not in residual_from_analysis(analysis, [], recipe="reduce-overhead+fp32", tier="reduced")[0].title
     assert allowed_in("fp8_linear", "fp8") and not allowed_in("fp8_linear", "reduced")
     assert allowed_in("triton_op", "exact") and not allowed_in("fp16_weights", "exact")

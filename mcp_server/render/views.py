@@ -379,8 +379,9 @@ def residual_from_analysis(analysis: Analysis, applied: list[OptimizationItem], 
         allowed = tier is None or allowed_in(opp.change_class, tier)
         tried = tried_on_winner(opp.change_class, recipe, frontier) if recipe and frontier else None
         failed = failed_on_frontier(opp.change_class, frontier) if frontier and not tried else None
-        title = f"#{opp.rank} {opp.title}" + ("" if allowed else f" — outside this report's {tier} tier (needs "
-                                                                 f"{needed_tier(opp.change_class)})")
+        # one moved after the others keeps its analysis rank in words: "#2" above "#1" would read as a misprint
+        title = f"#{opp.rank} {opp.title}" if allowed and not tried else f"{opp.title} (analysis #{opp.rank})"
+        title += "" if allowed else f" — outside this report's {tier} tier (needs {needed_tier(opp.change_class)})"
         title += f" — {tried or failed}" if tried or failed else ""
         (measured if tried else rows if allowed else outside).append(ResidualView(
             source="analysis.json", title=title, target=ops + where,
