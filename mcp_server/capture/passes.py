@@ -47,7 +47,8 @@ CPU_UNPROFILED_WINDOWS = 5  # a CPU-only torch pass times the window this many t
 
 class ReplayCount:
     """How many kernels ncu has replayed, and how many the replay plan expects once it is known; the pace of
-    the replay so far gives a measured estimate of the time it has left."""
+    the replay so far gives a measured estimate of the time it has left. It also times the pass's warm-up under ncu,
+    which a shape-variant pass of the same workload pays again (`warmup_estimate`)."""
 
     def __init__(self) -> None:
         self.done = 0
