@@ -8,6 +8,7 @@ test) and from the published H200 figures (66.9 TFLOP/s FP32 at 1980 MHz, 494.7 
 from __future__ import annotations
 
 import json
+import lzma
 
 import jsonschema
 import pytest
@@ -19,7 +20,7 @@ from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.analysis import Analysis, Bottleneck
 from mcp_server.schema.export import schema_text
-from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile
+from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, split_module_path
 
 H200_FP32, H200_FP32_MHZ = 66.9e12, 1980.0
 H200_TF32, H200_TENSOR_MHZ = 494.7e12, 1830.0
@@ -282,10 +283,6 @@ def test_attention_whose_softmax_inductor_fused_with_a_bias_module_is_found(tmp_
     workload `optimize` wrote for scripts/gpu_workloads/t5_encoder.py): Inductor fused each layer's softmax with the
     relative-position bias module's arithmetic, so that kernel's module path names both (comma-joined) while the
     attention's two batched matmuls sit in the attention module alone."""
-    import lzma
-
-    from mcp_server.schema.profile import split_module_path
-
     text = lzma.decompress((REPO / "tests" / "fixtures" / "h200_t5_winner.profile.json.xz").read_bytes())
     profile = OperatorAttributedProfile.model_validate_json(text)
     softmax = [o for o in profile.operators if "softmax" in o.operator_name]

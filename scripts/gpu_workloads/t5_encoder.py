@@ -2,6 +2,7 @@
 with a learned relative-position bias added to the scores (log-spaced buckets, shared by every layer), a gated-GELU
 feed-forward, no biases; 6 layers of width 512, 8 heads, 16 sequences of 256 tokens, in eval mode, under the workload
 contract. The bias is what keeps the attention off a plain `scaled_dot_product_attention` flash path.
+Its folder must be on the path (it takes decoder_stack.py's gated MLP).
 `OPERATOR_PROFILER_EXAMPLE_SCALE=small` shrinks it (2 layers of width 64, 2 sequences of 32 tokens)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 import os
 
 import torch
+from decoder_stack import SwiGLU
 from torch import nn
 
 
@@ -63,11 +65,8 @@ class Attention(nn.Module):
         return self.o((weights @ v).transpose(1, 2).reshape(batch, length, width))
 
 
-class GatedGelu(nn.Module):
-    def __init__(self, width: int, hidden: int) -> None:
-        super().__init__()
-        self.gate, self.up = nn.Linear(width, hidden, bias=False), nn.Linear(width, hidden, bias=False)
-        self.down = nn.Linear(hidden, width, bias=False)
+class GatedGelu(SwiGLU):
+    """decoder_stack's gated MLP with T5's tanh-approximated GELU in place of SiLU."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(nn.functional.gelu(self.gate(x), approximate="tanh") * self.up(x))
