@@ -223,6 +223,17 @@ def _casts_around_softmax(graph: fx.Graph) -> list[tuple[fx.Node, fx.Node, fx.No
     return found
 
 
+def _contiguous_masks(graph: fx.Graph) -> None:
+    """Each additive mask of a `scaled_dot_product_attention` call made contiguous: the memory-efficient kernel, the
+    fused kernel that takes one, refuses a mask whose last dimension is strided (T5's relative-position bias,
+    `embedding(buckets).permute(2, 0, 1)`), and SDPA then runs its math path, in float32 for half inputs."""
+    for node in list(graph.nodes):
+        mask = node.kwargs.get("attn_mask") if _call(node, (F.scaled_dot_product_attention,)) else None
+        if isinstance(mask, fx.Node):
+            with graph.inserting_before(node):
+                node.update_kwarg("attn_mask", graph.call_method("contiguous", (mask,)))
+
+
 def substitute_sdpa_through_casts(gm: fx.GraphModule, example_inputs: list[Any] | None = None) -> int:
     """`substitute_sdpa`, also for attention whose softmax is taken in float32 between casts: the casts are taken
     out for the match and put back around each softmax it left; return how many attentions were rewritten."""
@@ -235,6 +246,7 @@ def substitute_sdpa_through_casts(gm: fx.GraphModule, example_inputs: list[Any] 
         graph.erase_node(outer)
         graph.erase_node(inner)
     count = substitute_sdpa(gm, example_inputs)
+    _contiguous_masks(graph)
     left = set(graph.nodes)
     for up, up_args, softmax, down, down_args in taken:
         if softmax not in left:
@@ -245,7 +257,7 @@ def substitute_sdpa_through_casts(gm: fx.GraphModule, example_inputs: list[Any] 
         with graph.inserting_after(softmax):
             back = graph.call_method(down, (softmax, *down_args))
         softmax.replace_all_uses_with(back, delete_user_cb=lambda user, back=back: user is not back)
-    if taken:
+    if taken or count:
         graph.lint()
         gm.recompile()
     return count
