@@ -296,3 +296,23 @@ def test_attention_whose_softmax_inductor_fused_with_a_bias_module_is_found(tmp_
     kernels = {k.kernel_id: k.duration_ns for o in profile.operators for k in o.kernels}
     held = sum(kernels[i] for i in attention.kernel_ids)  # the matmuls, the softmax and the layout copies around them
     assert len(attention.kernel_ids) == 42 and 0 < sdpa.kernel_time_saving_ns <= held
+
+
+def test_sdpa_that_inductor_decomposed_onto_its_math_path_is_named_so(tmp_path):
+    """The same encoder with its attention rewritten as scaled_dot_product_attention whose mask, the permuted bias,
+    had a strided last dimension (recorded on an H200 by `operator-profiler run
+    scripts/gpu_workloads/t5_encoder_sdpa_only.py --compile-mode optimized` before the pattern made the mask
+    contiguous): no fused kernel took it, and Inductor decomposed SDPA's math path into batched matmuls and
+    `_safe_softmax`. That is SDPA on its math path, not attention written by hand."""
+    text = lzma.decompress((REPO / "tests" / "fixtures" / "h200_t5_sdpa_math_path.profile.json.xz").read_bytes())
+    profile = OperatorAttributedProfile.model_validate_json(text)
+    assert sum("aten::_safe_softmax" in o.fused_operators for o in profile.operators) == 6
+    analysis = analyze_profile(profile, tmp_path, measure=False)
+    assert not any(f.kind == "unfused_attention" for f in analysis.findings)
+    math_path = next(f for f in analysis.findings if f.kind == "sdpa_math_path")
+    assert "6 modules, decomposed" in math_path.title and "contiguous" in math_path.detail
+    assert {p for path in math_path.module_paths for p in split_module_path(path)} >= {
+        f"blocks.{i}.attention" for i in range(6)}
+    first = analysis.opportunities[0]
+    assert first.change_class == "sdpa_substitution" and first.title.startswith("Put 6 scaled_dot_product_attention")
+    assert "Replace" not in first.title

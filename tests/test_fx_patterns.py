@@ -270,6 +270,33 @@ def test_sdpa_substitution_looks_through_a_float32_softmax(dtype: torch.dtype) -
     _rewritten_matches(model, args, gm, values, 1e-4 if dtype == torch.float32 else 2e-2)
 
 
+def test_sdpa_substitution_hands_sdpa_a_contiguous_mask() -> None:
+    """T5's bias is `embedding(buckets).permute(2, 0, 1)`: its last dimension strided, which every fused GPU kernel
+    refuses (SDPA then ran its float32 math path on the H200); the rewritten graph hands SDPA a contiguous copy."""
+    sdpa = _load("sdpa_substitution")
+    torch.manual_seed(0)
+    model = UpcastBiasAttention().eval()
+    bias = torch.randn(8, 8, 4).permute(2, 0, 1)[None]
+    assert bias.stride(-1) != 1
+    args = (*(torch.randn(2, 4, 8, 16) for _ in range(3)), bias)
+    gm, values = dynamo_graph(model, *args)
+    assert sdpa.substitute_sdpa_through_casts(gm) == 1
+    node = next(n for n in gm.graph.nodes if n.target is F.scaled_dot_product_attention)
+    mask = node.kwargs["attn_mask"]
+    assert mask.op == "call_method" and mask.target == "contiguous"
+    seen: list[torch.Tensor] = []
+    real = F.scaled_dot_product_attention
+
+    def spy(*a: Any, **kw: Any) -> torch.Tensor:
+        seen.append(kw["attn_mask"])
+        return real(*a, **kw)
+
+    node.target = spy
+    gm.recompile()
+    _rewritten_matches(model, args, gm, values, 1e-4)
+    assert seen and all(m.stride(-1) == 1 and m.is_contiguous() for m in seen)
+
+
 def test_sdpa_substitution_keeps_a_softmax_whose_cast_moves_it() -> None:
     sdpa = _load("sdpa_substitution")
 

@@ -380,6 +380,19 @@ def test_many_passed_over_launches_make_one_problem_line():
     assert len(problems) == 2 and "5 window launches have no ncu counters" in problems[1]
 
 
+def test_a_record_matching_no_launch_passes_over_none():
+    """An autotuned convolution ncu saw as another kernel than the timeline's (cuDNN's benchmark mode picks again in
+    each process): that record matches nothing, and the launches its search scanned were not passed over (the next
+    records still match them); only the autotuned launch is."""
+    kernels = [kernel(0, "A"), kernel(1, "conv_x"), kernel(2, "B"), kernel(3, "C")]
+    records = [record(0, "A", 1.0), record(1, "conv_y", 9.0), record(2, "B", 2.0), record(3, "C", 3.0)]
+    joined, problems, _ = join_counters(kernels, records, deduplicated=True)
+    assert values(joined) == {0: (1.0, None), 2: (2.0, None), 3: (3.0, None)}
+    assert [p for p in problems if "timeline ran" in p] == ["launch 1: timeline ran 'conv_x', ncu profiled 'B' next"]
+    assert any("ncu record 1 ('conv_y') matches no later window launch" in p for p in problems)
+    assert any("1 window launches have no ncu counters (first: launch 1 'conv_x')" in p for p in problems)
+
+
 def test_a_truncated_replay_notes_the_launches_it_did_not_reach():
     kernels = [kernel(0, "A"), kernel(1, "B"), kernel(2, "C"), kernel(3, "A")]
     joined, problems, notes = join_counters(kernels, [record(0, "A", 1.0)], deduplicated=True, truncated=True)

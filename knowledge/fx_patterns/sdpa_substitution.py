@@ -6,7 +6,8 @@ scale written as `* c`, `/ c` or absent, and rewrites it as
 flash / memory-efficient / cuDNN kernel on a GPU and never materialises the L×L score matrix in DRAM.
 `substitute_sdpa_through_casts` also takes the softmax in float32 between casts
 (`softmax(scores.float(), dim=-1).to(q.dtype)`, T5's and many Hugging Face models' spelling): SDPA's fused kernels
-accumulate in float32 themselves.
+accumulate in float32 themselves, and it hands SDPA each additive mask contiguous (a mask with a strided last
+dimension, a permuted bias, keeps every fused kernel out).
 
 When to apply: attention written out by hand (GPT-2 style blocks, older model code) in inference.
 

@@ -189,8 +189,14 @@ def unfused_attention(profile: OperatorAttributedProfile) -> list[Finding]:
     def has_mm(ops: list[OperatorRecord]) -> bool:
         return any(matches("attention_matmul_ops", o.operator_name) for o in ops)
 
+    def decomposed(ops: list[OperatorRecord]) -> bool:  # SDPA's math path, decomposed by Inductor
+        return any(matches("sdpa_math_softmax_ops", name) for o in ops for name in (o.operator_name,
+                                                                                     *o.fused_operators))
+
     hits = {m for m, ops in by_module.items() if has_mm(ops) and any(_has_softmax(o) for o in ops) and not fused(ops)
             and _scores_then_values(ops) is not False}
+    math_modules = {m for m in hits if decomposed(by_module[m])}
+    hits -= math_modules
     keys = {_layer_key(m) for m in hits}
     hits |= {m for m, ops in by_module.items() if _layer_key(m) in keys and has_mm(ops) and not fused(ops)}
     findings = []
@@ -208,15 +214,21 @@ def unfused_attention(profile: OperatorAttributedProfile) -> list[Finding]:
         ))
     math_path = [o for o in profile.operators if matches("sdpa_ops", o.operator_name) and o.kernels
                  and not any(matches("fused_attention_kernels", k.kernel_name) for k in o.kernels)]
+    math_path += [o for m in sorted(math_modules) for o in by_module[m] if o not in math_path
+                  and (has_mm([o]) or _has_softmax(o))]
     if math_path:
         kernels = [k for o in math_path for k in o.kernels]
+        calls = sum(1 for o in math_path if matches("sdpa_ops", o.operator_name))
+        where = [f"{calls} calls" if calls else "", f"{len(math_modules)} modules, decomposed" if math_modules else ""]
         findings.append(Finding(
-            kind="sdpa_math_path", title=f"{len(math_path)} scaled_dot_product_attention calls on the math path",
+            kind="sdpa_math_path",
+            title=f"scaled_dot_product_attention on its math path ({', '.join(w for w in where if w)})",
             operators=[o.operator_id for o in math_path], module_paths=_uniq([o.module_path for o in math_path]),
             kernel_ids=[k.kernel_id for k in kernels],
             triggers=[f"sdpa_kernels={len(kernels)}", "fused_attention_kernel=none"],
             detail="SDPA fell back to its math implementation (dtype, mask or head size unsupported by the flash/"
-                   "efficient kernels): check dtype (FP16/BF16), head dim and the attn_mask.",
+                   "efficient kernels): check dtype (FP16/BF16), head dim and the attn_mask (its last dimension must "
+                   "be contiguous: a permuted bias needs .contiguous()).",
         ))
     return findings
 

@@ -343,8 +343,11 @@ def build_opportunities(
             wanted = set(kinds[kind].kernel_ids)
             backward = any(op.phase == "backward" and any(k.kernel_id in wanted for k in op.kernels)
                            for op in profile.operators)
-            add(f"Replace {len(blocks) or len(groups)} attention blocks{' and their backward' if backward else ''} by "
-                "F.scaled_dot_product_attention (one fused kernel each)",
+            n, and_backward = len(blocks) or len(groups), " and their backward" if backward else ""
+            add(f"Replace {n} attention blocks{and_backward} by F.scaled_dot_product_attention (one fused kernel each)"
+                if kind == "unfused_attention" else f"Put {n} scaled_dot_product_attention calls{and_backward} on a "
+                "fused kernel: half-precision inputs, a supported head size, an attn_mask with a contiguous last "
+                "dimension",
                 "sdpa_substitution", [kind], e2e, kernel,
                 "estimate (upper bound): each attention block's kernels and the idle time between them become one "
                 f"fused kernel of at least {_us(rule('estimates', 'kernel_floor_ns'))}")

@@ -119,20 +119,22 @@ def _match(
     replayed_configs: set[tuple[object, ...]] = set()
     for record in records:
         j = position
+        skipped: list[str] = []
         while j < len(kernels) and not _same_kernel(kernels[j], record):
             # Passing over a launch is expected only for a configuration ncu already replayed.
             seen = ncu_config(kernels[j]) in replayed_configs or any(
                 _same_kernel(kernels[j], other) for other in replayed_elsewhere
             )
             if not filtered and not (deduplicated and seen):
-                passed_over.append(
+                skipped.append(
                     f"launch {kernels[j].ordinal}: timeline ran {_short(kernels[j].name)}, "
                     f"ncu profiled {_short(record.name)} next"
                 )
             j += 1
-        if j == len(kernels):
+        if j == len(kernels):  # the launches scanned stay for the next record: none was passed over
             unmatched.append(f"ncu record {record.ordinal} ({_short(record.name)}) matches no later window launch")
             continue
+        passed_over += skipped
         joined[kernels[j].ordinal] = (record.metrics, None, None)
         replayed_configs.add(ncu_config(kernels[j]))
         position = j + 1
