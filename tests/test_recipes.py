@@ -22,6 +22,7 @@ from mcp_server.errors import CancelledCapture
 from mcp_server.proof.recipe_plan import (
     GPU_ONLY,
     NO_CONV,
+    NO_CONV2D,
     NOT_MODULE,
     THOROUGH_ONLY,
     WINNERS_ONLY,
@@ -64,6 +65,21 @@ def test_the_default_gpu_frontier_of_a_conv_model_is_every_mode_and_precision_th
     assert plan_layout(True, MLP, ["eager+fp32"], thorough=False, already=set()) == []
 
 
+def test_a_model_whose_convolutions_are_1d_gets_the_autotuner_but_not_channels_last():
+    """channels_last lays out 4-d tensors: with only Conv1d (an audio encoder's) it changes nothing."""
+    conv1d = CONV.model_copy(update={"has_conv2d": False})
+    layout = plan_layout(True, conv1d, ["reduce-overhead+fp16-cast"], thorough=False, already=set())
+    assert [r for r, _ in layout] == ["reduce-overhead+fp16-cast+cudnn-benchmark"]
+    assert not any(recipe_parts(r)[2] for r, _ in plan_first(True, conv1d, thorough=True))
+    groups = {g.reason: g.recipes for g in skipped(True, conv1d, True, (), {"eager+fp32"})}
+    assert all(recipe_parts(r)[2] for r in groups[NO_CONV2D])
+    assert "eager+fp32+channels-last" in groups[NO_CONV2D]
+    assert plan_layout(False, conv1d, ["eager+fp32"], thorough=False, already=set()) == []
+    before = CONV.model_copy(update={"has_conv2d": None})  # a recipes.json without the field: as has_convolution
+    assert plan_layout(True, before, ["eager+fp32"], False, set()) == plan_layout(True, CONV, ["eager+fp32"], False,
+                                                                                  set())
+
+
 def test_the_plan_leaves_out_what_does_not_apply_and_says_why():
     assert not any(recipe_parts(r)[1].endswith("-cast") for r, _ in plan_first(True, FUNCTION, thorough=False))
     cpu = [r for r, _ in plan_first(False, MLP, thorough=False)]
@@ -72,7 +88,7 @@ def test_the_plan_leaves_out_what_does_not_apply_and_says_why():
     ran = {"eager+fp32", *cpu}
     groups = {g.reason: g.recipes for g in skipped(False, MLP, False, (), ran)}
     assert set(groups) == {GPU_ONLY, NO_CONV}
-    assert sum(map(len, groups.values())) + len(ran) == len(every_recipe(True, True))
+    assert sum(map(len, groups.values())) + len(ran) == len(every_recipe(True, True, True))
     gpu_groups = {g.reason for g in skipped(True, CONV, False, (), {"eager+fp32"})}
     assert {THOROUGH_ONLY, WINNERS_ONLY} <= gpu_groups
     assert NOT_MODULE in {g.reason for g in skipped(True, FUNCTION, False, (), {"eager+fp32"})}

@@ -104,6 +104,8 @@ def model_facts(model: Any, inputs: Any) -> dict[str, Any]:
     return {
         "is_module": is_module,
         "has_convolution": is_module and any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules()),
+        "has_conv2d": is_module and any(isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d))
+                                        for m in model.modules()),
         "parameters": sum(p.numel() for p in params),
         "parameter_dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in params}),
         "floating_inputs": sum(1 for t in found if t.is_floating_point()),

@@ -30,22 +30,33 @@ CPU_PRECISIONS = ("fp32", "bf16-autocast", "bf16-cast")
 GPU_ONLY = "needs a CUDA GPU: TF32, fp16, cuDNN's autotuner and CUDA graphs are GPU features"
 THOROUGH_ONLY = "max-autotune compiles for minutes: run with --thorough"
 NO_CONV = "the model has no convolution: channels_last and cuDNN's autotuner change nothing"
+NO_CONV2D = "the model has no 2-D convolution: channels_last, which lays out 4-d tensors, changes nothing"
 NOT_MODULE = "the model is not an nn.Module: it cannot be cast or converted to channels_last"
 WINNERS_ONLY = "tried on each tier's winner of the precision stage only (--thorough tries every recipe)"
 Planned = list[tuple[str, str]]  # (recipe, stage)
 
 
-def _every(modes: tuple[str, ...], precisions: tuple[str, ...], layouts: bool, gpu: bool) -> list[str]:
-    layout_options = [(False, False)]
-    if layouts:
-        layout_options += [(True, False)] + ([(False, True), (True, True)] if gpu else [])
-    return [recipe_name(m, p, cl, cb) for m, p, (cl, cb) in product(modes, precisions, layout_options)]
+def _layouts(gpu: bool, conv2d: bool, conv: bool) -> list[tuple[bool, bool]]:
+    """(channels_last, cudnn_benchmark) pairs that can change something: channels_last with 2-D convolutions (it lays
+    out 4-d tensors), cuDNN's autotuner with any convolution on a GPU."""
+    pairs = ((False, False), (True, False), (False, True), (True, True))
+    return [(cl, cb) for cl, cb in pairs if (conv2d or not cl) and ((conv and gpu) or not cb)]
 
 
-def every_recipe(gpu: bool, layouts: bool) -> list[str]:
-    """Every recipe the device allows (the thorough frontier), the reference first."""
+def _every(modes: tuple[str, ...], precisions: tuple[str, ...], layouts: list[tuple[bool, bool]]) -> list[str]:
+    return [recipe_name(m, p, cl, cb) for m, p, (cl, cb) in product(modes, precisions, layouts)]
+
+
+def every_recipe(gpu: bool, conv2d: bool, conv: bool | None = None) -> list[str]:
+    """Every recipe the device allows (the thorough frontier), the reference first: the layouts for a model with 2-D
+    convolutions (`conv2d`) and with any (`conv`, by default as `conv2d`)."""
     modes = RECIPE_COMPILE_MODES if gpu else CPU_MODES
-    return _every(modes, RECIPE_PRECISIONS if gpu else CPU_PRECISIONS, layouts, gpu)
+    layouts = _layouts(gpu, conv2d, conv2d if conv is None else conv)
+    return _every(modes, RECIPE_PRECISIONS if gpu else CPU_PRECISIONS, layouts)
+
+
+def _conv2d(facts: ModelFacts) -> bool:
+    return facts.has_convolution if facts.has_conv2d is None else facts.has_conv2d
 
 
 def plan_first(gpu: bool, facts: ModelFacts, thorough: bool, only: tuple[str, ...] = ()) -> Planned:
@@ -53,24 +64,25 @@ def plan_first(gpu: bool, facts: ModelFacts, thorough: bool, only: tuple[str, ..
     if only:
         return [(r, "precision") for r in only if r != REFERENCE_RECIPE]
     if thorough:
-        chosen, stage = every_recipe(gpu, facts.has_convolution), "thorough"
+        chosen, stage = every_recipe(gpu, _conv2d(facts), facts.has_convolution), "thorough"
     else:
         modes = DEFAULT_MODES if gpu else CPU_MODES
-        chosen, stage = _every(modes, RECIPE_PRECISIONS if gpu else CPU_PRECISIONS, False, gpu), "precision"
+        chosen, stage = _every(modes, RECIPE_PRECISIONS if gpu else CPU_PRECISIONS, [(False, False)]), "precision"
     chosen = [r for r in chosen if r != REFERENCE_RECIPE and (facts.is_module or not _needs_module(r))]
     return [(r, stage) for r in sorted(chosen, key=_compile_cost, reverse=True)]
 
 
 def plan_layout(gpu: bool, facts: ModelFacts, winners: list[str], thorough: bool, already: set[str]) -> Planned:
-    """Channels_last and cuDNN's autotuner on each tier's winner of the precision stage (conv models only)."""
+    """Channels_last (2-D convolutions) and cuDNN's autotuner (any convolution, on a GPU) on each tier's winner of the
+    precision stage (conv models only)."""
     if thorough or not (facts.has_convolution and facts.is_module):
         return []
     planned: list[str] = []
     for winner in dict.fromkeys(winners):
         mode, precision, _, _ = recipe_parts(winner)
-        for cl, cb in ((True, False), (False, True), (True, True)):
+        for cl, cb in _layouts(gpu, _conv2d(facts), facts.has_convolution)[1:]:
             name = recipe_name(mode, precision, cl, cb)
-            if (gpu or not cb) and name not in already and name not in planned:
+            if name not in already and name not in planned:
                 planned.append(name)
     return [(r, "layout") for r in planned]
 
@@ -80,7 +92,7 @@ def skipped(gpu: bool, facts: ModelFacts | None, thorough: bool, only: tuple[str
     """Every recipe of the thorough GPU frontier that did not run, grouped by why (`stopped`: why the run ended
     before every planned recipe ran)."""
     groups: dict[str, list[str]] = {}
-    for name in every_recipe(True, True):
+    for name in every_recipe(True, True, True):
         if name in ran or name == REFERENCE_RECIPE:
             continue
         mode, _, channels_last, cudnn_benchmark = recipe_parts(name)
@@ -97,6 +109,8 @@ def skipped(gpu: bool, facts: ModelFacts | None, thorough: bool, only: tuple[str
             reason = THOROUGH_ONLY
         elif layout and facts is not None and not facts.has_convolution:
             reason = NO_CONV
+        elif channels_last and facts is not None and not _conv2d(facts):
+            reason = NO_CONV2D
         elif layout:
             reason = WINNERS_ONLY
         else:

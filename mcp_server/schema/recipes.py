@@ -127,6 +127,8 @@ class ModelFacts(_Model):
 
     is_module: bool
     has_convolution: bool
+    has_conv2d: bool | None = Field(default=None, description="2-D convolutions, the ones channels_last lays out "
+                                    "(a recipes.json from before this field: taken as has_convolution).")
     parameters: int
     parameter_dtypes: list[str]
     floating_inputs: int
