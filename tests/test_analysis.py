@@ -298,6 +298,25 @@ def test_attention_whose_softmax_inductor_fused_with_a_bias_module_is_found(tmp_
     assert len(attention.kernel_ids) == 42 and 0 < sdpa.kernel_time_saving_ns <= held
 
 
+def test_the_transformer_fast_path_and_1d_convolutions_gate_their_advice(tmp_path):
+    """A Whisper-style audio encoder's reduced winner (reduce-overhead, float16; recorded on an H200 by
+    `operator-profiler optimize scripts/gpu_workloads/audio_encoder.py --tier reduced`): each
+    `nn.TransformerEncoderLayer` runs as one `aten::_transformer_encoder_layer_fwd`, whose GEMMs no module swap
+    reaches, and cuDNN converts layouts around the stem's Conv1d, which channels_last (4-d tensors only) cannot
+    remove."""
+    text = lzma.decompress((REPO / "tests" / "fixtures" / "h200_audio_winner.profile.json.xz").read_bytes())
+    profile = OperatorAttributedProfile.model_validate_json(text)
+    convs = [o for o in profile.operators if o.operator_name == "aten::convolution"]
+    assert len(convs) == 2 and all(len(o.input_shapes[0]) == 3 for o in convs)
+    assert any("nchwToNhwc" in k.kernel_name for o in convs for k in o.kernels)
+    analysis = analyze_profile(profile, tmp_path, measure=False)
+    assert not any(f.kind == "layout_conversion" for f in analysis.findings)
+    assert "channels_last" not in {o.change_class for o in analysis.opportunities}
+    fp8 = next(o for o in analysis.opportunities if o.change_class == "fp8_linear")
+    inside = "`aten::_transformer_encoder_layer_fwd` run inside PyTorch's fused transformer fast path"
+    assert inside in fp8.estimate_label
+    assert "set_fastpath_enabled(False)" in fp8.estimate_label
+
 def test_sdpa_that_inductor_decomposed_onto_its_math_path_is_named_so(tmp_path):
     """The same encoder with its attention rewritten as scaled_dot_product_attention whose mask, the permuted bias,
     had a strided last dimension (recorded on an H200 by `operator-profiler run

@@ -175,6 +175,15 @@ def _scores_then_values(ops: list[OperatorRecord]) -> bool | None:
     return False
 
 
+def _one_d_conv(op: OperatorRecord | None) -> bool:
+    """A 1-D convolution (its input 3-d): channels_last lays out 4-d tensors only, so cuDNN's layout conversions
+    around it stay whatever the model's memory format."""
+    if op is None or not op.input_shapes or not matches("conv_ops", op.operator_name):
+        return False
+    first = op.input_shapes[0]
+    return first is not None and len(first) == 3
+
+
 def unfused_attention(profile: OperatorAttributedProfile) -> list[Finding]:
     """Attention computed as matmul + softmax + matmul in one module (`_scores_then_values` when the matmuls' shapes
     are known), or SDPA running its math path."""
@@ -283,7 +292,7 @@ def structural_findings(profile: OperatorAttributedProfile, placed: list[Placed]
                    "torch._inductor.config.freezing = True folds it at compile time (inference only).",
         ))
     inductor = [p for p in placed if matches("layout_copy_kernels", p.kernel.kernel_name)]
-    cudnn = [p for p in placed if matches("cudnn_layout_kernels", p.kernel.kernel_name)]
+    cudnn = [p for p in placed if matches("cudnn_layout_kernels", p.kernel.kernel_name) and not _one_d_conv(p.op)]
     layout = inductor + cudnn
     if layout:
         who = " and ".join(([f"Inductor re-lays out NCHW tensors for channels_last convolutions ({len(inductor)} "

@@ -319,11 +319,19 @@ def build_opportunities(
     half = kinds.get("half_matmul")
     if half is not None and device is not None and "fp8_tensor" in device.peak_flop_per_s:
         e2e, kernel = _speedup(by_id, analyses, half.kernel_ids, device, "fp8_tensor", 0.5)
+        held = set(half.operators)
+        fastpath = sorted({o.operator_name for o in profile.operators
+                           if o.operator_id in held and matches("transformer_fastpath_ops", o.operator_name)})
+        first = (f"; the GEMMs of {', '.join(f'`{n}`' for n in fastpath)} run inside PyTorch's fused transformer "
+                 "fast path, which reads the linear layers' weights itself: no module swap reaches them until the "
+                 "fast path is off (torch.backends.mha.set_fastpath_enabled(False)), a change that costs time of its "
+                 "own: bench it alone first") if fastpath else ""
         add(f"Run {len(half.kernel_ids)} BF16/FP16 GEMMs as FP8 GEMMs: torch._scaled_mm with per-tensor scales "
             "(fp8 precision tier)", "fp8_linear", ["half_matmul"], e2e, kernel,
             "estimate (upper bound): each GEMM shrinks to its FLOPs at the FP8 tensor-core peak and half its operands' "
             f"bytes, not below {_us(rule('estimates', 'kernel_floor_ns'))}; the per-call quantization of each input "
-            "(one reduction, one cast) is not counted; only kernels on the GPU critical path shorten the window")
+            "(one reduction, one cast) is not counted; only kernels on the GPU critical path shorten the window"
+            + first)
     split = kinds.get("split_fusion")
     if split is not None:
         e2e, kernel = _removal(by_id, _runs(profile, split), keep_one=True)
