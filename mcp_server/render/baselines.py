@@ -95,7 +95,8 @@ def _verdict(row: BaselineRow | None, recipe: str, code: list[str], tier: str, f
         if graphs:
             text += (" It copies each call's outputs, which the next CUDA graph replay would overwrite in silence; "
                      "the recipe as pasted and as measured does not. Where the copies cost, the whole call replayed "
-                     "from one CUDA graph goes beyond the winner (knowledge/fx_patterns/whole_forward_graph.md).")
+                     "from one CUDA graph may go beyond the winner (knowledge/fx_patterns/whole_forward_graph.md): "
+                     "bench it against the winner before keeping it.")
         return text + (floor_evidence(floor, tier) if floor is not None else "")
     if row is None:
         return (f"The optimized workload was not benched against the {tier} tier's winner, {recipe}: no "
