@@ -10,8 +10,7 @@ from typing import Any
 
 import torch
 from t5_encoder import get_model_and_input  # noqa: F401 - same model and inputs as the baseline
-from torch.utils._pytree import tree_map
-from winner_graph import APPLIED_PASSES, count_pass  # noqa: F401
+from winner_graph import APPLIED_PASSES, count_pass, graph_trees_functions  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "knowledge" / "fx_patterns"))
 from sdpa_substitution import substitute_sdpa_through_casts  # noqa: E402 - the pattern's own code
@@ -29,19 +28,4 @@ def sdpa_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     return compile_fx(gm, example_inputs, config_patches={"triton.cudagraphs": torch.cuda.is_available()})
 
 
-def optimize(model: torch.nn.Module) -> Any:
-    """float16 weights, the SDPA rewrite, Inductor with graph trees; each call's outputs copied."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    compiled = torch.compile(model.to(torch.float16), backend=BACKEND_NAME)
-
-    def run(*args: Any) -> Any:
-        torch.compiler.cudagraph_mark_step_begin()
-        return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, compiled(*args))
-
-    return run
-
-
-def prepare_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The baseline's inputs in float16 (token ids stay integers), converted once."""
-    return tuple(x.to(torch.float16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+optimize, prepare_inputs = graph_trees_functions(cudnn_benchmark=False, backend=BACKEND_NAME)

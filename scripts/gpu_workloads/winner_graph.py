@@ -7,7 +7,7 @@ Inductor compiles the graph without CUDA graphs and the whole call is replayed f
 input signature (knowledge/fx_patterns/whole_forward_graph.py, imported from the repository, not copied): the host
 work reduce-overhead's graph trees do on every call is gone. Each `<name>_optimized.py` takes its baseline's
 `get_model_and_input` and this module's `BACKEND_NAME`, `APPLIED_PASSES`, `optimize` and `prepare_inputs` (or builds
-the last two for its own winner with `winner_functions`)
+the last two for its own winner with `winner_functions`, or, its CUDA graph trees kept, `graph_trees_functions`)
 (decode_greedy_static.py takes its backend, `APPLIED_PASSES` and `count_pass` only).
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "knowledge" / "fx_patterns"))
 from whole_forward_graph import graph_whole_forward  # noqa: E402 - the pattern's own code
@@ -71,6 +72,35 @@ def winner_functions(channels_last: bool = True, cudnn_benchmark: bool = True, b
             return inputs
         return tuple(x.contiguous(memory_format=torch.channels_last)
                      if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 4 else x for x in inputs)
+
+    return optimize, prepare_inputs
+
+
+def graph_trees_functions(cudnn_benchmark: bool, backend: str | None = None) -> tuple[
+        Callable[[torch.nn.Module], Any], Callable[[tuple[Any, ...]], tuple[Any, ...]]]:
+    """`optimize` and `prepare_inputs` for a winner `reduce-overhead+fp16-cast[+cudnn-benchmark]` run as its recipe
+    runs, CUDA graph trees kept (each call's outputs copied: the next replay overwrites them); `backend`: a registered
+    backend that compiles with graph trees itself, in place of `mode="reduce-overhead"`."""
+
+    def optimize(model: torch.nn.Module) -> Any:
+        """The model in float16, compiled with CUDA graph trees; each call's outputs copied."""
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = cudnn_benchmark
+        model = model.to(torch.float16)
+        compiled = (torch.compile(model, backend=backend) if backend is not None
+                    else torch.compile(model, mode="reduce-overhead"))
+
+        def run(*args: Any) -> Any:
+            torch.compiler.cudagraph_mark_step_begin()
+            return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, compiled(*args))
+
+        return run
+
+    def prepare_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The baseline's inputs in float16 (integer ones as they are), converted once."""
+        return tuple(x.to(torch.float16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                     for x in inputs)
 
     return optimize, prepare_inputs
 
