@@ -335,3 +335,5 @@ def test_sdpa_that_inductor_decomposed_onto_its_math_path_is_named_so(tmp_path):
     first = analysis.opportunities[0]
     assert first.change_class == "sdpa_substitution" and first.title.startswith("Put 6 scaled_dot_product_attention")
     assert "Replace" not in first.title
+    fp32 = next(o for o in analysis.opportunities if o.change_class == "dtype_autocast")
+    assert "12 of them are scaled_dot_product_attention's math path" in fp32.estimate_label

@@ -308,6 +308,11 @@ def build_opportunities(
             how = "BF16 autocast (cuDNN chose FP32 kernels for these shapes although TF32 is allowed)"
         later = (f"; the GPU waits on the host after these kernels, so the {_us(kernel)} of kernel time counts "
                  "end to end only once launch overhead is removed") if e2e < kernel / 2 else ""
+        math = kinds.get("sdpa_math_path")
+        upcast = len(set(finding.kernel_ids) & set(math.kernel_ids)) if math is not None else 0
+        if upcast:  # SDPA's math path computes half inputs in float32
+            later += (f"; {upcast} of them are scaled_dot_product_attention's math path, which computes half inputs "
+                      "in float32: a fused attention kernel removes them instead")
         title = f"Run {len(finding.kernel_ids)} FP32 {what} on tensor cores: {how}"
         label = (f"estimate (upper bound): each kernel shrinks to its {target.replace('_', ' ')} roofline time (its "
                  "FLOPs at that peak, and the bytes its shapes must move: a GEMM's operands and result, a "
