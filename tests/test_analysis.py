@@ -313,9 +313,9 @@ def test_the_transformer_fast_path_and_1d_convolutions_gate_their_advice(tmp_pat
     assert not any(f.kind == "layout_conversion" for f in analysis.findings)
     assert "channels_last" not in {o.change_class for o in analysis.opportunities}
     fp8 = next(o for o in analysis.opportunities if o.change_class == "fp8_linear")
-    inside = "`aten::_transformer_encoder_layer_fwd` run inside PyTorch's fused transformer fast path"
-    assert inside in fp8.estimate_label
-    assert "set_fastpath_enabled(False)" in fp8.estimate_label
+    assert fp8.title.endswith(" — first turn PyTorch's transformer fast path off")
+    assert len(fp8.prerequisites) == 1 and "`aten::_transformer_encoder_layer_fwd` run inside" in fp8.prerequisites[0]
+    assert "set_fastpath_enabled(False)" in fp8.prerequisites[0] and "see prerequisites" in fp8.estimate_label
 
 def test_sdpa_that_inductor_decomposed_onto_its_math_path_is_named_so(tmp_path):
     """The same encoder with its attention rewritten as scaled_dot_product_attention whose mask, the permuted bias,

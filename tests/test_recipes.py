@@ -92,7 +92,7 @@ def test_the_plan_leaves_out_what_does_not_apply_and_says_why():
     gpu_groups = {g.reason for g in skipped(True, CONV, False, (), {"eager+fp32"})}
     assert {THOROUGH_ONLY, WINNERS_ONLY} <= gpu_groups
     assert NOT_MODULE in {g.reason for g in skipped(True, FUNCTION, False, (), {"eager+fp32"})}
-    assert len(plan_first(True, CONV, thorough=True)) == len(every_recipe(True, True)) - 1
+    assert len(plan_first(True, CONV, thorough=True)) == len(every_recipe(True, True, True)) - 1
 
 
 def test_the_lines_of_a_recipe_are_what_it_runs():

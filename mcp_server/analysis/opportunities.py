@@ -327,16 +327,17 @@ def build_opportunities(
         held = set(half.operators)
         fastpath = sorted({o.operator_name for o in profile.operators
                            if o.operator_id in held and matches("transformer_fastpath_ops", o.operator_name)})
-        first = (f"; the GEMMs of {', '.join(f'`{n}`' for n in fastpath)} run inside PyTorch's fused transformer "
-                 "fast path, which reads the linear layers' weights itself: no module swap reaches them until the "
-                 "fast path is off (torch.backends.mha.set_fastpath_enabled(False)), a change that costs time of its "
-                 "own: bench it alone first") if fastpath else ""
         add(f"Run {len(half.kernel_ids)} BF16/FP16 GEMMs as FP8 GEMMs: torch._scaled_mm with per-tensor scales "
             "(fp8 precision tier)", "fp8_linear", ["half_matmul"], e2e, kernel,
             "estimate (upper bound): each GEMM shrinks to its FLOPs at the FP8 tensor-core peak and half its operands' "
             f"bytes, not below {_us(rule('estimates', 'kernel_floor_ns'))}; the per-call quantization of each input "
-            "(one reduction, one cast) is not counted; only kernels on the GPU critical path shorten the window"
-            + first)
+            "(one reduction, one cast) is not counted; only kernels on the GPU critical path shorten the window")
+        if fastpath:
+            _after(out[-1], [f"turn PyTorch's transformer fast path off{SHORT_END}the GEMMs of "
+                             f"{', '.join(f'`{n}`' for n in fastpath)} run inside its fused native layers, which read "
+                             "the linear layers' weights themselves, so no module swap reaches them until "
+                             "torch.backends.mha.set_fastpath_enabled(False); that change costs time of its own: "
+                             "bench it alone first"])
     split = kinds.get("split_fusion")
     if split is not None:
         e2e, kernel = _removal(by_id, _runs(profile, split), keep_one=True)
@@ -423,8 +424,9 @@ def build_opportunities(
 
 
 def _after(opportunity: Opportunity, needs: list[str]) -> None:
-    """A CUDA-graph or whole-graph-compile change on a window that synchronises or has data-dependent shapes: the
-    title names what must come first, and every prerequisite is listed."""
+    """A change that applies only once something else has changed (a CUDA-graph or whole-graph-compile change on a
+    window that synchronises or has data-dependent shapes, FP8 GEMMs inside the transformer fast path): the title
+    names what must come first, and every prerequisite is listed."""
     if needs:
         opportunity.prerequisites = list(needs)
         opportunity.title += f" — first {needs[0].split(SHORT_END)[0]}"

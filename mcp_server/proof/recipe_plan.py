@@ -47,15 +47,15 @@ def _every(modes: tuple[str, ...], precisions: tuple[str, ...], layouts: list[tu
     return [recipe_name(m, p, cl, cb) for m, p, (cl, cb) in product(modes, precisions, layouts)]
 
 
-def every_recipe(gpu: bool, conv2d: bool, conv: bool | None = None) -> list[str]:
-    """Every recipe the device allows (the thorough frontier), the reference first: the layouts for a model with 2-D
-    convolutions (`conv2d`) and with any (`conv`, by default as `conv2d`)."""
+def every_recipe(gpu: bool, conv2d: bool, conv: bool) -> list[str]:
+    """Every recipe the device allows (the thorough frontier), the reference first, with the layouts that apply to a
+    model with 2-D convolutions (`conv2d`) and with any (`conv`)."""
     modes = RECIPE_COMPILE_MODES if gpu else CPU_MODES
-    layouts = _layouts(gpu, conv2d, conv2d if conv is None else conv)
-    return _every(modes, RECIPE_PRECISIONS if gpu else CPU_PRECISIONS, layouts)
+    return _every(modes, RECIPE_PRECISIONS if gpu else CPU_PRECISIONS, _layouts(gpu, conv2d, conv))
 
 
 def _conv2d(facts: ModelFacts) -> bool:
+    """Whether the model has 2-D convolutions (a recipes.json without the fact: any convolution)."""
     return facts.has_convolution if facts.has_conv2d is None else facts.has_conv2d
 
 
