@@ -282,8 +282,7 @@ def test_sdpa_substitution_hands_sdpa_a_contiguous_mask() -> None:
     gm, values = dynamo_graph(model, *args)
     assert sdpa.substitute_sdpa_through_casts(gm) == 1
     node = next(n for n in gm.graph.nodes if n.target is F.scaled_dot_product_attention)
-    mask = node.kwargs["attn_mask"]
-    assert mask.op == "call_method" and mask.target == "contiguous"
+    assert node.kwargs["attn_mask"].target is sdpa.last_dim_contiguous
     seen: list[torch.Tensor] = []
     real = F.scaled_dot_product_attention
 
@@ -295,6 +294,8 @@ def test_sdpa_substitution_hands_sdpa_a_contiguous_mask() -> None:
     gm.recompile()
     _rewritten_matches(model, args, gm, values, 1e-4)
     assert seen and all(m.stride(-1) == 1 and m.is_contiguous() for m in seen)
+    broadcast = torch.randn(1, 4, 8, 8).expand(2, 4, 8, 8)  # a view over the batch: its last dimension contiguous
+    assert sdpa.last_dim_contiguous(broadcast) is broadcast, "a broadcast mask is not copied out to every batch"
 
 
 def test_sdpa_substitution_keeps_a_softmax_whose_cast_moves_it() -> None:

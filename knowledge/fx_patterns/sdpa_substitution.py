@@ -6,7 +6,7 @@ scale written as `* c`, `/ c` or absent, and rewrites it as
 flash / memory-efficient / cuDNN kernel on a GPU and never materialises the L×L score matrix in DRAM.
 `substitute_sdpa_through_casts` also takes the softmax in float32 between casts
 (`softmax(scores.float(), dim=-1).to(q.dtype)`, T5's and many Hugging Face models' spelling): SDPA's fused kernels
-accumulate in float32 themselves, and it hands SDPA each additive mask contiguous (a mask with a strided last
+accumulate in float32 themselves, and it hands SDPA each additive mask with a contiguous last dimension (a strided last
 dimension, a permuted bias, keeps every fused kernel out).
 
 When to apply: attention written out by hand (GPT-2 style blocks, older model code) in inference.
@@ -224,15 +224,21 @@ def _casts_around_softmax(graph: fx.Graph) -> list[tuple[fx.Node, fx.Node, fx.No
     return found
 
 
+def last_dim_contiguous(mask: torch.Tensor) -> torch.Tensor:
+    """`mask` with a contiguous last dimension: itself when it has one (a mask broadcast over batch or heads stays a
+    view), else a contiguous copy."""
+    return mask if mask.stride(-1) == 1 else mask.contiguous()
+
+
 def _contiguous_masks(graph: fx.Graph) -> None:
-    """Each additive mask of a `scaled_dot_product_attention` call made contiguous: the memory-efficient kernel, the
-    fused kernel that takes one, refuses a mask whose last dimension is strided (T5's relative-position bias,
+    """Each additive mask of a `scaled_dot_product_attention` call given a contiguous last dimension: every fused GPU
+    kernel refuses a mask whose last dimension is strided (T5's relative-position bias,
     `embedding(buckets).permute(2, 0, 1)`), and SDPA then runs its math path, in float32 for half inputs."""
     for node in list(graph.nodes):
         mask = node.kwargs.get("attn_mask") if _call(node, (F.scaled_dot_product_attention,)) else None
         if isinstance(mask, fx.Node):
             with graph.inserting_before(node):
-                node.update_kwarg("attn_mask", graph.call_method("contiguous", (mask,)))
+                node.update_kwarg("attn_mask", graph.call_function(last_dim_contiguous, (mask,)))
 
 
 def substitute_sdpa_through_casts(gm: fx.GraphModule, example_inputs: list[Any] | None = None) -> int:
