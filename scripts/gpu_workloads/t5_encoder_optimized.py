@@ -23,12 +23,17 @@ from sdpa_substitution import substitute_sdpa_through_casts  # noqa: E402 - the 
 BACKEND_NAME = "t5_sdpa_winner_graph"
 
 
+def with_sdpa(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> torch.fx.GraphModule:
+    """`gm` with each layer's attention as one scaled_dot_product_attention call, each rewrite counted."""
+    for _ in range(substitute_sdpa_through_casts(gm, example_inputs)):
+        count_pass("sdpa_substitution")
+    return gm
+
+
 @torch._dynamo.register_backend(name=BACKEND_NAME)
 def sdpa_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     """Each layer's attention as one scaled_dot_product_attention call, then the winner's Inductor compile."""
-    for _ in range(substitute_sdpa_through_casts(gm, example_inputs)):
-        count_pass("sdpa_substitution")
-    return winner_graph_backend(gm, example_inputs)
+    return winner_graph_backend(with_sdpa(gm, example_inputs), example_inputs)
 
 
 optimize, prepare_inputs = winner_functions(channels_last=False, cudnn_benchmark=False, backend=BACKEND_NAME)
