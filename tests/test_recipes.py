@@ -526,3 +526,18 @@ def test_a_model_that_changes_its_inputs_in_place_is_compared_on_inputs_it_has_n
     by = {r.recipe: r for r in report.results}
     assert by["eager+fp32"].tier == "exact" and by["compile+fp32"].tier == "exact"
     assert not any("does not reproduce" in w for w in report.warnings)
+
+
+def test_the_model_facts_tell_2d_convolutions_from_others():
+    """channels_last applies to 2-D convolutions (transposed ones too); cuDNN's autotuner to any."""
+    import torch
+
+    from mcp_server.children.recipe import model_facts
+
+    def facts(model: torch.nn.Module) -> ModelFacts:
+        return ModelFacts.model_validate(model_facts(model, (torch.randn(1, 2, 8),)))
+
+    one_d = facts(torch.nn.Sequential(torch.nn.Conv1d(2, 2, 3), torch.nn.Conv3d(2, 2, 1)))
+    assert one_d.has_convolution and one_d.has_conv2d is False
+    assert facts(torch.nn.ConvTranspose2d(2, 2, 3)).has_conv2d is True
+    assert facts(torch.nn.Linear(8, 8)).has_conv2d is False and not facts(torch.nn.Linear(8, 8)).has_convolution
