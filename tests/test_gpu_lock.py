@@ -187,3 +187,21 @@ def _wait_for_phase(proc: subprocess.Popen, phase: str, timeout_s: float = 120.0
             if any(line.decode(errors="replace").strip() == PHASE_MARKER + phase for line in lines):
                 return
     raise AssertionError(f"the harness never entered {phase!r}")
+
+
+
+def test_a_pass_runs_on_its_cpu_share_and_says_so(tmp_path):
+    own = int(subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                             capture_output=True, text=True, check=True).stdout)
+    proc = subprocess.run(
+        [sys.executable, str(HARNESS), "--workload", str(WORKLOADS / "thread_count.py"), "--run-dir", str(tmp_path),
+         "--result", str(tmp_path / "harness.json"), "--profiler", "none", "--warmup-iters", "2",
+         "--gpu-lock", str(tmp_path / ".gpu.lock"), "--cpu-threads", "1"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    before, _, window = proc.stdout.partition(f"{PHASE_MARKER}measure")
+    assert "threads build 1" in before and before.count("threads call 1") == 2, "built and warmed up on its share"
+    assert "threads call 1" in window, "and measured on it"
+    expected = {"own": own, "share": 1} if own > 1 else None
+    assert _result(tmp_path)["cpu_threads"] == expected, "the result says what the share changed"

@@ -4,6 +4,7 @@ sides read) and harness.json's one typed reader."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from mcp_server.backends.registry import REGISTRY
 from mcp_server.capture.plan import BYTECODE, TIMING_WINDOWS, gpu_order, plan_passes
 from mcp_server.capture.request import CaptureRequest, GpuTurn, Torchrun, WorkloadOptions, harness_command
+from mcp_server.capture.schedule import cpu_share
 from mcp_server.children.contract import HARNESS_FLAGS, harness_argv, harness_parser
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
@@ -102,3 +104,10 @@ def test_harness_json_is_read_through_one_model(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ProfileFormatError, match="is corrupt"):
         load_harness(path)
+
+
+def test_passes_warming_up_at_once_share_the_cpus_and_a_lone_pass_keeps_them():
+    cpus = len(os.sched_getaffinity(0))
+    assert cpu_share(1) is None
+    assert cpu_share(3) == max(1, cpus // 3)
+    assert cpu_share(10 * cpus) == 1, "every pass keeps a thread"

@@ -235,6 +235,9 @@ def run_pass(
         name=name, profiler=profiler, command=cmd, directory=name, started_at=started,
         wall_time_s=round(wall, 3), exit_code=code, stopped_processes=strays,
     )
+    if req.turn.cpu_threads is not None:
+        record.notes.append(f"torch's CPU threads held to {req.turn.cpu_threads} in this pass, its share of the CPUs "
+                            "while the run's passes run at once (children/cpu_share.py)")
     if uses_cache(req.python):
         record.notes.append(f"bytecode cached in {env['PYTHONPYCACHEPREFIX']} (the environment forbids writing it)")
     if early is not None and early.reason is not None:

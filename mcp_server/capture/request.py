@@ -48,6 +48,7 @@ class GpuTurn:
     replay_calls: Path | None = None  # a shape-variant pass: the module calls to profile, once the plan is known
     record_graph_capture: bool = False  # nsys: the workload's own CUDA graph captures recorded with their ranges
     pageable_batches: bool = False  # ncu: DataLoader batches left pageable (ncu restores pinned memory every pass)
+    cpu_threads: int | None = None  # torch's intra-op threads, at most: passes running at once share the CPUs
 
 
 @dataclass(frozen=True)
@@ -164,5 +165,6 @@ def harness_command(req: CaptureRequest, profiler: str, name: PassName) -> list[
         "dist_backend": req.torchrun.dist_backend if req.torchrun is not None else None,
         "replay_calls": turn.replay_calls.resolve() if turn.replay_calls is not None else None,
         "record_graph_capture": turn.record_graph_capture, "pageable_batches": turn.pageable_batches,
+        "cpu_threads": turn.cpu_threads,
     }
     return child_command(req.python, "harness", *harness_argv(values))

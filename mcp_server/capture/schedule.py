@@ -8,6 +8,7 @@ pass later.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -151,6 +152,7 @@ def _in_turn(
     for path in markers:
         path.unlink(missing_ok=True)
     tagged = _tagged if len(plan) > 1 else _untagged
+    threads = cpu_share(len(plan))
 
     def request(name: PassName) -> CaptureRequest:
         planned = plan[name]
@@ -159,7 +161,7 @@ def _in_turn(
         changed = req.with_turn(lock=run_dir.gpu_lock, after=marker(planned.after), done=marker(planned.done),
                                 warm_up_early=planned.warm_up_early, windows=planned.windows,
                                 import_compiler_early=planned.import_compiler_early,
-                                record_graph_capture=planned.record_graph_capture)
+                                record_graph_capture=planned.record_graph_capture, cpu_threads=threads)
         return changed.with_options(warmup_iters=planned.warmup_iters) if planned.warmup_iters is not None \
             else changed
 
@@ -213,6 +215,15 @@ def _in_turn(
     main, *after_main = results["main"]
     assert main.name == main_name
     return [main, *results.get("timing", []), *results.get("ncu", []), *after_main]
+
+
+def cpu_share(passes: int) -> int | None:
+    """torch's intra-op threads for each of `passes` processes running at once: an equal share of the CPUs this
+    process may use (`children.cpu_share`); None for a lone pass."""
+    if passes < 2:
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // passes)
 
 
 def _run_threads(jobs: dict[str, Callable[[], list[PassRecord]]], cancel: threading.Event, outer: Cancel,

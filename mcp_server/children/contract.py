@@ -250,6 +250,8 @@ HARNESS_FLAGS: tuple[HarnessFlag, ...] = (
                 "profiling is on only during those calls, when the file exists once the window begins"),
     HarnessFlag("pageable_batches", "switch", "(under ncu) DataLoader batches are not pinned: ncu restores pinned "
                 "host memory before each replay pass of every kernel"),
+    HarnessFlag("cpu_threads", "int", "torch's intra-op threads in this pass, at most: its share of the CPUs while "
+                "the run's passes run at once"),
     HarnessFlag("dist_backend", "str", "(under torchrun) the process group's backend: nccl on CUDA, gloo on the CPU "
                 "unless given"),
 )

@@ -81,6 +81,7 @@ from mcp_server.children.contract import (
     harness_parser,
     recipe_parts,
 )
+from mcp_server.children.cpu_share import hold_to_share
 from mcp_server.children.distributed import (
     barrier,
     ddp_buckets,
@@ -423,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         _enter(result, "compiler import")
         import_compiler(args.compile_mode)
     _enter(result, "setup")
+    result["cpu_threads"] = hold_to_share(args.cpu_threads)
     result["environment"] = environment()
     seed_all(args.seed)
     pageable = PageableBatches().install() if args.pageable_batches else None
