@@ -109,6 +109,7 @@ CASES: dict[str, list[str]] = {
     "swin_train": [str(WORKLOADS / "swin_train.py"), "--train-step"],
     "detector_compiled": [str(WORKLOADS / "detector.py"), "--compile-mode", "inductor"],
     "detector_script": ["--script", str(WORKLOADS / "detector_script.py"), "--window-fn", "Detector", "--steps", "3:1"],
+    "vae_train": ["--script", str(WORKLOADS / "vae_train.py")],
 }
 
 
@@ -245,7 +246,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train"}
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
-                    "detector_script"}
+                    "detector_script", "vae_train"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
