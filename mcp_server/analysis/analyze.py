@@ -26,6 +26,7 @@ from mcp_server.analysis.diagnosis import cpu_only_analysis, diagnose, stage_row
 from mcp_server.analysis.floor import speed_of_light
 from mcp_server.analysis.kv_cache import KV_NEED, growing_kv_cache
 from mcp_server.analysis.opportunities import build_opportunities
+from mcp_server.analysis.pooled_gemms import pooled_gemm_output
 from mcp_server.analysis.rank_findings import distributed_analysis, merged
 from mcp_server.analysis.roofline import combined_roofline, kernel_roofline
 from mcp_server.analysis.split_chains import split_fusion
@@ -64,7 +65,8 @@ _FINDING_ISSUE = {"unfused_attention": "unfused attention", "sdpa_math_path": "S
                   "layout_conversion": "layout copy", "host_sync": "host sync", "register_spills": "register spills",
                   "fp32_matmul": "FP32 GEMM on CUDA cores", "fp32_conv": "FP32 conv on CUDA cores",
                   "bn_not_frozen": "BN not folded (no freezing)", "half_matmul": "BF16/FP16 GEMM (FP8 candidate)",
-                  "growing_kv_cache": "growing KV cache", "split_fusion": "chain split by a fallback op"}
+                  "growing_kv_cache": "growing KV cache", "split_fusion": "chain split by a fallback op",
+                  "pooled_gemm_output": "GEMM output only max-pooled"}
 _TORCH_DTYPE = {"float": "float32", "double": "float64", "c10::half": "float16", "half": "float16",
                 "c10::bfloat16": "bfloat16", "bfloat16": "bfloat16", "long int": "int64", "int": "int32"}
 _DTYPE_OF_PRECISION = {"fp32": "float32", "tensor_tf32": "float32 on TF32 tensor cores", "tensor_bf16": "bfloat16",
@@ -264,7 +266,7 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
                 *unfused_attention(profile),
                 *window_findings(profile, health), *structural_findings(profile, placed)]
     growing, split = growing_kv_cache(profile), split_fusion(profile, placed)
-    findings += [f for f in (growing, split) if f is not None]
+    findings += [f for f in (growing, split, pooled_gemm_output(profile, placed)) if f is not None]
     points = sync_points(profile)
     found = sync_finding(points) if points is not None else None
     if points is not None:  # the calls themselves, with their sites, in place of the operators' names

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 
 from mcp_server.analysis.devices import peak_at_clock
 from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledge_of
+from mcp_server.analysis.pooled_gemms import kept_kernel, pooled_chains
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes, minimum_bytes
 from mcp_server.analysis.syncs import SHORT_END
@@ -345,6 +346,14 @@ def build_opportunities(
             ["split_fusion"], e2e, kernel,
             "estimate (upper bound): each chain's kernels and the idle time between them become one kernel of at "
             f"least {_us(rule('estimates', 'kernel_floor_ns'))}")
+    pooled = kinds.get("pooled_gemm_output")
+    if pooled is not None:
+        e2e, kernel = _removal(by_id, [[p.kernel.kernel_id for p in c if p.kernel.kernel_id != kept_kernel(c)]
+                                       for c in pooled_chains(placed)], keep_one=False)
+        add(f"Max-pool in the GEMM's epilogue, one Triton kernel per chain: {pooled.title}", "max_epilogue",
+            ["pooled_gemm_output"], e2e, kernel,
+            "estimate: the pooling kernel and the kernels between go into the GEMM's epilogue and the GEMM keeps its "
+            "time (its output's write, which also goes, not counted; a Triton GEMM may be slower than the library's)")
     for kind in ("unfused_attention", "sdpa_math_path"):
         if kind in kinds:
             groups = _runs(profile, kinds[kind])
