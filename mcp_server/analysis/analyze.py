@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mcp_server.analysis.charts import roofline_chart, time_by_operator_chart
 from mcp_server.analysis.classify import classify_kernel, kernel_issue, key_issue
+from mcp_server.analysis.cudnn_choice import heuristic_convolutions
 from mcp_server.analysis.detect import (
     fp32_tensor_core_candidates,
     fusible_kernels,
@@ -66,7 +67,7 @@ _FINDING_ISSUE = {"unfused_attention": "unfused attention", "sdpa_math_path": "S
                   "fp32_matmul": "FP32 GEMM on CUDA cores", "fp32_conv": "FP32 conv on CUDA cores",
                   "bn_not_frozen": "BN not folded (no freezing)", "half_matmul": "BF16/FP16 GEMM (FP8 candidate)",
                   "growing_kv_cache": "growing KV cache", "split_fusion": "chain split by a fallback op",
-                  "pooled_gemm_output": "GEMM output only max-pooled"}
+                  "pooled_gemm_output": "GEMM output only max-pooled", "heuristic_conv": "cuDNN heuristic pick"}
 _TORCH_DTYPE = {"float": "float32", "double": "float64", "c10::half": "float16", "half": "float16",
                 "c10::bfloat16": "bfloat16", "bfloat16": "bfloat16", "long int": "int64", "int": "int32"}
 _DTYPE_OF_PRECISION = {"fp32": "float32", "tensor_tf32": "float32 on TF32 tensor cores", "tensor_bf16": "bfloat16",
@@ -266,7 +267,8 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
                 *unfused_attention(profile),
                 *window_findings(profile, health), *structural_findings(profile, placed)]
     growing, split = growing_kv_cache(profile), split_fusion(profile, placed)
-    findings += [f for f in (growing, split, pooled_gemm_output(profile, placed)) if f is not None]
+    findings += [f for f in (growing, split, pooled_gemm_output(profile, placed),
+                             heuristic_convolutions(profile, placed)) if f is not None]
     points = sync_points(profile)
     found = sync_finding(points) if points is not None else None
     if points is not None:  # the calls themselves, with their sites, in place of the operators' names

@@ -354,6 +354,13 @@ def build_opportunities(
             ["pooled_gemm_output"], e2e, kernel,
             "estimate: the pooling kernel and the kernels between go into the GEMM's epilogue and the GEMM keeps its "
             "time (its output's write, which also goes, not counted; a Triton GEMM may be slower than the library's)")
+    heuristic = kinds.get("heuristic_conv")
+    if heuristic is not None:
+        e2e, kernel = _removal(by_id, [[i] for i in heuristic.kernel_ids], keep_one=True)
+        add(f"Let cuDNN time its algorithms: torch.backends.cudnn.benchmark = True ({heuristic.title})",
+            "cudnn_benchmark", ["heuristic_conv"], e2e, kernel,
+            "estimate (upper bound): each kernel down to the floor; cuDNN times each new input shape once (the first "
+            "steps pay it, and a shape that changes every step pays it every step)")
     for kind in ("unfused_attention", "sdpa_math_path"):
         if kind in kinds:
             groups = _runs(profile, kinds[kind])

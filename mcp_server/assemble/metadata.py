@@ -60,5 +60,5 @@ def capture_metadata(manifest: RunManifest, harness: HarnessResult, tool: str) -
         finished_at=str(getattr(harness, "finished_at", None) or manifest.created_at), clocks=clocks,
         tool_versions=manifest.tool_versions, notes=[] if gpu_used else [CPU_ONLY_NOTE],
         graph_breaks=graph_breaks(harness), cuda_graph_trees=harness.cuda_graph_trees,
-        root_module=harness.root_module,
+        cudnn_benchmark=harness.cudnn_benchmark, root_module=harness.root_module,
     )

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.schema.types import CompileMode, RunMode
 
-SCHEMA_VERSION = "1.6"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
+SCHEMA_VERSION = "1.7"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
 # 1.2: phase (forward/backward/optimizer) on kernels and operators, backward ops tied to the forward op they
 # differentiate, call sites and their coverage, the graph breaks of a compiled capture
 # 1.3: one rank of a multi-rank run: its place in the world, collectives with their sequence numbers and the
@@ -24,6 +24,7 @@ SCHEMA_VERSION = "1.6"  # 1.1: the timing pass's window, clocks, unprofiled gaps
 # 1.5: the window's host synchronisations and memory copies and sets as events (`runtime_events`), each attributed
 # like a kernel, with the GPU idle time after a synchronisation in the window measured without the profiler
 # 1.6: whether the compiled code runs under CUDA graph trees (a workload's own mode="reduce-overhead" included)
+# 1.7: whether cuDNN's autotuner was on (torch.backends.cudnn.benchmark)
 
 
 class _Model(BaseModel):
@@ -269,6 +270,10 @@ class CaptureMetadata(_Model):
         default=None, description="Whether a graph compiled for the window runs under Inductor's CUDA graph trees "
         "(mode='reduce-overhead' or triton.cudagraphs, the workload's own torch.compile included); None when "
         "nothing was compiled (1.6).",
+    )
+    cudnn_benchmark: bool | None = Field(
+        default=None, description="Whether cuDNN's autotuner (torch.backends.cudnn.benchmark) was on once the workload "
+        "had warmed up: off, cuDNN picks each convolution's kernel by heuristic; None when not recorded (1.7).",
     )
     root_module: str | None = Field(
         default=None, description="The module path naming the model itself (its class name): its own forward's "

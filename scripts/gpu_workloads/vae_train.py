@@ -5,6 +5,8 @@ is binary cross-entropy on the pixels plus the KL term; float16 autocast with a 
 
     operator-profiler run --script scripts/gpu_workloads/vae_train.py
 
+`--cudnn-benchmark` turns cuDNN's autotuner on (`torch.backends.cudnn.benchmark`); `--time` prints the milliseconds
+per optimizer step after the first third of the steps (CUDA-synchronised wall time).
 `OPERATOR_PROFILER_EXAMPLE_SCALE=small` shrinks it (32x32 images, 8 per micro-batch) for a CPU run.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import torch
 from torch import nn
@@ -62,7 +65,10 @@ def main() -> None:
     parser.add_argument("--accumulate", type=int, default=2, help="micro-batches per optimizer step")
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps to run")
     parser.add_argument("--latent", type=int, default=128)
+    parser.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time its algorithms per shape")
+    parser.add_argument("--time", action="store_true", help="print ms per step after the first third of the steps")
     args = parser.parse_args()
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     small = os.environ.get("OPERATOR_PROFILER_EXAMPLE_SCALE") == "small"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     side, batch = (32, 8) if small else (128, args.batch_size)
@@ -74,7 +80,12 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler(device, enabled=device == "cuda")
     model.train()
+    timed_from, started = args.steps // 3, 0.0
     for micro, (batch_images,) in enumerate(loader):
+        if args.time and micro == timed_from * args.accumulate:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
         batch_images = batch_images.to(device, non_blocking=True)
         with torch.autocast(device, dtype=torch.float16, enabled=device == "cuda"):
             logits, mean, log_var = model(batch_images)
@@ -84,6 +95,10 @@ def main() -> None:
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
+    if args.time:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        print(f"ms per step {1e3 * (time.perf_counter() - started) / (args.steps - timed_from):.3f}")
     print(f"last loss {args.accumulate * loss.item():.1f}")
 
 
