@@ -399,3 +399,13 @@ def kernels_of(profile: OperatorAttributedProfile) -> list[KernelRecord]:
     """Every kernel of the profile (operators' and unattributed), by kernel_id."""
     kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
     return sorted(kernels, key=lambda k: k.kernel_id)
+
+
+def recorded_profile(name: str, directory: Path) -> OperatorAttributedProfile:
+    """tests/fixtures/<name>.profile.json.xz (a profile.json recorded on a GPU), written out under `directory` and
+    loaded as `analyze` would load it."""
+    from mcp_server.schema.io import load_profile
+
+    path = directory / f"{name}.json"
+    path.write_bytes(lzma.decompress((FIXTURES / f"{name}.profile.json.xz").read_bytes()))
+    return load_profile(path)

@@ -5,23 +5,14 @@ cuDNN's autotuner; with the autotuner on, and in other convolutional workloads, 
 
 from __future__ import annotations
 
-import lzma
-
 import pytest
-from fixtures_util import FIXTURES, extract_fixture
+from fixtures_util import extract_fixture, recorded_profile
 
 from mcp_server.analysis import analyze_profile
 from mcp_server.analysis.cudnn_choice import heuristic_convolutions
 from mcp_server.analysis.timeline_health import place_kernels, window_length
 from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
-from mcp_server.schema.io import load_profile
-
-
-def _recorded(name: str, tmp_path):
-    path = tmp_path / f"{name}.json"
-    path.write_bytes(lzma.decompress((FIXTURES / f"{name}.profile.json.xz").read_bytes()))
-    return load_profile(path)
 
 
 def _found(profile):
@@ -29,7 +20,7 @@ def _found(profile):
 
 
 def test_the_vae_s_two_block_weight_gradients_are_found_and_the_autotuner_offered(tmp_path) -> None:
-    profile = _recorded("h200_vae_train", tmp_path)
+    profile = recorded_profile("h200_vae_train", tmp_path)
     found = _found(profile)
     assert found is not None and found.module_paths == ["decoder.9", "encoder.0"]
     assert "underfilled_conv_kernels=4" in found.triggers and "2 block(s) on 132 SMs" in found.title
@@ -44,8 +35,8 @@ def test_the_vae_s_two_block_weight_gradients_are_found_and_the_autotuner_offere
 def test_nothing_is_found_once_the_autotuner_was_on(tmp_path) -> None:
     """The same script with --cudnn-benchmark: cuDNN's timed picks fill the GPU; and the heuristic profile, marked as
     one the autotuner ran in, offers nothing either (the kernels it kept were timed)."""
-    assert _found(_recorded("h200_vae_train_cudnn_benchmark", tmp_path)) is None
-    profile = _recorded("h200_vae_train", tmp_path)
+    assert _found(recorded_profile("h200_vae_train_cudnn_benchmark", tmp_path)) is None
+    profile = recorded_profile("h200_vae_train", tmp_path)
     marked = profile.model_copy(update={"capture_metadata": profile.capture_metadata.model_copy(
         update={"cudnn_benchmark": True})})
     assert _found(marked) is None

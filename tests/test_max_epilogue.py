@@ -6,7 +6,6 @@ and its reduced tier's winner) and offers the pattern, and nowhere else."""
 from __future__ import annotations
 
 import json
-import lzma
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import sys
 import pytest
 import torch
 from conftest import PATTERNS, load_pattern, own_workload_at_small_scale
-from fixtures_util import FIXTURES, extract_fixture
+from fixtures_util import extract_fixture, recorded_profile
 from torch import nn
 
 from mcp_server.analysis import analyze_profile
@@ -22,7 +21,6 @@ from mcp_server.analysis.pooled_gemms import pooled_gemm_output
 from mcp_server.analysis.timeline_health import place_kernels, window_length
 from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
-from mcp_server.schema.io import load_profile
 
 PATTERN = PATTERNS / "max_epilogue.py"
 
@@ -30,11 +28,6 @@ PATTERN = PATTERNS / "max_epilogue.py"
 def _pattern():
     return load_pattern("max_epilogue")
 
-
-def _recorded(name: str, tmp_path) -> object:
-    path = tmp_path / f"{name}.json"
-    path.write_bytes(lzma.decompress((FIXTURES / f"{name}.profile.json.xz").read_bytes()))
-    return load_profile(path)
 
 
 def test_the_kernel_under_triton_s_interpreter_equals_the_chain() -> None:
@@ -124,7 +117,7 @@ def test_pointnet_s_recorded_profiles_show_two_pooled_gemm_outputs(name: str, mo
     winner (cuDNN's GEMM, then Inductor's reduction that absorbed BatchNorm, ReLU and amax): the analysis offers the
     pattern first, with an estimate the measured gain stays under (127 µs a call by latency,
     docs/measurements/h200_unseen_workloads.json)."""
-    profile = _recorded(name, tmp_path)
+    profile = recorded_profile(name, tmp_path)
     assert profile.capture_metadata.compile_mode == mode
     found = pooled_gemm_output(profile, place_kernels(profile, window_length(profile)[0]))
     assert found is not None and {"pooled_chains=2", f"chain_kernels={kernels}"} <= set(found.triggers)

@@ -7,22 +7,13 @@ verdict that was the profiler's own doing."""
 
 from __future__ import annotations
 
-import lzma
-
-from fixtures_util import FIXTURES
+from fixtures_util import recorded_profile
 
 from mcp_server.analysis import analyze_profile
-from mcp_server.schema.io import load_profile
-
-
-def _profile(tmp_path):
-    path = tmp_path / "profile.json"
-    path.write_bytes(lzma.decompress((FIXTURES / "h200_vae_train.profile.json.xz").read_bytes()))
-    return load_profile(path)
 
 
 def test_the_window_is_one_optimizer_step_of_two_micro_batches_measured_as_the_script_runs(tmp_path) -> None:
-    profile = _profile(tmp_path)
+    profile = recorded_profile("h200_vae_train", tmp_path)
     window = profile.window
     assert window.unprofiled_wall_time_ns is not None and window.unprofiled_wall_time_ns < 50_000_000
     assert window.unprofiled_gpu_busy_time_ns is not None
@@ -34,7 +25,7 @@ def test_the_window_is_one_optimizer_step_of_two_micro_batches_measured_as_the_s
 
 
 def test_the_grad_scaler_s_read_back_is_named_and_gates_the_cuda_graph_advice(tmp_path) -> None:
-    analysis = analyze_profile(_profile(tmp_path), out_dir=tmp_path / "analysis")
+    analysis = analyze_profile(recorded_profile("h200_vae_train", tmp_path), out_dir=tmp_path / "analysis")
     assert analysis.diagnosis.bottleneck.value == "latency", "the GPU's kernels, not the host, as the script runs"
     graphs = next(o for o in analysis.opportunities if o.change_class == "cuda_graphs")
     assert any("vae_train.py:84" in need for need in graphs.prerequisites), graphs.prerequisites

@@ -9,7 +9,7 @@ each, 2.36 ms each) gone (docs/measurements/h200_unseen_workloads.json, `ninetee
 from __future__ import annotations
 
 from mcp_server.analysis.rules import matches, rule
-from mcp_server.analysis.timeline_health import Placed
+from mcp_server.analysis.timeline_health import Placed, kernels_finding
 from mcp_server.schema.analysis import Finding
 from mcp_server.schema.profile import OperatorAttributedProfile
 
@@ -40,17 +40,12 @@ def heuristic_convolutions(profile: OperatorAttributedProfile, placed: list[Plac
     time_ns = sum(p.kernel.duration_ns for p in found)
     blocks = sorted({_blocks(p) for p in found})
     state = "off" if profile.capture_metadata.cudnn_benchmark is False else "not recorded (off by default)"
-    return Finding(
-        kind="heuristic_conv",
-        title=(f"{len(found)} convolution kernel(s) cuDNN chose by heuristic run {'/'.join(map(str, blocks))} "
-               f"block(s) on {profile.capture_metadata.sm_count} SMs"),
-        operators=list(dict.fromkeys(p.op.operator_id for p in found if p.op is not None)),
-        module_paths=list(dict.fromkeys(m for p in found if (m := p.kernel.module_path or
-                                                                (p.op.module_path if p.op else None)))),
-        kernel_ids=[p.kernel.kernel_id for p in found],
-        triggers=[f"underfilled_conv_kernels={len(found)}", f"underfilled_conv_time_ns={time_ns}",
-                  f"cudnn_benchmark={state}"],
-        detail="With cuDNN's autotuner off, each convolution's algorithm comes from cuDNN's heuristics; these picks "
-               "launch a few blocks that run long on a few SMs. torch.backends.cudnn.benchmark = True times the "
-               "algorithms once per new input shape and keeps the fastest.",
+    return kernels_finding(
+        "heuristic_conv", f"{len(found)} convolution kernel(s) cuDNN chose by heuristic run "
+        f"{'/'.join(map(str, blocks))} block(s) on {profile.capture_metadata.sm_count} SMs",
+        found, [f"underfilled_conv_kernels={len(found)}", f"underfilled_conv_time_ns={time_ns}",
+                f"cudnn_benchmark={state}"],
+        "With cuDNN's autotuner off, each convolution's algorithm comes from cuDNN's heuristics; these picks launch a "
+        "few blocks that run long on a few SMs. torch.backends.cudnn.benchmark = True times the algorithms once per "
+        "new input shape and keeps the fastest.",
     )

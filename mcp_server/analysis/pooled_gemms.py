@@ -9,7 +9,7 @@ channel. A GEMM with the affine, the activation and the max in its epilogue writ
 from __future__ import annotations
 
 from mcp_server.analysis.rules import matches
-from mcp_server.analysis.timeline_health import Placed
+from mcp_server.analysis.timeline_health import Placed, kernels_finding
 from mcp_server.schema.analysis import Finding
 from mcp_server.schema.profile import OperatorAttributedProfile, OperatorRecord
 
@@ -67,17 +67,12 @@ def pooled_gemm_output(profile: OperatorAttributedProfile, placed: list[Placed])
         return None
     members = [p for chain in chains for p in chain]
     pooled_ns = sum(p.kernel.duration_ns for chain in chains for p in chain if p.kernel.kernel_id != kept_kernel(chain))
-    return Finding(
-        kind="pooled_gemm_output",
-        title=f"{len(chains)} GEMM/convolution output(s) written in full only to be max-pooled",
-        operators=list(dict.fromkeys(p.op.operator_id for p in members if p.op is not None)),
-        module_paths=list(dict.fromkeys(m for p in members if (m := p.kernel.module_path or
-                                                                  (p.op.module_path if p.op else None)))),
-        kernel_ids=[p.kernel.kernel_id for p in members],
-        triggers=[f"pooled_chains={len(chains)}", f"chain_kernels={len(members)}",
+    return kernels_finding(
+        "pooled_gemm_output", f"{len(chains)} GEMM/convolution output(s) written in full only to be max-pooled",
+        members, [f"pooled_chains={len(chains)}", f"chain_kernels={len(members)}",
                   f"pooling_kernel_time_ns={pooled_ns}", f"compile_mode={profile.capture_metadata.compile_mode}"],
-        detail="Each GEMM writes its whole output and the next kernels read it back only to keep its maximum over "
-               "the points (after a normalisation and an activation). Neither eager PyTorch nor Inductor fuses a "
-               "reduction into a GEMM; one Triton kernel can apply the affine, the activation and the max in the "
-               "GEMM's epilogue and write only the pooled values.",
+        "Each GEMM writes its whole output and the next kernels read it back only to keep its maximum over the points "
+        "(after a normalisation and an activation). Neither eager PyTorch nor Inductor fuses a reduction into a GEMM; "
+        "one Triton kernel can apply the affine, the activation and the max in the GEMM's epilogue and write only the "
+        "pooled values.",
     )

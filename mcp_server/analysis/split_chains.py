@@ -8,7 +8,7 @@ one wrote; one hand-written Triton kernel registered with torch.library does it 
 from __future__ import annotations
 
 from mcp_server.analysis.rules import matches
-from mcp_server.analysis.timeline_health import Placed
+from mcp_server.analysis.timeline_health import Placed, kernels_finding
 from mcp_server.schema.analysis import Finding
 from mcp_server.schema.profile import OperatorAttributedProfile
 
@@ -55,16 +55,11 @@ def split_fusion(profile: OperatorAttributedProfile, placed: list[Placed]) -> Fi
     ops = list(dict.fromkeys(op for chain in chains for p in chain if (op := _split_op(p))))
     members = [p for chain in chains for p in chain]
     time_ns = sum(p.kernel.duration_ns for p in members)
-    return Finding(
-        kind="split_fusion",
-        title=f"{len(chains)} chain(s) of {len(members)} kernels that Inductor split around {', '.join(ops)}",
-        operators=list(dict.fromkeys(p.op.operator_id for p in members if p.op is not None)),
-        module_paths=list(dict.fromkeys(m for p in members if (m := p.kernel.module_path or
-                                                                  (p.op.module_path if p.op else None)))),
-        kernel_ids=[p.kernel.kernel_id for p in members],
-        triggers=[f"split_chains={len(chains)}", f"chain_kernels={len(members)}", f"chain_kernel_time_ns={time_ns}",
+    return kernels_finding(
+        "split_fusion", f"{len(chains)} chain(s) of {len(members)} kernels that Inductor split around {', '.join(ops)}",
+        members, [f"split_chains={len(chains)}", f"chain_kernels={len(members)}", f"chain_kernel_time_ns={time_ns}",
                   *(f"split_op={op}" for op in ops)],
-        detail="Inductor calls these ops as they are: the generated kernels before and after each cannot fuse across "
-               "it, so the chain writes and re-reads its intermediates in several kernels. One Triton kernel "
-               "registered with torch.library (a fake implementation for the compiler) runs the chain in one pass.",
+        "Inductor calls these ops as they are: the generated kernels before and after each cannot fuse across "
+        "it, so the chain writes and re-reads its intermediates in several kernels. One Triton kernel "
+        "registered with torch.library (a fake implementation for the compiler) runs the chain in one pass.",
     )

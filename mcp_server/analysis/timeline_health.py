@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.assemble.aggregate import busy_time_ns
-from mcp_server.schema.analysis import Gap, OperatorKernelCount, StreamUsage, TimelineHealth
+from mcp_server.schema.analysis import Finding, Gap, OperatorKernelCount, StreamUsage, TimelineHealth
 from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord
 
 INSTRUMENTATION_NOTE = (
@@ -46,6 +46,18 @@ class Placed:
     @property
     def end_ns(self) -> int:
         return self.kernel.start_ns + self.kernel.duration_ns
+
+
+def kernels_finding(kind: str, title: str, members: list[Placed], triggers: list[str], detail: str) -> Finding:
+    """A finding about the kernels `members`: their operators, module paths (the kernel's own, else its
+    operator's) and ids, each once, in order."""
+    return Finding(
+        kind=kind, title=title,
+        operators=list(dict.fromkeys(p.op.operator_id for p in members if p.op is not None)),
+        module_paths=list(dict.fromkeys(m for p in members if (m := p.kernel.module_path or
+                                                                  (p.op.module_path if p.op else None)))),
+        kernel_ids=[p.kernel.kernel_id for p in members], triggers=triggers, detail=detail,
+    )
 
 
 def window_length(profile: OperatorAttributedProfile) -> tuple[int, str]:
