@@ -39,6 +39,17 @@ def own_workload_at_small_scale(check: str) -> Any:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def under_triton_interpreter(pattern: str, body: str) -> Any:
+    """The JSON `body` prints last, run in a fresh process under Triton's interpreter (TRITON_INTERPRET=1: a kernel
+    runs on CPU tensors) with knowledge/fx_patterns/<pattern>.py imported as `op`, and `torch` and `json` too."""
+    check = (f"import importlib.util, json, torch\n"
+             f"spec = importlib.util.spec_from_file_location('op', {str(PATTERNS / f'{pattern}.py')!r})\n"
+             "op = importlib.util.module_from_spec(spec); spec.loader.exec_module(op)\n" + body)
+    done = subprocess.run([sys.executable, "-c", check], env={**os.environ, "TRITON_INTERPRET": "1"},
+                          capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def load_pattern(name: str) -> ModuleType:
     """knowledge/fx_patterns/<name>.py imported as module `fx_pattern_<name>` (once: a second call returns it)."""
     key = f"fx_pattern_{name}"

@@ -5,14 +5,9 @@ and its reduced tier's winner) and offers the pattern, and nowhere else."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
-from conftest import PATTERNS, load_pattern, own_workload_at_small_scale
+from conftest import load_pattern, own_workload_at_small_scale, under_triton_interpreter
 from fixtures_util import extract_fixture, recorded_profile
 from torch import nn
 
@@ -21,8 +16,6 @@ from mcp_server.analysis.pooled_gemms import pooled_gemm_output
 from mcp_server.analysis.timeline_health import place_kernels, window_length
 from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
-
-PATTERN = PATTERNS / "max_epilogue.py"
 
 
 def _pattern():
@@ -34,10 +27,7 @@ def test_the_kernel_under_triton_s_interpreter_equals_the_chain() -> None:
     """The Triton kernel on CPU tensors in a fresh process (Triton's interpreter, one block shape): channel and point
     counts that are not multiples of its blocks, with and without the ReLU, float32 products kept exact."""
     pytest.importorskip("triton")
-    check = f"""
-import importlib.util, json, torch
-spec = importlib.util.spec_from_file_location("op", {str(PATTERN)!r})
-op = importlib.util.module_from_spec(spec); spec.loader.exec_module(op)
+    rows = under_triton_interpreter("max_epilogue", """
 torch.manual_seed(0)
 rows = []
 for (b, k, p, n), relu in [((3, 40, 70, 100), True), ((2, 16, 33, 17), False), ((1, 3, 5, 64), True)]:
@@ -46,10 +36,7 @@ for (b, k, p, n), relu in [((3, 40, 70, 100), True), ((2, 16, 33, 17), False), (
     got, ref = op._conv1x1_max_triton(x, w, scale, shift, relu), op.reference_conv1x1_max(x, w, scale, shift, relu)
     rows.append([list(got.shape), float((got - ref).abs().max() / ref.abs().max())])
 print(json.dumps(rows))
-"""
-    done = subprocess.run([sys.executable, "-c", check], env={**os.environ, "TRITON_INTERPRET": "1"},
-                          capture_output=True, text=True, timeout=300, check=True)
-    rows = json.loads(done.stdout.splitlines()[-1])
+""")
     assert [r[0] for r in rows] == [[3, 100], [2, 17], [1, 64]]
     assert max(err for _, err in rows) < 1e-5
 

@@ -5,15 +5,11 @@ under CUDA-graph trees) and offers the pattern, and nowhere else."""
 
 from __future__ import annotations
 
-import json
 import lzma
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import PATTERNS, load_pattern, own_workload_at_small_scale
+from conftest import load_pattern, own_workload_at_small_scale, under_triton_interpreter
 from fixtures_util import FIXTURES, extract_fixture
 
 from mcp_server.analysis import analyze_profile
@@ -22,8 +18,6 @@ from mcp_server.analysis.timeline_health import place_kernels, window_length
 from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.io import load_profile
-
-PATTERN = PATTERNS / "triton_op.py"
 
 
 def _pattern():
@@ -35,10 +29,7 @@ def test_the_kernel_under_triton_s_interpreter_equals_the_chain() -> None:
     softmax + top-k, weights within float32 rounding, for row counts that are not a multiple of its block, expert
     counts that are not a power of two (1,000: four rows to a program), and k up to every expert."""
     pytest.importorskip("triton")
-    check = f"""
-import importlib.util, json, torch
-spec = importlib.util.spec_from_file_location("op", {str(PATTERN)!r})
-op = importlib.util.module_from_spec(spec); spec.loader.exec_module(op)
+    rows = under_triton_interpreter("triton_op", """
 torch.manual_seed(0)
 rows = []
 for shape, k in [((37, 16), 2), ((3, 5, 10), 3), ((64, 64), 8), ((5, 8), 8), ((1, 3), 1), ((3, 1000), 4)]:
@@ -47,10 +38,7 @@ for shape, k in [((37, 16), 2), ((3, 5, 10), 3), ((64, 64), 8), ((5, 8), 8), ((1
     ref_weights, ref_index = op.reference_topk_softmax(logits, k)
     rows.append([list(weights.shape), torch.equal(index, ref_index), float((weights - ref_weights).abs().max())])
 print(json.dumps(rows))
-"""
-    done = subprocess.run([sys.executable, "-c", check], env={**os.environ, "TRITON_INTERPRET": "1"},
-                          capture_output=True, text=True, timeout=300, check=True)
-    rows = json.loads(done.stdout.splitlines()[-1])
+""")
     assert [r[0] for r in rows] == [[37, 2], [3, 5, 3], [64, 8], [5, 8], [1, 1], [3, 4]]
     assert all(same for _, same, _ in rows) and max(err for _, _, err in rows) < 1e-6
 

@@ -262,8 +262,6 @@ def fuse_conv_max(model: nn.Module, tracer: Callable[[nn.Module], fx.GraphModule
         if not (isinstance(chain, fx.Node) and chain.op == "call_module" and _is_pointwise(modules[str(chain.target)])
                 and _single_user(chain)):
             continue
-        if (relu or norm is not None) is False and not _single_user(source):
-            continue
         name = f"{APPLIED}_{replaced}"
         graph_module.add_submodule(name, Conv1x1Max(modules[str(chain.target)], norm, relu))  # type: ignore[arg-type]
         with graph_module.graph.inserting_before(node):

@@ -8,7 +8,8 @@ each, 2.36 ms each) gone (docs/measurements/h200_unseen_workloads.json, `ninetee
 
 from __future__ import annotations
 
-from mcp_server.analysis.rules import matches, rule
+from mcp_server.analysis.detect import gemm_kind
+from mcp_server.analysis.rules import rule
 from mcp_server.analysis.timeline_health import Placed, kernels_finding
 from mcp_server.schema.analysis import Finding
 from mcp_server.schema.profile import OperatorAttributedProfile
@@ -27,9 +28,7 @@ def underfilled_convolutions(profile: OperatorAttributedProfile, placed: list[Pl
         return []
     longest, waves = rule("conv_choice", "min_kernel_ns"), rule("conv_choice", "max_waves")
     return [p for p in placed
-            if p.op is not None and (matches("conv_ops", p.op.operator_name)
-                                     or matches("conv_ops", p.kernel.attribution.launch_op))
-            and p.kernel.duration_ns >= longest and _blocks(p) <= waves * sms]
+            if gemm_kind(p.op, p.kernel) == "conv" and p.kernel.duration_ns >= longest and _blocks(p) <= waves * sms]
 
 
 def heuristic_convolutions(profile: OperatorAttributedProfile, placed: list[Placed]) -> Finding | None:

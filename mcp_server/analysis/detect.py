@@ -30,7 +30,7 @@ def _uniq(values: list[str | None]) -> list[str]:
     return list(dict.fromkeys(v for v in values if v))
 
 
-def _op_kind(op: OperatorRecord | None, kernel: KernelRecord) -> str | None:
+def gemm_kind(op: OperatorRecord | None, kernel: KernelRecord) -> str | None:
     """'matmul' or 'conv' when the kernel belongs to a GEMM/conv operator (or was launched by one)."""
     names = [op.operator_name if op and not op.is_fused else None, kernel.attribution.launch_op]
     if any(matches("conv_ops", n) for n in names):
@@ -78,7 +78,7 @@ def fp32_tensor_core_candidates(profile: OperatorAttributedProfile, placed: list
     """GEMMs and convolutions running FP32 on CUDA cores, where TF32/BF16 tensor cores would serve."""
     groups: dict[str, list[Placed]] = {"matmul": [], "conv": []}
     for p in placed:
-        kind = _op_kind(p.op, p.kernel)
+        kind = gemm_kind(p.op, p.kernel)
         if kind is None or (p.op and any(_LOW_PRECISION.search(d or "") for d in (p.op.input_dtypes or [])[:2])):
             continue
         if _fp32_on_cuda_cores(p.kernel) and not (kind == "conv" and _depthwise_of_unknown_precision(p)):
@@ -115,7 +115,7 @@ _HALF = re.compile(r"bfloat16|half|float16", re.IGNORECASE)
 def _half_gemm(p: Placed) -> bool:
     """A GEMM computing in bfloat16/float16: by its counters' tensor FLOPs when it has them, else by its name or its
     operator's input dtypes."""
-    if _op_kind(p.op, p.kernel) != "matmul":
+    if gemm_kind(p.op, p.kernel) != "matmul":
         return False
     if p.kernel.metrics:
         flops = {k: _v(p.kernel, k) or 0.0 for k in ("flop_tensor_bf16", "flop_tensor_fp16", "flop_tensor_fp8")}
@@ -358,7 +358,7 @@ def _opaque(p: Placed) -> bool:
 
 def _work(p: Placed) -> bool:
     """A GEMM, convolution or fused-attention kernel."""
-    return _op_kind(p.op, p.kernel) is not None or matches("fused_attention_kernels", p.kernel.kernel_name)
+    return gemm_kind(p.op, p.kernel) is not None or matches("fused_attention_kernels", p.kernel.kernel_name)
 
 
 def work_kernels(placed: list[Placed]) -> set[int]:

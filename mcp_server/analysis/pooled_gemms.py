@@ -8,6 +8,7 @@ channel. A GEMM with the affine, the activation and the max in its epilogue writ
 
 from __future__ import annotations
 
+from mcp_server.analysis.detect import gemm_kind
 from mcp_server.analysis.rules import matches
 from mcp_server.analysis.timeline_health import Placed, kernels_finding
 from mcp_server.schema.analysis import Finding
@@ -30,8 +31,7 @@ def _between(p: Placed) -> bool:
 
 
 def _gemm(p: Placed) -> bool:
-    return p.op is not None and p.op.phase != "backward" and (
-        matches("matmul_ops", p.op.operator_name) or matches("conv_ops", p.op.operator_name))
+    return p.op is not None and p.op.phase != "backward" and gemm_kind(p.op, p.kernel) is not None
 
 
 def pooled_chains(placed: list[Placed]) -> list[list[Placed]]:

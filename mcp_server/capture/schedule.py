@@ -8,7 +8,6 @@ pass later.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ from mcp_server.capture.variants import WaitingVariantPass, ncu_variants_pass, p
 from mcp_server.children.contract import BACKWARD_STEPS
 from mcp_server.errors import CancelledCapture, ProfilerError
 from mcp_server.process import now_iso
-from mcp_server.process.bytecode import Precompile, precompile_notes, precompiling
+from mcp_server.process.bytecode import Precompile, precompile_notes, precompiling, usable_cpus
 from mcp_server.progress import Progress, quiet
 from mcp_server.progress import tagged as _tagged
 from mcp_server.schema.manifest import PassRecord, RunManifest
@@ -222,8 +221,7 @@ def cpu_share(passes: int) -> int | None:
     process may use (`children.cpu_share`); None for a lone pass."""
     if passes < 2:
         return None
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cpus // passes)
+    return max(1, usable_cpus() // passes)
 
 
 def _run_threads(jobs: dict[str, Callable[[], list[PassRecord]]], cancel: threading.Event, outer: Cancel,

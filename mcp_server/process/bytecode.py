@@ -93,6 +93,11 @@ def asked_workers(environ: Mapping[str, str] = os.environ) -> int | None:
     return int(asked) if asked.isdigit() else None
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def precompile_workers(environ: Mapping[str, str] = os.environ, passes: int = RESERVED_CPUS) -> int:
     """How many worker processes compile bytecode beside a run's passes: `asked_workers`, else the CPUs this
     process may use, less one per pass running at once (`passes`, at least `RESERVED_CPUS`: a multi-rank pass
@@ -100,8 +105,7 @@ def precompile_workers(environ: Mapping[str, str] = os.environ, passes: int = RE
     asked = asked_workers(environ)
     if asked is not None:
         return asked
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = cpus - max(passes, RESERVED_CPUS)
+    workers = usable_cpus() - max(passes, RESERVED_CPUS)
     return workers if workers >= MIN_WORKERS else 0
 
 
