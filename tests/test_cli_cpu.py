@@ -100,6 +100,14 @@ def test_optimized_mode_runs_the_workloads_own_backend(tmp_path):
         "the registered backend was wrapped so the FX graph's module paths were recorded"
     )
     assert load_profile(out / "profile.json").capture_metadata.cuda_graph_trees is False, "Inductor's defaults"
+    assert load_profile(out / "profile.json").capture_metadata.cudnn_benchmark is False, "cuDNN's default"
+
+
+def test_the_profile_says_when_the_workload_turned_cudnn_s_autotuner_on(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("profile", str(REPO / "tests" / "workloads" / "tiny_mlp_cudnn_autotuned.py"), "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert load_profile(out / "profile.json").capture_metadata.cudnn_benchmark is True
 
 
 def test_optimized_mode_records_a_torch_compile_with_a_mode(tmp_path):
