@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from mcp_server.analysis.rules import rule
 from mcp_server.analysis.stalls import stall_name
+from mcp_server.assemble.collectives import kernel_collective
 from mcp_server.schema.analysis import Bottleneck, KernelAnalysis, StallBreakdown
 from mcp_server.schema.profile import KernelRecord
 
@@ -61,7 +62,8 @@ def key_issue(kernel: KernelRecord, bottleneck: Bottleneck, gap_before_ns: int |
     if bottleneck == Bottleneck.LAUNCH_OVERHEAD:
         return f"host gap {(gap_before_ns or 0) / 1e3:.1f} us > run {kernel.duration_ns / 1e3:.1f} us"
     if bottleneck == Bottleneck.UNKNOWN:
-        return "no counters"
+        collective = kernel_collective(kernel.kernel_name)
+        return f"NCCL {collective}: communication, not replayed" if collective else "no counters"
     spills = sum(_value(kernel, k) or 0.0 for k in ("local_spill_bytes_ld", "local_spill_bytes_st"))
     if spills >= rule("memory", "spill_bytes_min"):
         return f"register spills: {spills:.0f} bytes of local memory traffic"

@@ -77,7 +77,7 @@ def window_length(profile: OperatorAttributedProfile) -> tuple[int, str]:
 
 def unprofiled_window(profile: OperatorAttributedProfile) -> tuple[int, str, list[Placed]] | None:
     """The window as measured without the profiler, when the timing pass's totals exist: its length and source,
-    and the kernels re-laid in launch order with their profiled durations and their unprofiled gaps (what the
+    and the kernels re-laid in launch order with their profiled durations and their unprofiled gaps (`_lay`; what the
     window holds besides kernels and the gaps between them is put before the first kernel). When the per-kernel
     join failed, each profiled gap is scaled so that the window's idle time is the unprofiled one: totals stay
     measured, the split of idle time between gaps is the profiled one."""
@@ -97,15 +97,34 @@ def unprofiled_window(profile: OperatorAttributedProfile) -> tuple[int, str, lis
         source += "; per-kernel gaps scaled from the profiled ones (their join failed)"
     else:
         gaps = [0] + [k.unprofiled_gap_ns or 0 for k, _ in owners[1:]]
-    laid: list[tuple[KernelRecord, OperatorRecord | None]] = []
-    end = 0
-    for (kernel, op), gap in zip(owners, gaps, strict=True):
-        start = end + gap if laid else 0
-        laid.append((kernel.model_copy(update={"start_ns": start}), op))
-        end = max(end, start + kernel.duration_ns)
+    laid = _lay(owners, gaps)
+    end = max(k.start_ns + k.duration_ns for k, _ in laid)
     head = max(0, win.unprofiled_wall_time_ns - end)
     relaid = [(k.model_copy(update={"start_ns": k.start_ns + head}), op) for k, op in laid]
     return max(win.unprofiled_wall_time_ns, end + head), source, _place(relaid, win.unprofiled_wall_time_ns)
+
+
+def _lay(owners: list[tuple[KernelRecord, OperatorRecord | None]],
+         gaps: list[int]) -> list[tuple[KernelRecord, OperatorRecord | None]]:
+    """The kernels in launch order with their profiled durations, each placed after the idle time the window without
+    the profiler had before it. Idle time before a launch means the GPU had finished everything launched earlier; a
+    launch with none starts once its own stream is free, and no earlier than the launch before it: kernels of
+    concurrent streams (a collective beside the backward that feeds it) overlap as they ran, one stream's stay in
+    order."""
+    laid: list[tuple[KernelRecord, OperatorRecord | None]] = []
+    end = previous_start = 0
+    stream_end: dict[int | None, int] = {}
+    for (kernel, op), gap in zip(owners, gaps, strict=True):
+        if not laid:
+            start = 0
+        elif gap > 0:
+            start = end + gap
+        else:
+            start = max(stream_end.get(kernel.stream_id, 0), previous_start)
+        laid.append((kernel.model_copy(update={"start_ns": start}), op))
+        stream_end[kernel.stream_id] = start + kernel.duration_ns
+        end, previous_start = max(end, start + kernel.duration_ns), start
+    return laid
 
 
 def _scaled_gaps(owners: list[tuple[KernelRecord, OperatorRecord | None]], window_ns: int,

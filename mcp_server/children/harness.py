@@ -238,7 +238,10 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         trace.prepare()  # its imports now, while the previous pass may still measure, not in this window's turn
     _enter(result, "waiting for the GPU lock (window)")
     lock.window()
-    if ranks:
+    # The ranks enter the window together: at its start, or under nsys once each rank's collection has started
+    # (its start takes a different time on each rank: the first collective would wait out the difference).
+    after_start = barrier if ranks and recording.nvtx and torch.cuda.is_available() else None
+    if ranks and after_start is None:
         _enter(result, "barrier")
         barrier()
     ranged = eager and recording.ranged
@@ -258,7 +261,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
             last = release and number == count - 1
             window = MeasuredWindow("none" if recording.kernel_trace else args.profiler, args.kineto_trace,
                                     queue_ahead_ns, on_gpu_done=lock.release if last else None,
-                                    scoped=scoped is not None)
+                                    scoped=scoped is not None, on_start=after_start)
             with window, ExitStack() as traced:
                 traced.enter_context(memory_window())
                 if frames is not None:  # every thread's operators and call sites, as the window's own thread's
