@@ -5,7 +5,6 @@ kernel is named as communication."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,8 @@ from fixtures_util import extract_fixture
 from mcp_server.analysis.classify import classify_kernel, key_issue
 from mcp_server.analysis.timeline_health import unprofiled_window
 from mcp_server.ranks.merge import merge_ranks, rank_files
+from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import load_harness
 from mcp_server.schema.io import load_profile
 from mcp_server.schema.ranks import RanksSummary
 
@@ -23,7 +24,9 @@ def _run(name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _window_ns(run: Path, rank: int, name: str) -> int:
-    return int(json.loads((run / f"rank{rank}" / name / "harness.json").read_text())["window"]["gpu_elapsed_ns"])
+    harness = load_harness(RunDir(run / f"rank{rank}").harness_result(name))
+    assert harness is not None and harness.the_window.gpu_elapsed_ns
+    return harness.the_window.gpu_elapsed_ns
 
 
 @pytest.mark.parametrize("name", ["ddp_lm_train", "fsdp_lm_train"])

@@ -97,20 +97,19 @@ def unprofiled_window(profile: OperatorAttributedProfile) -> tuple[int, str, lis
         source += "; per-kernel gaps scaled from the profiled ones (their join failed)"
     else:
         gaps = [0] + [k.unprofiled_gap_ns or 0 for k, _ in owners[1:]]
-    laid = _lay(owners, gaps)
-    end = max(k.start_ns + k.duration_ns for k, _ in laid)
+    laid, end = _lay(owners, gaps)
     head = max(0, win.unprofiled_wall_time_ns - end)
     relaid = [(k.model_copy(update={"start_ns": k.start_ns + head}), op) for k, op in laid]
     return max(win.unprofiled_wall_time_ns, end + head), source, _place(relaid, win.unprofiled_wall_time_ns)
 
 
 def _lay(owners: list[tuple[KernelRecord, OperatorRecord | None]],
-         gaps: list[int]) -> list[tuple[KernelRecord, OperatorRecord | None]]:
+         gaps: list[int]) -> tuple[list[tuple[KernelRecord, OperatorRecord | None]], int]:
     """The kernels in launch order with their profiled durations, each placed after the idle time the window without
     the profiler had before it. Idle time before a launch means the GPU had finished everything launched earlier; a
     launch with none starts once its own stream is free, and no earlier than the launch before it: kernels of
     concurrent streams (a collective beside the backward that feeds it) overlap as they ran, one stream's stay in
-    order."""
+    order. Returns them and the last one's end."""
     laid: list[tuple[KernelRecord, OperatorRecord | None]] = []
     end = previous_start = 0
     stream_end: dict[int | None, int] = {}
@@ -124,7 +123,7 @@ def _lay(owners: list[tuple[KernelRecord, OperatorRecord | None]],
         laid.append((kernel.model_copy(update={"start_ns": start}), op))
         stream_end[kernel.stream_id] = start + kernel.duration_ns
         end, previous_start = max(end, start + kernel.duration_ns), start
-    return laid
+    return laid, end
 
 
 def _scaled_gaps(owners: list[tuple[KernelRecord, OperatorRecord | None]], window_ns: int,

@@ -67,16 +67,10 @@ def get_model_and_input() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]
     return model, (ids[:, :-1].contiguous(), ids[:, 1:].contiguous())
 
 
-def optimizer_of(model: nn.Module) -> torch.optim.Optimizer:
-    """The optimizer attached to the model, under DDP's (`module`) or torch.compile's (`_orig_mod`) wrapper."""
-    inner = getattr(model, "module", model)
-    return getattr(inner, "optimizer", None) or inner._orig_mod.optimizer  # type: ignore[union-attr]
-
-
 def train_step(model: nn.Module, inputs: tuple[torch.Tensor, torch.Tensor]) -> None:
     """One AdamW step on the next-token cross-entropy."""
     ids, targets = inputs
-    optimizer = optimizer_of(model)
+    optimizer = getattr(model, "module", model).optimizer  # the harness hands the model in DDP's wrapper
     optimizer.zero_grad(set_to_none=True)
     logits = model(ids)
     nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1)).backward()
