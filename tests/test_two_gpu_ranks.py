@@ -1,26 +1,38 @@
 """Two-rank runs recorded on two H200s (scripts/gpu_workloads/ddp_lm_train.py and fsdp_lm_train.py through
 `operator-profiler run --nproc-per-node 2 --train-step`), replayed: the ranks enter the profiled window together,
 the window re-laid without the profiler keeps a collective beside the backward that feeds it, and a collective's
-kernel is named as communication."""
+kernel is named as communication. The merge counts each collective kernel once, takes the communication figures
+from the rank that waited least, and keeps a rank that nsys alone made late out of the findings."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
-from fixtures_util import extract_fixture
+from fixtures_util import extract_fixture, interval_union
 
+from mcp_server import api
 from mcp_server.analysis.classify import classify_kernel, key_issue
+from mcp_server.analysis.rank_findings import distributed_analysis
 from mcp_server.analysis.timeline_health import unprofiled_window
+from mcp_server.assemble.unprofiled import rank_timing
 from mcp_server.ranks.merge import merge_ranks, rank_files
 from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import load_harness
 from mcp_server.schema.io import load_profile
 from mcp_server.schema.ranks import RanksSummary
+from mcp_server.schema.requests import AnalyzeRequest
+from mcp_server.schema.types import TIMING_PASS
 
 
 def _run(name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return extract_fixture(f"h200x2_{name}", tmp_path_factory) / name
+
+
+def _merged(run: Path) -> RanksSummary:
+    timing = {rank: rank_timing(RunDir(run / f"rank{rank}")) for rank in (0, 1)}
+    return merge_ranks(rank_files(run), timing={r: t for r, t in timing.items() if t is not None})
 
 
 def _window_ns(run: Path, rank: int, name: str) -> int:
@@ -77,3 +89,60 @@ def test_a_collectives_kernel_is_named_as_communication(tmp_path_factory):
     assert not nccl.metrics  # ncu does not replay a collective: it would wait for the other rank
     bottleneck, _ = classify_kernel(nccl, None)
     assert key_issue(nccl, bottleneck, None, None, None) == "NCCL allreduce: communication, not replayed"
+
+
+def test_each_collective_kernel_counts_once_in_its_ranks_communication(tmp_path_factory):
+    """A DDP bucket's all-reduce kernel has a row per module of the bucket (up to eight rows with the same start and
+    end). The interval union used to number its islands in a second window over rows that tie, in another order,
+    and carried an island across the gap before it: 7.603 ms of communication for seven kernels of 130-204 µs."""
+    run = _run("ddp_lm_train", tmp_path_factory)
+    summary = _merged(run)
+    for times in summary.ranks:
+        with duckdb.connect() as con:
+            rows = con.execute("SELECT start_ns, end_ns, collective FROM read_parquet(?)",
+                               [str(run / f"rank{times.rank}" / "events.parquet")]).fetchall()
+        assert times.communication_ns == interval_union([(s, e) for s, e, c in rows if c is not None])
+        assert times.compute_ns == interval_union([(s, e) for s, e, c in rows if c is None])
+        assert times.communication_ns < 2_000_000  # seven all-reduces
+    profile = load_profile(run / "rank0" / "profile.json")
+    view, findings, _ = distributed_analysis(summary, profile, run / "ranks.json")
+    assert view.verdict == "compute_bound" and not findings
+    assert view.communication_pct < 5.0 and view.overlap_pct is not None and view.overlap_pct > 50.0
+
+
+def test_a_rank_that_nsys_alone_makes_late_is_not_a_straggler(tmp_path_factory):
+    """Under nsys FSDP's host-bound hooks ran slower on rank 0 (a 113.0 ms profiled window) than on rank 1 (91.6 ms);
+    rank 1 waited 61 ms for it in its collectives. In the timing pass's kernel trace, without nsys, the roles flip:
+    rank 0 spends 31.3 ms per window in collectives and rank 1 1.7 ms. The windows timed without any profiler are 44.6
+    and 45.1 ms. Rank 0 is kept as an unconfirmed straggler with both figures, and the findings read rank 0, which
+    waited least: its 1.5 ms of communication is a few per cent of the window, not a poor-overlap verdict."""
+    run = _run("fsdp_lm_train", tmp_path_factory)
+    summary = _merged(run)
+    assert summary.stragglers == [] and [s.rank for s in summary.unconfirmed_stragglers] == [0]
+    late = summary.unconfirmed_stragglers[0]
+    assert late.caused_wait_ns > 50_000_000 and late.traced_caused_wait_ns is not None
+    assert late.traced_caused_wait_ns < 0 and "not a straggler without it" in late.reason
+    for times in summary.ranks:
+        harness = load_harness(RunDir(run / f"rank{times.rank}").harness_result(TIMING_PASS))
+        assert harness is not None and harness.windows
+        assert times.unprofiled_window_ns == sorted(w.gpu_elapsed_ns for w in harness.windows)[2]
+        assert times.traced_communication_ns is not None
+    waited = {t.rank: t.waiting_ns for t in summary.ranks}
+    assert waited[0] == 0 and waited[1] > 50_000_000  # rank 1 waited for rank 0 at every collective
+    profile = load_profile(run / "rank0" / "profile.json")
+    view, findings, changes = distributed_analysis(summary, profile, run / "ranks.json")
+    assert view.reference_rank == 0 and view.stragglers == []
+    assert (view.verdict, findings, changes) == ("compute_bound", [], [])
+    assert view.notes and view.notes[0].startswith("rank 0 looked like a straggler under the profiler only")
+
+
+def test_busy_time_beyond_the_untraced_window_is_named_not_blamed_on_streams(tmp_path_factory, tmp_path):
+    """Rank 0 of the FSDP run: its collectives waited longer under the timing pass's kernel trace (50.4 ms busy in
+    53 ms traced windows) than the 44.6 ms window timed without it."""
+    run = _run("fsdp_lm_train", tmp_path_factory)
+    analysis = api.analyze(AnalyzeRequest(profile=run / "rank0" / "profile.json", output=tmp_path / "analysis",
+                                          project=tmp_path))
+    timeline = analysis.timeline
+    assert timeline is not None and timeline.unprofiled and timeline.gpu_busy_ns > timeline.window_ns
+    assert timeline.gpu_utilization_pct == 100.0
+    assert any(n.startswith("GPU busy time under the timing pass's kernel trace") for n in timeline.notes)

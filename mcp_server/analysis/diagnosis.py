@@ -303,18 +303,20 @@ def _ranks_block(analysis: Analysis) -> list[str]:
         return []
     overlap = f"{d.overlap_pct:.1f} %" if d.overlap_pct is not None else "-"
     lines = ["", f"{d.world_size} ranks ({d.backend or 'unknown backend'}; {d.times_source}): "
-             f"{d.verdict.replace('_', ' ')} — on the median rank communication {d.communication_pct:.1f} % of the "
-             f"window, {d.exposed_communication_pct:.1f} % not hidden by compute, overlap {overlap}"]
+             f"{d.verdict.replace('_', ' ')} — on rank {d.reference_rank} (the one that waited least in its "
+             f"collectives) communication {d.communication_pct:.1f} % of the window, "
+             f"{d.exposed_communication_pct:.1f} % not hidden by compute, overlap {overlap}"]
     rows = [["rank", "window", "compute", "comm", "exposed comm", "overlap", "idle"]]
     rows += [[str(r.rank), _us(r.window_ns), _us(r.compute_ns), _us(r.communication_ns),
               _us(r.exposed_communication_ns), _pct(r.overlap_pct), _us(r.idle_ns)] for r in d.ranks]
     lines += _table(rows)
     if d.communication_by_module_ns:
-        lines.append("communication by module (median rank): " + ", ".join(
+        lines.append(f"communication by module (rank {d.reference_rank}): " + ", ".join(
             f"{m} {_us(ns)}" for m, ns in list(d.communication_by_module_ns.items())[:5]))
     if d.stragglers:
         lines.append(f"stragglers: {', '.join(f'rank {r}' for r in d.stragglers)} (max arrival skew "
                      f"{_us(d.skew_ns_max or 0)})")
+    lines += [f"note: {note}" for note in d.notes]
     changes = [o for o in analysis.opportunities if o.knowledge.startswith(DISTRIBUTED_KNOWLEDGE)]
     if changes:
         lines.append("multi-rank changes (estimates, upper bounds):")

@@ -1,9 +1,11 @@
 """The multi-rank part of a diagnosis: findings and changes from ranks.json, thresholds and changes from
 knowledge/distributed.yaml.
 
-Three findings, each on the median rank (a synchronous step makes every rank's window about the same length):
-communication-bound (communication not hidden by compute is a large share of the window), poor overlap (little
-of the communication runs beside compute) and stragglers (ranks the others wait for, from ranks.json).
+Three findings. Communication-bound (communication not hidden by compute is a large share of the window) and poor
+overlap (little of the communication runs beside compute) read the reference rank: the one that waited least for
+the others inside its collectives, whose time in them is moving data, not waiting. The others' waiting is the
+third finding's: stragglers (ranks the others wait for, from ranks.json; one the profiler alone made late is a
+note, not a finding).
 
 The times come from the ranks' profiled timelines. Estimates are bounded by what was measured without the
 profiler where a timing pass exists (GPU runs): a share of the profiled window (exposed communication, or a
@@ -82,17 +84,14 @@ def distributed_analysis(summary: RanksSummary, profile: OperatorAttributedProfi
     """The multi-rank view, its findings and the knowledge file's changes that answer them (estimates, upper
     bounds, ranked by saving)."""
     rows = _rows(summary)
-    window = median(r.window_ns for r in rows) if rows else 0.0
-    comm = median(r.communication_ns for r in rows) if rows else 0.0
-    exposed = median(r.exposed_communication_ns for r in rows) if rows else 0.0
-    overlaps = [r.overlap_pct for r in rows if r.overlap_pct is not None]
-    overlap = median(overlaps) if overlaps else None
+    reference = min(summary.ranks, key=lambda r: (r.waiting_ns, r.communication_ns, r.rank), default=None)
+    row = next((r for r in rows if reference is not None and r.rank == reference.rank), None)
+    window = float(row.window_ns) if row else 0.0
+    comm = float(row.communication_ns) if row else 0.0
+    exposed = float(row.exposed_communication_ns) if row else 0.0
+    overlap = row.overlap_pct if row else None
     comm_pct, exposed_pct = _pct(comm, window), _pct(exposed, window)
-    modules: dict[str, list[int]] = {}
-    for r in summary.ranks:
-        for name, ns in r.communication_by_module_ns.items():
-            modules.setdefault(name, []).append(ns)
-    by_module = dict(sorted(((m, round(median(v))) for m, v in modules.items()), key=lambda kv: -kv[1]))
+    by_module = dict(sorted(reference.communication_by_module_ns.items(), key=lambda kv: -kv[1])) if reference else {}
     top_modules = [m for m in by_module if m != "(no module)"][:5]
     evidence = [f"communication_pct={comm_pct:.1f}", f"exposed_communication_pct={exposed_pct:.1f}",
                 *([f"overlap_pct={overlap:.1f}"] if overlap is not None else []), f"world_size={summary.world_size}"]
@@ -102,20 +101,27 @@ def distributed_analysis(summary: RanksSummary, profile: OperatorAttributedProfi
             findings.append(Finding(
                 kind="communication_bound", title="communication-bound window", module_paths=top_modules,
                 triggers=evidence,
-                detail=f"on the median rank {exposed_pct:.1f} % of the window ({_ms(exposed)} of {_ms(window)}) is "
-                       f"communication that no compute hides; collectives take {comm_pct:.1f} % in all"))
+                detail=f"on rank {row.rank if row else '?'} {exposed_pct:.1f} % of the window ({_ms(exposed)} of "
+                       f"{_ms(window)}) is communication that no compute hides; collectives take {comm_pct:.1f} % in "
+                       "all"))
         if overlap is not None and overlap < _threshold("poor_overlap_pct"):
             findings.append(Finding(
                 kind="poor_overlap", title="communication barely overlaps compute", module_paths=top_modules,
                 triggers=evidence,
-                detail=f"{overlap:.1f} % of the median rank's {_ms(comm)} of communication runs beside compute"))
+                detail=f"{overlap:.1f} % of rank {row.rank if row else '?'}'s {_ms(comm)} of communication runs "
+                       "beside compute"))
     for s in summary.stragglers:
         findings.append(Finding(
             kind="straggler", title=f"rank {s.rank} is a straggler", triggers=[
                 f"caused_wait_ns={s.caused_wait_ns}", f"last_arrival_share_pct={s.last_arrival_share_pct:.1f}",
                 f"mean_lateness_ns={s.mean_lateness_ns:.0f}"], detail=s.reason))
-    scale, label = _scale(profile, window)
-    opportunities = _changes(findings, profile, summary, exposed, window, scale, label, top_modules)
+    notes = [f"rank {s.rank} looked like a straggler under the profiler only: {s.reason}"
+             for s in summary.unconfirmed_stragglers]
+    middle = median(r.window_ns for r in rows) if rows else 0.0
+    caused = max((s.caused_wait_ns for s in summary.stragglers), default=0)
+    shares = (_pct(exposed, window) / 100.0, _pct(caused, middle) / 100.0)  # a wait is a share of the median window
+    scale, label = _scale(profile, middle)
+    opportunities = _changes(findings, profile, shares, scale, label, top_modules)
     verdict = next((f.kind for f in findings), "compute_bound")
     info = profile.capture_metadata.distributed
     view = DistributedAnalysis(
@@ -124,21 +130,22 @@ def distributed_analysis(summary: RanksSummary, profile: OperatorAttributedProfi
         overlap_pct=round(overlap, 2) if overlap is not None else None, skew_ns_max=summary.skew_ns_max,
         stragglers=[s.rank for s in summary.stragglers], communication_by_module_ns=by_module,
         times_source=f"each rank's profiled timeline ({profile.capture_metadata.tool}), merged in ranks.json",
-        ranks=rows)
+        reference_rank=row.rank if row else None, ranks=rows, notes=notes)
     return view, findings, opportunities
 
 
-def _changes(findings: list[Finding], profile: OperatorAttributedProfile, summary: RanksSummary, exposed: float,
-             window: float, scale: float, label: str, modules: list[str]) -> list[Opportunity]:
+def _changes(findings: list[Finding], profile: OperatorAttributedProfile, shares: tuple[float, float], scale: float,
+             label: str, modules: list[str]) -> list[Opportunity]:
+    """The knowledge file's changes that answer `findings`, each saving a share of the window (`shares`: the exposed
+    communication's, the straggler's caused wait's) applied to `scale`."""
     kinds = {f.kind for f in findings}
-    caused = max((s.caused_wait_ns for s in summary.stragglers), default=0)
     out = []
     for change in _table().get("changes", []):
         answers = [k for k in change["answers"] if k in kinds]
         if not answers or not _applies(str(change.get("when", "any")), profile):
             continue
         straggler = answers == ["straggler"]
-        share = (caused if straggler else exposed) / window if window else 0.0
+        share = shares[1] if straggler else shares[0]
         saving = min(share, 1.0) * scale
         removed = "the waiting the straggler causes" if straggler else "the exposed communication"
         tier = f" ({change['tier']} tier: a precision change)" if change.get("tier") else ""

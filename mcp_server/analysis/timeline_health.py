@@ -276,8 +276,12 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
         notes.append("kernel times count from the window's opening range, which starts before the CUDA events "
                      "are recorded: the window is extended to the last kernel's end, and the head gap includes "
                      "that lead-in")
-    if busy > window_ns:
-        notes.append("kernels overlap beyond the window length: streams ran concurrently")
+    if busy > window_ns and profiled is not None:
+        notes.append(f"GPU busy time under the timing pass's kernel trace ({busy / 1e6:.3f} ms) exceeds the window "
+                     f"timed without it ({window_ns / 1e6:.3f} ms): kernels ran longer under the trace (a collective "
+                     "waiting for a peer the trace slowed, for one); utilisation is capped at 100 %")
+    elif busy > window_ns:
+        notes.append("kernels run beyond the window's length: the window is shorter than their union")
     return TimelineHealth(
         window_ns=window_ns, window_source=window_source, wall_time_ns=profile.window.wall_time_ns, gpu_busy_ns=busy,
         gpu_utilization_pct=min(100.0, 100.0 * busy / window_ns) if window_ns else 0.0,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_server.assemble.aggregate import busy_time_ns
+from mcp_server.assemble.collectives import kernel_collective
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import TimedWindow, load_harness
@@ -92,6 +93,34 @@ def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofi
                                                                                           strict=True)))
                     for i, k in enumerate(ordered) if all(at[i] for at in positions)}
     return summary
+
+
+@dataclass(frozen=True)
+class RankTiming:
+    """One rank's timing pass, as the cross-rank merge reads it."""
+
+    window_ns: int | None
+    communication_ns: int | None  # collectives' kernels per traced window (their union, mean over the windows)
+
+
+def rank_timing(run_dir: RunDir) -> RankTiming | None:
+    """The window a rank's timing pass measured, and its time in collectives under the pass's kernel trace (None
+    when the rank ran no timing pass)."""
+    result = load_harness(run_dir.harness_result(TIMING_PASS))
+    if result is None or not result.ok:
+        return None
+    window = result.the_window
+    wall = _median_elapsed(result.windows or [TimedWindow(wall_time_ns=window.wall_time_ns,
+                                                          gpu_elapsed_ns=window.gpu_elapsed_ns)])
+    trace = run_dir.kineto_trace(TIMING_PASS)
+    if not result.traced_windows or not trace.is_file():
+        return RankTiming(window_ns=wall, communication_ns=None)
+    try:
+        kernels = read_kineto_trace(trace).kernels
+    except (ValueError, KeyError) as exc:
+        raise ProfileFormatError(f"{trace} is not a readable Kineto trace: {exc}", "re-run the capture") from exc
+    spans = [(k.start_ns, k.start_ns + k.duration_ns) for k in kernels if kernel_collective(k.name)]
+    return RankTiming(window_ns=wall, communication_ns=busy_time_ns(spans) // len(result.traced_windows))
 
 
 def _by_occurrence(names: list[str], window: Sequence[TraceKernel]) -> list[int] | None:

@@ -12,9 +12,10 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ANALYSIS_SCHEMA_VERSION = "1.3"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
+ANALYSIS_SCHEMA_VERSION = "1.4"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
 # 1.3: `syncs`, each place that makes the host wait for the GPU or copies memory, with its idle cost; the changes
 # that must come before an opportunity (`prerequisites`)
+# 1.4: the multi-rank view's reference rank (the one that waited least in its collectives) and its notes
 
 
 class _Model(BaseModel):
@@ -352,16 +353,21 @@ class DistributedAnalysis(_Model):
     backend: str | None = None
     ranks_path: str
     verdict: str = Field(description="'communication_bound', 'poor_overlap', 'straggler' or 'compute_bound'.")
-    communication_pct: float = Field(description="Median rank: communication as % of its window.")
-    exposed_communication_pct: float = Field(description="Median rank: communication not hidden by compute, % of "
-                                                          "its window.")
-    overlap_pct: float | None = Field(default=None, description="Median rank: share of communication overlapped.")
+    reference_rank: int | None = Field(
+        default=None, description="The rank that waited least for the others inside its collectives: its time in "
+        "them is moving data, not waiting; the communication figures are its own (1.4).")
+    communication_pct: float = Field(description="Reference rank: communication as % of its window.")
+    exposed_communication_pct: float = Field(description="Reference rank: communication not hidden by compute, % "
+                                                          "of its window.")
+    overlap_pct: float | None = Field(default=None, description="Reference rank: share of communication overlapped.")
     skew_ns_max: int | None = None
     stragglers: list[int] = Field(default_factory=list)
     communication_by_module_ns: dict[str, int] = Field(
-        default_factory=dict, description="Median over ranks of each module's collective time, largest first.")
+        default_factory=dict, description="The reference rank's collective time by module, largest first.")
     times_source: str = Field(description="What the times were measured under.")
     ranks: list[RankRow] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="What the merge saw but does not find: a rank late "
+                             "under the profiler only (1.4).")
 
 
 class Analysis(_Model):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RANKS_VERSION = "1.0"
+RANKS_VERSION = "1.1"  # 1.1: time spent waiting in collectives, the timing pass's window and collectives,
+# stragglers that the profiler alone made
 
 
 class _Model(BaseModel):
@@ -27,6 +28,14 @@ class RankTimes(_Model):
     )
     mean_lateness_ns: float = Field(default=0.0, description="Mean arrival after the first rank, over collectives.")
     last_arrivals: int = Field(default=0, description="Collectives this rank arrived at last.")
+    waiting_ns: int = Field(default=0, description="Of communication_ns, the time spent waiting for the last rank to "
+                            "arrive: each call's last arrival minus this rank's, at most the call's length (1.1).")
+    unprofiled_window_ns: int | None = Field(default=None, description="The window timed without the profiler "
+                                             "(the timing pass; median), ns; None without a timing pass (1.1).")
+    traced_communication_ns: int | None = Field(
+        default=None, description="Union of the collectives' kernels in one window of the timing pass's kernel trace "
+        "(CUPTI activity only, no nsys; mean over its traced windows), ns: the same split measured under a lighter "
+        "tool (1.1).")
 
 
 class CollectiveSkew(_Model):
@@ -49,6 +58,9 @@ class Straggler(_Model):
     mean_lateness_ns: float
     last_arrival_share_pct: float
     reason: str
+    traced_caused_wait_ns: int | None = Field(
+        default=None, description="The same difference in the timing pass's kernel trace (no nsys), ns; None without "
+        "one (1.1).")
 
 
 class RanksSummary(_Model):
@@ -62,6 +74,10 @@ class RanksSummary(_Model):
     skew_ns_median: float | None = None
     skew_ns_max: int | None = None
     worst_collectives: list[CollectiveSkew] = Field(default_factory=list, description="Largest skews first.")
-    stragglers: list[Straggler] = Field(default_factory=list)
+    stragglers: list[Straggler] = Field(default_factory=list, description="Ranks the others wait for, under the "
+                                        "profiler and, where a timing pass ran, in its kernel trace too.")
+    unconfirmed_stragglers: list[Straggler] = Field(
+        default_factory=list, description="Ranks the others waited for under nsys but not in the timing pass's kernel "
+        "trace: the profiler slowed the ranks unevenly; not findings (1.1).")
     merge_seconds: float = Field(description="Wall time of the merge (DuckDB over the Parquet files).")
     notes: list[str] = Field(default_factory=list)
