@@ -121,7 +121,7 @@ def distributed_analysis(summary: RanksSummary, profile: OperatorAttributedProfi
     caused = max((s.caused_wait_ns for s in summary.stragglers), default=0)
     shares = (_pct(exposed, window) / 100.0, _pct(caused, middle) / 100.0)  # a wait is a share of the median window
     scale, label = _scale(profile, middle)
-    opportunities = _changes(findings, profile, shares, scale, label, top_modules)
+    opportunities = _changes(findings, profile, shares, scale, label, top_modules, _wait_cap(summary))
     verdict = next((f.kind for f in findings), "compute_bound")
     info = profile.capture_metadata.distributed
     view = DistributedAnalysis(
@@ -134,10 +134,20 @@ def distributed_analysis(summary: RanksSummary, profile: OperatorAttributedProfi
     return view, findings, opportunities
 
 
+def _wait_cap(summary: RanksSummary) -> tuple[int, str] | None:
+    """The least of what the measurements beside nsys allow a straggler's wait to be (the timing pass's kernel trace,
+    the others' room beside their compute without the profiler), with what it is; None without them."""
+    caps = [(s.traced_caused_wait_ns, "the wait in the timing pass's kernel trace") for s in summary.stragglers]
+    caps += [(s.unprofiled_bound_ns, "the others' window timed without the profiler less their compute")
+             for s in summary.stragglers]
+    known = [(ns, what) for ns, what in caps if ns is not None]
+    return min(known) if known else None
+
+
 def _changes(findings: list[Finding], profile: OperatorAttributedProfile, shares: tuple[float, float], scale: float,
-             label: str, modules: list[str]) -> list[Opportunity]:
+             label: str, modules: list[str], wait_cap: tuple[int, str] | None = None) -> list[Opportunity]:
     """The knowledge file's changes that answer `findings`, each saving a share of the window (`shares`: the exposed
-    communication's, the straggler's caused wait's) applied to `scale`."""
+    communication's, the straggler's caused wait's) applied to `scale`; a straggler's at most `wait_cap`."""
     kinds = {f.kind for f in findings}
     out = []
     for change in _table().get("changes", []):
@@ -145,16 +155,19 @@ def _changes(findings: list[Finding], profile: OperatorAttributedProfile, shares
         if not answers or not _applies(str(change.get("when", "any")), profile):
             continue
         straggler = answers == ["straggler"]
-        share = shares[1] if straggler else shares[0]
-        saving = min(share, 1.0) * scale
+        share = min(shares[1] if straggler else shares[0], 1.0)
+        saving, capped = share * scale, ""
+        if straggler and wait_cap is not None and scale and wait_cap[0] < saving:
+            saving, share = float(max(0, wait_cap[0])), max(0, wait_cap[0]) / scale
+            capped = f"; at most {_ms(wait_cap[0])}, {wait_cap[1]}"
         removed = "the waiting the straggler causes" if straggler else "the exposed communication"
         tier = f" ({change['tier']} tier: a precision change)" if change.get("tier") else ""
         out.append(Opportunity(
             rank=0, title=change["title"] + tier, change_class=change["id"],
             module_paths=[] if straggler else modules,
             triggers=[t for f in findings if f.kind in answers for t in f.triggers][:6],
-            estimated_saving_ns=int(saving), estimated_saving_pct=100.0 * min(share, 1.0),
-            estimate_label=f"estimate, upper bound: all of {removed} removed; {label}",
+            estimated_saving_ns=int(saving), estimated_saving_pct=100.0 * share,
+            estimate_label=f"estimate, upper bound: all of {removed} removed; {label}{capped}",
             knowledge=f"{KNOWLEDGE}#{change['id']}: {change['how']}", findings=answers,
         ))
     return out

@@ -148,9 +148,11 @@ def merge_ranks(files: list[Path], memory_limit: str | None = None,
 
 def stragglers(ranks: list[RankTimes], calls: int) -> tuple[list[Straggler], list[Straggler]]:
     """(stragglers, unconfirmed): ranks the others wait for. Their time in collectives is below the others' median
-    by at least STRAGGLER_FLOOR of the median window and by at least half the largest such gap, under the profiler
-    and — where every rank has a timing pass's kernel trace — there too; a rank late under the profiler alone is
-    unconfirmed.
+    by at least STRAGGLER_FLOOR of the median window and by at least half the largest such gap, under the profiler.
+    Where every rank ran a timing pass, two measurements must leave room for that wait too, each at least
+    STRAGGLER_FLOOR of the window timed without the profiler: the same gap in the pass's kernel trace (a lighter
+    tool than nsys), and the others' window timed without any profiler less their compute (no rank can wait longer
+    than its GPU spends outside compute). A rank late under the profiler alone is unconfirmed.
 
     Arrival order alone misleads: a rank blocked in one collective by a late peer arrives late at the next, and
     a rank that a tree-shaped collective released early arrives first. Waiting does not: every rank but the late
@@ -162,8 +164,8 @@ def stragglers(ranks: list[RankTimes], calls: int) -> tuple[list[Straggler], lis
     gaps = _gaps({r.rank: r.communication_ns for r in ranks})
     traced = {r.rank: r.traced_communication_ns for r in ranks if r.traced_communication_ns is not None}
     traced_gaps = _gaps(traced) if len(traced) == len(ranks) else {}
-    unprofiled = [r.unprofiled_window_ns for r in ranks if r.unprofiled_window_ns]
-    traced_floor = STRAGGLER_FLOOR * _median(unprofiled) if len(unprofiled) == len(ranks) else floor
+    timed = all(r.unprofiled_window_ns for r in ranks)
+    unprofiled_floor = STRAGGLER_FLOOR * _median([r.unprofiled_window_ns or 0 for r in ranks]) if timed else floor
     largest = max(gaps.values())
     found: list[Straggler] = []
     unconfirmed: list[Straggler] = []
@@ -175,16 +177,24 @@ def stragglers(ranks: list[RankTimes], calls: int) -> tuple[list[Straggler], lis
                   f"(it arrived last at {r.last_arrivals} of {calls} collective calls)")
         there = traced_gaps.get(r.rank)
         if there is not None:
-            reason += (f"; in the timing pass's kernel trace (no nsys) {there / 1e6:.3f} ms less per window")
+            reason += f"; in the timing pass's kernel trace (no nsys) {there / 1e6:.3f} ms less per window"
+        bound = _median([max(0, (o.unprofiled_window_ns or 0) - o.compute_ns) for o in ranks if o.rank != r.rank]
+                        ) if timed else None
+        if bound is not None:
+            reason += (f"; without the profiler the others' windows leave at most {bound / 1e6:.3f} ms beside their "
+                       "compute")
         late = Straggler(rank=r.rank, caused_wait_ns=round(gap), mean_lateness_ns=r.mean_lateness_ns,
                          last_arrival_share_pct=100.0 * r.last_arrivals / calls, reason=reason,
-                         traced_caused_wait_ns=round(there) if there is not None else None)
-        if there is None or there >= traced_floor:
+                         traced_caused_wait_ns=round(there) if there is not None else None,
+                         unprofiled_bound_ns=round(bound) if bound is not None else None)
+        short = [what for what, ns in (("the kernel trace's wait", there), ("that room", bound))
+                 if ns is not None and ns < unprofiled_floor]
+        if not short:
             found.append(late)
         else:
             unconfirmed.append(late.model_copy(update={"reason": reason + (
-                f", under {traced_floor / 1e6:.3f} ms ({STRAGGLER_FLOOR:.0%} of the window timed without the "
-                "profiler): the profiler slowed the ranks unevenly, not a straggler without it")}))
+                f": {' and '.join(short)} under {unprofiled_floor / 1e6:.3f} ms ({STRAGGLER_FLOOR:.0%} of the window "
+                "timed without the profiler); the profiler slowed the ranks unevenly, not a straggler without it")}))
     return found, unconfirmed
 
 

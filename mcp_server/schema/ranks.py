@@ -61,6 +61,9 @@ class Straggler(_Model):
     traced_caused_wait_ns: int | None = Field(
         default=None, description="The same difference in the timing pass's kernel trace (no nsys), ns; None without "
         "one (1.1).")
+    unprofiled_bound_ns: int | None = Field(
+        default=None, description="The most the other ranks can have waited for it without the profiler: their window "
+        "timed without it less their compute (median over them), ns; None without a timing pass (1.1).")
 
 
 class RanksSummary(_Model):
