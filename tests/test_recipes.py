@@ -17,6 +17,7 @@ from fixtures_util import FIXTURES
 
 from mcp_server.children.contract import recipe_name, recipe_parts
 from mcp_server.children.gpu_lock import GpuTurns
+from mcp_server.cli import build_parser
 from mcp_server.cli import main as cli
 from mcp_server.errors import CancelledCapture
 from mcp_server.proof.recipe_plan import (
@@ -34,7 +35,7 @@ from mcp_server.proof.recipe_plan import (
 )
 from mcp_server.proof.recipes import default_jobs, recipes, tail_warning, tier_of
 from mcp_server.schema.recipes import ModelFacts, ProcessTimes, RecipeError, RecipesReport
-from mcp_server.schema.requests import RecipeTiming
+from mcp_server.schema.requests import Interpreter, RecipesRequest, RecipeTiming
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 FAST = RecipeTiming(warmup=2, calls=12, queued=12, blocks=2, budget_s=0.2, input_sets=2)
@@ -51,6 +52,16 @@ def test_a_recipe_name_reads_back_in_canonical_order():
                        ("eager+tf32+bf16-cast", "2 precisions")):
         with pytest.raises(ValueError, match=why):
             recipe_parts(wrong)
+
+
+def test_only_takes_recipes_from_repeated_flags_and_from_commas():
+    """`--only eager+bf16-cast,eager+bf16-autocast` read as one unknown recipe 'bf16-cast,eager'; both spellings
+    work."""
+    args = ["recipes", "w.py", "--only", "eager+bf16-cast,eager+bf16-autocast", "--only", "channels-last+compile"]
+    parsed = build_parser().parse_args(args)
+    request = RecipesRequest(workload=REPO / "tests" / "workloads" / "tiny_mlp.py",
+                             python=Interpreter(python=sys.executable), only=tuple(parsed.only), project=REPO)
+    assert request.only == ("eager+bf16-cast", "eager+bf16-autocast", "compile+fp32+channels-last")
 
 
 def test_the_default_gpu_frontier_of_a_conv_model_is_every_mode_and_precision_then_layouts_on_the_winners():

@@ -399,7 +399,7 @@ class RecipesRequest(Request):
     python: Interpreter
     timing: RecipeTiming = RecipeTiming()
     thorough: bool = Field(default=False, description="Also max-autotune (minutes to compile) and every layout.")
-    only: tuple[str, ...] = Field(default=(), description="Only these recipes.")
+    only: tuple[str, ...] = Field(default=(), description="Only these recipes (repeat the flag or use commas).")
     seeds: Annotated[tuple[int, ...], Field(min_length=1)] = (0, 1, 2)
     jobs: Annotated[int | None, Field(ge=1, description="Processes at a time.")] = None
     output: Annotated[Path | None, Field(description="Folder for recipes.json and frontier.png (default "
@@ -410,7 +410,7 @@ class RecipesRequest(Request):
     @field_validator("only")
     @classmethod
     def _recipes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(canonical(v) for v in value)
+        return tuple(canonical(name.strip()) for v in value for name in v.split(",") if name.strip())
 
 
 class OptimizeRequest(Request):

@@ -117,8 +117,8 @@ async def memory(ctx: Context, **values: Any) -> MemoryRun:
     operator, module, phase, line and category (parameter, gradient, optimizer_state, activation, ...).
 
     Use when a model needs too much GPU memory or runs out of it: peaks, top holders, findings with upper-bound
-    savings; an out-of-memory run names what held the memory. Writes memory.json, memory_timeline.png and the
-    snapshot. Needs an NVIDIA GPU to capture.
+    savings; an OOM run names what held it. Writes memory.json, memory_timeline.png, the snapshot.
+    Needs an NVIDIA GPU.
     """
     capture = options(CaptureOptions, values)
     return await call(ctx, "memory", capture.timeout_s + ASSEMBLY_MARGIN_S,
