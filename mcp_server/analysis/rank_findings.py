@@ -22,7 +22,7 @@ from typing import Any
 from mcp_server.analysis.rules import KnowledgeError, knowledge
 from mcp_server.schema.analysis import DistributedAnalysis, Finding, Opportunity, RankRow
 from mcp_server.schema.profile import OperatorAttributedProfile
-from mcp_server.schema.ranks import RanksSummary
+from mcp_server.schema.ranks import RanksSummary, Straggler
 
 KNOWLEDGE = "knowledge/distributed.yaml"
 
@@ -118,10 +118,11 @@ def distributed_analysis(summary: RanksSummary, profile: OperatorAttributedProfi
     notes = [f"rank {s.rank} looked like a straggler under the profiler only: {s.reason}"
              for s in summary.unconfirmed_stragglers]
     middle = median(r.window_ns for r in rows) if rows else 0.0
-    caused = max((s.caused_wait_ns for s in summary.stragglers), default=0)
+    late = max(summary.stragglers, key=lambda s: s.caused_wait_ns, default=None)
+    caused = late.caused_wait_ns if late else 0
     shares = (_pct(exposed, window) / 100.0, _pct(caused, middle) / 100.0)  # a wait is a share of the median window
     scale, label = _scale(profile, middle)
-    opportunities = _changes(findings, profile, shares, scale, label, top_modules, _wait_cap(summary))
+    opportunities = _changes(findings, profile, shares, scale, label, top_modules, _wait_cap(late))
     verdict = next((f.kind for f in findings), "compute_bound")
     info = profile.capture_metadata.distributed
     view = DistributedAnalysis(
@@ -134,12 +135,13 @@ def distributed_analysis(summary: RanksSummary, profile: OperatorAttributedProfi
     return view, findings, opportunities
 
 
-def _wait_cap(summary: RanksSummary) -> tuple[int, str] | None:
-    """The least of what the measurements beside nsys allow a straggler's wait to be (the timing pass's kernel trace,
-    the others' room beside their compute without the profiler), with what it is; None without them."""
-    caps = [(s.traced_caused_wait_ns, "the wait in the timing pass's kernel trace") for s in summary.stragglers]
-    caps += [(s.unprofiled_bound_ns, "the others' window timed without the profiler less their compute")
-             for s in summary.stragglers]
+def _wait_cap(late: Straggler | None) -> tuple[int, str] | None:
+    """The least of what the measurements beside nsys allow straggler `late`'s wait to be (the timing pass's kernel
+    trace, the others' room beside their compute without the profiler), with what it is; None without them."""
+    if late is None:
+        return None
+    caps = [(late.traced_caused_wait_ns, "the wait in the timing pass's kernel trace"),
+            (late.unprofiled_bound_ns, "the others' window timed without the profiler less their compute")]
     known = [(ns, what) for ns, what in caps if ns is not None]
     return min(known) if known else None
 

@@ -21,7 +21,7 @@ from mcp_server.assemble.aggregate import busy_time_ns
 from mcp_server.assemble.collectives import kernel_collective
 from mcp_server.errors import ProfileFormatError
 from mcp_server.rundir import RunDir
-from mcp_server.schema.harness import TimedWindow, load_harness
+from mcp_server.schema.harness import HarnessResult, TimedWindow, load_harness
 from mcp_server.schema.profile import Clocks, KernelRecord, OperatorAttributedProfile
 from mcp_server.schema.records import TraceKernel
 from mcp_server.schema.types import TIMING_PASS
@@ -49,8 +49,7 @@ def read_unprofiled(run_dir: RunDir, kernels: Sequence[KernelRecord]) -> Unprofi
     result = load_harness(run_dir.harness_result(TIMING_PASS))
     if result is None or not result.ok:
         return None
-    window = result.the_window
-    windows = result.windows or [TimedWindow(wall_time_ns=window.wall_time_ns, gpu_elapsed_ns=window.gpu_elapsed_ns)]
+    windows = _untraced(result)
     traced_windows = result.traced_windows or windows
     summary = Unprofiled(windows=len(windows), wall_ns=_median_elapsed(windows), wall_range_ns=_range(windows),
                          traced_wall_ns=_median_elapsed(traced_windows), clocks=result.clocks,
@@ -109,9 +108,7 @@ def rank_timing(run_dir: RunDir) -> RankTiming | None:
     result = load_harness(run_dir.harness_result(TIMING_PASS))
     if result is None or not result.ok:
         return None
-    window = result.the_window
-    wall = _median_elapsed(result.windows or [TimedWindow(wall_time_ns=window.wall_time_ns,
-                                                          gpu_elapsed_ns=window.gpu_elapsed_ns)])
+    wall = _median_elapsed(_untraced(result))
     trace = run_dir.kineto_trace(TIMING_PASS)
     if not result.traced_windows or not trace.is_file():
         return RankTiming(window_ns=wall, communication_ns=None)
@@ -121,6 +118,13 @@ def rank_timing(run_dir: RunDir) -> RankTiming | None:
         raise ProfileFormatError(f"{trace} is not a readable Kineto trace: {exc}", "re-run the capture") from exc
     spans = [(k.start_ns, k.start_ns + k.duration_ns) for k in kernels if kernel_collective(k.name)]
     return RankTiming(window_ns=wall, communication_ns=busy_time_ns(spans) // len(result.traced_windows))
+
+
+def _untraced(result: HarnessResult) -> list[TimedWindow]:
+    """The timing pass's windows measured without the kernel trace (its one window, in runs recorded before it
+    measured several)."""
+    window = result.the_window
+    return result.windows or [TimedWindow(wall_time_ns=window.wall_time_ns, gpu_elapsed_ns=window.gpu_elapsed_ns)]
 
 
 def _by_occurrence(names: list[str], window: Sequence[TraceKernel]) -> list[int] | None:

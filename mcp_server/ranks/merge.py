@@ -8,8 +8,8 @@ ranks the others wait for (`stragglers`).
 
 Where each rank ran a timing pass, its window without the profiler and its time in collectives under that pass's
 kernel trace (a lighter tool than nsys) join the merge: a straggler stands only when the others wait for it there
-too. nsys slows a rank's host work, and a host-bound rank's more than the others': the rank it slowed most looks
-late (`unconfirmed_stragglers`).
+too and their window without the profiler leaves room beside their compute for that wait. nsys slows a rank's host
+work, and a host-bound rank's more than the others': the rank it slowed most looks late (`unconfirmed_stragglers`).
 """
 
 from __future__ import annotations

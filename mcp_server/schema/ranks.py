@@ -78,9 +78,11 @@ class RanksSummary(_Model):
     skew_ns_max: int | None = None
     worst_collectives: list[CollectiveSkew] = Field(default_factory=list, description="Largest skews first.")
     stragglers: list[Straggler] = Field(default_factory=list, description="Ranks the others wait for, under the "
-                                        "profiler and, where a timing pass ran, in its kernel trace too.")
+                                        "profiler and, where a timing pass ran, in its kernel trace and within the "
+                                        "room its window leaves beside their compute.")
     unconfirmed_stragglers: list[Straggler] = Field(
         default_factory=list, description="Ranks the others waited for under nsys but not in the timing pass's kernel "
-        "trace: the profiler slowed the ranks unevenly; not findings (1.1).")
+        "trace, or for longer than its window leaves room for: the profiler slowed the ranks unevenly; not findings "
+        "(1.1).")
     merge_seconds: float = Field(description="Wall time of the merge (DuckDB over the Parquet files).")
     notes: list[str] = Field(default_factory=list)
