@@ -55,6 +55,12 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
   loop over the batch: Dynamo skips the whole forward and runs it eagerly). Target: the skipped function recorded as
   a graph break at its line, the window recorded as eager (module paths >= 95 %), the analysis saying the model did
   not compile. Profile alone.
+- `mbconv_train`: scripts/gpu_workloads/mbconv_train.py as it is (`--script`: an EfficientNet-B0-shaped network
+  imported from the module beside it, channels_last, bfloat16 autocast, a per-batch cosine schedule, an EMA of the
+  weights by `torch._foreach_lerp_`, DataLoader workers). Target: attributed >= 99.5 %, module paths >= 95 %.
+- `llama_static_decode`: scripts/gpu_workloads/llama_static_decode.py as it is (`--script --window-fn generate`:
+  Hugging Face's Llama over a static KV cache, whose `generate()` compiles its own decoding step with CUDA graphs on
+  recent transformers). Target: attributed >= 99.5 %.
 - `detector_script`: the same detector compiled by a plain script itself (scripts/gpu_workloads/detector_script.py,
   `--script --window-fn Detector`): the profiler's hooks and call-site mode kept out of Dynamo. Target: the skip
   recorded at the model's own line, attributed >= 99.5 %, module paths >= 95 %. Profile alone.
@@ -110,10 +116,14 @@ CASES: dict[str, list[str]] = {
     "detector_compiled": [str(WORKLOADS / "detector.py"), "--compile-mode", "inductor"],
     "detector_script": ["--script", str(WORKLOADS / "detector_script.py"), "--window-fn", "Detector", "--steps", "3:1"],
     "vae_train": ["--script", str(WORKLOADS / "vae_train.py")],
+    "mbconv_train": ["--script", str(WORKLOADS / "mbconv_train.py")],
+    "llama_static_decode": ["--script", str(WORKLOADS / "llama_static_decode.py"), "--window-fn", "generate",
+                            "--steps", "1:1"],
 }
 
 
 CASE_TIMEOUT_S = 900.0
+HF_CASES = ("decode_loop_hf", "llama_static_decode")  # need transformers
 
 
 def cli(*args: str) -> tuple[int, float, str]:
@@ -246,7 +256,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train"}
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
-                    "detector_script", "vae_train"}
+                    "detector_script", "vae_train", "mbconv_train", "llama_static_decode"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -267,6 +277,8 @@ TARGETS = {
     "swin_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
     "detector_compiled": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
     "detector_script": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
+    "mbconv_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
+    "llama_static_decode": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
 }
 
 
@@ -281,7 +293,7 @@ def main() -> None:
     parser.add_argument("--case-timeout", type=float, default=900.0, help="seconds each `run` may take")
     args = parser.parse_args()
     cases = args.cases.split(",") if args.cases else [
-        c for c in CASES if c != "decode_loop_hf" or importlib.util.find_spec("transformers") is not None]
+        c for c in CASES if c not in HF_CASES or importlib.util.find_spec("transformers") is not None]
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
