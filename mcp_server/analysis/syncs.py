@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mcp_server.analysis.rules import matches
+from mcp_server.analysis.timeline_health import window_length
 from mcp_server.schema.analysis import Finding, SyncPoint
 from mcp_server.schema.profile import OperatorAttributedProfile, RuntimeEvent
 
@@ -26,6 +27,13 @@ def _data_dependent(event: RuntimeEvent) -> bool:
     return any(matches(READBACK, n) or matches(DATA_DEPENDENT, n) for n in names)
 
 
+IDLE_SOURCES = {  # SyncPoint.idle_source -> how the idle time after the calls was measured, in words
+    "unprofiled": "measured without the profiler",
+    "scaled": "under the profiler, scaled to the idle time of the window measured without it (no window traced)",
+    "profiled": "inflated by profiler instrumentation: no timing pass ran",
+}
+
+
 def sync_points(profile: OperatorAttributedProfile) -> list[SyncPoint] | None:
     """The window's synchronisations, copies and sets made by the workload, grouped by place (call site, API,
     operator), the costliest first; None when the profile holds no runtime events."""
@@ -33,6 +41,7 @@ def sync_points(profile: OperatorAttributedProfile) -> list[SyncPoint] | None:
     if events is None:
         return None
     unprofiled = profile.window.unprofiled_wall_time_ns is not None
+    factor = _idle_factor(profile)
     groups: dict[tuple[object, ...], list[RuntimeEvent]] = {}
     for event in events:
         if event.origin == "workload":
@@ -42,8 +51,12 @@ def sync_points(profile: OperatorAttributedProfile) -> list[SyncPoint] | None:
     points = []
     for group in groups.values():
         first = group[0]
-        idle = [e.unprofiled_idle_after_ns if unprofiled else e.idle_after_ns for e in group if e.synchronizing]
-        known = [i for i in idle if i is not None]
+        # without the profiler where the timing pass traced the window; else as profiled (idle time inflated)
+        known = [i for i in (e.unprofiled_idle_after_ns for e in group if e.synchronizing) if i is not None]
+        source = "unprofiled" if unprofiled and known else "profiled" if factor is None else "scaled"
+        if source != "unprofiled":
+            known = [i for i in (e.idle_after_ns for e in group if e.synchronizing) if i is not None]
+            known = known if factor is None else [int(i * factor) for i in known]
         sizes = [e.bytes for e in group if e.bytes is not None]
         points.append(SyncPoint(
             call_site=first.call_site, api=first.api, kind=first.kind, operator_name=first.operator_name,
@@ -52,10 +65,26 @@ def sync_points(profile: OperatorAttributedProfile) -> list[SyncPoint] | None:
             bytes=sum(sizes) if sizes else None, copy_kind=first.copy_kind, src_memory=first.src_memory,
             dst_memory=first.dst_memory, host_wait_ns=sum(e.duration_ns for e in group),
             idle_after_ns=sum(known) if known else None,
-            idle_source=("unprofiled" if unprofiled else "profiled") if known else None,
+            idle_source=source if known else None,
             event_ids=[e.event_id for e in group]))
     points.sort(key=lambda p: (not p.synchronizing, -(p.idle_after_ns or 0), -p.host_wait_ns))
     return points
+
+
+def _idle_factor(profile: OperatorAttributedProfile) -> float | None:
+    """The window's idle time without the profiler over its profiled idle time, where the timing pass timed the
+    window but traced none of it (a script that ended first): the profiled idle after each call is scaled by it.
+    None where the calls' own unprofiled idle is known, or nothing was timed without the profiler."""
+    window = profile.window
+    traced = any(e.unprofiled_idle_after_ns is not None for e in profile.runtime_events or [])
+    if window.unprofiled_wall_time_ns is None or traced:
+        return None
+    profiled_busy = window.gpu_busy_time_ns or 0
+    busy = window.unprofiled_gpu_busy_time_ns or profiled_busy
+    profiled_idle = window_length(profile)[0] - profiled_busy
+    if profiled_idle <= 0:
+        return None
+    return min(1.0, max(0, window.unprofiled_wall_time_ns - busy) / profiled_idle)
 
 
 def _where(point: SyncPoint) -> str:

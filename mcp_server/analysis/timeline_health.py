@@ -79,8 +79,10 @@ def unprofiled_window(profile: OperatorAttributedProfile) -> tuple[int, str, lis
     """The window as measured without the profiler, when the timing pass's totals exist: its length and source,
     and the kernels re-laid in launch order with their profiled durations and their unprofiled gaps (`_lay`; what the
     window holds besides kernels and the gaps between them is put before the first kernel). When the per-kernel
-    join failed, each profiled gap is scaled so that the window's idle time is the unprofiled one: totals stay
-    measured, the split of idle time between gaps is the profiled one."""
+    join failed, or no window was traced (a script that ended before the timing pass's traced windows), each profiled
+    gap is scaled so that the window's idle time is the unprofiled one: totals stay measured, the split of idle time
+    between gaps is the profiled one; without a traced window the busy time is the profiled kernels' (their durations
+    are the GPU's: the profiler slows the host)."""
     win = profile.window
     owners: list[tuple[KernelRecord, OperatorRecord | None]] = [(k, op) for op in profile.operators for k in op.kernels]
     owners += [(k, None) for k in profile.unattributed_kernels]
@@ -92,9 +94,9 @@ def unprofiled_window(profile: OperatorAttributedProfile) -> tuple[int, str, lis
     if any(k.unprofiled_gap_ns is None for k, _ in owners[1:]):
         gaps = _scaled_gaps(owners, win.unprofiled_wall_time_ns, win.unprofiled_gpu_busy_time_ns,
                             window_length(profile)[0])
-        if gaps is None:
-            return None
-        source += "; per-kernel gaps scaled from the profiled ones (their join failed)"
+        source += ("; per-kernel gaps scaled from the profiled ones (their join failed)"
+                   if win.unprofiled_gpu_busy_time_ns else
+                   "; no window traced: busy time the profiled kernels', gaps scaled from the profiled ones")
     else:
         gaps = [0] + [k.unprofiled_gap_ns or 0 for k, _ in owners[1:]]
     laid, end = _lay(owners, gaps)
@@ -127,18 +129,16 @@ def _lay(owners: list[tuple[KernelRecord, OperatorRecord | None]],
 
 
 def _scaled_gaps(owners: list[tuple[KernelRecord, OperatorRecord | None]], window_ns: int,
-                 busy_ns: int | None, profiled_window_ns: int) -> list[int] | None:
+                 busy_ns: int | None, profiled_window_ns: int) -> list[int]:
     """The profiled gap before each launch, scaled by the unprofiled window's idle time over the profiled one's
-    (None without an unprofiled busy time)."""
-    if not busy_ns:
-        return None
+    (`busy_ns` None: the profiled kernels' busy time stands for the unprofiled one)."""
     gaps, end = [0], owners[0][0].start_ns + owners[0][0].duration_ns
     for kernel, _ in owners[1:]:
         gaps.append(max(0, kernel.start_ns - end))
         end = max(end, kernel.start_ns + kernel.duration_ns)
     laid_busy = busy_time_ns([(k.start_ns, k.start_ns + k.duration_ns) for k, _ in owners])
     profiled_idle = max(profiled_window_ns, end) - laid_busy
-    idle = max(0, window_ns - max(busy_ns, laid_busy))
+    idle = max(0, window_ns - max(busy_ns or 0, laid_busy))
     factor = min(1.0, idle / profiled_idle) if profiled_idle > 0 else 0.0
     return [int(g * factor) for g in gaps]
 

@@ -298,8 +298,9 @@ class SyncPoint(_Model):
     idle_after_ns: int | None = Field(default=None, description="GPU idle time before the kernel after each "
                                       "synchronising call, summed, ns: in the window measured without the profiler "
                                       "when `idle_source` says so.")
-    idle_source: str | None = Field(default=None, description="'unprofiled' (the timing pass's gaps) or 'profiled' "
-                                    "(instrumentation inflates it).")
+    idle_source: str | None = Field(default=None, description="'unprofiled' (the timing pass's gaps), 'scaled' (the "
+                                    "profiled gaps scaled to the idle time of the window timed without the "
+                                    "profiler, which traced none of it) or 'profiled' (instrumentation inflates it).")
     event_ids: list[int] = Field(default_factory=list, description="The profile's runtime_events.")
 
 
