@@ -145,6 +145,37 @@ def _tolerance_class(t: Any, tf32: bool) -> str:
 # --------------------------------------------------------------------------- comparisons
 
 
+def _tolerance(mag: Any, cls: str, opts: dict[str, Any]) -> tuple[float, float, float]:
+    """(rtol, atol, rms) for a reference of magnitudes `mag` in tolerance class `cls`: atol is rtol times the
+    reference's root mean square unless given."""
+    rtol = opts["rtol"] if opts["rtol"] is not None else opts["tolerances"][cls]
+    rms = float(mag.pow(2).mean().sqrt()) if mag.numel() else 0.0
+    atol = opts["atol"] if opts["atol"] is not None else rtol * max(rms, 1e-12)
+    return rtol, atol, rms
+
+
+def within_tolerance(a: Any, b: Any, opts: dict[str, Any]) -> bool:
+    """Whether every floating-point leaf of `a` is within the tolerance of `b`'s as `compare_leaf` judges it (other
+    leaves: equal), `b` the reference."""
+    import torch
+
+    la, lb = flatten(a), flatten(b)
+    if [p for p, _ in la] != [p for p, _ in lb]:
+        return False
+    for (_, x), (_, y) in zip(la, lb, strict=True):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.is_floating_point()
+                and y.is_floating_point() and x.shape == y.shape):
+            if not all_equal(x, y):
+                return False
+            continue
+        finite = torch.isfinite(x) & torch.isfinite(y)
+        diff, mag = (x.double() - y.double()).abs()[finite], y.double().abs()[finite]
+        rtol, atol, _ = _tolerance(mag, _tolerance_class(y, opts["tf32"]), opts)
+        if not bool((diff <= atol + rtol * mag).all()):
+            return False
+    return True
+
+
 def _equal(a: Any, b: Any) -> bool:
     """Exact equality, NaN equal to NaN, for tensors of the same shape/dtype (False otherwise)."""
     import torch
@@ -322,9 +353,7 @@ def compare_leaf(
         b = ref.detach().to(torch.complex128 if ref.is_complex() else torch.float64)
         diff = (a - b).abs()[both]
         mag = b.abs()[both]
-        rtol = opts["rtol"] if opts["rtol"] is not None else opts["tolerances"][cls]
-        rms = float(mag.pow(2).mean().sqrt()) if mag.numel() else 0.0
-        atol = opts["atol"] if opts["atol"] is not None else rtol * max(rms, 1e-12)
+        rtol, atol, rms = _tolerance(mag, cls, opts)
         nonfinite_out, nonfinite_ref = ~out_finite, ~ref_finite
         same_nonfinite = bool((nonfinite_out == nonfinite_ref).all())
         if same_nonfinite and bool(nonfinite_out.any()):
