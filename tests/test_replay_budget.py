@@ -13,12 +13,14 @@ import pytest
 from fixtures_util import resnet50_nsys
 
 from mcp_server.assemble.aggregate import counter_coverage
-from mcp_server.assemble.join import join_counters, shape_distance
+from mcp_server.assemble.join import join_counters, launch_position, shape_distance
 from mcp_server.capture.budget import budget_note, refitted, spread_order, within_budget
 from mcp_server.capture.replay_plan import plan_launches, plan_replays
+from mcp_server.capture.variants import variants_options
 from mcp_server.schema.profile import Attribution, AttributionMethod, Confidence, KernelRecord, Metric, WindowTotals
 from mcp_server.schema.records import CounterRecord
 from mcp_server.schema.requests import NcuOptions
+from plugins.ncu.command import profile_options
 from plugins.nsys.ranges import NvtxRange
 from plugins.nsys.reader import WindowKernel
 
@@ -51,9 +53,11 @@ def test_resnet50s_variants_under_a_tight_budget(resnet50):
     assert f"{len(fitted.variants)} of {len(plan.variants)} shape variants are replayed" in (
         budget_note(fitted) or "")
     assert plan.variants and plan.left_out == [], "the plan itself is kept"
-    tiny = within_budget(plan, (plan.configurations - 10) * EACH_S, EACH_S)
-    assert tiny.main_limit == plan.configurations - 10 and tiny.variants == [] and tiny.calls == []
-    assert tiny.left_out == plan.variants and "until its replay time reaches the budget" in (budget_note(tiny) or "")
+    tiny = within_budget(plan, (plan.configurations - 10) * EACH_S, EACH_S)  # the configurations split
+    assert tiny.config_pass and tiny.calls is None and tiny.left_out == plan.variants, "no shape variant replayed"
+    alone = within_budget(plan, (plan.configurations - 10) * EACH_S, EACH_S, split=False)
+    assert alone.main_limit == plan.configurations - 10 and alone.variants == [] and alone.calls == []
+    assert alone.left_out == plan.variants and "until its replay time reaches the budget" in (budget_note(alone) or "")
 
 
 def test_a_plan_is_fitted_again_at_the_pace_the_ncu_pass_is_measured_to_replay_at(resnet50):
@@ -239,3 +243,93 @@ def test_the_ncu_pass_stops_once_its_replay_time_passes_the_budget():
     assert not spent(line.format(0, 0))
     time.sleep(0.01)
     assert spent(line.format(1, 1))
+
+
+def _configs_in_order(plan) -> list[tuple[object, ...]]:
+    seen: dict[tuple[object, ...], int] = {}
+    for facts in plan.launch_facts:
+        seen.setdefault(facts.config, facts.ordinal)
+    return sorted(seen, key=seen.__getitem__)
+
+
+def _held(plan, configs) -> int:
+    wanted = set(configs)
+    return sum(f.duration_ns for f in plan.launch_facts if f.config in wanted)
+
+
+def test_configurations_beyond_the_budget_are_split_by_the_kernel_time_they_hold(resnet50):
+    """ResNet-50's configurations under a budget that affords half of them: the ncu pass replays the first ones in
+    launch order and stops at a count, a second pass the configurations of the kernels holding the most time among
+    the rest; together they cover more kernel time than launch order alone, within the same replays."""
+    plan = plan_replays(resnet50)
+    order = _configs_in_order(plan)
+    affordable = plan.configurations // 2
+    fitted = within_budget(plan, affordable * EACH_S, EACH_S, start_s=2 * EACH_S)
+    assert fitted.config_pass and fitted.main_limit is not None and fitted.calls is None
+    names = set(fitted.variant_names)
+    costs = sum(1 for config in order for f in plan.launch_facts if f.config == config and f.ordinal ==
+                next(g.ordinal for g in plan.launch_facts if g.config == config) and f.mangled_name in names)
+    assert fitted.main_limit + costs + 2 <= affordable, "the second pass's replays and its warm-up fit the budget"
+    later = order[fitted.main_limit:]
+    first = {c: next(f for f in plan.launch_facts if f.config == c) for c in later}
+    assert sorted(fitted.variants) == sorted(first[c].ordinal for c in later if first[c].mangled_name in names)
+    covered = _held(plan, order[:fitted.main_limit]) + _held(plan, [c for c in later if first[c].mangled_name in names])
+    assert covered > _held(plan, order[:affordable]), "more kernel time than the launch-order prefix it replaces"
+    assert fitted.unmeasured == sum(1 for c in later if first[c].mangled_name not in names)
+    note = budget_note(fitted) or ""
+    assert f"replays the first {fitted.main_limit} in launch order and a second pass" in note
+    options = variants_options(NcuOptions(), fitted)
+    assert options.per_launch_config and options.kernel_regex == fitted.kernel_regex and options.launch_skip is None
+    command = profile_options(Path("report"), options)
+    assert "per-launch-config" in command and f"regex:{fitted.kernel_regex}" in command
+
+
+def test_a_split_keeps_the_count_the_ncu_pass_was_told_and_never_stops_it_before_what_it_replayed(resnet50):
+    plan = plan_replays(resnet50)
+    affordable = plan.configurations // 2
+    late = within_budget(plan, affordable * EACH_S, EACH_S, replayed=affordable - 3)
+    assert late.main_limit is not None and late.main_limit >= affordable - 3
+    fitted = within_budget(plan, affordable * EACH_S, EACH_S)
+    slow = refitted(fitted, 1.5 * EACH_S)  # measured slower: the told count stays, the second pass shrinks
+    assert slow.main_limit == fitted.main_limit and len(slow.variants) < len(fitted.variants)
+    unsplit = within_budget(plan, plan.configurations * EACH_S, EACH_S)
+    assert not unsplit.config_pass and refitted(unsplit, 2 * EACH_S).variants == []
+
+
+def test_a_split_plans_second_pass_joins_and_its_counters_reach_every_launch_of_those_configurations(resnet50):
+    """The two passes' records as ncu writes them (the first `main_limit` configurations' first launches, the pass
+    stopped there; then each configuration of the named kernels once, in launch order) join onto the timeline: every
+    launch of a replayed configuration carries counters, those of the other configurations none."""
+    from plugins.nsys.reader import read_window
+
+    plan = plan_replays(resnet50)
+    fitted = within_budget(plan, plan.configurations // 2 * EACH_S, EACH_S)
+    launches = read_window(resnet50, lambda window: list(window.kernels()))
+    order = _configs_in_order(plan)
+    first = {c: next(k for k in launches if plan.launch_facts[launches.index(k)].config == c) for c in order}
+    names = set(fitted.variant_names)
+
+    def record(i: int, kernel: WindowKernel) -> CounterRecord:
+        return CounterRecord(ordinal=i, name=kernel.name, mangled_name=kernel.mangled_name, grid=kernel.grid,
+                             block=kernel.block, metrics={"m": Metric(value=1.0, unit="")})
+
+    main = [record(i, first[c]) for i, c in enumerate(order[:fitted.main_limit])]
+    second = [record(i, first[c]) for i, c in enumerate(c for c in order if first[c].mangled_name in names)]
+    regex = variants_options(NcuOptions(), fitted).kernel_regex
+    joined = join_counters(launches, main, deduplicated=True, variants=second, truncated=True,
+                           variants_start=launch_position(launches, regex, 0))
+    assert not joined.problems
+    replayed = set(order[:fitted.main_limit]) | {c for c in order if first[c].mangled_name in names}
+    configs = {k.ordinal: plan.launch_facts[i].config for i, k in enumerate(launches)}
+    assert {o for o in configs if o in joined.counters} == {o for o, c in configs.items() if c in replayed}
+
+
+def test_the_ncu_pass_stops_at_the_count_a_split_plan_set():
+    from mcp_server.capture.passes import ReplayCount, _over_budget
+
+    line = '==PROF== Profiling "kernel_{}" - {}: 0%....50%....100% - 12 passes'
+    replays = ReplayCount()
+    reached = _over_budget(3600.0, replays)
+    assert not any(reached(line.format(i, i)) for i in range(10))
+    replays.limit = 12
+    assert not reached(line.format(10, 10)) and reached(line.format(11, 11))

@@ -1,8 +1,11 @@
 """The replay plan fitted to a budget of replay time: what ncu replays is bounded by the budget, not by the
 workload (a decode loop's attention has new shapes at every step: thousands of shape variants).
 
-Every configuration is replayed first (ncu's deduplicated pass: one replay each); when they alone exceed the budget,
-the main pass stops once its replay time reaches the budget (as many as it affords) and no variant is replayed. What
+Every configuration is replayed first (ncu's deduplicated pass: one replay each). When they alone exceed the budget,
+ncu can only replay them in launch order (a training step's forward first, its backward left out), so the budget is
+split: the ncu pass replays the first configurations in launch order and stops at a count, and the second pass
+replays, deduplicated, the configurations of the kernels holding the most kernel time among the rest (ncu filters
+by kernel name); the split is the one covering the most kernel time, and no shape variant is replayed. What
 is left pays for shape variants, less the second pass's own warm-up under ncu (a decode loop's thousands of launches
 each pay ncu's interception: about 10 s for an HF generate() call on an H200), taken by the module calls that launch
 them: calls of each module path in a spread order (the first, the last, the middle, the quarters...) so that a few
@@ -24,19 +27,27 @@ DEFAULT_BUDGET_S = 60.0
 Call = tuple[str, int]  # (module path, its range's start)
 
 
-def within_budget(plan: ReplayPlan, budget_s: float, seconds_each: float, start_s: float = 0.0) -> ReplayPlan:
+def within_budget(plan: ReplayPlan, budget_s: float, seconds_each: float, start_s: float = 0.0,
+                  replayed: int = 0, main_limit: int | None = None, split: bool = True) -> ReplayPlan:
     """`plan` fitted to `budget_s` seconds of replay at `seconds_each` per replayed kernel (a copy; `plan` is kept; a
-    plan fitted before is fitted again from its `unfitted` plan). `start_s`: the seconds the shape-variant pass
-    takes to warm up under ncu before it replays, taken from what the configurations leave.
+    plan fitted before is fitted again from its `unfitted` plan). `start_s`: the seconds the second ncu pass
+    takes to warm up under ncu before it replays, taken from what the configurations leave. `replayed`: the
+    configurations the ncu pass has replayed by now (its stop cannot come before them); `main_limit`: the count it
+    was told to stop at, when a plan fitted before split the configurations (kept: that pass is under way);
+    `split` False: the ncu pass runs on to its budget whatever this plan says (a plan fitted before did not split
+    it), so configurations beyond the budget are left to it and nothing else is replayed.
 
     The configurations come first; the variants' module calls (scoped plans) or the run of variant launches (the
     others) then take what is left, as described in the module's docstring."""
     plan = plan.unfitted or plan  # a fitted plan is fitted again from the plan it was fitted from
     fitted = replace(plan, budget_s=budget_s, seconds_each=seconds_each, start_s=start_s, left_out=[], unfitted=plan)
     affordable = max(1, math.floor(budget_s / seconds_each + 1e-9))  # 1e-9: 17.1 s / 0.3 s is 57
-    if plan.configurations > affordable:
+    if plan.configurations > affordable and not split:
         fitted.main_limit = affordable
         return _without_variants(fitted)
+    if plan.configurations > affordable or main_limit is not None:
+        start = math.ceil(start_s / seconds_each - 1e-9)
+        return _split_configurations(_without_variants(fitted), affordable, start, replayed, main_limit)
     if not plan.variants:
         return fitted
     room = max(0, affordable - plan.configurations - math.ceil(start_s / seconds_each - 1e-9))
@@ -59,7 +70,64 @@ def refitted(plan: ReplayPlan, seconds_each: float | None, start_s: float | None
     start = plan.start_s if start_s is None else start_s
     if abs(pace - fitted_at) <= tolerance * fitted_at and abs(start - plan.start_s) <= pace:
         return plan
-    return within_budget(plan, plan.budget_s, pace, start)
+    return within_budget(plan, plan.budget_s, pace, start, main_limit=plan.main_limit if plan.config_pass else None,
+                         split=plan.config_pass)
+
+
+def _split_configurations(plan: ReplayPlan, affordable: int, start: int, replayed: int,
+                          main_limit: int | None) -> ReplayPlan:
+    """The configurations split between the ncu pass (the first `main_limit` in launch order, chosen here unless
+    given) and the second pass (the configurations of whole kernels, by the kernel time they hold per replay, in the
+    `affordable` replays left after the first pass's and the second pass's warm-up's `start`): the split covering
+    the most kernel time. Without room for a second pass, the ncu pass replays what the budget affords."""
+    first: dict[tuple[object, ...], int] = {}
+    held: dict[tuple[object, ...], int] = {}
+    named: dict[tuple[object, ...], str | None] = {}
+    for facts in plan.launch_facts:
+        first.setdefault(facts.config, facts.ordinal)
+        named.setdefault(facts.config, facts.mangled_name)
+        held[facts.config] = held.get(facts.config, 0) + facts.duration_ns
+    order = sorted(first, key=first.__getitem__)
+    replays_of: dict[str, int] = {}  # the second pass replays every configuration of a kernel it names
+    for config in order:
+        if (name := named[config]) is not None:
+            replays_of[name] = replays_of.get(name, 0) + 1
+    prefix = [0]
+    for config in order:
+        prefix.append(prefix[-1] + held[config])
+    candidates = [main_limit] if main_limit is not None else range(min(max(replayed, 1), affordable), affordable + 1)
+    best: tuple[int, int, list[str]] = (prefix[min(affordable, len(order))], affordable, [])
+    for limit in candidates:  # of equal coverage, the longer first pass
+        names = _kernels_by_time(order[limit:], held, named, replays_of, affordable - limit - start)
+        covered = prefix[min(limit, len(order))] + sum(held[c] for c in order[limit:] if named[c] in names)
+        if names and (covered, limit) > best[:2]:
+            best = (covered, limit, names)
+    limit, names = best[1], best[2]
+    plan.main_limit = limit if names or main_limit is not None else affordable
+    if not names:
+        plan.unmeasured = max(0, len(order) - plan.main_limit)
+        return plan
+    chosen = set(names)
+    plan.config_pass, plan.variant_names, plan.calls = True, sorted(chosen), None
+    plan.variants = [first[c] for c in order[limit:] if named[c] in chosen]
+    plan.unmeasured = sum(1 for c in order[limit:] if named[c] not in chosen)
+    return plan
+
+
+def _kernels_by_time(left: list[tuple[object, ...]], held: dict[tuple[object, ...], int],
+                     named: dict[tuple[object, ...], str | None], replays_of: dict[str, int], room: int) -> list[str]:
+    """The kernels whose configurations the second pass replays: by the kernel time their configurations in `left`
+    hold per replay they cost (every configuration of the kernel in the window), while they fit `room` replays."""
+    value: dict[str, int] = {}
+    for config in left:
+        if (name := named[config]) is not None:
+            value[name] = value.get(name, 0) + held[config]
+    chosen: list[str] = []
+    for name in sorted(value, key=lambda n: (-value[n] / replays_of[n], n)):
+        if replays_of[name] <= room:
+            chosen.append(name)
+            room -= replays_of[name]
+    return chosen
 
 
 def _without_variants(plan: ReplayPlan) -> ReplayPlan:
@@ -188,6 +256,12 @@ def budget_note(plan: ReplayPlan) -> str | None:
     if plan.budget_s is None or plan.seconds_each is None:
         return None
     seconds_each = plan.seconds_each
+    if plan.config_pass:
+        return (f"replay budget {plan.budget_s:.0f} s: the {plan.configurations} configurations alone need about "
+                f"{plan.configurations * seconds_each:.0f} s, so the ncu pass replays the first {plan.main_limit} in "
+                f"launch order and a second pass the {len(plan.variants)} left of {len(plan.variant_names)} kernels "
+                f"holding the most kernel time ({100 * variant_share(plan):.1f} % of the window's); "
+                f"{plan.unmeasured} carry no counters, and no shape variant is replayed (raise --replay-budget)")
     if plan.main_limit is not None:
         return (f"replay budget {plan.budget_s:.0f} s: the {plan.configurations} configurations alone need about "
                 f"{plan.configurations * seconds_each:.0f} s, so ncu replays them in launch order until its replay "

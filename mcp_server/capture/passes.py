@@ -53,6 +53,7 @@ class ReplayCount:
     def __init__(self) -> None:
         self.done = 0
         self.expected: int | None = None
+        self.limit: int | None = None  # the replayed kernels the pass stops at, once a plan split the budget
         self.seconds_each: float | None = None  # estimated replay time of one kernel, before any was replayed
         self.warmup_iters: int | None = None  # the pass's warm-up iterations (steps of a script)
         self.warmup_s: float | None = None  # how long they took under ncu (measured)
@@ -338,7 +339,7 @@ def ncu_pass(
     replays = replays or ReplayCount()
     replays.warmup_iters = req.options.warmup_iters
     early = EarlyStop(when=_replayed_count_reaches(options.max_kernels) if options.max_kernels
-                      else _over_budget(options.replay_budget_s) if options.whole_window else None)
+                      else _over_budget(options.replay_budget_s, replays) if options.whole_window else None)
     prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs",
                          gpu_name())
     try:
@@ -424,12 +425,13 @@ def _replayed_count_reaches(limit: int) -> Callable[[str], bool]:
     return reached
 
 
-def _over_budget(budget_s: float) -> Callable[[str], bool]:
+def _over_budget(budget_s: float, replays: ReplayCount | None = None) -> Callable[[str], bool]:
     """A predicate on ncu's output lines that holds once the replay budget is spent: the replay's own time (measured
     from the first replayed kernel, one kernel's worth added for the first) past `budget_s`. Not the plan's count of
     affordable kernels: that count comes from the pace of the first kernels replayed, and a training step's first
     convolutions, over the largest activations, replay slower than the rest (0.37 s against 0.31 s on average for a
-    ResNet-50 training script on an H200: the count would have left 2 of its 164 configurations without counters)."""
+    ResNet-50 training script on an H200: the count would have left 2 of its 164 configurations without counters).
+    It also holds once `replays.limit` kernels were replayed: a plan that split the budget set it."""
     seen, first = 0, None
 
     def reached(line: str) -> bool:
@@ -437,6 +439,8 @@ def _over_budget(budget_s: float) -> Callable[[str], bool]:
         if not is_replayed_kernel(line):
             return False
         seen += 1
+        if replays is not None and replays.limit is not None and seen >= replays.limit:
+            return True
         now = time.monotonic()
         first = now if first is None else first
         spent = (now - first) * seen / (seen - 1) if seen > 1 else 0.0

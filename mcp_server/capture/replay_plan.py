@@ -69,6 +69,11 @@ class ReplayPlan:
     seconds_each: float | None = None  # the cost of one replayed kernel it was fitted with
     start_s: float = 0.0  # the shape-variant pass's warm-up under ncu, taken from the budget (an estimate)
     main_limit: int | None = None  # the configurations the budget affords, when they alone exceed it (an estimate)
+    # when they do, the ncu pass replays `main_limit` in launch order and the second pass the configurations of
+    # `variant_names` (deduplicated), the kernels holding the most time left: `variants` are those configurations'
+    # first launches; `unmeasured` counts the configurations neither replays
+    config_pass: bool = False
+    unmeasured: int = 0
     left_out: list[int] = field(default_factory=list)  # variants not replayed: they take the nearest measured shape
     unfitted: ReplayPlan | None = field(default=None, repr=False, compare=False)  # the plan before it was fitted
 

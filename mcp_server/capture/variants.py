@@ -50,6 +50,9 @@ ATTACH_LEAD_S = 6.0
 # workload's warm-up and ncu's report cost seconds whatever it replays (8 s on the H200 for a training script's one
 # affordable variant, after the main pass had taken most of the budget).
 MIN_VARIANT_SHARE = 0.01
+# Kernels the ncu pass may replay while the plan is made (about 1 s of planning at 0.3 s each): a plan that splits the
+# configurations stops that pass no sooner than this many after those it had replayed.
+PLANNING_REPLAYS = 4
 
 
 def ncu_variants_pass(
@@ -281,19 +284,24 @@ def planned(req: CaptureRequest, options: NcuOptions, progress: Progress, replay
     plan = plan_replays(req.run_dir.nsys_sqlite())
     if options.whole_window:  # the pace the ncu pass replays at, once measured, else the measured cost per kernel
         pace = replays.pace() if replays is not None else None
-        plan = within_budget(plan, options.replay_budget_s, pace or plan.estimate_s(1), _warmup_s(req, replays))
+        done = replays.done + PLANNING_REPLAYS if replays is not None else 0  # what it replays while this plans
+        plan = within_budget(plan, options.replay_budget_s, pace or plan.estimate_s(1), _warmup_s(req, replays), done)
         if pace is not None:
             progress(f"ncu: replay budget planned at the ncu pass's own pace, {pace:.2f} s per kernel")
     announce_plan(plan, progress)
     if replays is not None and options.whole_window:
         replays.expected = plan.configurations  # the pass stops on its replay time, not on the plan's estimate
         replays.seconds_each = plan.estimate_s(1)
+        if plan.config_pass:  # it stops at a count: the second pass replays the configurations holding most time
+            replays.limit = replays.expected = plan.main_limit
     return plan
 
 
 def variants_options(options: NcuOptions, plan: ReplayPlan) -> NcuOptions:
     """The ncu options replaying the plan's shape variants: every launch of their kernels while the harness
     profiles the plan's module calls, or else the run of their launches from the first variant to the last."""
+    if plan.config_pass:  # each configuration of the plan's kernels once
+        return options.model_copy(update={"dedupe": True, "kernel_regex": plan.kernel_regex})
     if plan.calls is not None:
         return options.model_copy(update={"dedupe": False, "kernel_regex": plan.kernel_regex})
     return options.model_copy(update={"dedupe": False, "kernel_regex": plan.kernel_regex,
@@ -306,7 +314,7 @@ def announce_plan(plan: ReplayPlan, progress: Progress) -> None:
              f"ncu pass (estimate: {plan.estimate_s(plan.configurations):.0f} s of replay)")
     if (note := budget_note(plan)) is not None:
         progress(f"ncu: {note}")
-    if plan.variants:
+    if plan.variants and not plan.config_pass:  # a split's second pass is in the budget note above
         count = len(plan.replayed) if plan.calls is not None else plan.launch_count
         where = f"inside {len(plan.calls)} module calls" if plan.calls is not None else "in a run of launches"
         progress(f"ncu: {len(plan.variants)} launches share a configuration but not the input shapes of an earlier "
