@@ -154,9 +154,9 @@ class NcuOptions(Request):
     ), Flag("--section", repeat=True)] = ()
     ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False
     replay_budget_s: Annotated[float, Field(
-        gt=0, allow_inf_nan=False, description="Seconds of ncu replay: configurations first, then shape variants "
-        "spread over the window (their pass's warm-up included); a variant left out takes its nearest measured "
-        "shape's counters."
+        gt=0, allow_inf_nan=False, description="Seconds of ncu replay: configurations (past the budget, those "
+        "holding most time), then shape variants (their pass's warm-up paid); one left out takes its nearest "
+        "measured shape's counters."
     ), Flag("--replay-budget")] = 60.0
 
     @field_validator("kernel_regex", "metric_set")
