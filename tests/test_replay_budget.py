@@ -333,3 +333,18 @@ def test_the_ncu_pass_stops_at_the_count_a_split_plan_set():
     assert not any(reached(line.format(i, i)) for i in range(10))
     replays.limit = 12
     assert not reached(line.format(10, 10)) and reached(line.format(11, 11))
+
+
+def test_a_pass_stopped_at_the_split_says_the_second_pass_carries_the_rest():
+    from mcp_server.assemble.nsys import _stopped_early
+    from mcp_server.schema.manifest import PassRecord
+    from mcp_server.schema.types import SPLIT_NOTE
+
+    def record(note: str) -> PassRecord:
+        return PassRecord(name="ncu", profiler="nvtx", command=["ncu"], directory="ncu", started_at="now",
+                          wall_time_s=1.0, exit_code=0, stopped_early="condition", notes=[note])
+
+    split = _stopped_early(record(f"{SPLIT_NOTE} the first 10 configurations in launch order"))
+    assert "the configurations it replayed and those of the second pass carry counters" in split
+    alone = _stopped_early(record("stopped at the replay budget (60 s, --replay-budget): the configurations replayed"))
+    assert "only the kernels it replayed before then carry counters" in alone

@@ -19,7 +19,7 @@ from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.requests import NcuOptions
-from mcp_server.schema.types import COUNTER_PASS, VARIANT_PASS
+from mcp_server.schema.types import COUNTER_PASS, SPLIT_NOTE, VARIANT_PASS
 from plugins.ncu.command import default_metrics
 from plugins.ncu.reader import NcuCapture, NcuReportError, read_ncu_report
 from plugins.nsys.reader import NsysExportError, NsysWindow, WindowKernel, read_window
@@ -56,6 +56,9 @@ def assemble_nsys(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributedP
 
 def _stopped_early(record: PassRecord) -> str:
     """The warning for a counter pass that kept what it replayed before it was stopped."""
+    if any(note.startswith(SPLIT_NOTE) for note in record.notes):
+        return (f"the {record.name} pass was stopped at the replay budget's split (--replay-budget): the "
+                "configurations it replayed and those of the second pass carry counters")
     budget = any("--replay-budget" in note for note in record.notes)  # the pass's own account of its stop
     why = ("its time limit (--timeout)" if record.stopped_early == "timeout"
            else "the replay budget (--replay-budget)" if budget else "--max-kernels")

@@ -33,7 +33,7 @@ from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import HarnessError, HarnessResult, load_harness
 from mcp_server.schema.manifest import PassRecord
 from mcp_server.schema.requests import NcuOptions
-from mcp_server.schema.types import TIMING_PASS, PassName
+from mcp_server.schema.types import SPLIT_NOTE, TIMING_PASS, PassName
 from plugins.executables import gpu_name
 from plugins.ncu.command import capture_command as ncu_capture
 from plugins.ncu.command import find_ncu, is_replayed_kernel
@@ -348,13 +348,15 @@ def ncu_pass(
         raise_if_permission(req, name)
         raise
     record.ncu = options
-    return kept_report(record, req, progress, harness)
+    split = replays.limit if replays.limit is not None and replays.done >= replays.limit else None
+    return kept_report(record, req, progress, harness, split)
 
 
 def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress,
-                harness: HarnessResult | None = None) -> PassRecord:
+                harness: HarnessResult | None = None, split: int | None = None) -> PassRecord:
     """Check an ncu pass left a report, say why it stopped early if it did, and list the report; `harness` (its
-    harness.json, None when the pass stopped before writing it) says what pinned memory its window held."""
+    harness.json, None when the pass stopped before writing it) says what pinned memory its window held; `split`: the
+    count it stopped at, where the replay budget's plan split the configurations with a second pass."""
     name, run_dir = record.name, req.run_dir
     raise_if_permission(req, name)
     report = run_dir.ncu_report(name)
@@ -375,6 +377,10 @@ def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress,
     elif record.stopped_early == "condition" and max_kernels:
         record.notes.append(f"stopped after {max_kernels} replayed kernels (--max-kernels)")
         progress(f"{name} pass: {max_kernels} kernels replayed (--max-kernels): stopped")
+    elif record.stopped_early == "condition" and split is not None:
+        record.notes.append(f"{SPLIT_NOTE} the first {split} configurations in launch order, the rest to the second "
+                            "pass by the kernel time they hold")
+        progress(f"{name} pass: the first {split} configurations replayed: stopped (the replay budget's split)")
     elif record.stopped_early == "condition":
         record.notes.append(f"stopped at the replay budget ({budget:.0f} s, --replay-budget): the configurations "
                             "replayed until then are kept")

@@ -38,7 +38,11 @@ COUNTER_PASS: PassName = "ncu"
 """The pass that replays the window's kernels under ncu for their hardware counters (a backend with `counters`)."""
 
 VARIANT_PASS: PassName = "ncu_variants"
-"""The counter pass's second half: the shape variants of the configurations the counter pass replayed."""
+"""The counter pass's second half: the shape variants of the configurations the counter pass replayed (or, where the
+configurations alone exceed the replay budget, those of the kernels holding the most time that it left)."""
+
+SPLIT_NOTE = "stopped at the replay budget's split (--replay-budget):"
+"""How a counter pass's note begins when it stopped at the count the replay budget's split set."""
 
 MEMORY_PASS: PassName = "memory"
 """The memory pass: the CUDA caching allocator's history over the window (`memory`, or `profile --memory`)."""
