@@ -64,6 +64,8 @@ def main() -> None:
                "by_name": Counter(str(v["name"])[:60] for v in variants).most_common(),
                "budget": None if fitted is None else {
                    "budget_s": fitted.budget_s, "warmup_s": fitted.start_s, "main_limit": fitted.main_limit,
+                   "split": {"second_pass_kernels": fitted.variant_names, "unmeasured": fitted.unmeasured}
+                   if fitted.config_pass else None,
                    "variants": len(fitted.variants),
                    "left_out": len(fitted.left_out), "replayed": len(fitted.replayed), "calls": fitted.calls,
                    "estimate_s": fitted.estimate_s(fitted.main_limit or fitted.configurations) + fitted.estimate_s(

@@ -1,17 +1,19 @@
 """The replay plan fitted to a budget of replay time: what ncu replays is bounded by the budget, not by the
 workload (a decode loop's attention has new shapes at every step: thousands of shape variants).
 
-Every configuration is replayed first (ncu's deduplicated pass: one replay each). When they alone exceed the budget,
-ncu can only replay them in launch order (a training step's forward first, its backward left out), so the budget is
-split: the ncu pass replays the first configurations in launch order and stops at a count, and the second pass
-replays, deduplicated, the configurations of the kernels holding the most kernel time among the rest (ncu filters
-by kernel name); the split is the one covering the most kernel time, and no shape variant is replayed. What
-is left pays for shape variants, less the second pass's own warm-up under ncu (a decode loop's thousands of launches
-each pay ncu's interception: about 10 s for an HF generate() call on an H200), taken by the module calls that launch
-them: calls of each module path in a spread order (the first, the last, the middle, the quarters...) so that a few
-representative steps of a decode loop are measured across its sequence lengths, paths holding more kernel time first.
-A variant left out takes, at assembly, the counters of the nearest measured shape of its configuration
-(`propagated_from`, propagation `nearest_shape`).
+Every configuration is replayed first (ncu's deduplicated pass: one replay each). What they leave pays for shape
+variants, less the second pass's own warm-up under ncu (a decode loop's thousands of launches each pay ncu's
+interception: about 10 s for an HF generate() call on an H200), taken by the module calls that launch them: calls of
+each module path in a spread order (the first, the last, the middle, the quarters...) so that a few representative
+steps of a decode loop are measured across its sequence lengths, paths holding more kernel time first. A variant left
+out takes, at assembly, the counters of the nearest measured shape of its configuration (`propagated_from`,
+propagation `nearest_shape`).
+
+When the configurations alone exceed the budget, ncu could only replay them in launch order (a training step's
+forward first, its backward left out), so the budget is split: the ncu pass replays the first configurations in
+launch order and stops at a count, and the second pass replays, deduplicated, the configurations of the kernels
+holding the most kernel time among the rest (ncu filters by kernel name); the split is the one covering the most
+kernel time, and no shape variant is replayed.
 
 A pure function of the plan: no process, no file.
 """
