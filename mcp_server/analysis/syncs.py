@@ -42,6 +42,7 @@ def sync_points(profile: OperatorAttributedProfile) -> list[SyncPoint] | None:
         return None
     unprofiled = profile.window.unprofiled_wall_time_ns is not None
     factor = _idle_factor(profile)
+    owners = _gap_owners(events)
     groups: dict[tuple[object, ...], list[RuntimeEvent]] = {}
     for event in events:
         if event.origin == "workload":
@@ -52,10 +53,12 @@ def sync_points(profile: OperatorAttributedProfile) -> list[SyncPoint] | None:
     for group in groups.values():
         first = group[0]
         # without the profiler where the timing pass traced the window; else as profiled (idle time inflated)
-        known = [i for i in (e.unprofiled_idle_after_ns for e in group if e.synchronizing) if i is not None]
+        # each idle gap once: several calls before one kernel share the gap that kernel ends
+        waits = [e for e in group if e.synchronizing]
+        known = [i if e.event_id in owners else 0 for e in waits if (i := e.unprofiled_idle_after_ns) is not None]
         source = "unprofiled" if unprofiled and known else "profiled" if factor is None else "scaled"
         if source != "unprofiled":
-            known = [i for i in (e.idle_after_ns for e in group if e.synchronizing) if i is not None]
+            known = [i if e.event_id in owners else 0 for e in waits if (i := e.idle_after_ns) is not None]
             known = known if factor is None else [int(i * factor) for i in known]
         sizes = [e.bytes for e in group if e.bytes is not None]
         points.append(SyncPoint(
@@ -69,6 +72,21 @@ def sync_points(profile: OperatorAttributedProfile) -> list[SyncPoint] | None:
             event_ids=[e.event_id for e in group]))
     points.sort(key=lambda p: (not p.synchronizing, -(p.idle_after_ns or 0), -p.host_wait_ns))
     return points
+
+
+def _gap_owners(events: Sequence[RuntimeEvent]) -> set[int]:
+    """The workload's synchronising calls that own the idle gap after them: of the calls before one kernel (a
+    `cudaDeviceSynchronize` followed by more, before the next launch), the first; the others' idle is that same gap."""
+    owners: set[int] = set()
+    seen: set[int] = set()
+    for event in sorted(events, key=lambda e: e.start_ns):
+        if event.origin != "workload" or not event.synchronizing:
+            continue
+        if event.next_kernel_id is None or event.next_kernel_id not in seen:
+            owners.add(event.event_id)
+        if event.next_kernel_id is not None:
+            seen.add(event.next_kernel_id)
+    return owners
 
 
 def _idle_factor(profile: OperatorAttributedProfile) -> float | None:

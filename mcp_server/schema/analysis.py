@@ -296,8 +296,9 @@ class SyncPoint(_Model):
     dst_memory: str | None = None
     host_wait_ns: int = Field(description="Host time inside the calls under the profiler, ns.")
     idle_after_ns: int | None = Field(default=None, description="GPU idle time before the kernel after each "
-                                      "synchronising call, summed, ns: in the window measured without the profiler "
-                                      "when `idle_source` says so.")
+                                      "synchronising call, summed, ns (a gap several calls share is counted once, "
+                                      "for the first): in the window measured without the profiler when "
+                                      "`idle_source` says so.")
     idle_source: str | None = Field(default=None, description="'unprofiled' (the timing pass's gaps), 'scaled' (the "
                                     "profiled gaps scaled to the idle time of the window timed without the "
                                     "profiler, which traced none of it) or 'profiled' (instrumentation inflates it).")
