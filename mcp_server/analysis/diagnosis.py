@@ -9,7 +9,7 @@ from mcp_server.analysis.classify import kernel_issue
 from mcp_server.analysis.pattern_registry import PATTERNS
 from mcp_server.analysis.rank_findings import KNOWLEDGE as DISTRIBUTED_KNOWLEDGE
 from mcp_server.analysis.rules import rule
-from mcp_server.analysis.syncs import IDLE_SOURCES
+from mcp_server.analysis.syncs import idle_wording
 from mcp_server.assemble.torch_profiler import window_outside_operators
 from mcp_server.schema.analysis import (
     Analysis,
@@ -288,7 +288,7 @@ def _syncs_block(analysis: Analysis) -> list[str]:
         return []
     source = next((p.idle_source for p in waiting if p.idle_source), None)
     lines = ["", "host synchronisations (the GPU idles after each until the host launches again; idle time "
-             + IDLE_SOURCES.get(source or "profiled", IDLE_SOURCES["profiled"]) + "):"]
+             + idle_wording(source) + "):"]
     for p in waiting[:5]:
         idle = f", {_us(p.idle_after_ns)} idle after" if p.idle_after_ns is not None else ""
         copy = f" ({p.copy_kind} {p.bytes} B)" if p.copy_kind and p.bytes is not None else ""

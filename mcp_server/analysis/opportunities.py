@@ -19,7 +19,7 @@ from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledg
 from mcp_server.analysis.pooled_gemms import kept_kernel, pooled_chains
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes, minimum_bytes
-from mcp_server.analysis.syncs import IDLE_SOURCES, SHORT_END
+from mcp_server.analysis.syncs import SHORT_END, idle_wording
 from mcp_server.analysis.timeline_health import Placed
 from mcp_server.assemble.attribute import CAPTURED_DETAIL
 from mcp_server.schema.analysis import DeviceSpec, Finding, KernelAnalysis, Opportunity, SyncPoint, TimelineHealth
@@ -424,7 +424,7 @@ def build_opportunities(
             + ", ".join(_site(p) for p in waiting[:3]) + (" ..." if len(waiting) > 3 else ""), "host_syncs",
             ["host_sync"], idle, 0,
             "estimate (upper bound): the GPU idle time after each synchronising call, "
-            + IDLE_SOURCES.get(source or "profiled", IDLE_SOURCES["profiled"])
+            + idle_wording(source)
             + "; the host still launches the work after it", ops=[],
             modules=list(dict.fromkeys(p.module_path for p in waiting if p.module_path)),
             triggers=[f"{_site(p)}: {p.api} x{p.count}, idle_after_ns={p.idle_after_ns}" for p in waiting[:5]])

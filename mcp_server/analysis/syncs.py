@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mcp_server.analysis.rules import matches
-from mcp_server.analysis.timeline_health import window_length
+from mcp_server.analysis.timeline_health import untraced_idle_factor
 from mcp_server.schema.analysis import Finding, SyncPoint
 from mcp_server.schema.profile import OperatorAttributedProfile, RuntimeEvent
 
@@ -32,6 +32,11 @@ IDLE_SOURCES = {  # SyncPoint.idle_source -> how the idle time after the calls w
     "scaled": "under the profiler, scaled to the idle time of the window measured without it (no window traced)",
     "profiled": "inflated by profiler instrumentation: no timing pass ran",
 }
+
+
+def idle_wording(source: str | None) -> str:
+    """How the idle time after the calls was measured (`SyncPoint.idle_source`), in words."""
+    return IDLE_SOURCES.get(source or "profiled", IDLE_SOURCES["profiled"])
 
 
 def sync_points(profile: OperatorAttributedProfile) -> list[SyncPoint] | None:
@@ -90,19 +95,12 @@ def _gap_owners(events: Sequence[RuntimeEvent]) -> set[int]:
 
 
 def _idle_factor(profile: OperatorAttributedProfile) -> float | None:
-    """The window's idle time without the profiler over its profiled idle time, where the timing pass timed the
-    window but traced none of it (a script that ended first): the profiled idle after each call is scaled by it.
-    None where the calls' own unprofiled idle is known, or nothing was timed without the profiler."""
-    window = profile.window
-    traced = any(e.unprofiled_idle_after_ns is not None for e in profile.runtime_events or [])
-    if window.unprofiled_wall_time_ns is None or traced:
+    """What the profiled idle after each call is scaled by where the timing pass timed the window but traced none of
+    it (a script that ended first): the one the window's profiled gaps are scaled by. None where the calls' own
+    unprofiled idle is known, or nothing was timed without the profiler."""
+    if any(e.unprofiled_idle_after_ns is not None for e in profile.runtime_events or []):
         return None
-    profiled_busy = window.gpu_busy_time_ns or 0
-    busy = window.unprofiled_gpu_busy_time_ns or profiled_busy
-    profiled_idle = window_length(profile)[0] - profiled_busy
-    if profiled_idle <= 0:
-        return None
-    return min(1.0, max(0, window.unprofiled_wall_time_ns - busy) / profiled_idle)
+    return untraced_idle_factor(profile)
 
 
 def _where(point: SyncPoint) -> str:

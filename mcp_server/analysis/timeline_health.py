@@ -136,11 +136,29 @@ def _scaled_gaps(owners: list[tuple[KernelRecord, OperatorRecord | None]], windo
     for kernel, _ in owners[1:]:
         gaps.append(max(0, kernel.start_ns - end))
         end = max(end, kernel.start_ns + kernel.duration_ns)
-    laid_busy = busy_time_ns([(k.start_ns, k.start_ns + k.duration_ns) for k, _ in owners])
+    factor = _idle_factor([k for k, _ in owners], window_ns, busy_ns, profiled_window_ns)
+    return [int(g * factor) for g in gaps]
+
+
+def untraced_idle_factor(profile: OperatorAttributedProfile) -> float | None:
+    """What `unprofiled_window` scales the profiled gaps by where no gap was measured without the profiler: the
+    unprofiled window's idle time over the profiled one's; None without a window timed without the profiler."""
+    win = profile.window
+    kernels = [k for op in profile.operators for k in op.kernels] + profile.unattributed_kernels
+    if not (win.unprofiled_wall_time_ns and kernels):
+        return None
+    return _idle_factor(kernels, win.unprofiled_wall_time_ns, win.unprofiled_gpu_busy_time_ns,
+                        window_length(profile)[0])
+
+
+def _idle_factor(kernels: list[KernelRecord], window_ns: int, busy_ns: int | None, profiled_window_ns: int) -> float:
+    """The unprofiled window's idle time over the profiled one's, at most 1 (`busy_ns` None: the profiled kernels'
+    busy time stands for the unprofiled one)."""
+    end = max(k.start_ns + k.duration_ns for k in kernels)
+    laid_busy = busy_time_ns([(k.start_ns, k.start_ns + k.duration_ns) for k in kernels])
     profiled_idle = max(profiled_window_ns, end) - laid_busy
     idle = max(0, window_ns - max(busy_ns or 0, laid_busy))
-    factor = min(1.0, idle / profiled_idle) if profiled_idle > 0 else 0.0
-    return [int(g * factor) for g in gaps]
+    return min(1.0, idle / profiled_idle) if profiled_idle > 0 else 0.0
 
 
 def place_kernels(profile: OperatorAttributedProfile, window_ns: int) -> list[Placed]:

@@ -44,15 +44,15 @@ def within_budget(plan: ReplayPlan, budget_s: float, seconds_each: float, start_
     plan = plan.unfitted or plan  # a fitted plan is fitted again from the plan it was fitted from
     fitted = replace(plan, budget_s=budget_s, seconds_each=seconds_each, start_s=start_s, left_out=[], unfitted=plan)
     affordable = max(1, math.floor(budget_s / seconds_each + 1e-9))  # 1e-9: 17.1 s / 0.3 s is 57
+    start = math.ceil(start_s / seconds_each - 1e-9)  # the second pass's warm-up, in replays
     if plan.configurations > affordable and not split:
         fitted.main_limit = affordable
         return _without_variants(fitted)
     if plan.configurations > affordable or main_limit is not None:
-        start = math.ceil(start_s / seconds_each - 1e-9)
         return _split_configurations(_without_variants(fitted), affordable, start, replayed, main_limit)
     if not plan.variants:
         return fitted
-    room = max(0, affordable - plan.configurations - math.ceil(start_s / seconds_each - 1e-9))
+    room = max(0, affordable - plan.configurations - start)
     if plan.calls is None:
         return _run_prefix(fitted, room)
     return _spread_calls(fitted, room)
