@@ -67,7 +67,8 @@ def test_a_training_script_with_dataloader_workers_is_profiled_as_it_is(tmp_path
 def test_a_script_that_compiles_its_model_keeps_its_graphs_as_they_run_without_the_profiler(tmp_path):
     """The window's module hooks and call-site mode are traced away inside torch.compile: no graph break of ours, no
     recompile when the window opens (Dynamo guards on the mode stack), and the graphs the script compiled are
-    recorded so that their kernels take modules and lines; the root is the model, not torch.compile's wrapper."""
+    recorded so that their kernels take modules and lines; the root is the model, not torch.compile's wrapper. (The
+    calls the generated code makes took its lines in Inductor's cache as their call sites.)"""
     out = tmp_path / "run"
     proc = run_cli("profile", "--script", str(TRAIN), "-o", str(out), "-q", "--",
                    "--epochs", "2", "--samples", "16", "--compile")
@@ -82,6 +83,10 @@ def test_a_script_that_compiles_its_model_keeps_its_graphs_as_they_run_without_t
     assert profile.capture_metadata.root_module == "Classifier"
     assert {op.phase for op in profile.operators} == {"forward", "backward", "optimizer"}
     assert "OptimizedModule" not in {op.module_path for op in profile.operators}
+    # the compiled graph's own calls into torch (its extern GEMMs, its buffers) are the line that called the model,
+    # or the model's own, not a line of the code Inductor generated in its cache
+    sites = {op.call_site for op in profile.operators}
+    assert sites and all(site and site.startswith(f"{TRAIN}:") for site in sites), sites
 
 
 def test_an_inference_script_is_windowed_by_calls_of_a_named_function_or_module(tmp_path):
@@ -148,7 +153,8 @@ def test_a_compiled_modules_calls_are_the_steps_its_class_names(tmp_path):
 def test_activation_checkpointing_recomputes_inside_the_modules_it_reruns(tmp_path):
     """Non-reentrant checkpointing re-runs each block's forward inside the backward and stops it by raising inside
     the modules it re-runs: their ranges still end there, so the backward work after it keeps its own modules (all
-    of it was charged to the last re-run module, `ff.2`, before)."""
+    of it was charged to the last re-run module, `ff.2`, before). The work run again is marked recomputed, at its
+    own lines (it took the line of the backward node that ran it, and that node, before)."""
     out = tmp_path / "run"
     proc = run_cli("profile", "--script", str(SCRIPTS / "checkpoint_train.py"), "-o", str(out), "-q")
     assert proc.returncode == 0, proc.stderr
@@ -160,6 +166,22 @@ def test_activation_checkpointing_recomputes_inside_the_modules_it_reruns(tmp_pa
         gelu = [op.module_path for op in mine if op.operator_name == "aten::gelu_backward"]
         assert gelu == [f"blocks.{block}.ff.1"]
         assert f"blocks.{block}.ff.0" in {op.module_path for op in mine if op.operator_name == "aten::mm"}
+    # the forward run again is marked as such, each call at its own line in the forward (not the line of the
+    # backward node that ran it), and tied to no autograd node; the backward's own work still is
+    lines = {marker: f"{SCRIPTS / 'checkpoint_train.py'}:{number}" for number, text in
+             enumerate((SCRIPTS / "checkpoint_train.py").read_text().splitlines(), 1)
+             for marker in ("NORM_LINE", "FF_LINE") if text.endswith(marker)}
+    recomputed = [op for op in backward if op.recomputed]
+    assert {(op.operator_name, op.call_site) for op in recomputed} == {
+        ("aten::layer_norm", lines["NORM_LINE"]), ("aten::linear", lines["FF_LINE"]), ("aten::gelu", lines["FF_LINE"])}
+    assert all(op.autograd_node is None and op.forward_op is None for op in recomputed)
+    assert len([op for op in recomputed if op.operator_name == "aten::layer_norm"]) == 3
+    assert {op.forward_op for op in backward if op.operator_name == "aten::gelu_backward"} == {"aten::gelu"}
+    operators = load_profile(out / "profile.json").operators
+    assert not any(op.recomputed for op in operators if op.phase != "backward")
+    # the clipping between the backward and the step is the update's; the loss, outside the model too, the forward's
+    assert {op.phase for op in operators if op.operator_name == "aten::linalg_vector_norm"} == {"optimizer"}
+    assert {op.phase for op in operators if op.operator_name in ("aten::square", "aten::mean")} == {"forward"}
 
 
 def test_a_training_loop_without_an_optimizer_is_windowed_by_its_backward_calls(tmp_path):

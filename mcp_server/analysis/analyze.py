@@ -67,7 +67,8 @@ _FINDING_ISSUE = {"unfused_attention": "unfused attention", "sdpa_math_path": "S
                   "fp32_matmul": "FP32 GEMM on CUDA cores", "fp32_conv": "FP32 conv on CUDA cores",
                   "bn_not_frozen": "BN not folded (no freezing)", "half_matmul": "BF16/FP16 GEMM (FP8 candidate)",
                   "growing_kv_cache": "growing KV cache", "split_fusion": "chain split by a fallback op",
-                  "pooled_gemm_output": "GEMM output only max-pooled", "heuristic_conv": "cuDNN heuristic pick"}
+                  "pooled_gemm_output": "GEMM output only max-pooled", "heuristic_conv": "cuDNN heuristic pick",
+                  "recomputed_forward": "recomputed (checkpointing)"}
 _TORCH_DTYPE = {"float": "float32", "double": "float64", "c10::half": "float16", "half": "float16",
                 "c10::bfloat16": "bfloat16", "bfloat16": "bfloat16", "long int": "int64", "int": "int32"}
 _DTYPE_OF_PRECISION = {"fp32": "float32", "tensor_tf32": "float32 on TF32 tensor cores", "tensor_bf16": "bfloat16",
@@ -164,7 +165,8 @@ def _operator_analyses(profile: OperatorAttributedProfile, kernels: dict[int, Ke
         duration = sum(k.duration_ns for k in mine)
         rows.append(OperatorAnalysis(
             operator_id=op.operator_id, operator_name=op.operator_name, module_path=op.module_path,
-            phase=op.phase, call_site=op.call_site, is_fused=op.is_fused, kernel_count=len(mine), duration_ns=duration,
+            phase=op.phase, call_site=op.call_site, recomputed=op.recomputed, is_fused=op.is_fused,
+            kernel_count=len(mine), duration_ns=duration,
             share_of_kernel_time_pct=100.0 * duration / total, roofline=combined_roofline(op.kernels, device),
             tensor_pipe_pct=_weighted(mine, "tensor_pipe_pct"),
             dram_throughput_pct=_weighted(mine, "dram_throughput_pct"),
@@ -199,9 +201,11 @@ def _configuration(profile: OperatorAttributedProfile, device: DeviceSpec | None
         source = "peaks measured by microbenchmark"
     else:
         source = f"peaks: {device.name}, datasheet (knowledge/devices.yaml: {device.key})"
-    return Configuration(device=meta.device_name or meta.device_type, device_source=source,
-                         compile_mode=meta.compile_mode, run_mode=meta.run_mode, dtype=dtype, tool=meta.tool,
-                         iters=meta.iters)
+    graphs = {op.compiled_graph for op in profile.operators if op.compiled_graph}
+    mode = meta.compile_mode if meta.compile_mode != "eager" or not graphs \
+        else f"eager (the workload's own torch.compile: {len(graphs)} compiled graph(s) ran)"
+    return Configuration(device=meta.device_name or meta.device_type, device_source=source, compile_mode=mode,
+                         run_mode=meta.run_mode, dtype=dtype, tool=meta.tool, iters=meta.iters)
 
 
 def _write_outputs(analysis: Analysis, placed: list[Placed], out_dir: Path) -> None:

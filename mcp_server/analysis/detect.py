@@ -266,7 +266,8 @@ def window_findings(profile: OperatorAttributedProfile, health: TimelineHealth) 
 
 
 def structural_findings(profile: OperatorAttributedProfile, placed: list[Placed]) -> list[Finding]:
-    """Unfolded batch norms, layout conversions, host syncs, separate q/k/v projections, register spills."""
+    """Unfolded batch norms, layout conversions, host syncs, separate q/k/v projections, forward work recomputed by
+    activation checkpointing, register spills."""
     findings: list[Finding] = []
     ops = profile.operators
     inference = profile.capture_metadata.run_mode == "inference"
@@ -316,7 +317,7 @@ def structural_findings(profile: OperatorAttributedProfile, placed: list[Placed]
             detail="item()/nonzero()/data-dependent shapes synchronise: keep values on the GPU or move them out of "
                    "the hot loop.",
         ))
-    findings += _qkv(ops)
+    findings += _qkv(ops) + _recomputed(ops)
     spills = [p for p in placed if (_v(p.kernel, "local_spill_bytes_ld") or 0) + (_v(p.kernel, "local_spill_bytes_st")
                                                                                    or 0) > 0]
     if spills:
@@ -347,6 +348,28 @@ def _qkv(ops: list[OperatorRecord]) -> list[Finding]:
         operators=[o.operator_id for o in members], module_paths=sorted(hits),
         kernel_ids=[k.kernel_id for o in members for k in o.kernels], triggers=[f"qkv_modules={len(hits)}"],
         detail="Three projections of the same input: one GEMM with concatenated weights does the work of three.",
+    )]
+
+
+def _recomputed(ops: list[OperatorRecord]) -> list[Finding]:
+    """Forward work activation checkpointing runs again in the backward: the kernel time its saved memory costs."""
+    again = [o for o in ops if o.recomputed]
+    if not again:
+        return []
+    kernels = [k for o in again for k in o.kernels]
+    spent = sum(k.duration_ns for k in kernels)
+    total = sum(k.duration_ns for o in ops for k in o.kernels) or 1
+    modules = _uniq([o.module_path for o in again])
+    return [Finding(
+        kind="recomputed_forward",
+        title=f"activation checkpointing runs {len(again)} forward calls again in the backward: "
+              f"{spent / 1e3:.1f} us, {100 * spent / total:.1f} % of kernel time",
+        operators=[o.operator_id for o in again], module_paths=modules, kernel_ids=[k.kernel_id for k in kernels],
+        triggers=[f"recomputed_calls={len(again)}", f"kernel_time_ns={spent}",
+                  f"kernel_time_pct={100 * spent / total:.1f}"],
+        detail="torch.utils.checkpoint saves the activations of the checkpointed modules by computing their forward "
+               "twice: where memory allows, checkpoint fewer modules, or keep the costly outputs (selective "
+               "checkpointing: torch.utils.checkpoint.create_selective_checkpoint_contexts saving the matmuls').",
     )]
 
 

@@ -45,13 +45,14 @@ def _weighted(kernels: list[KernelAnalysis], field: str) -> float | None:
 
 
 def stage_rows(operators: list[OperatorAnalysis], kernels: list[KernelAnalysis], limit: int = STAGES) -> list[StageRow]:
-    """Operators grouped by module path (operator name when none) and, in a training step, by phase; longest
-    first."""
+    """Operators grouped by module path (operator name when none) and, in a training step, by phase (forward work
+    activation checkpointing runs again in the backward apart); longest first."""
     phased = len({op.phase for op in operators}) > 1
     groups: dict[tuple[str, str | None, str | None], list[OperatorAnalysis]] = {}
     for op in operators:
         phase = op.phase if phased else None
-        label = (op.module_path or op.operator_name) + (f" ({phase})" if phase else "")
+        shown = f"{phase}, recomputed" if phase and op.recomputed else phase
+        label = (op.module_path or op.operator_name) + (f" ({shown})" if shown else "")
         groups.setdefault((label, op.module_path, phase), []).append(op)
     by_op: dict[str, list[KernelAnalysis]] = {}
     for k in kernels:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mcp_server.assemble.aggregate import aggregate_into, counted_fields, finish_record
-from mcp_server.assemble.phases import Context, FrameLike, work_of
+from mcp_server.assemble.phases import Context, FrameLike, recomputed_call_sites, work_of
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance, graph_key
 from mcp_server.children.contract import GRAPH_CAPTURE_RANGE
 from mcp_server.schema.profile import (
@@ -74,6 +74,7 @@ class _Call:
     autograd_node: str | None = None
     forward_op: str | None = None
     graph_key: str | None = None  # the compiled graph's `## Call CompiledFxGraph` range name
+    recomputed: bool = False
 
 
 
@@ -91,7 +92,7 @@ class _StackFacts:
     """What attribution needs of one stack, worked out once for all the kernels launched under it."""
 
     __slots__ = ("outer_op", "launch_op", "module_path", "graph", "triton", "attribution", "phase", "call_site",
-                 "autograd_node", "forward_op", "graph_origins")
+                 "autograd_node", "forward_op", "graph_origins", "recomputed")
 
     def __init__(self, stack: Sequence[FrameLike], provenance: Provenance, known: _Attributions, context: Context,
                  thread: int | None) -> None:
@@ -100,7 +101,7 @@ class _StackFacts:
         self.launch_op = ops[-1].name if ops else None
         work = work_of(stack, context, thread)
         self.module_path, self.phase, self.call_site = work.module_path, work.phase, work.call_site
-        self.autograd_node, self.forward_op = work.autograd_node, work.forward_op
+        self.autograd_node, self.forward_op, self.recomputed = work.autograd_node, work.forward_op, work.recomputed
         self.graph = next((f for f in stack if f.name.startswith(GRAPH_CALL_PREFIX)), None)
         graph = provenance.graph(self.graph.name) if self.graph is not None else None
         self.graph_origins = graph.kernels if graph is not None else provenance.kernels
@@ -116,7 +117,7 @@ _OPERATOR_FIELDS = frozenset(OperatorRecord.model_fields)
 _BUILT_OPERATOR_FIELDS = frozenset({
     "operator_id", "operator_name", "call_index", "module_path", "input_shapes", "input_dtypes", "is_fused",
     "fused_operators", "kernels", "aggregated", "phase", "call_site", "autograd_node", "forward_op",
-    "compiled_graph", "host_start_ns", "collective", "collective_seq", "collective_modules",
+    "compiled_graph", "host_start_ns", "collective", "collective_seq", "collective_modules", "recomputed",
 })
 _KERNEL_FIELDS = frozenset(KernelRecord.model_fields)
 _BUILT_KERNEL_FIELDS = frozenset({
@@ -267,6 +268,7 @@ def attribute_stream(
                         None if outer.input_dtypes is None else list(outer.input_dtypes), graph_call=graph_key,
                         phase=facts.phase, call_site=facts.call_site, autograd_node=facts.autograd_node,
                         forward_op=facts.forward_op, graph_key=graph.name if graph is not None else None,
+                        recomputed=facts.recomputed,
                     )
                 last_key = key
         else:
@@ -282,7 +284,7 @@ def attribute_stream(
                 fused = _Call(triton, kernel.ordinal, module_path, origin=origin, graph_call=graph_key,
                               phase=facts.phase, call_site=origin.call_site or facts.call_site,
                               autograd_node=facts.autograd_node, forward_op=facts.forward_op,
-                              graph_key=graph.name if graph is not None else None)
+                              graph_key=graph.name if graph is not None else None, recomputed=facts.recomputed)
                 call = calls.setdefault(("fused", kernel.ordinal), fused)
             else:
                 attribution, call = attributions.none, None
@@ -310,6 +312,7 @@ def attribute_stream(
             ordered = sorted(ordered + aligned, key=lambda c: c.first_ordinal)
     _extern_module_paths(ordered, provenance, context.root_module)
     operators = _operators(ordered, for_profile)
+    recomputed_call_sites(operators)
     if operator_keys is not None:
         ids = {id(call): op.operator_id for call, op in zip(ordered, operators, strict=True)}
         operator_keys.update((key, ids[id(call)]) for key, call in keyed)
@@ -473,6 +476,7 @@ def _operators(calls: list[_Call], for_profile: bool) -> list[OperatorRecord]:
         _set(op, "autograd_node", call.autograd_node)
         _set(op, "forward_op", call.forward_op)
         _set(op, "compiled_graph", graph_key(call.graph_key))
+        _set(op, "recomputed", call.recomputed)
         for unset in ("host_start_ns", "collective", "collective_seq", "collective_modules"):  # set later, if ever
             _set(op, unset, None)
         finish_record(op, complete if for_profile else set(given))

@@ -3,7 +3,12 @@
 A stack inside one of torch.optim's own ranges (`Optimizer.step#AdamW.step`, `Optimizer.zero_grad#...`), or the
 harness's range around a hand-written loop's update (a script windowed by its backward() calls), is the optimizer's; one
 inside the autograd engine's marker (`autograd::engine::evaluate_function: <node>`) is backward work, tied through its
-node's sequence number to the forward op, module and call site it differentiates; every other stack is forward work."""
+node's sequence number to the forward op, module and call site it differentiates; every other stack is forward work.
+In a training step, work outside the model after its last backward work (gradient clipping, a GradScaler's unscale,
+an average of the weights) is the update's, as the optimizer's step is (`update_after_backward`).
+A module's forward called inside that marker is forward work run again by activation checkpointing
+(`torch.utils.checkpoint`): recomputed, in the backward phase, with its own module and, once the window's operators
+are known, the call site of the same call in the forward (`recomputed_call_sites`)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from mcp_server.children.contract import UPDATE_RANGE
-from mcp_server.schema.profile import Phase
+from mcp_server.schema.profile import OperatorRecord, Phase, RuntimeEvent
 from plugins.ncu import keys
 from plugins.sequences import BACKWARD_PREFIX, ForwardOrigin, SequenceIndex, lookup
 
@@ -82,15 +87,21 @@ class Work(NamedTuple):
     call_site: str | None
     autograd_node: str | None
     forward_op: str | None
+    recomputed: bool = False
 
 
 def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) -> Work:
     """The phase of the work under `stack`, its module path and call site (a backward node's from the forward op
-    it differentiates; the optimizer's module is the model itself) and, for backward work, node and forward op."""
+    it differentiates; the optimizer's module is the model itself) and, for backward work, node and forward op.
+    Forward work a backward node runs again (a module called inside it: checkpointing) is `recomputed`: its call
+    site is a site range inside the node's when there is one, else left for `recomputed_call_sites`."""
     phase, marker, node = _phase(stack)
     module_path = _module_path(stack)
     call_site = next((f.name for f in reversed(stack) if f.kind == "site"), None)
     autograd_node = forward_op = None
+    if marker is not None and (inner := _inside(stack, marker)) and any(f.kind == "module" for f in inner):
+        own_site = next((f.name for f in reversed(inner) if f.kind == "site"), None)
+        return Work(phase, module_path, own_site, None, None, recomputed=True)
     if marker is not None:
         autograd_node = marker.name.removeprefix(BACKWARD_PREFIX)
         origin = context.forward(marker, node, thread)
@@ -101,3 +112,58 @@ def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) ->
     if phase == "optimizer" and module_path is None:
         module_path = context.root_module
     return Work(phase, module_path, call_site, autograd_node, forward_op)
+
+
+def _inside(stack: Sequence[FrameLike], marker: FrameLike) -> Sequence[FrameLike]:
+    """The frames of `stack` inside `marker`'s."""
+    for position, frame in enumerate(stack):
+        if frame is marker:
+            return stack[position + 1:]
+    return ()
+
+
+def update_after_backward(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
+    """In a window with backward and optimizer work, the calls outside any module after its last backward call
+    (in window order) are the update's, not the forward's: phase optimizer, on them, their kernels and the events
+    they made (gradient clipping, a GradScaler's unscale, an EMA of the weights after the step)."""
+    last = max((i for i, op in enumerate(operators) if op.phase == "backward"), default=None)
+    if last is None or not any(op.phase == "optimizer" for op in operators):
+        return
+    moved = set()
+    for op in operators[last + 1:]:
+        if op.phase == "forward" and op.module_path is None:
+            op.phase = "optimizer"
+            for kernel in op.kernels:
+                kernel.phase = "optimizer"
+            moved.add(op.operator_id)
+    for event in events:
+        if event.operator_id in moved:
+            event.phase = "optimizer"
+
+
+class Recomputable(Protocol):
+    """What `recomputed_call_sites` reads and sets of an operator call (an OperatorRecord)."""
+
+    operator_name: str
+    module_path: str | None
+    phase: Phase | None
+    call_site: str | None
+    recomputed: bool
+
+
+def recomputed_call_sites(operators: Sequence[Recomputable]) -> None:
+    """Give each recomputed call without a call site the call site of the same call in the forward: the n-th
+    recomputed call of an operator in a module takes the n-th forward call's (repeating: a module checkpointed and
+    called several times is recomputed as often), in window order."""
+    forward: dict[tuple[str | None, str], list[str | None]] = {}
+    for op in operators:
+        if op.phase == "forward" and not op.recomputed:
+            forward.setdefault((op.module_path, op.operator_name), []).append(op.call_site)
+    seen: dict[tuple[str | None, str], int] = {}
+    for op in operators:
+        if op.recomputed and op.call_site is None:
+            key = (op.module_path, op.operator_name)
+            number = seen.get(key, 0)
+            seen[key] = number + 1
+            if sites := forward.get(key):
+                op.call_site = sites[number % len(sites)]

@@ -6,8 +6,15 @@ import statistics
 
 from mcp_server.assemble.aggregate import module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, attribute_stream, work_of
-from mcp_server.assemble.events import OperatorKeys, attribute_events, event_warnings, sites_from_graph_breaks
+from mcp_server.assemble.events import (
+    OperatorKeys,
+    attribute_events,
+    event_warnings,
+    recomputed_event_sites,
+    sites_from_graph_breaks,
+)
 from mcp_server.assemble.metadata import capture_metadata, harness_result
+from mcp_server.assemble.phases import recomputed_call_sites, update_after_backward
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
 from mcp_server.assemble.threads import OtherThreads
 from mcp_server.rundir import RunDir
@@ -79,10 +86,12 @@ def _cpu_operators(
                 aggregated=AggregatedMetrics(cpu_self_time_ns=op.self_ns, cpu_total_time_ns=op.duration_ns,
                                              cpu_self_time_by_operator_ns=dict(op.nested_self_ns)),
                 phase=work.phase, call_site=work.call_site or (origin.call_site if origin else None),
-                autograd_node=work.autograd_node, forward_op=work.forward_op,
+                autograd_node=work.autograd_node, forward_op=work.forward_op, recomputed=work.recomputed,
                 host_start_ns=op.start_ns - window_start_ns if window_start_ns is not None else None,
             )
         )
+    recomputed_call_sites(operators)
+    update_after_backward(operators)
     return operators
 
 
@@ -152,6 +161,8 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
                                                operator_keys=operator_ids)
     events = attribute_events(capture.runtime_calls, start, context, operator_ids,
                               [k for op in operators for k in op.kernels] + unattributed)
+    recomputed_event_sites(events, operators)
+    update_after_backward(operators, events)
     sites_from_graph_breaks(events, meta.graph_breaks)
     warnings += event_warnings(events)
     if unattributed:

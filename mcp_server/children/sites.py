@@ -10,9 +10,12 @@ before its first line runs.
 from __future__ import annotations
 
 import functools
+import getpass
 import os
+import re
 import sys
 import sysconfig
+import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -30,8 +33,9 @@ _METADATA = frozenset({
 
 @functools.cache
 def _roots() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """(torch's and this package's folders, the standard library's, site-packages'), each real and ending in a
-    separator. In a virtual environment the standard library's folder may hold site-packages."""
+    """(torch's, Inductor's generated code's and this package's folders, the standard library's, site-packages'),
+    each real and ending in a separator. In a virtual environment the standard library's folder may hold
+    site-packages."""
     import torch
 
     def real(paths: Iterable[str]) -> tuple[str, ...]:
@@ -40,8 +44,21 @@ def _roots() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     paths = sysconfig.get_paths()
     packages = [paths[k] for k in ("purelib", "platlib") if paths.get(k)]
     packages += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
-    return (real([os.path.dirname(torch.__file__), str(Path(__file__).resolve().parent)]),
+    return (real([os.path.dirname(torch.__file__), inductor_cache_dir(), str(Path(__file__).resolve().parent)]),
             real(paths[k] for k in ("stdlib", "platstdlib") if paths.get(k)), real(packages))
+
+
+def inductor_cache_dir() -> str:
+    """The folder Inductor writes the Python code it generates to (`torch._inductor.runtime.cache_dir_utils.
+    cache_dir()`, worked out as it does: importing it takes about 2 s)."""
+    configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if configured:
+        return os.path.abspath(configured)
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
 def is_core(path: str) -> bool:
@@ -51,7 +68,8 @@ def is_core(path: str) -> bool:
 
 
 def library_roots() -> tuple[str, ...]:
-    """Folders whose code is not the user's: torch, the standard library, site-packages, this package."""
+    """Folders whose code is not the user's: torch, Inductor's generated code, the standard library, site-packages,
+    this package."""
     return tuple(sorted(set().union(*_roots())))
 
 

@@ -12,10 +12,11 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ANALYSIS_SCHEMA_VERSION = "1.4"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
+ANALYSIS_SCHEMA_VERSION = "1.5"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
 # 1.3: `syncs`, each place that makes the host wait for the GPU or copies memory, with its idle cost; the changes
 # that must come before an opportunity (`prerequisites`)
 # 1.4: the multi-rank view's reference rank (the one that waited least in its collectives) and its notes
+# 1.5: forward work recomputed in the backward by activation checkpointing, on operators and as its own stages
 
 
 class _Model(BaseModel):
@@ -131,6 +132,8 @@ class OperatorAnalysis(_Model):
     module_path: str | None = None
     phase: str | None = Field(default=None, description="forward, backward or optimizer (profile schema 1.2).")
     call_site: str | None = Field(default=None, description="`path:line` of the user's code that made the call.")
+    recomputed: bool = Field(default=False, description="Forward work activation checkpointing runs again in the "
+                             "backward (profile schema 1.8) (1.5).")
     is_fused: bool = False
     kernel_count: int = 0
     duration_ns: int = 0
@@ -148,7 +151,8 @@ class OperatorAnalysis(_Model):
 class StageRow(_Model):
     """A row of the summary's per-stage table: one module (or operator when no module is known)."""
 
-    label: str = Field(description="The module path (operator name when none), with its phase in a training step.")
+    label: str = Field(description="The module path (operator name when none), with its phase in a training step "
+                       "(and `recomputed` for forward work checkpointing runs again in the backward).")
     module_path: str | None = None
     phase: str | None = None
     operators: list[str] = Field(default_factory=list)

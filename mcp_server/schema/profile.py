@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.schema.types import CompileMode, RunMode
 
-SCHEMA_VERSION = "1.7"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
+SCHEMA_VERSION = "1.8"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
 # 1.2: phase (forward/backward/optimizer) on kernels and operators, backward ops tied to the forward op they
 # differentiate, call sites and their coverage, the graph breaks of a compiled capture
 # 1.3: one rank of a multi-rank run: its place in the world, collectives with their sequence numbers and the
@@ -25,6 +25,7 @@ SCHEMA_VERSION = "1.7"  # 1.1: the timing pass's window, clocks, unprofiled gaps
 # like a kernel, with the GPU idle time after a synchronisation in the window measured without the profiler
 # 1.6: whether the compiled code runs under CUDA graph trees (a workload's own mode="reduce-overhead" included)
 # 1.7: whether cuDNN's autotuner was on (torch.backends.cudnn.benchmark)
+# 1.8: forward work recomputed inside the backward by activation checkpointing (`recomputed`)
 
 
 class _Model(BaseModel):
@@ -179,6 +180,11 @@ class OperatorRecord(_Model):
     collective_modules: dict[str, float] | None = Field(
         default=None, description="The modules whose gradients (a DDP bucket) the collective carries, each with "
         "its share of the bucket's elements (1.3).",
+    )
+    recomputed: bool = Field(
+        default=False, description="Forward work run again inside the backward by activation checkpointing "
+        "(torch.utils.checkpoint): phase backward, no autograd node or forward op; its call site is the same call's "
+        "in the forward (1.8).",
     )
 
 

@@ -1,5 +1,6 @@
 """A plain training script whose blocks use activation checkpointing (`torch.utils.checkpoint`, non-reentrant): their
-forward runs again inside the backward, and stops early by raising inside the modules it re-runs.
+forward runs again inside the backward, and stops early by raising inside the modules it re-runs; the gradients are
+clipped between the backward and the optimizer's step.
 
     operator-profiler profile --script checkpoint_train.py
 """
@@ -14,10 +15,12 @@ from torch.utils.checkpoint import checkpoint
 class Block(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
+        self.norm = nn.LayerNorm(width)
         self.ff = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.ff(x)
+        h = self.norm(x)  # NORM_LINE
+        return x + self.ff(h)  # FF_LINE
 
 
 class Net(nn.Module):
@@ -44,6 +47,7 @@ def main() -> None:
         loss = model(torch.randn(16, 32, device=device)).square().mean()
         optimizer.zero_grad()
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
 
