@@ -6,6 +6,8 @@ from the rank that waited least, and keeps a rank that nsys alone made late out 
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -17,6 +19,7 @@ from mcp_server.analysis.classify import classify_kernel, key_issue
 from mcp_server.analysis.rank_findings import distributed_analysis
 from mcp_server.analysis.timeline_health import unprofiled_window
 from mcp_server.assemble.unprofiled import rank_timing
+from mcp_server.backends.registry import assemble
 from mcp_server.ranks.merge import merge_ranks, rank_files
 from mcp_server.rundir import RunDir
 from mcp_server.schema.harness import load_harness
@@ -171,3 +174,22 @@ def test_a_rank_with_twice_the_batch_is_a_straggler_whose_wait_is_bounded_withou
     balance = next(c for c in changes if c.change_class == "straggler_balance")
     assert balance.estimated_saving_ns == late.unprofiled_bound_ns
     assert "less their compute" in balance.estimate_label
+
+
+def test_fsdps_last_gradient_reduction_after_the_backward_is_backward_work(tmp_path_factory, tmp_path):
+    """FSDP2 packs and reduce-scatters the root unit's gradients in the backward's final callback, after autograd's
+    last node: outside every module and every node's range. Those calls were labelled forward; work outside the
+    model after the last backward call is the update's (gradient clipping), but distributed training's own calls
+    before the optimizer's step finish the backward."""
+    rank = tmp_path / "rank0"
+    shutil.copytree(_run("fsdp_lm_train", tmp_path_factory) / "rank0", rank)
+    manifest = json.loads((rank / "manifest.json").read_text())  # the fixture leaves ncu's reports out
+    manifest["passes"] = [p for p in manifest["passes"] if not p["name"].startswith("ncu")]
+    (rank / "manifest.json").write_text(json.dumps(manifest))
+    operators = assemble(RunDir(rank)).operators
+    last = max(i for i, op in enumerate(operators) if op.operator_name == "fsdp::chunk_cat")
+    step = next(i for i, op in enumerate(operators) if op.phase == "optimizer")
+    tail = operators[last:step]
+    assert [op.operator_name for op in tail] == ["fsdp::chunk_cat", "c10d::_reduce_scatter_base_"]
+    assert {op.phase for op in tail} == {k.phase for op in tail for k in op.kernels} == {"backward"}
+    assert "forward" not in {op.phase for op in operators[step:]}

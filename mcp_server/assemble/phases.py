@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
+from mcp_server.assemble.collectives import kernel_collective, operator_collective
 from mcp_server.children.contract import UPDATE_RANGE
 from mcp_server.schema.profile import OperatorRecord, Phase, RuntimeEvent
 from plugins.ncu import keys
@@ -125,20 +126,36 @@ def _inside(stack: Sequence[FrameLike], marker: FrameLike) -> Sequence[FrameLike
 def update_after_backward(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
     """In a window with backward and optimizer work, the calls outside any module after its last backward call
     (in window order) are the update's, not the forward's: phase optimizer, on them, their kernels and the events
-    they made (gradient clipping, a GradScaler's unscale, an EMA of the weights after the step)."""
+    they made (gradient clipping, a GradScaler's unscale, an EMA of the weights after the step). Distributed
+    training's own calls there before the optimizer's step (a collective, FSDP's packing of the gradients it
+    reduces: the backward's final callbacks run them) are the backward's."""
     last = max((i for i, op in enumerate(operators) if op.phase == "backward"), default=None)
     if last is None or not any(op.phase == "optimizer" for op in operators):
         return
-    moved = set()
+    moved: dict[str, Phase] = {}
+    stepped = False
     for op in operators[last + 1:]:
-        if op.phase == "forward" and op.module_path is None:
-            op.phase = "optimizer"
-            for kernel in op.kernels:
-                kernel.phase = "optimizer"
-            moved.add(op.operator_id)
+        stepped = stepped or op.phase == "optimizer"
+        if op.phase != "forward" or op.module_path is not None:
+            continue
+        phase: Phase = "optimizer" if not _communicates(op) else "backward" if not stepped else "forward"
+        op.phase = phase
+        for kernel in op.kernels:
+            kernel.phase = phase
+        moved[op.operator_id] = phase
     for event in events:
         if event.operator_id in moved:
-            event.phase = "optimizer"
+            event.phase = moved[event.operator_id]
+
+
+DISTRIBUTED_PREFIXES = ("fsdp::", "c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:",
+                        "record_param_comms")
+
+
+def _communicates(op: OperatorRecord) -> bool:
+    """A call of distributed training's own: a collective, or torch.distributed's and FSDP's operators."""
+    return (op.operator_name.startswith(DISTRIBUTED_PREFIXES) or operator_collective(op.operator_name) is not None
+            or any(kernel_collective(k.kernel_name) for k in op.kernels))
 
 
 class Recomputable(Protocol):
