@@ -193,3 +193,6 @@ def test_fsdps_last_gradient_reduction_after_the_backward_is_backward_work(tmp_p
     assert [op.operator_name for op in tail] == ["fsdp::chunk_cat", "c10d::_reduce_scatter_base_"]
     assert {op.phase for op in tail} == {k.phase for op in tail for k in op.kernels} == {"backward"}
     assert "forward" not in {op.phase for op in operators[step:]}
+    # FSDP's unit ranges read as modules, but the all-gathers and reduce-scatters under them in the backward are
+    # no forward run again
+    assert not any(op.recomputed for op in operators)

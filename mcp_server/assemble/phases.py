@@ -100,7 +100,8 @@ def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) ->
     module_path = _module_path(stack)
     call_site = next((f.name for f in reversed(stack) if f.kind == "site"), None)
     autograd_node = forward_op = None
-    if marker is not None and (inner := _inside(stack, marker)) and any(f.kind == "module" for f in inner):
+    inner = _inside(stack, marker) if marker is not None else ()
+    if _recomputes(inner):
         own_site = next((f.name for f in reversed(inner) if f.kind == "site"), None)
         return Work(phase, module_path, own_site, None, None, recomputed=True)
     if marker is not None:
@@ -113,6 +114,21 @@ def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) ->
     if phase == "optimizer" and module_path is None:
         module_path = context.root_module
     return Work(phase, module_path, call_site, autograd_node, forward_op)
+
+
+def _recomputes(inner: Sequence[FrameLike]) -> bool:
+    """Whether the frames inside a backward node's range are forward work run again: a module's forward called
+    there. FSDP2's unit ranges read as modules too (`FSDP::all_gather (layers.3)`); the work under them is its own
+    collectives and copies, not a forward."""
+    if not any(f.kind == "module" for f in inner):
+        return False
+    outer_op = next((f for f in inner if f.kind == "op"), None)
+    return outer_op is None or not distributed_name(outer_op.name)
+
+
+def distributed_name(name: str) -> bool:
+    """An operator of distributed training's own: a collective, or torch.distributed's and FSDP's operators."""
+    return name.startswith(DISTRIBUTED_PREFIXES) or operator_collective(name) is not None
 
 
 def _inside(stack: Sequence[FrameLike], marker: FrameLike) -> Sequence[FrameLike]:
@@ -154,8 +170,7 @@ DISTRIBUTED_PREFIXES = ("fsdp::", "c10d::", "_c10d_functional::", "c10d_function
 
 def _communicates(op: OperatorRecord) -> bool:
     """A call of distributed training's own: a collective, or torch.distributed's and FSDP's operators."""
-    return (op.operator_name.startswith(DISTRIBUTED_PREFIXES) or operator_collective(op.operator_name) is not None
-            or any(kernel_collective(k.kernel_name) for k in op.kernels))
+    return distributed_name(op.operator_name) or any(kernel_collective(k.kernel_name) for k in op.kernels)
 
 
 class Recomputable(Protocol):
