@@ -23,6 +23,9 @@ from plugins.sequences import BACKWARD_PREFIX, ForwardOrigin, SequenceIndex, loo
 
 # torch.optim's own profiler ranges, and the harness's around a hand-written loop's update (`--window-fn backward`)
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", UPDATE_RANGE)
+# torch.distributed's and FSDP's own operators (besides the collectives `operator_collective` names)
+DISTRIBUTED_PREFIXES = ("fsdp::", "c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:",
+                        "record_param_comms")
 
 
 class FrameLike(keys.FrameLike, Protocol):
@@ -164,26 +167,12 @@ def update_after_backward(operators: Sequence[OperatorRecord], events: Sequence[
             event.phase = moved[event.operator_id]
 
 
-DISTRIBUTED_PREFIXES = ("fsdp::", "c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:",
-                        "record_param_comms")
-
-
 def _communicates(op: OperatorRecord) -> bool:
     """A call of distributed training's own: a collective, or torch.distributed's and FSDP's operators."""
     return distributed_name(op.operator_name) or any(kernel_collective(k.kernel_name) for k in op.kernels)
 
 
-class Recomputable(Protocol):
-    """What `recomputed_call_sites` reads and sets of an operator call (an OperatorRecord)."""
-
-    operator_name: str
-    module_path: str | None
-    phase: Phase | None
-    call_site: str | None
-    recomputed: bool
-
-
-def recomputed_call_sites(operators: Sequence[Recomputable]) -> None:
+def recomputed_call_sites(operators: Sequence[OperatorRecord]) -> None:
     """Give each recomputed call without a call site the call site of the same call in the forward: the n-th
     recomputed call of an operator in a module takes the n-th forward call's (repeating: a module checkpointed and
     called several times is recomputed as often), in window order."""
