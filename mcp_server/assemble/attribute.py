@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mcp_server.assemble.aggregate import aggregate_into, counted_fields, finish_record
-from mcp_server.assemble.phases import Context, FrameLike, recomputed_call_sites, work_of
+from mcp_server.assemble.phases import Context, FrameLike, work_of
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance, graph_key
 from mcp_server.children.contract import GRAPH_CAPTURE_RANGE
 from mcp_server.schema.profile import (
@@ -312,7 +312,6 @@ def attribute_stream(
             ordered = sorted(ordered + aligned, key=lambda c: c.first_ordinal)
     _extern_module_paths(ordered, provenance, context.root_module)
     operators = _operators(ordered, for_profile)
-    recomputed_call_sites(operators)
     if operator_keys is not None:
         ids = {id(call): op.operator_id for call, op in zip(ordered, operators, strict=True)}
         operator_keys.update((key, ids[id(call)]) for key, call in keyed)

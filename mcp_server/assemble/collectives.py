@@ -51,6 +51,16 @@ def operator_collective(name: str) -> str | None:
     return normal_name(found.group(1)) if found else None
 
 
+# torch.distributed's and FSDP's own operators, besides the collectives `operator_collective` names
+DISTRIBUTED_PREFIXES = ("fsdp::", "c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:",
+                        "record_param_comms")
+
+
+def distributed_operator(name: str) -> bool:
+    """An operator of distributed training's own: a collective, or torch.distributed's and FSDP's operators."""
+    return name.startswith(DISTRIBUTED_PREFIXES) or operator_collective(name) is not None
+
+
 def annotate(profile: OperatorAttributedProfile, facts: dict[str, Any] | None) -> None:
     """Mark the profile's collectives (type, sequence number, bucket modules) and record the rank's facts in
     `capture_metadata.distributed` (`facts`: what the rank's harness recorded; None for one process).

@@ -13,13 +13,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 
 from mcp_server.assemble.phases import Context, work_of
-from mcp_server.schema.profile import (
-    GraphBreak,
-    KernelRecord,
-    OperatorAttributedProfile,
-    OperatorRecord,
-    RuntimeEvent,
-)
+from mcp_server.schema.profile import GraphBreak, KernelRecord, OperatorAttributedProfile, RuntimeEvent
 from mcp_server.schema.records import RuntimeCall
 
 OperatorKeys = dict[tuple[object, ...], str]  # ("op", thread, outer range's start, its name) -> operator_id
@@ -65,15 +59,6 @@ def attribute_events(
                 event.next_kernel_id, event.idle_after_ns = ordered[after].kernel_id, gaps[after]
         events.append(event)
     return events
-
-
-def recomputed_event_sites(events: Sequence[RuntimeEvent], operators: Sequence[OperatorRecord]) -> None:
-    """An event inside recomputed forward work (activation checkpointing) without a call site of its own takes its
-    operator's: the same call's in the forward (`phases.recomputed_call_sites`)."""
-    sites = {op.operator_id: op.call_site for op in operators if op.recomputed}
-    for event in events:
-        if event.call_site is None and event.operator_id in sites:
-            event.call_site = sites[event.operator_id]
 
 
 def sites_from_graph_breaks(events: Sequence[RuntimeEvent], breaks: Sequence[GraphBreak] | None) -> None:

@@ -12,12 +12,11 @@ from mcp_server.assemble.events import (
     OperatorKeys,
     attribute_events,
     event_warnings,
-    recomputed_event_sites,
     sites_from_graph_breaks,
 )
 from mcp_server.assemble.join import join_counters, launch_position
 from mcp_server.assemble.metadata import capture_metadata, harness_result, may_run_backward
-from mcp_server.assemble.phases import update_after_backward
+from mcp_server.assemble.phases import settle_phases
 from mcp_server.assemble.provenance import load_provenance
 from mcp_server.assemble.threads import OtherThreads
 from mcp_server.errors import ProfileFormatError
@@ -146,8 +145,7 @@ def _assemble(
     timeline.check_activity_tables()
     events = attribute_events(timeline.runtime_calls(), start, context, operator_ids,
                               [k for op in operators for k in op.kernels] + unattributed)
-    recomputed_event_sites(events, operators)
-    update_after_backward(operators, events)
+    settle_phases(operators, events)
     sites_from_graph_breaks(events, meta.graph_breaks)
     warnings = list(harness.warnings) + timeline.warnings + counter_warnings + event_warnings(events)
     if unattributed:

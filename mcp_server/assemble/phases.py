@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
-from mcp_server.assemble.collectives import kernel_collective, operator_collective
+from mcp_server.assemble.collectives import distributed_operator, kernel_collective
 from mcp_server.children.contract import UPDATE_RANGE
 from mcp_server.schema.profile import OperatorRecord, Phase, RuntimeEvent
 from plugins.ncu import keys
@@ -23,9 +23,6 @@ from plugins.sequences import BACKWARD_PREFIX, ForwardOrigin, SequenceIndex, loo
 
 # torch.optim's own profiler ranges, and the harness's around a hand-written loop's update (`--window-fn backward`)
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", UPDATE_RANGE)
-# torch.distributed's and FSDP's own operators (besides the collectives `operator_collective` names)
-DISTRIBUTED_PREFIXES = ("fsdp::", "c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:",
-                        "record_param_comms")
 
 
 class FrameLike(keys.FrameLike, Protocol):
@@ -126,12 +123,7 @@ def _recomputes(inner: Sequence[FrameLike]) -> bool:
     if not any(f.kind == "module" for f in inner):
         return False
     outer_op = next((f for f in inner if f.kind == "op"), None)
-    return outer_op is None or not distributed_name(outer_op.name)
-
-
-def distributed_name(name: str) -> bool:
-    """An operator of distributed training's own: a collective, or torch.distributed's and FSDP's operators."""
-    return name.startswith(DISTRIBUTED_PREFIXES) or operator_collective(name) is not None
+    return outer_op is None or not distributed_operator(outer_op.name)
 
 
 def _inside(stack: Sequence[FrameLike], marker: FrameLike) -> Sequence[FrameLike]:
@@ -140,6 +132,18 @@ def _inside(stack: Sequence[FrameLike], marker: FrameLike) -> Sequence[FrameLike
         if frame is marker:
             return stack[position + 1:]
     return ()
+
+
+def settle_phases(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
+    """What the window's order says once every call is attributed (window order): recomputed calls take their
+    forward call's site, and so do the events they made (`recomputed_call_sites`); work after the last backward is
+    the update's (`update_after_backward`)."""
+    recomputed_call_sites(operators)
+    sites = {op.operator_id: op.call_site for op in operators if op.recomputed}
+    for event in events:
+        if event.call_site is None and event.operator_id in sites:
+            event.call_site = sites[event.operator_id]
+    update_after_backward(operators, events)
 
 
 def update_after_backward(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
@@ -169,7 +173,7 @@ def update_after_backward(operators: Sequence[OperatorRecord], events: Sequence[
 
 def _communicates(op: OperatorRecord) -> bool:
     """A call of distributed training's own: a collective, or torch.distributed's and FSDP's operators."""
-    return distributed_name(op.operator_name) or any(kernel_collective(k.kernel_name) for k in op.kernels)
+    return distributed_operator(op.operator_name) or any(kernel_collective(k.kernel_name) for k in op.kernels)
 
 
 def recomputed_call_sites(operators: Sequence[OperatorRecord]) -> None:

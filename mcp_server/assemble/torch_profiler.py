@@ -10,11 +10,10 @@ from mcp_server.assemble.events import (
     OperatorKeys,
     attribute_events,
     event_warnings,
-    recomputed_event_sites,
     sites_from_graph_breaks,
 )
 from mcp_server.assemble.metadata import capture_metadata, harness_result
-from mcp_server.assemble.phases import recomputed_call_sites, update_after_backward
+from mcp_server.assemble.phases import settle_phases
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, Provenance, load_provenance
 from mcp_server.assemble.threads import OtherThreads
 from mcp_server.rundir import RunDir
@@ -90,8 +89,7 @@ def _cpu_operators(
                 host_start_ns=op.start_ns - window_start_ns if window_start_ns is not None else None,
             )
         )
-    recomputed_call_sites(operators)
-    update_after_backward(operators)
+    settle_phases(operators)
     return operators
 
 
@@ -161,8 +159,7 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
                                                operator_keys=operator_ids)
     events = attribute_events(capture.runtime_calls, start, context, operator_ids,
                               [k for op in operators for k in op.kernels] + unattributed)
-    recomputed_event_sites(events, operators)
-    update_after_backward(operators, events)
+    settle_phases(operators, events)
     sites_from_graph_breaks(events, meta.graph_breaks)
     warnings += event_warnings(events)
     if unattributed:
