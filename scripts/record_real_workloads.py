@@ -73,6 +73,17 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
 - `detector_script`: the same detector compiled by a plain script itself (scripts/gpu_workloads/detector_script.py,
   `--script --window-fn Detector`): the profiler's hooks and call-site mode kept out of Dynamo. Target: the skip
   recorded at the model's own line, attributed >= 99.5 %, module paths >= 95 %. Profile alone.
+- `triton_norm_train`: scripts/gpu_workloads/triton_norm_train.py as it is (`--script`: a Llama-style model whose
+  RMSNorm is two `@triton.jit` kernels launched by an autograd.Function, no aten operator around them). Target:
+  attributed >= 99.5 %, module paths >= 95 %, the backward's seed gradient not left in the forward. Its fixture keeps
+  the nsys pass alone.
+- `per_sample_grads`: scripts/gpu_workloads/per_sample_grads.py's `train_step` (DP-SGD with `torch.func`: per-example
+  gradients by `vmap(grad(...))` over `functional_call`, clipped, noised, SGD). Target: attributed >= 99.5 %, the
+  seed gradient of `grad` not left in the forward, the clipping and noise the update's (their module paths stay near
+  80 %: that work runs outside the model). Profile alone.
+- `flex_serve`: scripts/gpu_workloads/flex_serve.py as it is (`--script --window-fn serve`: a packed-sequence encoder
+  whose attention is FlexAttention with a per-batch document `BlockMask`, compiled by the script). Target: attributed
+  >= 99.5 %. Profile alone.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -131,6 +142,9 @@ CASES: dict[str, list[str]] = {
     "prefetch_lm_train": ["--script", str(WORKLOADS / "prefetch_lm_train.py")],
     "dynamic_encoder_serve": ["--script", str(WORKLOADS / "dynamic_encoder_serve.py"), "--window-fn", "serve",
                               "--steps", "4:4"],
+    "triton_norm_train": ["--script", str(WORKLOADS / "triton_norm_train.py")],
+    "per_sample_grads": [str(WORKLOADS / "per_sample_grads.py"), "--train-step"],
+    "flex_serve": ["--script", str(WORKLOADS / "flex_serve.py"), "--window-fn", "serve"],
 }
 
 
@@ -218,6 +232,16 @@ def recomputed_sites(run_dir: Path, row: dict[str, Any]) -> None:
     row["recomputed_without_site"] = sum(1 for op in again if not op.call_site)
 
 
+def phase_checks(run_dir: Path, row: dict[str, Any]) -> None:
+    """The phase targets of a training step: no backward seed (`ones_like` outside the model) left in the forward,
+    and the kernel time of the update (its optimizer step, and what the step does outside the model after the
+    backward: clipping, noise)."""
+    profile = load_profile(run_dir / "profile.json")
+    row["forward_seeds"] = sum(1 for op in profile.operators if op.operator_name == "aten::ones_like"
+                               and op.phase == "forward" and op.module_path is None)
+    row["optimizer_ns"] = (profile.window.kernel_time_by_phase_ns or {}).get("optimizer")
+
+
 def compare_lstm(run_dir: Path, row: dict[str, Any]) -> None:
     """The graph-capture target: the optimized profile pairs with the committed baseline's."""
     out = run_dir / "compare"
@@ -276,10 +300,11 @@ def _counted_pct(row: dict[str, Any]) -> float:
 
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train",
-                  "prefetch_lm_train"}
+                  "prefetch_lm_train", "triton_norm_train"}
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
-                    "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve"}
+                    "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
+                    "per_sample_grads", "flex_serve"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -305,6 +330,11 @@ TARGETS = {
     "prefetch_lm_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and len(r.get("recomputed_sites", [])) >= 3
     and r.get("recomputed_without_site") == 0,
     "dynamic_encoder_serve": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
+    "triton_norm_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95
+    and r.get("forward_seeds") == 0,
+    "per_sample_grads": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("forward_seeds") == 0
+    and (r.get("optimizer_ns") or 0) > 0,
+    "flex_serve": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
 }
 
 
@@ -339,6 +369,8 @@ def main() -> None:
                 compare_lstm(args.work / name, row)
             if name == "prefetch_lm_train":
                 recomputed_sites(args.work / name, row)
+            if name in ("triton_norm_train", "per_sample_grads"):
+                phase_checks(args.work / name, row)
             row["fixture"] = str(pack_profile(args.work / name, args.out, args.gpu) if name in PROFILE_FIXTURES
                                  else pack(args.work / name, args.out, args.gpu, counters=name not in SMALL_FIXTURES))
         row["target_met"] = TARGETS[name](row) if name in TARGETS and "error" not in row else False

@@ -161,7 +161,8 @@ def _operator_analyses(profile: OperatorAttributedProfile, kernels: dict[int, Ke
     for op in profile.operators:
         mine = [kernels[k.kernel_id] for k in op.kernels if k.kernel_id in kernels]
         longest = max(mine, key=lambda k: k.duration_ns, default=None)
-        issue = "; ".join(x for x in (flagged.get(op.operator_id), kernel_issue(longest) if longest else None) if x)
+        flag, own = flagged.get(op.operator_id), kernel_issue(longest) if longest else None
+        issue = "; ".join(x for x in (None if own and flag and own.startswith(flag) else flag, own) if x)
         duration = sum(k.duration_ns for k in mine)
         rows.append(OperatorAnalysis(
             operator_id=op.operator_id, operator_name=op.operator_name, module_path=op.module_path,

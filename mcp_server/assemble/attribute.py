@@ -2,7 +2,9 @@
 
 The confidence ladder (DESIGN.md): Kineto External-id correlation (high) -> NVTX enclosure (medium) ->
 Inductor provenance (medium) -> unattributed (kept, never dropped). An operator call is the outermost
-operator range enclosing the launch; the innermost one is kept as the kernel's `launch_op`.
+operator range enclosing the launch; the innermost one is kept as the kernel's `launch_op`. A kernel the workload
+launched itself with no operator range around it (its own Triton kernel, an extension's launch) inside its model, a
+backward node or a line of its own is a call of its own, named by the kernel (NVTX enclosure).
 
 Kernels are consumed one at a time (a list, or a reader's stream of a million), and their records are built
 without re-validating values the readers already typed. Records hold no private copy of what repeats: kernels
@@ -12,12 +14,12 @@ of equal attribution share one `Attribution`, and all kernel records one (comple
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mcp_server.assemble.aggregate import aggregate_into, counted_fields, finish_record
+from mcp_server.assemble.graph_calls import Call, align_graph_replays, extern_module_paths
 from mcp_server.assemble.phases import Context, FrameLike, work_of
-from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, ExternCall, KernelOrigin, Provenance, graph_key
+from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, KernelOrigin, Provenance, graph_key
 from mcp_server.children.contract import GRAPH_CAPTURE_RANGE
 from mcp_server.schema.profile import (
     AggregatedMetrics,
@@ -32,6 +34,8 @@ from mcp_server.schema.records import TraceKernel
 from plugins.ncu import keys
 
 CAPTURED_DETAIL = "replayed from a CUDA graph the workload captured: the ranges open when its node was captured"
+DIRECT_DETAIL = ("launched by the workload's own code with no operator range around it (a Triton kernel, an "
+                 "extension's launch): a call of its own, named by the kernel")
 Counters = Callable[[int], tuple[dict[str, Metric], int | None, str | None]]
 
 
@@ -55,28 +59,8 @@ class KernelLike(keys.LaunchLike, Protocol):
     def stack(self) -> Sequence[FrameLike]: ...
     @property
     def linked_op(self) -> str | None: ...
-
-
-@dataclass(slots=True)
-class _Call:
-    """Kernels of one operator call, before they become an OperatorRecord."""
-
-    name: str
-    first_ordinal: int
-    module_path: str | None
-    input_shapes: list[list[int] | None] | None = None
-    input_dtypes: list[str | None] | None = None
-    origin: KernelOrigin | None = None
-    graph_call: tuple[object, ...] | None = None
-    kernels: list[KernelRecord] = field(default_factory=list)
-    phase: str | None = None
-    call_site: str | None = None
-    autograd_node: str | None = None
-    forward_op: str | None = None
-    graph_key: str | None = None  # the compiled graph's `## Call CompiledFxGraph` range name
-    recomputed: bool = False
-
-
+    @property
+    def from_graph(self) -> bool: ...  # replayed from a CUDA graph
 
 
 def _triton_range(stack: Sequence[FrameLike], *origins: dict[str, KernelOrigin]) -> str | None:
@@ -92,7 +76,7 @@ class _StackFacts:
     """What attribution needs of one stack, worked out once for all the kernels launched under it."""
 
     __slots__ = ("outer_op", "launch_op", "module_path", "graph", "triton", "attribution", "phase", "call_site",
-                 "autograd_node", "forward_op", "graph_origins", "recomputed")
+                 "autograd_node", "forward_op", "graph_origins", "recomputed", "direct")
 
     def __init__(self, stack: Sequence[FrameLike], provenance: Provenance, known: _Attributions, context: Context,
                  thread: int | None) -> None:
@@ -106,6 +90,9 @@ class _StackFacts:
         graph = provenance.graph(self.graph.name) if self.graph is not None else None
         self.graph_origins = graph.kernels if graph is not None else provenance.kernels
         self.triton = None if ops else _triton_range(stack, self.graph_origins, provenance.kernels)
+        # a launch of the workload's own, with no operator range: inside its model, a backward node or its own line
+        self.direct = not ops and self.graph is None and bool(
+            self.module_path or self.autograd_node or self.call_site)
         # NVTX enclosure: the attribution of every kernel under this stack the tool itself did not link; a kernel
         # replayed from a CUDA graph the workload captured is enclosed by the ranges open at its capture
         captured = any(f.name == GRAPH_CAPTURE_RANGE for f in stack)
@@ -178,6 +165,13 @@ class _Attributions:
             )
         return found
 
+    def direct(self) -> Attribution:
+        found = self.known.get(("direct",))
+        if found is None:
+            found = self.known[("direct",)] = Attribution(
+                method=AttributionMethod.NVTX_ENCLOSURE, confidence=Confidence.MEDIUM, detail=DIRECT_DETAIL)
+        return found
+
     def fused(self, origin: KernelOrigin) -> Attribution:
         detail = f"fused: {', '.join(origin.aten_ops)}"
         key = ("fused", detail)
@@ -226,14 +220,14 @@ def attribute_stream(
     operator range's call: ("op", thread, the outermost operator range's start, its name) -> operator_id.
     """
     context = context or Context(root_module=provenance.root_module)
-    calls: dict[tuple[object, ...], _Call] = {}
+    calls: dict[tuple[object, ...], Call] = {}
     unattributed: list[KernelRecord] = []
     attributions = _Attributions()
     fields_set = set(_KERNEL_FIELDS)  # every field is set: shared, it can never change
     facts: _StackFacts | None = None
     last_stack: Sequence[FrameLike] | None = None
     last_key: tuple[object, ...] | None = None
-    call: _Call | None = None
+    call: Call | None = None
     shapes_seen: dict[object, list[list[int] | None]] = {}
     orphans: dict[tuple[object, ...], list[KernelRecord]] = {}
     orphan_graph: tuple[object, ...] | None = None
@@ -263,7 +257,7 @@ def attribute_stream(
                     shapes = _copy_shapes(outer.input_shapes)
                     if for_profile and shapes is not None:
                         shapes = shapes_seen.setdefault(_frozen(shapes), shapes)
-                    call = calls[key] = _Call(
+                    call = calls[key] = Call(
                         outer.name, kernel.ordinal, module_path, shapes,
                         None if outer.input_dtypes is None else list(outer.input_dtypes), graph_call=graph_key,
                         phase=facts.phase, call_site=facts.call_site, autograd_node=facts.autograd_node,
@@ -281,11 +275,17 @@ def attribute_stream(
                 module_path = origin.module_path or module_path
                 graph = facts.graph
                 graph_key = (kernel.launch_thread, graph.start_ns) if graph is not None else None
-                fused = _Call(triton, kernel.ordinal, module_path, origin=origin, graph_call=graph_key,
+                fused = Call(triton, kernel.ordinal, module_path, origin=origin, graph_call=graph_key,
                               phase=facts.phase, call_site=origin.call_site or facts.call_site,
                               autograd_node=facts.autograd_node, forward_op=facts.forward_op,
                               graph_key=graph.name if graph is not None else None, recomputed=facts.recomputed)
                 call = calls.setdefault(("fused", kernel.ordinal), fused)
+            elif facts.direct and not kernel.from_graph and context.records_operators(
+                    kernel.launch_thread, facts.autograd_node is not None):
+                attribution = attributions.direct()
+                call = calls.setdefault(("direct", kernel.ordinal), Call(
+                    kernel.name, kernel.ordinal, module_path, phase=facts.phase, call_site=facts.call_site,
+                    autograd_node=facts.autograd_node, forward_op=facts.forward_op, recomputed=facts.recomputed))
             else:
                 attribution, call = attributions.none, None
                 if facts.graph is not None:  # a library kernel replayed by a CUDA graph: aligned below
@@ -305,12 +305,12 @@ def attribute_stream(
     keyed = [(key, call) for key, call in calls.items() if key[0] == "op"] if operator_keys is not None else []
     calls.clear()
     if orphans:
-        aligned = _align_graph_replays(ordered, orphans, provenance.extern_calls)
+        aligned = align_graph_replays(ordered, orphans, provenance.extern_calls)
         if aligned:
             placed = {id(r) for c in aligned for r in c.kernels}
             unattributed = [r for r in unattributed if id(r) not in placed]
             ordered = sorted(ordered + aligned, key=lambda c: c.first_ordinal)
-    _extern_module_paths(ordered, provenance, context.root_module)
+    extern_module_paths(ordered, provenance, context.root_module)
     operators = _operators(ordered, for_profile)
     if operator_keys is not None:
         ids = {id(call): op.operator_id for call, op in zip(ordered, operators, strict=True)}
@@ -328,125 +328,7 @@ def _frozen(shapes: list[list[int] | None]) -> object:
     return tuple(None if dims is None else tuple(dims) for dims in shapes)
 
 
-def _extern_module_paths(calls: list[_Call], provenance: Provenance, root: str | None = None) -> None:
-    """Give the operator calls inside a compiled graph the module of their own call site.
-
-    Within one call of a compiled graph, its launches run in the order of the generated call(): library
-    (extern) calls and generated kernels alike. The generated module whose launch sequence contains the
-    observed one, in order, supplies each call site's module — so a generated kernel Inductor reuses in a
-    later layer gets that layer's module, not the one of its definition's first use. A library call keeps the
-    module range it ran in unless that range is the model's own (`root`): a model compiled whole runs inside its
-    own range only (its call is eager, its forward compiled), and its call site's module is the finer one.
-    """
-    groups: dict[tuple[object, ...], list[_Call]] = {}
-    for call in calls:
-        if call.graph_call is not None:
-            groups.setdefault(call.graph_call, []).append(call)
-    for whole in groups.values():
-        graph = provenance.graph(whole[0].graph_key)
-        # the graph's own launch sequence when the capture recorded it; every generated module's otherwise
-        sequences = [graph.extern_calls] if graph is not None else provenance.extern_calls
-        # The whole launch sequence when the generated code lists it; the library calls alone otherwise.
-        # Calls the generated code does not make (e.g. CUDA-graph input copies) are left out of the match.
-        matched, group = None, whole
-        for sequence in sequences:
-            names = {site.operator_name for site in sequence}
-            known = [c for c in whole if c.name in names]
-            for group in (known, [c for c in known if c.origin is None]):
-                matched = _in_order(group, sequence) if group else None
-                if matched is not None:
-                    break
-            if matched is not None:
-                break
-        for call, site in zip(group, matched or [], strict=False):
-            ranged = call.module_path if call.module_path != root else None
-            path = site.module_path if call.origin is not None else ranged or site.module_path
-            call.call_site = site.call_site or call.call_site
-            if path and path != call.module_path:
-                call.module_path = path
-                for record in call.kernels:
-                    _set(record, "module_path", path)
-
-
-_REPLAY_DETAIL = "CUDA graph replay: placed by the generated call()'s launch order"
-
-
-def _align_graph_replays(
-    calls: list[_Call], orphans: dict[tuple[object, ...], list[KernelRecord]], sequences: list[list[ExternCall]]
-) -> list[_Call]:
-    """Operator calls for library kernels a CUDA graph replayed (no operator range encloses them).
-
-    The graph replays the generated call()'s launches in order. Its generated kernels, identified by name,
-    anchor the sequence; the library kernels between two anchors belong to the extern calls between the
-    matching call sites: all of them to the one extern call there, or one per call in order (the rest to the
-    last) when there are several. Kernels with no extern call between their anchors stay unattributed.
-    """
-    aligned: list[_Call] = []
-    attribution = Attribution(
-        method=AttributionMethod.INDUCTOR_PROVENANCE, confidence=Confidence.MEDIUM, detail=_REPLAY_DETAIL
-    )
-    for graph, kernels in orphans.items():
-        anchors = [c for c in calls if c.graph_call == graph and c.origin is not None]
-        for sequence in sequences:
-            sites = _site_indices([a.name for a in anchors], sequence)
-            if sites is None:
-                continue
-            site_of = {id(a): i for a, i in zip(anchors, sites, strict=True)}
-            gaps: dict[tuple[int, int], list[KernelRecord]] = {}
-            for record in kernels:
-                before = [a for a in anchors if a.first_ordinal < record.kernel_id]
-                after = [a for a in anchors if a.first_ordinal > record.kernel_id]
-                low = site_of[id(before[-1])] if before else -1
-                high = site_of[id(after[0])] if after else len(sequence)
-                gaps.setdefault((low, high), []).append(record)
-            for (low, high), records in gaps.items():
-                externs = [site for site in sequence[low + 1:high] if site.kind == "extern"]
-                if not externs:
-                    continue
-                shares = [records[i:i + 1] for i in range(len(externs) - 1)] + [records[len(externs) - 1:]]
-                for site, share in zip(externs, shares, strict=True):
-                    if not share:
-                        continue
-                    call = _Call(site.operator_name, share[0].kernel_id, site.module_path, graph_call=graph,
-                                 phase=share[0].phase, call_site=site.call_site)
-                    for record in share:
-                        _set(record, "attribution", attribution)
-                        _set(record, "module_path", site.module_path)
-                        call.kernels.append(record)
-                    aligned.append(call)
-            break
-    return aligned
-
-
-def _site_indices(kernel_names: list[str], sequence: list[ExternCall]) -> list[int] | None:
-    """Indices of the generated-kernel call sites the names launch, in order, or None when they do not fit."""
-    indices, position = [], 0
-    for name in kernel_names:
-        while position < len(sequence) and not (
-            sequence[position].kind == "triton" and sequence[position].operator_name == name
-        ):
-            position += 1
-        if position == len(sequence):
-            return None
-        indices.append(position)
-        position += 1
-    return indices
-
-
-def _in_order(group: list[_Call], sequence: list[ExternCall]) -> list[ExternCall] | None:
-    """The extern calls the group's operators are, in order (some externs may launch no kernel), or None."""
-    matched, position = [], 0
-    for call in group:
-        while position < len(sequence) and sequence[position].operator_name != call.name:
-            position += 1
-        if position == len(sequence):
-            return None
-        matched.append(sequence[position])
-        position += 1
-    return matched
-
-
-def _operators(calls: list[_Call], for_profile: bool) -> list[OperatorRecord]:
+def _operators(calls: list[Call], for_profile: bool) -> list[OperatorRecord]:
     """OperatorRecords of the calls in window order, as OperatorRecord(...) builds them (no re-validation).
 
     `for_profile`: `aggregated` is set as the assemblers set it.

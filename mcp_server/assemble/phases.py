@@ -6,9 +6,10 @@ inside the autograd engine's marker (`autograd::engine::evaluate_function: <node
 node's sequence number to the forward op, module and call site it differentiates; every other stack is forward work.
 In a training step, work outside the model after its last backward work (gradient clipping, a GradScaler's unscale,
 an average of the weights) is the update's, as the optimizer's step is (`update_after_backward`).
-A module's forward called inside that marker is forward work run again by activation checkpointing
-(`torch.utils.checkpoint`): recomputed, in the backward phase, with its own module and, once the window's operators
-are known, the call site of the same call in the forward (`recomputed_call_sites`)."""
+The seed gradient a backward starts from (`torch.ones_like(loss)`, made before autograd's engine runs) is backward
+work too (`backward_seeds`). A module's forward called inside the engine's marker is forward work run again by
+activation checkpointing (`torch.utils.checkpoint`): recomputed, in the backward phase, with its own module and, once
+the window's operators are known, the call site of the same call in the forward (`recomputed_call_sites`)."""
 
 from __future__ import annotations
 
@@ -54,8 +55,15 @@ class Context:
         self.origins = sequences.origins if sequences else {}
         self.nodes = sequences.nodes if sequences else {}
         self.threads = list(forward_threads or [])
+        self.measure_threads = frozenset(self.threads)
         self.threads += sorted({t for t, _ in self.origins} - set(self.threads))
         self.root_module = root_module
+
+    def records_operators(self, thread: int | None, backward: bool) -> bool:
+        """Whether operator ranges are recorded where a kernel was launched: on the measure range's threads (all
+        of them when the capture does not say which) and in autograd's backward nodes; not on a thread of the
+        workload's own, where a launch outside every operator range is an operator's that nothing names."""
+        return backward or not self.measure_threads or thread in self.measure_threads
 
     def forward(self, marker: FrameLike, node: FrameLike | None, thread: int | None) -> ForwardOrigin | None:
         """The forward op a backward node differentiates: by the node range's seq, or its marker's start."""
@@ -136,14 +144,39 @@ def _inside(stack: Sequence[FrameLike], marker: FrameLike) -> Sequence[FrameLike
 
 def settle_phases(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
     """What the window's order says once every call is attributed (window order): recomputed calls take their
-    forward call's site, and so do the events they made (`recomputed_call_sites`); work after the last backward is
-    the update's (`update_after_backward`)."""
+    forward call's site, and so do the events they made (`recomputed_call_sites`); each backward's seed gradient is
+    the backward's (`backward_seeds`); work after the last backward is the update's (`update_after_backward`)."""
     recomputed_call_sites(operators)
     sites = {op.operator_id: op.call_site for op in operators if op.recomputed}
     for event in events:
         if event.call_site is None and event.operator_id in sites:
             event.call_site = sites[event.operator_id]
+    backward_seeds(operators, events)
     update_after_backward(operators, events)
+
+
+SEED_OPERATOR = "aten::ones_like"  # autograd's seed gradient of a scalar output (`_make_grads`)
+
+
+def backward_seeds(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
+    """The seed gradient `loss.backward()` (or `torch.func.grad`) makes of a scalar loss, `torch.ones_like(loss)`
+    outside the model right before the backward runs, is the backward's work, not the forward's."""
+    seeds = [op for op, following in zip(operators, operators[1:], strict=False)
+             if op.operator_name == SEED_OPERATOR and op.phase == "forward" and op.module_path is None
+             and following.phase == "backward"]
+    _move(seeds, "backward", events)
+
+
+def _move(operators: Sequence[OperatorRecord], phase: Phase, events: Sequence[RuntimeEvent]) -> None:
+    """Put `operators`, their kernels and the events they made in `phase`."""
+    moved = {op.operator_id for op in operators}
+    for op in operators:
+        op.phase = phase
+        for kernel in op.kernels:
+            kernel.phase = phase
+    for event in events:
+        if event.operator_id in moved:
+            event.phase = phase
 
 
 def update_after_backward(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:

@@ -48,6 +48,7 @@ class TraceKernel(BaseModel):
     linked_op: str | None = Field(
         default=None, description="Operator the tool itself correlated to the launch (Kineto External id)."
     )
+    from_graph: bool = Field(default=False, description="Replayed from a CUDA graph (nsys' graph node id).")
 
 
 class CounterRecord(BaseModel):

@@ -85,6 +85,7 @@ class WindowKernel:
     launch_start_ns: int | None
     stack: tuple[NvtxRange, ...]
     linked_op: str | None = None
+    from_graph: bool = False  # replayed from a CUDA graph: launched by cudaGraphLaunch, not by its own call
 
     def trace_kernel(self) -> TraceKernel:
         """The pydantic record `read_nsys_sqlite` returns."""
@@ -94,7 +95,7 @@ class WindowKernel:
             correlation_id=self.correlation_id, grid=self.grid, block=self.block,
             registers_per_thread=self.registers_per_thread, shared_memory_bytes=self.shared_memory_bytes,
             launch_thread=self.launch_thread, launch_start_ns=self.launch_start_ns,
-            stack=[r.as_frame() for r in self.stack],
+            stack=[r.as_frame() for r in self.stack], from_graph=self.from_graph,
         )
 
 
@@ -251,6 +252,7 @@ class NsysWindow:
                 ordinal, (names[name] if name in names else strings[name]) or "",
                 names[mangled] if mangled in names else strings[mangled], start, end - start, device, stream, corr,
                 shapes.setdefault(grid, grid), shapes.setdefault(block, block), regs, smem, tid, api_start, stack,
+                from_graph=graph_node is not None,
             )
             ordinal += 1
         if outside:

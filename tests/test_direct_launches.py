@@ -1,0 +1,57 @@
+"""Kernels a workload launches itself, with no operator range around them, replayed from an H200 recording.
+
+`h200_triton_norm_train.tar.xz`: scripts/gpu_workloads/triton_norm_train.py as it is (`run --script`: a Llama-style
+language model whose RMSNorm is two `@triton.jit` kernels launched by a `torch.autograd.Function`, trained with
+AdamW), recorded by `scripts/record_real_workloads.py --cases triton_norm_train` on an H200 on 2026-11-30 (its nsys
+and timing passes). No aten operator encloses those launches: its 18 kernels were left unattributed (99.52 % of the
+kernel time attributed), and the seed gradient `loss.backward()` makes (`torch.ones_like(loss)`) was forward work.
+"""
+
+from __future__ import annotations
+
+import pytest
+from fixtures_util import extract_fixture
+
+from mcp_server.assemble.attribute import DIRECT_DETAIL
+from mcp_server.backends.registry import assemble
+from mcp_server.rundir import RunDir
+from mcp_server.schema.profile import OperatorAttributedProfile
+
+NORMS = [f"blocks.{b}.norm{n}" for b in range(4) for n in (1, 2)] + ["norm"]
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory: pytest.TempPathFactory) -> OperatorAttributedProfile:
+    run = extract_fixture("h200_triton_norm_train", tmp_path_factory) / "triton_norm_train"
+    return assemble(RunDir(run))
+
+
+def test_a_triton_kernel_launched_in_a_module_is_a_call_of_its_own_there(profile: OperatorAttributedProfile) -> None:
+    assert profile.window.attributed_kernel_time_pct == 100.0 and not profile.unattributed_kernels
+    forward = [op for op in profile.operators if op.operator_name == "_rms_forward"]
+    assert [op.module_path for op in forward] == NORMS  # each norm's own call, in the forward's order
+    assert {op.phase for op in forward} == {"forward"}
+    assert all(len(op.kernels) == 1 and op.kernels[0].kernel_name == "_rms_forward" for op in forward)
+    assert {(k.attribution.method.value, k.attribution.confidence.value, k.attribution.detail)
+            for op in forward for k in op.kernels} == {("nvtx_enclosure", "medium", DIRECT_DETAIL)}
+
+
+def test_its_backward_kernel_takes_the_node_and_module_it_differentiates(profile: OperatorAttributedProfile) -> None:
+    backward = [op for op in profile.operators if op.operator_name == "_rms_backward"]
+    assert [op.module_path for op in backward] == NORMS[::-1]  # launched on autograd's thread, in reverse
+    assert {(op.phase, op.autograd_node, op.forward_op) for op in backward} == {
+        ("backward", "TritonRMSNormBackward", "TritonRMSNorm")}
+    # the weight's gradient, summed by aten from the kernel's per-row parts, in the same node
+    sums = [op for op in profile.operators if op.autograd_node == "TritonRMSNormBackward"
+            and op.operator_name == "aten::sum"]
+    assert [op.module_path for op in sums] == NORMS[::-1]
+
+
+def test_the_seed_gradient_of_the_loss_is_backward_work(profile: OperatorAttributedProfile) -> None:
+    seeds = [(i, op) for i, op in enumerate(profile.operators) if op.operator_name == "aten::ones_like"]
+    assert len(seeds) == 1
+    index, seed = seeds[0]
+    assert seed.phase == "backward" and {k.phase for k in seed.kernels} == {"backward"}
+    assert seed.call_site is not None and seed.call_site.endswith("triton_norm_train.py:139")  # loss.backward()
+    assert profile.operators[index - 1].operator_name == "aten::cross_entropy_loss"
+    assert profile.operators[index - 1].phase == "forward"  # the loss stays the forward's
