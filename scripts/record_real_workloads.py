@@ -84,6 +84,12 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
 - `flex_serve`: scripts/gpu_workloads/flex_serve.py as it is (`--script --window-fn serve`: a packed-sequence encoder
   whose attention is FlexAttention with a per-batch document `BlockMask`, compiled by the script). Target: attributed
   >= 99.5 %. Profile alone.
+- `spec_decode`: scripts/gpu_workloads/spec_decode.py as it is (`--script --window-fn generate --steps 1:1`:
+  speculative decoding, a draft model's four guesses checked by the target in one forward, the accepted length read
+  back every round). Target: attributed >= 99.5 %. Profile alone.
+- `stream_ensemble`: scripts/gpu_workloads/stream_ensemble.py as it is (`--script --window-fn serve`: a CNN and a ViT
+  on two CUDA streams of one thread, their kernels overlapping). Target: attributed >= 99.5 %, module paths >= 95 %.
+  Profile alone.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -145,6 +151,9 @@ CASES: dict[str, list[str]] = {
     "triton_norm_train": ["--script", str(WORKLOADS / "triton_norm_train.py")],
     "per_sample_grads": [str(WORKLOADS / "per_sample_grads.py"), "--train-step"],
     "flex_serve": ["--script", str(WORKLOADS / "flex_serve.py"), "--window-fn", "serve"],
+    "spec_decode": ["--script", str(WORKLOADS / "spec_decode.py"), "--window-fn", "generate", "--steps", "1:1", "--",
+                    "--calls", "10"],
+    "stream_ensemble": ["--script", str(WORKLOADS / "stream_ensemble.py"), "--window-fn", "serve"],
 }
 
 
@@ -304,7 +313,7 @@ SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_tr
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
                     "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
-                    "per_sample_grads", "flex_serve"}
+                    "per_sample_grads", "flex_serve", "spec_decode", "stream_ensemble"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -335,6 +344,8 @@ TARGETS = {
     "per_sample_grads": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("forward_seeds") == 0
     and (r.get("optimizer_ns") or 0) > 0,
     "flex_serve": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
+    "spec_decode": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
+    "stream_ensemble": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
 }
 
 

@@ -60,6 +60,35 @@ def test_a_module_called_outside_any_model_is_its_own_root():
     assert seen == ["Sequential", "0"] and modules.roots == ["Sequential"]
 
 
+def test_a_second_model_whose_paths_another_holds_is_named_in_full():
+    """Two models of one class (a speculative decoder's draft and target), or two with a module of the same name
+    (an ensemble's two `head`s): each module keeps a path of its own, the first model's as it was."""
+
+    class Tower(nn.Module):
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            self.trunk, self.head = nn.Linear(2, width), nn.Linear(width, 2)
+
+        def forward(self, x):
+            return self.head(self.trunk(x))
+
+    modules = GlobalModules("none")
+    seen: list[str] = []
+    modules.listeners.append(lambda module, path, started: started and seen.append(path))
+    target, draft, other, loss = Tower(4), Tower(2), nn.Sequential(nn.Linear(2, 2)), nn.MSELoss()
+    modules.install()
+    try:
+        x = torch.ones(1, 2)
+        for model in (target, draft, other, target):
+            loss(model(x), x)
+    finally:
+        modules.remove()
+    assert seen == ["Tower", "trunk", "head", "MSELoss", "Tower[1]", "Tower[1].trunk", "Tower[1].head", "MSELoss",
+                    "Sequential", "0", "MSELoss", "Tower", "trunk", "head", "MSELoss"]
+    assert modules.roots == ["Tower", "MSELoss", "Tower[1]", "Sequential"]
+    assert modules.modules()["Tower[1].head"] == "Linear"
+
+
 def _no_recompile(model: nn.Module, fn) -> torch.Tensor:
     """`fn`'s output once compiled with no hook installed (the warm-up), then called again while `model` installs its
     hooks half-way (a recompile raises)."""

@@ -4,7 +4,9 @@ torch only).
 `GlobalModules` installs `register_module_forward_pre_hook` / `register_module_forward_hook` once, for every module
 of every model the script builds. A module called while no other is running is a root: its path is its class name
 (as the contract's `ModuleRanges` names the model), its descendants' the paths `named_modules()` gives them under
-it. While `ranging` is on, every call is wrapped in a `module:<path>` range (NVTX, or a profiler range for
+it. A later root whose paths another root holds (a second model of the same class, or one with a `head` too) has its
+descendants' paths under its own name (`ViT.head`, `Decoder[1].blocks.0`), so no two modules share a path.
+While `ranging` is on, every call is wrapped in a `module:<path>` range (NVTX, or a profiler range for
 torch.profiler); `calls` turns profiling on only during chosen calls (a shape-variant replay), counted from
 `start_counting()` (the window's start) until `stop_counting()`. `listeners` are told of every call's start and end
 (the step driver counts module steps there).
@@ -124,10 +126,15 @@ class GlobalModules:
             self.path_of(owner, stack)
             return self._paths[id(owner)][key]
         root = root_module_name(module)  # torch.compile's wrapper is named as the module it wraps
+        members = [(_unwrapped(p), m) for p, m in getattr(module, "_orig_mod", module).named_modules()]
+        # a second model whose paths another root holds already (two models of one class, or both with a `head`)
+        # is named in full, from its class name (numbered when another root has it: `Decoder[1].blocks.0`)
+        prefixed = bool(stack) or any((p or root) in self._classes for p, _ in members)
+        if not stack and prefixed:
+            root = _distinct(root, self._classes)
         paths = self._paths[key] = {key: root}
-        for p, m in getattr(module, "_orig_mod", module).named_modules():
-            p = _unwrapped(p)
-            paths[id(m)] = (f"{root}.{p}" if stack and p else p) or root
+        for p, m in members:
+            paths[id(m)] = (f"{root}.{p}" if prefixed and p else p) or root
             self._classes[paths[id(m)]] = root_module_name(m)
         if not stack:
             self.roots.append(root)
@@ -171,6 +178,13 @@ class GlobalModules:
             self._close_range(handle)
         for listener in self.listeners:
             listener(module, path, False)
+
+
+def _distinct(name: str, taken: dict[str, str]) -> str:
+    """`name`, or `name[1]`, `name[2]`... : the first no module holds as its path."""
+    if name not in taken:
+        return name
+    return next(f"{name}[{n}]" for n in range(1, len(taken) + 2) if f"{name}[{n}]" not in taken)
 
 
 def _unwrapped(path: str) -> str:
