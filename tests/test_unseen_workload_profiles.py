@@ -1,11 +1,15 @@
-"""Two workloads of kinds the checks had not met, analysed from their H200 profiles.
+"""Workloads of kinds the checks had not met, analysed from their H200 profiles.
 
 `h200_flex_serve.profile.json.xz`: scripts/gpu_workloads/flex_serve.py as it is (`run --script --window-fn serve`: a
 packed-sequence encoder whose attention is FlexAttention with a per-batch document `BlockMask`, `flex_attention`
 compiled by the script). `h200_per_sample_grads.profile.json.xz`: scripts/gpu_workloads/per_sample_grads.py's
 `train_step` (DP-SGD written with `torch.func`: `vmap(grad(...))` over `functional_call`, each example's gradient
-clipped, summed and noised before SGD's step). Both recorded by `scripts/record_real_workloads.py` on an H200 on
-2026-11-30. The flex kernel spills registers, and its stage's key issue said so twice.
+clipped, summed and noised before SGD's step). `h200_stream_ensemble.profile.json.xz`:
+scripts/gpu_workloads/stream_ensemble.py as it is (`run --script --window-fn serve`: a ResNet-style CNN and a small
+ViT, each on a CUDA stream of its own, launched from one thread). All recorded by `scripts/record_real_workloads.py`
+on an H200 on 2026-11-30. The flex kernel spills registers, and its stage's key issue said so twice; the ensemble's
+two `head`s (and a speculative decoder's draft and target blocks) shared their module paths before the second model
+was named in full.
 """
 
 from __future__ import annotations
@@ -48,3 +52,20 @@ def test_per_example_gradients_are_the_backward_and_their_clipping_and_noise_the
     assert convolutions and all(op.module_path and op.module_path.startswith("features.") for op in convolutions)
     analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
     assert analysis.diagnosis.bottleneck.value == "launch_overhead"
+
+
+def test_an_ensembles_second_model_keeps_module_paths_of_its_own(tmp_path: Path) -> None:
+    profile = recorded_profile("h200_stream_ensemble", tmp_path)
+    assert profile.window.attributed_kernel_time_pct == 100.0
+    assert profile.capture_metadata.root_module == "ConvNet"  # the model called first
+    heads = {op.module_path for op in profile.operators if op.operator_name in ("aten::linear", "aten::addmm")
+             and op.module_path and op.module_path.endswith("head")}
+    assert heads == {"head", "ViT.head"}
+    cnn = {k.stream_id for op in profile.operators if op.module_path and op.module_path.startswith(("stem", "stages"))
+           for k in op.kernels}
+    vit = {k.stream_id for op in profile.operators if op.module_path and op.module_path.startswith("ViT.")
+           for k in op.kernels}
+    assert len(cnn) == len(vit) == 1 and cnn != vit  # each model's kernels on its own stream
+    analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
+    stages = {row.label for row in analysis.stages}
+    assert any(name.startswith("ViT.encoder.layers.") for name in stages), sorted(stages)[:10]
