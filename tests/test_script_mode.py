@@ -64,6 +64,21 @@ def test_a_training_script_with_dataloader_workers_is_profiled_as_it_is(tmp_path
     assert manifest["run_mode"] == "train_step" and len(manifest["passes"]) == 1
 
 
+def test_an_average_of_the_weights_at_the_windows_start_is_the_update(tmp_path):
+    """The window opens as a step returns, so the average the script takes right after each step runs at the start
+    of the next window, before its forward: it is the update's work all the same."""
+    out = tmp_path / "run"
+    proc = run_cli("profile", "--script", str(TRAIN), "-o", str(out), "-q", "--", "--epochs", "2", "--samples", "16",
+                   "--ema")
+    assert proc.returncode == 0, proc.stderr
+    ops = load_profile(out / "profile.json").operators
+    average = [op for op in ops if op.operator_name == "aten::_foreach_lerp_"]
+    first_forward = next(i for i, op in enumerate(ops) if op.phase == "forward" and op.module_path)
+    assert average and ops.index(average[0]) < first_forward  # at the window's start
+    assert {(op.phase, op.call_site) for op in average} == {("optimizer", _line(TRAIN, "torch._foreach_lerp_("))}
+    assert {op.phase for op in ops if op.operator_name == "aten::cross_entropy_loss"} == {"forward"}
+
+
 def test_a_script_that_compiles_its_model_keeps_its_graphs_as_they_run_without_the_profiler(tmp_path):
     """The window's module hooks and call-site mode are traced away inside torch.compile: no graph break of ours, no
     recompile when the window opens (Dynamo guards on the mode stack), and the graphs the script compiled are

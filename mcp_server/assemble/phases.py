@@ -5,7 +5,9 @@ harness's range around a hand-written loop's update (a script windowed by its ba
 inside the autograd engine's marker (`autograd::engine::evaluate_function: <node>`) is backward work, tied through its
 node's sequence number to the forward op, module and call site it differentiates; every other stack is forward work.
 In a training step, work outside the model after its last backward work (gradient clipping, a GradScaler's unscale,
-an average of the weights) is the update's, as the optimizer's step is (`update_after_backward`).
+an average of the weights) is the update's, as the optimizer's step is (`update_after_backward`), and so is a
+multi-tensor (`_foreach_*`) operator outside the model wherever it runs (an EMA at the window's start:
+`foreach_updates`).
 The seed gradient a backward starts from (`torch.ones_like(loss)`, made before autograd's engine runs) is backward
 work too (`backward_seeds`). A module's forward called inside the engine's marker is forward work run again by
 activation checkpointing (`torch.utils.checkpoint`): recomputed, in the backward phase, with its own module and, once
@@ -145,7 +147,8 @@ def _inside(stack: Sequence[FrameLike], marker: FrameLike) -> Sequence[FrameLike
 def settle_phases(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
     """What the window's order says once every call is attributed (window order): recomputed calls take their
     forward call's site, and so do the events they made (`recomputed_call_sites`); each backward's seed gradient is
-    the backward's (`backward_seeds`); work after the last backward is the update's (`update_after_backward`)."""
+    the backward's (`backward_seeds`); work after the last backward is the update's (`update_after_backward`), and
+    so is a multi-tensor operator outside the model anywhere in a training window (`foreach_updates`)."""
     recomputed_call_sites(operators)
     sites = {op.operator_id: op.call_site for op in operators if op.recomputed}
     for event in events:
@@ -153,6 +156,7 @@ def settle_phases(operators: Sequence[OperatorRecord], events: Sequence[RuntimeE
             event.call_site = sites[event.operator_id]
     backward_seeds(operators, events)
     update_after_backward(operators, events)
+    foreach_updates(operators, events)
 
 
 SEED_OPERATOR = "aten::ones_like"  # autograd's seed gradient of a scalar output (`_make_grads`)
@@ -165,6 +169,19 @@ def backward_seeds(operators: Sequence[OperatorRecord], events: Sequence[Runtime
              if op.operator_name == SEED_OPERATOR and op.phase == "forward" and op.module_path is None
              and following.phase == "backward"]
     _move(seeds, "backward", events)
+
+
+FOREACH_PREFIXES = ("aten::_foreach_", "aten::_amp_foreach_")  # multi-tensor ops: updates of many tensors at once
+
+
+def foreach_updates(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
+    """In a training window, a multi-tensor (`_foreach_*`) operator outside the model is an update of the weights
+    wherever it runs: an average of the weights after the previous step's `optimizer.step()` (an EMA) runs at the
+    window's start, before any backward."""
+    if not any(op.phase == "backward" for op in operators):
+        return
+    _move([op for op in operators if op.phase == "forward" and op.module_path is None
+           and op.operator_name.startswith(FOREACH_PREFIXES)], "optimizer", events)
 
 
 def _move(operators: Sequence[OperatorRecord], phase: Phase, events: Sequence[RuntimeEvent]) -> None:

@@ -3,7 +3,8 @@ the `__main__` guard), with nothing of Operator Profiler in it:
 
     operator-profiler profile --script plain_train.py -- --epochs 2 --workers 2
 
-`--compile` trains the model through `torch.compile`, as many scripts do.
+`--compile` trains the model through `torch.compile`, as many scripts do; `--ema` keeps an average of the weights,
+updated after every step by one multi-tensor `torch._foreach_lerp_`.
 """
 
 import argparse
@@ -45,6 +46,7 @@ def train(args: argparse.Namespace) -> None:
     forward = torch.compile(model) if args.compile else model
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    average = [p.detach().clone() for p in model.parameters()] if args.ema else []
     for epoch in range(args.epochs):
         for x, y in loader:
             x, y = x.to(device), y.to(device)
@@ -52,6 +54,8 @@ def train(args: argparse.Namespace) -> None:
             loss = loss_fn(forward(x), y)
             loss.backward()
             optimizer.step()
+            if average:
+                torch._foreach_lerp_(average, [p.detach() for p in model.parameters()], 0.01)
         print(f"epoch {epoch}: loss {loss.item():.3f}")
 
 
@@ -63,4 +67,5 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--compile", action="store_true", help="train through torch.compile(model)")
+    parser.add_argument("--ema", action="store_true", help="keep an average of the weights after every step")
     train(parser.parse_args())
