@@ -116,6 +116,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.benchmark_targets import pass_phases  # noqa: E402
 from mcp_server.schema.io import load_profile  # noqa: E402
+from mcp_server.schema.profile import OperatorAttributedProfile  # noqa: E402
 
 WORKLOADS = REPO / "scripts" / "gpu_workloads"
 LSTM = REPO / "examples" / "lstm_sequence_encoder"
@@ -174,22 +175,23 @@ def cli(*args: str) -> tuple[int, float, str]:
     return proc.returncode, time.monotonic() - t0, "\n".join(proc.stderr.splitlines()[-15:])
 
 
-def run_case(name: str, work: Path, warm_up: bool) -> dict[str, Any]:
-    """Warm up (unless told not to), then `run` the case measured into work/<name>; its profile's numbers."""
+def run_case(name: str, work: Path, warm_up: bool) -> tuple[dict[str, Any], OperatorAttributedProfile | None]:
+    """Warm up (unless told not to), then `run` the case measured into work/<name>: its profile's numbers, and the
+    profile (None when the run failed)."""
     flags = CASES[name]
     row: dict[str, Any] = {"case": name, "command": ["operator-profiler", "run", *flags], "warm_run_s": None}
     if warm_up:
         warm = work / f"{name}_warm"
         code, row["warm_run_s"], tail = cli("run", "-q", *_with_output(flags, warm))
         if code != 0:
-            return {**row, "error": tail}
+            return {**row, "error": tail}, None
         shutil.rmtree(warm, ignore_errors=True)
     run_dir = work / name
     started = time.time()
     code, wall, tail = cli("run", "-q", *_with_output(flags, run_dir))
     row["run_s"] = round(wall, 1)
     if code != 0:
-        return {**row, "error": tail}
+        return {**row, "error": tail}, None
     profile = load_profile(run_dir / "profile.json")
     window = profile.window
     row.update(
@@ -205,7 +207,7 @@ def run_case(name: str, work: Path, warm_up: bool) -> dict[str, Any]:
                 for p in json.loads((run_dir / "manifest.json").read_text())["passes"]},
         pass_phases=pass_phases(run_dir, started),
     )
-    return row
+    return row, profile
 
 
 def _with_output(flags: list[str], run_dir: Path) -> list[str]:
@@ -231,9 +233,9 @@ def analyze_moe(run_dir: Path, row: dict[str, Any]) -> None:
     row["no_ungated_graph_advice"] = all(o["prerequisites"] for o in advice)
 
 
-def recomputed_sites(run_dir: Path, row: dict[str, Any]) -> None:
+def recomputed_sites(profile: OperatorAttributedProfile, row: dict[str, Any]) -> None:
     """The checkpointing target: the forward work run again in the backward marked, at its own lines."""
-    operators = load_profile(run_dir / "profile.json").operators
+    operators = profile.operators
     again = [op for op in operators if op.recomputed]
     row["recomputed_calls"] = len(again)
     row["recomputed_kernel_ns"] = sum(k.duration_ns for op in again for k in op.kernels)
@@ -241,11 +243,10 @@ def recomputed_sites(run_dir: Path, row: dict[str, Any]) -> None:
     row["recomputed_without_site"] = sum(1 for op in again if not op.call_site)
 
 
-def phase_checks(run_dir: Path, row: dict[str, Any]) -> None:
+def phase_checks(profile: OperatorAttributedProfile, row: dict[str, Any]) -> None:
     """The phase targets of a training step: no backward seed (`ones_like` outside the model) left in the forward,
     and the kernel time of the update (its optimizer step, and what the step does outside the model after the
     backward: clipping, noise)."""
-    profile = load_profile(run_dir / "profile.json")
     row["forward_seeds"] = sum(1 for op in profile.operators if op.operator_name == "aten::ones_like"
                                and op.phase == "forward" and op.module_path is None)
     row["optimizer_ns"] = (profile.window.kernel_time_by_phase_ns or {}).get("optimizer")
@@ -372,16 +373,16 @@ def main() -> None:
     rows = []
     for name in cases:
         print(f"== {name}", flush=True)
-        row = run_case(name, args.work, args.warm)
-        if "error" not in row:
+        row, profile = run_case(name, args.work, args.warm)
+        if profile is not None:
             if name == "moe_routing":
                 analyze_moe(args.work / name, row)
             if name == "lstm_graphs":
                 compare_lstm(args.work / name, row)
             if name == "prefetch_lm_train":
-                recomputed_sites(args.work / name, row)
+                recomputed_sites(profile, row)
             if name in ("triton_norm_train", "per_sample_grads"):
-                phase_checks(args.work / name, row)
+                phase_checks(profile, row)
             row["fixture"] = str(pack_profile(args.work / name, args.out, args.gpu) if name in PROFILE_FIXTURES
                                  else pack(args.work / name, args.out, args.gpu, counters=name not in SMALL_FIXTURES))
         row["target_met"] = TARGETS[name](row) if name in TARGETS and "error" not in row else False

@@ -276,9 +276,9 @@ def attribute_stream(
                 graph = facts.graph
                 graph_key = (kernel.launch_thread, graph.start_ns) if graph is not None else None
                 fused = Call(triton, kernel.ordinal, module_path, origin=origin, graph_call=graph_key,
-                              phase=facts.phase, call_site=origin.call_site or facts.call_site,
-                              autograd_node=facts.autograd_node, forward_op=facts.forward_op,
-                              graph_key=graph.name if graph is not None else None, recomputed=facts.recomputed)
+                             phase=facts.phase, call_site=origin.call_site or facts.call_site,
+                             autograd_node=facts.autograd_node, forward_op=facts.forward_op,
+                             graph_key=graph.name if graph is not None else None, recomputed=facts.recomputed)
                 call = calls.setdefault(("fused", kernel.ordinal), fused)
             elif facts.direct and not kernel.from_graph and context.records_operators(
                     kernel.launch_thread, facts.autograd_node is not None):

@@ -112,7 +112,7 @@ def align_graph_replays(
                     if not share:
                         continue
                     call = Call(site.operator_name, share[0].kernel_id, site.module_path, graph_call=graph,
-                                 phase=share[0].phase, call_site=site.call_site)
+                                phase=share[0].phase, call_site=site.call_site)
                     for record in share:
                         _set(record, "attribution", attribution)
                         _set(record, "module_path", site.module_path)

@@ -205,20 +205,18 @@ def update_after_backward(operators: Sequence[OperatorRecord], events: Sequence[
     last = max((i for i, op in enumerate(operators) if op.phase == "backward"), default=None)
     if last is None or not any(op.phase == "optimizer" for op in operators):
         return
-    moved: dict[str, Phase] = {}
+    update: list[OperatorRecord] = []
+    callbacks: list[OperatorRecord] = []  # distributed training's, before the step
     stepped = False
     for op in operators[last + 1:]:
         stepped = stepped or op.phase == "optimizer"
-        if op.phase != "forward" or op.module_path is not None:
-            continue
-        phase: Phase = "optimizer" if not _communicates(op) else "backward" if not stepped else "forward"
-        op.phase = phase
-        for kernel in op.kernels:
-            kernel.phase = phase
-        moved[op.operator_id] = phase
-    for event in events:
-        if event.operator_id in moved:
-            event.phase = moved[event.operator_id]
+        if op.phase == "forward" and op.module_path is None:
+            if not _communicates(op):
+                update.append(op)
+            elif not stepped:
+                callbacks.append(op)
+    _move(update, "optimizer", events)
+    _move(callbacks, "backward", events)
 
 
 def _communicates(op: OperatorRecord) -> bool:
