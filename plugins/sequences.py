@@ -39,10 +39,16 @@ class RangeRow(NamedTuple):
 
 
 class SequenceIndex(NamedTuple):
-    """Forward origins by (thread, seq), and the seq of each backward node by (thread, its marker's start)."""
+    """Forward origins by (thread, seq), and the seq of each backward node by (thread, its marker's start).
+
+    `derived`: operators a backward node ran while building a graph of its own (`create_graph=True`: a gradient
+    penalty, a Hessian-vector product; a checkpointed call run again) by (thread, seq), with the seq of that node:
+    a node of that graph differentiates such an operator, in its own module (a call run again) or else in the module
+    and at the call site of the first node's forward call."""
 
     origins: dict[tuple[int, int], ForwardOrigin]
     nodes: dict[tuple[int, int], int]
+    derived: dict[tuple[int, int], tuple[int, ForwardOrigin]] = {}  # noqa: RUF012 - never mutated
 
 
 def forward_origins(rows: Iterable[RangeRow]) -> SequenceIndex:
@@ -58,6 +64,7 @@ def forward_origins(rows: Iterable[RangeRow]) -> SequenceIndex:
     found: dict[tuple[int, int], ForwardOrigin] = {}
     nodes: dict[tuple[int, int], int] = {}
     last_node: dict[int, int] = {}  # per thread, the seq of the last backward node that ran
+    derived: dict[tuple[int, int], tuple[int, ForwardOrigin]] = {}
     for row in rows:
         stack = stacks.setdefault(row.thread, [])
         while stack and stack[-1].end < row.start:
@@ -72,14 +79,18 @@ def forward_origins(rows: Iterable[RangeRow]) -> SequenceIndex:
             if parent is not None and parent.name.startswith(BACKWARD_PREFIX) and row.kind != "module":
                 nodes.setdefault((row.thread, parent.start), row.seq)
                 last_node[row.thread] = row.seq
-            elif (row.kind in FORWARD_KINDS and not row.name.startswith(BACKWARD_PREFIX)
-                  and not any(r.name.startswith(BACKWARD_PREFIX) for r in stack)):
-                outer = next((r.name for r in stack if r.kind == "op"), row.name)
-                module = next((r.name for r in reversed(stack) if r.kind == "module"), None)
-                site = next((r.name for r in reversed(stack) if r.kind == "site"), None)
-                found[(row.thread, row.seq)] = ForwardOrigin(outer, module, site)
+            elif row.kind in FORWARD_KINDS and not row.name.startswith(BACKWARD_PREFIX):
+                marker = next((r for r in reversed(stack) if r.name.startswith(BACKWARD_PREFIX)), None)
+                inside = stack if marker is None else stack[stack.index(marker) + 1:]
+                origin = ForwardOrigin(next((r.name for r in inside if r.kind == "op"), row.name),
+                                       next((r.name for r in reversed(inside) if r.kind == "module"), None),
+                                       next((r.name for r in reversed(inside) if r.kind == "site"), None))
+                if marker is None:
+                    found[(row.thread, row.seq)] = origin
+                elif (row.thread, marker.start) in nodes:
+                    derived[(row.thread, row.seq)] = (nodes[(row.thread, marker.start)], origin)
         stack.append(row)
-    return SequenceIndex(found, nodes)
+    return SequenceIndex(found, nodes, derived)
 
 
 def lookup(origins: dict[tuple[int, int], ForwardOrigin], seq: int, threads: list[int]) -> ForwardOrigin | None:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from mcp_server.assemble.collectives import distributed_operator, kernel_collective
-from mcp_server.children.contract import UPDATE_RANGE
+from mcp_server.children.contract import STEP_OF_PREFIX, UPDATE_RANGE
 from mcp_server.schema.profile import OperatorRecord, Phase, RuntimeEvent
 from plugins.ncu import keys
 from plugins.sequences import BACKWARD_PREFIX, ForwardOrigin, SequenceIndex, lookup
@@ -56,9 +56,10 @@ class Context:
                  root_module: str | None = None) -> None:
         self.origins = sequences.origins if sequences else {}
         self.nodes = sequences.nodes if sequences else {}
+        self.derived = sequences.derived if sequences else {}
         self.threads = list(forward_threads or [])
         self.measure_threads = frozenset(self.threads)
-        self.threads += sorted({t for t, _ in self.origins} - set(self.threads))
+        self.threads += sorted({t for t, _ in [*self.origins, *self.derived]} - set(self.threads))
         self.root_module = root_module
 
     def records_operators(self, thread: int | None, backward: bool) -> bool:
@@ -72,7 +73,22 @@ class Context:
         seq = node.seq if node is not None else None
         if seq is None and thread is not None and marker.start_ns is not None:
             seq = self.nodes.get((thread, marker.start_ns))
-        return lookup(self.origins, seq, self.threads) if seq is not None and self.origins else None
+        if seq is None or not self.origins:
+            return None
+        return lookup(self.origins, seq, self.threads) or self._derived(seq)
+
+    def _derived(self, seq: int) -> ForwardOrigin | None:
+        """The origin of a node of a second backward: the operator a first backward's node ran with
+        `create_graph=True`, in the module and at the call site of that node's forward call."""
+        for thread in self.threads:
+            found = self.derived.get((thread, seq))
+            if found is not None:
+                node_seq, origin = found
+                first = lookup(self.origins, node_seq, self.threads)
+                if origin.module_path is not None or first is None:
+                    return origin
+                return ForwardOrigin(origin.op, first.module_path, origin.call_site or first.call_site)
+        return None
 
 
 def _phase(stack: Sequence[FrameLike]) -> tuple[Phase, FrameLike | None, FrameLike | None]:
@@ -103,7 +119,8 @@ class Work(NamedTuple):
 
 def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) -> Work:
     """The phase of the work under `stack`, its module path and call site (a backward node's from the forward op
-    it differentiates; the optimizer's module is the model itself) and, for backward work, node and forward op.
+    it differentiates; the optimizer's module is the model whose parameters it updates, else the model itself)
+    and, for backward work, node and forward op.
     Forward work a backward node runs again (a module called inside it: checkpointing) is `recomputed`: its call
     site is a site range inside the node's when there is one, else left for `recomputed_call_sites`."""
     phase, marker, node = _phase(stack)
@@ -122,8 +139,13 @@ def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) ->
             module_path = module_path or origin.module_path
             call_site = origin.call_site or call_site
     if phase == "optimizer" and module_path is None:
-        module_path = context.root_module
+        module_path = _stepped_model(stack) or context.root_module
     return Work(phase, module_path, call_site, autograd_node, forward_op)
+
+
+def _stepped_model(stack: Sequence[FrameLike]) -> str | None:
+    """The model whose parameters the optimizer step around this work updates (a script's `STEP_OF_PREFIX` range)."""
+    return next((f.name[len(STEP_OF_PREFIX):] for f in reversed(stack) if f.name.startswith(STEP_OF_PREFIX)), None)
 
 
 def _recomputes(inner: Sequence[FrameLike]) -> bool:

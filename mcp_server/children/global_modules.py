@@ -39,12 +39,13 @@ class GlobalModules:
         self.ranging = False
         self.roots: list[str] = []  # class names of the roots seen, in order
         self.listeners: list[Listener] = []
-        self._open_range: Callable[[str], Any] | None = None
-        self._close_range: Callable[[Any], None] | None = None
+        self.open_range: Callable[[str], Any] | None = None
+        self.close_range: Callable[[Any], None] | None = None
         if RECORDINGS[profiler].ranged:
-            self._open_range, self._close_range = site_ranges(profiler)
+            self.open_range, self.close_range = site_ranges(profiler)
         self._paths: dict[int, dict[int, str]] = {}  # id(root) -> id(module) -> path
         self._classes: dict[str, str] = {}  # path -> class name
+        self._param_roots: dict[int, str] = {}  # id(parameter) -> the root holding it
         self._local = threading.local()
         self._handles: list[Any] = []
         self._wanted: dict[str, set[int]] = {}
@@ -138,7 +139,14 @@ class GlobalModules:
             self._classes[paths[id(m)]] = root_module_name(m)
         if not stack:
             self.roots.append(root)
+            for param in module.parameters():
+                self._param_roots.setdefault(id(param), root)
         return self._paths[key][key]
+
+    def owner(self, params: Iterable[Any]) -> str | None:
+        """The root module holding every one of `params` (an optimizer's), or None (several roots, or none seen)."""
+        roots = {self._param_roots.get(id(p)) for p in params}
+        return next(iter(roots)) if len(roots) == 1 else None
 
     def _pre(self, module: Any, args: Any) -> None:
         # Traced away inside `torch.compile` (Dynamo reads is_compiling() as True): the compiled graph keeps no trace
@@ -150,7 +158,7 @@ class GlobalModules:
         path = self.path_of(module, stack)
         for listener in self.listeners:
             listener(module, path, True)
-        handle = self._open_range(MODULE_RANGE_PREFIX + path) if self.ranging and self._open_range else None
+        handle = self.open_range(MODULE_RANGE_PREFIX + path) if self.ranging and self.open_range else None
         profiled = False
         if self._counting and path in self._wanted:
             number = self._seen.get(path, 0)
@@ -174,8 +182,8 @@ class GlobalModules:
             self._depth -= 1
             if self._depth == 0 and self._switch is not None:
                 self._switch(False)
-        if handle is not None and self._close_range is not None:
-            self._close_range(handle)
+        if handle is not None and self.close_range is not None:
+            self.close_range(handle)
         for listener in self.listeners:
             listener(module, path, False)
 

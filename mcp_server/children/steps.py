@@ -35,7 +35,7 @@ from typing import Any
 from mcp_server.children import global_modules, sites
 from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import ScriptCompiles, root_module_name
-from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, UPDATE_RANGE, WARMUP_PHASE
+from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, STEP_OF_PREFIX, UPDATE_RANGE, WARMUP_PHASE
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
@@ -73,6 +73,8 @@ class StepWindows:
         self.scoped = modules.scoped
         self.opens_at_start = True
         self.steps = 0
+        self._opened_at = 0  # the steps at which the open window opened
+        self._closed_at: int | None = None  # the steps at which the last window closed (the next one opens there)
         self.windows: list[dict[str, Any]] = []  # the untraced windows' times
         self.traced: list[dict[str, Any]] = []
         self.last: MeasuredWindow | None = None
@@ -85,10 +87,17 @@ class StepWindows:
     def measured(self) -> int:
         return len(self.windows) + len(self.traced)
 
+    @property
+    def opened(self) -> bool:
+        """A window has opened (it may have closed since)."""
+        return self._open is not None or self.measured > 0
+
     def _due(self) -> bool:
-        """A window opens at this boundary: the warm-up is over and the window before it closed."""
-        return (self._open is None and self.measured < self.total
-                and self.steps == self.warmup + self.measured * self.active)
+        """A window opens at this boundary: the warm-up is over (the first window), or the window before it closed
+        here."""
+        if self._open is not None or self.measured >= self.total:
+            return False
+        return self.steps >= self.warmup if self._closed_at is None else self.steps == self._closed_at
 
     def step_begins(self) -> None:
         """A step is about to run."""
@@ -98,14 +107,23 @@ class StepWindows:
     def step_ended(self) -> None:
         """A step has run: close the window its last step ends; open the next one where it opens here."""
         self.steps += 1
-        if self._open is not None and self.steps == self.warmup + (self.measured + 1) * self.active:
+        if self._open is not None and self.steps == self._opened_at + self.active:
             self._close()
+            self._closed_at = self.steps
             if self.measured == self.total:
                 raise StopScript
         if not self.opens_at_start and self._due():
             self._start()
 
+    def recount(self) -> None:
+        """The steps' boundary moved before any window opened (a loop's last optimizer to step, seen stepping for
+        the first time): the step now ending is the loop's first."""
+        assert not self.opened
+        self.steps = 0
+        self.step_ended()
+
     def _start(self) -> None:
+        self._opened_at = self.steps
         number = self.measured
         if number == 0:
             if self.trace is not None:
@@ -159,47 +177,84 @@ class StepWindows:
 
 
 class OptimizerSteps:
-    """Steps of the first optimizer to step: its first step's end through torch's global post-hook, every later
-    one through a wrapper of that optimizer's `step` (outside its `Optimizer.step#...` profiler range)."""
+    """Steps of a training loop's optimizers. A step ends as the loop's last optimizer returns: the one seen stepping
+    for the first time last (a GAN's generator after its discriminator, a critic's generator after its five critic
+    steps), so a window holds whole iterations. Until a window opens, each optimizer seen stepping for the first time
+    moves the boundary to it, its first step ending the loop's first iteration; one first seen later is warned of.
+    A step's end is seen through torch's global post-hook until the boundary's optimizer is wrapped, then through a
+    wrapper of its `step` (outside its `Optimizer.step#...` profiler range, where the window opens and closes).
+
+    While a window records ranges, each optimizer's step runs inside a `STEP_OF_PREFIX` range naming the root module
+    whose parameters it updates (when one root holds them all): the update's work is that model's."""
 
     kind = "optimizer"
 
-    def __init__(self, windows: StepWindows) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+    def __init__(self, windows: StepWindows, modules: GlobalModules) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        self.windows = windows
+        self.windows, self.modules = windows, modules
         windows.opens_at_start = False
-        self.optimizer: Any = None
-        self._inside = False
-        self._handle = register_optimizer_step_post_hook(self._post)
+        self.optimizer: Any = None  # the boundary's optimizer
+        self.late: list[str] = []  # optimizers first seen stepping after a window opened
+        self._seen: set[int] = set()
+        self._inside: Any = None  # the optimizer stepping through its wrapper
+        self._owners: dict[int, str | None] = {}  # id(optimizer) -> the root module whose parameters it updates
+        self._ranges: list[Any] = []
+        self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
         self.name = "optimizer step"
 
+    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not (self.modules.ranging and self.modules.open_range):
+            return
+        key = id(optimizer)
+        if key not in self._owners:
+            self._owners[key] = self.modules.owner(p for g in optimizer.param_groups for p in g["params"])
+        owner = self._owners[key]
+        self._ranges.append(self.modules.open_range(STEP_OF_PREFIX + owner) if owner is not None else None)
+
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.optimizer is None:
-            self.optimizer = optimizer
-            self.name = f"{type(optimizer).__name__}.step"
-            self._wrap(optimizer)
-            self.windows.step_ended()  # the first step did not run through the wrapper
-        elif optimizer is self.optimizer and not self._inside:
-            self.windows.step_ended()  # a step called past the wrapper (the class's step, unbound)
+        self._end_range()
+        if id(optimizer) in self._seen:
+            if optimizer is self.optimizer and self._inside is not optimizer:
+                self.windows.step_ended()  # a step called past the wrapper (the class's step, unbound)
+            return
+        self._seen.add(id(optimizer))
+        if self.windows.opened:
+            self.late.append(type(optimizer).__name__)
+            return
+        first = self.optimizer is None
+        self.optimizer = optimizer
+        self.name = f"{type(optimizer).__name__}.step"
+        self._wrap(optimizer)
+        # the first step did not run through the wrapper; a later optimizer's first step ends the first iteration
+        self.windows.step_ended() if first else self.windows.recount()
 
     def _wrap(self, optimizer: Any) -> None:
         previous = optimizer.step  # bound, or a scheduler's wrapper set on the instance
         steps = self
 
         def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-            steps._inside = True
+            steps._inside = self
             try:
                 out = previous(*args, **kwargs)
             finally:
-                steps._inside = False
-            steps.windows.step_ended()
+                steps._inside = None
+            if self is steps.optimizer:
+                steps.windows.step_ended()
             return out
 
         optimizer.step = MethodType(functools.wraps(previous)(step), optimizer)
 
     def remove(self) -> None:
-        self._handle.remove()
+        for handle in self._handles:
+            handle.remove()
+        while self._ranges:
+            self._end_range()
+
+    def _end_range(self) -> None:
+        handle = self._ranges.pop() if self._ranges else None
+        if handle is not None and self.modules.close_range is not None:
+            self.modules.close_range(handle)
 
 
 class BackwardSteps:
@@ -400,7 +455,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early), own=(global_modules, sites))
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
-        source = OptimizerSteps(windows)
+        source = OptimizerSteps(windows, modules)
     elif args.window_fn == BACKWARD_STEPS:
         source = BackwardSteps(windows, modules)
     else:
@@ -464,6 +519,10 @@ def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any
                   else "lower --steps W:A")
         raise ContractError(f"the script ended after {windows.steps} {what}; its window needs "
                             f"{args.warmup_iters + args.iters} ({args.warmup_iters} to warm up): {remedy}")
+    if getattr(source, "late", None):
+        result["warnings"].append(
+            f"{', '.join(source.late)} first stepped after the window opened: a step is one {source.name}, which may "
+            "not end the loop's iteration; raise the warm-up (--steps W:A) past every optimizer's first step")
     if windows.measured < windows.total:
         result["warnings"].append(f"the script ended after {windows.steps} steps: {windows.measured} of "
                                   f"{windows.total} windows of {args.iters} step(s) were measured")

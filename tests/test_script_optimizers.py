@@ -1,0 +1,66 @@
+"""A training script with two models and an optimizer each (a GAN's loop), profiled as it is by the real CLI and
+harness under torch.profiler on this CPU: a step is one iteration of the loop, ended by its last optimizer, and each
+update's work belongs to the model whose parameters it updates."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from conftest import REPO
+from test_script_mode import run_cli
+
+from mcp_server.schema.io import load_profile
+
+SCRIPT = REPO / "tests" / "scripts" / "two_optimizer_train.py"
+
+
+def _profile(tmp_path, *args: str):
+    out = tmp_path / "run"
+    proc = run_cli("profile", "--script", str(SCRIPT), "-o", str(out), "-q", *args)
+    assert proc.returncode == 0, proc.stderr
+    return load_profile(out / "profile.json"), json.loads((out / "torch" / "harness.json").read_text())
+
+
+def test_a_step_is_the_loops_iteration_and_each_update_is_its_models(tmp_path):
+    # the generator's first step moves the boundary there, ending the first iteration; the window opens as the
+    # second iteration's generator step returns
+    profile, harness = _profile(tmp_path, "--steps", "2:1")
+    assert harness["steps"]["name"] == "Adam.step" and harness["steps"]["stopped_after_window"]
+    ops = profile.operators
+    # the window is one whole iteration: the critic's update, then the generator's forward, backward and update
+    updates = Counter((op.module_path, op.operator_name) for op in ops if op.phase == "optimizer")
+    assert updates[("Critic", "aten::add_")] == 4  # SGD: one add_ per parameter
+    assert updates[("Generator", "aten::sqrt")] == 4  # Adam: one sqrt per parameter
+    assert {module for module, _ in updates} == {"Critic", "Generator"}
+    # the generator's forward ran in the window twice (the critic's fake batch, then its own loss), so its backward
+    # nodes find their modules
+    backward = {op.module_path for op in ops if op.phase == "backward" and op.operator_name == "aten::mm"}
+    assert {"body.0", "body.2"} <= backward  # the generator's, the first root called
+    assert not [w for w in profile.warnings if "first stepped after" in w]
+
+
+def test_an_optimizer_first_stepping_after_the_window_opened_is_warned_of(tmp_path):
+    profile, harness = _profile(tmp_path, "--steps", "2:2", "--", "--generator-from", "2")
+    assert harness["steps"]["name"] == "SGD.step"
+    assert any("Adam first stepped after the window opened" in w for w in profile.warnings)
+
+
+def test_a_critic_stepped_several_times_before_its_generator_ends_no_step(tmp_path):
+    # the warm-up passes the generator's first step (after three critic steps), which moves the boundary there
+    profile, harness = _profile(tmp_path, "--steps", "4:1", "--", "--critic-steps", "3")
+    assert harness["steps"]["name"] == "Adam.step"
+    updates = Counter(op.module_path for op in profile.operators
+                      if op.phase == "optimizer" and op.operator_name == "aten::add_")
+    assert updates["Critic"] == 3 * 4  # three critic steps in the one iteration measured
+
+
+def test_the_second_backward_of_a_gradient_penalty_is_its_modules(tmp_path):
+    profile, _ = _profile(tmp_path, "--steps", "2:1", "--", "--gradient-penalty")
+    # the critic's backward through the penalty differentiates the operators its first backward ran
+    second = [op for op in profile.operators if (op.autograd_node or "").endswith("BackwardBackward0")]
+    assert {op.autograd_node for op in second} >= {"ThresholdBackwardBackward0"}
+    assert {(op.autograd_node, op.forward_op) for op in second} >= {
+        ("ThresholdBackwardBackward0", "aten::threshold_backward")}
+    # the critic's `body` is named in full: the generator, the first root called, has a `body` too
+    assert {op.module_path for op in second} == {"Critic.body.1"}
