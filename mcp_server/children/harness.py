@@ -16,7 +16,7 @@ from the untraced windows and the kernels' durations and gaps from the traced on
 In compiled modes it writes `--provenance`: which aten ops and nn.Modules each generated kernel came from,
 with a copy of Inductor's generated code beside it. A script without `get_model_and_input` marks its own
 window with `NvtxCapture` (mcp_server/children/script.py); with `--run-script` any script runs unmodified, its
-window chosen by its own steps (mcp_server/children/steps.py).
+window chosen by its own steps (mcp_server/children/steps.py, step_sources.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,283 @@
+"""Where a script's steps end, found without editing it (standard library and torch only): its optimizers' steps
+(`OptimizerSteps`), its `backward()` calls (`BackwardSteps`), or calls of a function or module class it names
+(`NamedSteps`). Each tells the script's `StepWindows` as a step begins or ends.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from collections.abc import Callable
+from types import FrameType, MethodType
+from typing import TYPE_CHECKING, Any
+
+from mcp_server.children.common import ContractError
+from mcp_server.children.compiling import root_module_name
+from mcp_server.children.contract import STEP_OF_PREFIX, UPDATE_RANGE
+from mcp_server.children.global_modules import GlobalModules
+
+if TYPE_CHECKING:
+    from mcp_server.children.steps import StepWindows
+
+
+class OptimizerSteps:
+    """Steps of a training loop's optimizers. A step ends as the loop's last optimizer returns: the one seen stepping
+    for the first time last (a GAN's generator after its discriminator, a critic's generator after its five critic
+    steps), so a window holds whole iterations. Until a window opens, each optimizer seen stepping for the first time
+    moves the boundary to it, its first step ending the loop's first iteration; one first seen later is warned of.
+    A step's end is seen through torch's global post-hook until the boundary's optimizer is wrapped, then through a
+    wrapper of its `step` (outside its `Optimizer.step#...` profiler range, where the window opens and closes).
+
+    While a window records ranges, each optimizer's step runs inside a `STEP_OF_PREFIX` range naming the root module
+    whose parameters it updates (when one root holds them all): the update's work is that model's."""
+
+    kind = "optimizer"
+
+    def __init__(self, windows: StepWindows, modules: GlobalModules) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self.windows, self.modules = windows, modules
+        windows.opens_at_start = False
+        self.optimizer: Any = None  # the boundary's optimizer
+        self.late: list[str] = []  # optimizers first seen stepping after a window opened
+        self._seen: set[int] = set()
+        self._inside: Any = None  # the optimizer stepping through its wrapper
+        self._owners: dict[int, str | None] = {}  # id(optimizer) -> the root module whose parameters it updates
+        self._ranges: list[Any] = []
+        self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
+        self.name = "optimizer step"
+
+    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not (self.modules.ranging and self.modules.open_range):
+            return
+        key = id(optimizer)
+        if key not in self._owners:
+            self._owners[key] = self.modules.owner(p for g in optimizer.param_groups for p in g["params"])
+        owner = self._owners[key]
+        self._ranges.append(self.modules.open_range(STEP_OF_PREFIX + owner) if owner is not None else None)
+
+    def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._end_range()
+        if id(optimizer) in self._seen:
+            if optimizer is self.optimizer and self._inside is not optimizer:
+                self.windows.step_ended()  # a step called past the wrapper (the class's step, unbound)
+            return
+        self._seen.add(id(optimizer))
+        if self.windows.opened:
+            self.late.append(type(optimizer).__name__)
+            return
+        first = self.optimizer is None
+        self.optimizer = optimizer
+        self.name = f"{type(optimizer).__name__}.step"
+        self._wrap(optimizer)
+        # the first step did not run through the wrapper; a later optimizer's first step ends the first iteration
+        self.windows.step_ended() if first else self.windows.recount()
+
+    def _wrap(self, optimizer: Any) -> None:
+        previous = optimizer.step  # bound, or a scheduler's wrapper set on the instance
+        steps = self
+
+        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            steps._inside = self
+            try:
+                out = previous(*args, **kwargs)
+            finally:
+                steps._inside = None
+            if self is steps.optimizer:
+                steps.windows.step_ended()
+            return out
+
+        optimizer.step = MethodType(functools.wraps(previous)(step), optimizer)
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        while self._ranges:
+            self._end_range()
+
+    def _end_range(self) -> None:
+        handle = self._ranges.pop() if self._ranges else None
+        if handle is not None and self.modules.close_range is not None:
+            self.modules.close_range(handle)
+
+
+class BackwardSteps:
+    """Steps that end as each outermost `backward()` returns (`Tensor.backward` or `torch.autograd.backward`): a
+    training script that updates its parameters without torch.optim. A window opens as a backward ends, so it holds
+    that step's update, the next steps' forwards and backwards, and the loop's own code between them. That code, from
+    a backward's end to the next module call (or backward), runs inside the `UPDATE_RANGE` profiler range: the
+    optimizer phase of a hand-written loop (its update, and whatever else the loop does there)."""
+
+    kind = "backward"
+    name = "backward()"
+
+    def __init__(self, windows: StepWindows, modules: GlobalModules) -> None:
+        import torch
+
+        self.windows, self.modules = windows, modules
+        windows.opens_at_start = False
+        self.depth = 0
+        self._update: Any = None  # the open UPDATE_RANGE record_function
+        self._restore: list[Callable[[], None]] = []
+        for owner in (torch.Tensor, torch.autograd):  # Tensor.backward calls torch.autograd.backward: counted once
+            original = owner.backward
+            owner.backward = self._wrapper(original)
+            self._restore.append(functools.partial(setattr, owner, "backward", original))
+        modules.listeners.insert(0, self._called)
+
+    def _called(self, module: Any, path: str, started: bool) -> None:
+        if started:
+            self._end_update()
+
+    def _end_update(self) -> None:
+        if self._update is not None:
+            update, self._update = self._update, None
+            update.__exit__(None, None, None)
+
+    def _wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        steps = self
+
+        @functools.wraps(original)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            import torch
+
+            if steps.depth == 0:
+                steps._end_update()
+            steps.depth += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                steps.depth -= 1
+                if steps.depth == 0:
+                    steps.windows.step_ended()  # the window opens here: the update's range inside it
+                    steps._update = torch.autograd.profiler.record_function(UPDATE_RANGE)
+                    steps._update.__enter__()
+
+        return counted
+
+    def remove(self) -> None:
+        self._end_update()
+        for restore in self._restore:
+            restore()
+        if self._called in self.modules.listeners:
+            self.modules.listeners.remove(self._called)
+
+
+class NamedSteps:
+    """Steps that are the outermost calls of what `--window-fn` names: an nn.Module class (its calls, through the
+    global module hooks), else a function or method (`name`, or `Class.name`).
+
+    A function's first call is seen running at its first module call (the frames on the stack); the callable the
+    script finds (the class attribute, or each globals entry naming it, decorators included) is then replaced by a
+    wrapper that counts every later call; that first call ends as the next one begins."""
+
+    def __init__(self, windows: StepWindows, modules: GlobalModules, name: str) -> None:
+        self.windows, self.modules, self.name = windows, modules, name
+        self.kind: str | None = None  # "module" or "function", once the name is seen
+        self.where: str | None = None
+        self.depth = 0
+        self._first_pending = False
+        self._restore: list[Callable[[], None]] = []
+        modules.listeners.insert(0, self._called)
+
+    @property
+    def found(self) -> bool:
+        return self.kind is not None
+
+    def _called(self, module: Any, path: str, started: bool) -> None:
+        if self.kind != "function" and root_module_name(module) == self.name.rsplit(".", 1)[-1]:
+            self.kind = "module"
+            self.depth += 1 if started else -1
+            if started and self.depth == 1:
+                self.windows.step_begins()
+            elif not started and self.depth == 0:
+                self.windows.step_ended()
+        elif self.kind is None and started:
+            self._look()
+
+    def _matches(self, frame: FrameType) -> bool:
+        code = frame.f_code
+        if "." in self.name:
+            qualified = getattr(code, "co_qualname", code.co_name)
+            return bool(qualified == self.name or qualified.endswith("." + self.name))
+        return code.co_name == self.name
+
+    def _look(self) -> None:
+        frame: FrameType | None = sys._getframe(2)
+        outermost = None
+        while frame is not None:
+            if self._matches(frame):
+                outermost = frame
+            frame = frame.f_back
+        if outermost is None:
+            return
+        self.kind = "function"
+        if not self._wrap(outermost):
+            raise ContractError(f"--window-fn {self.name}: its call at {outermost.f_code.co_filename}:"
+                                f"{outermost.f_lineno} runs, but no class or module attribute names it, so its later "
+                                "calls cannot be counted; name the nn.Module class it calls instead")
+        self._first_pending = True  # this first call is under way, not wrapped: it ends as the next call begins
+
+    def _wrap(self, frame: FrameType) -> bool:
+        code, short = frame.f_code, self.name.rsplit(".", 1)[-1]
+
+        def runs(candidate: Any) -> bool:
+            try:
+                return candidate is not None and getattr(inspect.unwrap(candidate), "__code__", None) is code
+            except ValueError:
+                return False
+
+        owners: list[tuple[Any, bool]] = []
+        target = frame.f_locals.get("self", frame.f_locals.get("cls"))
+        if target is not None:
+            for klass in (target if isinstance(target, type) else type(target)).__mro__:
+                found = klass.__dict__.get(short)
+                if runs(found) and not isinstance(found, (staticmethod, classmethod)):
+                    owners.append((klass, True))
+                    break
+        caller: FrameType | None = frame
+        seen: set[int] = set()
+        while caller is not None:  # every module namespace on the stack that names it (an import, the script)
+            scope = caller.f_globals
+            if id(scope) not in seen and runs(scope.get(short)):
+                owners.append((scope, False))
+            seen.add(id(scope))
+            caller = caller.f_back
+        for owner, is_class in owners:
+            original = owner.__dict__[short] if is_class else owner[short]
+            wrapper = self._wrapper(original)
+            if is_class:
+                setattr(owner, short, wrapper)
+                self._restore.append(functools.partial(setattr, owner, short, original))
+            else:
+                owner[short] = wrapper
+                self._restore.append(functools.partial(owner.__setitem__, short, original))
+        self.where = f"{code.co_filename}:{code.co_firstlineno}"
+        return bool(owners)
+
+    def _wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        steps = self
+
+        @functools.wraps(original)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            steps.depth += 1
+            if steps.depth == 1:
+                if steps._first_pending:
+                    steps._first_pending = False
+                    steps.windows.step_ended()  # the first call, seen running, has returned
+                steps.windows.step_begins()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                steps.depth -= 1
+                if steps.depth == 0:
+                    steps.windows.step_ended()
+
+        return counted
+
+    def remove(self) -> None:
+        for restore in self._restore:
+            restore()
+        if self._called in self.modules.listeners:
+            self.modules.listeners.remove(self._called)
