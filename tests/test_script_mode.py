@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,19 @@ def _line(path: Path, text: str) -> str:
     """`path:line` of the line holding `text`."""
     number = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
     return f"{path}:{number}"
+
+
+def test_a_function_of_a_script_without_modules_chooses_the_window(tmp_path):
+    """No module call to see it by: the function is found as its first call begins."""
+    script, out = SCRIPTS / "no_module_loop.py", tmp_path / "run"
+    proc = run_cli("profile", "--script", str(script), "--window-fn", "iterate", "--steps", "2:3", "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    harness = json.loads((out / "torch" / "harness.json").read_text())
+    assert harness["steps"]["kind"] == "function" and harness["steps"]["defined_at"] == _line(script, "def iterate(")
+    products = Counter(op.call_site for op in load_profile(out / "profile.json").operators
+                       if op.operator_name == "aten::matmul")
+    # three steps, and the read-back between the second and the third (two products at its line)
+    assert products == {_line(script, "vector = matrix @ vector"): 3, _line(script, "print(f\"step"): 2}
 
 
 def test_a_training_script_with_dataloader_workers_is_profiled_as_it_is(tmp_path):

@@ -168,9 +168,10 @@ class NamedSteps:
     """Steps that are the outermost calls of what `--window-fn` names: an nn.Module class (its calls, through the
     global module hooks), else a function or method (`name`, or `Class.name`).
 
-    A function's first call is seen running at its first module call (the frames on the stack); the callable the
-    script finds (the class attribute, or each globals entry naming it, decorators included) is then replaced by a
-    wrapper that counts every later call; that first call ends as the next one begins."""
+    A function's first call is seen running at its first module call (the frames on the stack), or, in a script
+    that calls no module, as it begins (a profile function, `sys.setprofile`, on until the name is seen); the
+    callable the script finds (the class attribute, or each globals entry naming it, decorators included) is then
+    replaced by a wrapper that counts every later call; that first call ends as the next one begins."""
 
     def __init__(self, windows: StepWindows, modules: GlobalModules, name: str) -> None:
         self.windows, self.modules, self.name = windows, modules, name
@@ -180,10 +181,23 @@ class NamedSteps:
         self._first_pending = False
         self._restore: list[Callable[[], None]] = []
         modules.listeners.insert(0, self._called)
+        self._profile = sys.getprofile()
+        sys.setprofile(self._calls)
 
     @property
     def found(self) -> bool:
         return self.kind is not None
+
+    def _calls(self, frame: FrameType, event: str, arg: Any) -> None:
+        """Until the name is seen: each Python call, the one it names found as it begins."""
+        if event == "call" and self.kind is None and self._matches(frame):
+            self._look(frame)
+        if self.kind is not None:
+            self._stop_looking()
+
+    def _stop_looking(self) -> None:
+        if sys.getprofile() is self._calls:
+            sys.setprofile(self._profile)
 
     def _called(self, module: Any, path: str, started: bool) -> None:
         if self.kind != "function" and root_module_name(module) == self.name.rsplit(".", 1)[-1]:
@@ -194,7 +208,7 @@ class NamedSteps:
             elif not started and self.depth == 0:
                 self.windows.step_ended()
         elif self.kind is None and started:
-            self._look()
+            self._look(sys._getframe(2))
 
     def _matches(self, frame: FrameType) -> bool:
         code = frame.f_code
@@ -203,8 +217,7 @@ class NamedSteps:
             return bool(qualified == self.name or qualified.endswith("." + self.name))
         return code.co_name == self.name
 
-    def _look(self) -> None:
-        frame: FrameType | None = sys._getframe(2)
+    def _look(self, frame: FrameType | None) -> None:
         outermost = None
         while frame is not None:
             if self._matches(frame):
@@ -277,6 +290,7 @@ class NamedSteps:
         return counted
 
     def remove(self) -> None:
+        self._stop_looking()
         for restore in self._restore:
             restore()
         if self._called in self.modules.listeners:
