@@ -6,14 +6,17 @@ compiled by the script). `h200_per_sample_grads.profile.json.xz`: scripts/gpu_wo
 `train_step` (DP-SGD written with `torch.func`: `vmap(grad(...))` over `functional_call`, each example's gradient
 clipped, summed and noised before SGD's step). `h200_stream_ensemble.profile.json.xz`:
 scripts/gpu_workloads/stream_ensemble.py as it is (`run --script --window-fn serve`: a ResNet-style CNN and a small
-ViT, each on a CUDA stream of its own, launched from one thread). All recorded by `scripts/record_real_workloads.py`
-on an H200 on 2026-11-30. The flex kernel spills registers, and its stage's key issue said so twice; the ensemble's
-two `head`s (and a speculative decoder's draft and target blocks) shared their module paths before the second model
-was named in full.
+ViT, each on a CUDA stream of its own, launched from one thread). `h200_nbody_sim.profile.json.xz`:
+scripts/gpu_workloads/nbody_sim.py as it is (`run --script --window-fn leapfrog --steps 5:5`: no module, no
+optimizer; its window could not be found before a function was looked for as it begins). All recorded by
+`scripts/record_real_workloads.py` on an H200 on 2026-11-30. The flex kernel spills registers, and its stage's key
+issue said so twice; the ensemble's two `head`s (and a speculative decoder's draft and target blocks) shared their
+module paths before the second model was named in full.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from fixtures_util import recorded_profile
@@ -69,3 +72,15 @@ def test_an_ensembles_second_model_keeps_module_paths_of_its_own(tmp_path: Path)
     analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
     stages = {row.label for row in analysis.stages}
     assert any(name.startswith("ViT.encoder.layers.") for name in stages), sorted(stages)[:10]
+
+
+def test_a_simulation_without_modules_is_named_by_its_lines(tmp_path: Path) -> None:
+    profile = recorded_profile("h200_nbody_sim", tmp_path)
+    assert profile.window.attributed_kernel_time_pct == 100.0 and profile.window.call_site_kernel_time_pct == 100.0
+    assert profile.window.module_path_kernel_time_pct == 0.0 and {op.phase for op in profile.operators} == {"forward"}
+    # five leapfrog steps, two force evaluations each: one cdist per evaluation, at its line
+    cdist = Counter(op.call_site.rsplit("/", 1)[-1] for op in profile.operators if op.operator_name == "aten::cdist")
+    assert cdist == {"nbody_sim.py:24": 10}
+    analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
+    assert analysis.diagnosis.bottleneck.value == "memory"
+    assert analysis.stages[0].label == "aten::cdist"

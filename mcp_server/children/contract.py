@@ -243,9 +243,10 @@ HARNESS_FLAGS: tuple[HarnessFlag, ...] = (
                 f"cache only: exit with code {EXIT_NOT_CACHED} before running a graph the cache did not hold"),
     HarnessFlag("script_arg", "repeat", "argument passed to a script workload (its sys.argv[1:], in order)"),
     HarnessFlag("run_script", "switch", "run the workload as a plain script, unmodified (its `__main__`), the "
-                "window chosen by its steps: optimizer step() calls, or calls of --window-fn"),
+                "window chosen by its steps: its loop's iterations, each ended by its last optimizer's step(), or "
+                "calls of --window-fn"),
     HarnessFlag("window_fn", "str", "(--run-script) a step is one call of this function, method or nn.Module class "
-                "(by name) instead of one optimizer step(); `backward`: one backward() call"),
+                "(by name) instead of one iteration of optimizer steps; `backward`: one backward() call"),
     HarnessFlag("record_graph_capture", "switch", "(--profiler nvtx, nsys) record every CUDA graph the workload "
                 "captures inside the profiler's collection, with the window's ranges open: its replays in the window "
                 "take the operators and modules of their capture"),

@@ -61,8 +61,8 @@ class CaptureOptions(Request):
         description="The process group's backend (default: nccl on CUDA, gloo on the CPU)."
     )] = None
     script: Annotated[bool, Field(
-        description="Run the workload as a plain script, unmodified: a step is one optimizer step() (or window_fn "
-        "call); warmup_iters steps, then iters steps in the window, then the script is stopped."
+        description="Run the workload as a plain script, unmodified: a step is a loop iteration of optimizer "
+        "step()s (or a window_fn call); warmup_iters steps, then iters in the window, then it stops."
     )] = False
     script_args: Annotated[tuple[str, ...], Field(
         description="The script's own arguments (its sys.argv[1:]); on the command line, everything after `--`."
