@@ -46,6 +46,20 @@ def test_a_function_of_a_script_without_modules_chooses_the_window(tmp_path):
     assert products == {_line(script, "vector = matrix @ vector"): 3, _line(script, "print(f\"step"): 2}
 
 
+def test_a_torchscript_models_operators_take_its_name_and_the_line_calling_it(tmp_path):
+    """TorchScript's interpreter runs no module hook or call-site range: the model is named by its own class (not
+    `RecursiveScriptModule`), its operators by the line that called it, and the profile says why no finer."""
+    script, out = SCRIPTS / "scripted_serve.py", tmp_path / "run"
+    proc = run_cli("profile", "--script", str(script), "--window-fn", "serve", "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    profile = load_profile(out / "profile.json")
+    assert profile.capture_metadata.root_module == "Net"
+    inside = [op for op in profile.operators if op.module_path == "Net"]
+    assert {op.operator_name for op in inside} >= {"aten::linear", "aten::softmax"}
+    assert {op.call_site for op in inside} == {_line(script, "return model(batch)")}
+    assert any(w.startswith("Net is TorchScript (torch.jit.script)") for w in profile.warnings)
+
+
 def test_a_training_script_with_dataloader_workers_is_profiled_as_it_is(tmp_path):
     out = tmp_path / "run"
     # 16 samples in batches of 8: two steps per epoch, so the window (3 warm-up steps, 1 active) needs the script's

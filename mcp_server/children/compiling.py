@@ -45,7 +45,8 @@ def root_module_name(model: Any) -> str:
     """The module path that names the model itself (its class): kernels of its own forward outside every
     submodule, and the optimizer's, which updates the parameters of all of them."""
     model = getattr(model, "_orig_mod", model)
-    return type(model).__name__
+    name = type(model).__name__
+    return str(model.original_name) if name == "RecursiveScriptModule" else name  # torch.jit.script's: its class
 
 
 _MODEL_SOURCE = re.compile(r"^L\['self'\]\.?|^L\['[^']+'\]\.__self__\.?")

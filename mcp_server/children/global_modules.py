@@ -21,10 +21,11 @@ from types import FrameType
 from typing import Any
 
 from mcp_server.children.compiling import root_module_name
-from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS
-from mcp_server.children.sites import site_ranges
+from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS, SITE_RANGE_PREFIX
+from mcp_server.children.sites import UserFrames, site_ranges
 
 Listener = Callable[[Any, str, bool], None]  # (module, path, started): started False once its call returned
+SCRIPTED = "RecursiveScriptModule"  # the class of a module `torch.jit.script` compiled
 
 
 class GlobalModules:
@@ -38,6 +39,8 @@ class GlobalModules:
         self.profiler = profiler
         self.ranging = False
         self.roots: list[str] = []  # class names of the roots seen, in order
+        self.scripted: list[str] = []  # the roots that are TorchScript modules
+        self.frames: UserFrames | None = None  # given: a TorchScript module's call opens a range of its caller's line
         self.listeners: list[Listener] = []
         self.open_range: Callable[[str], Any] | None = None
         self.close_range: Callable[[Any], None] | None = None
@@ -139,6 +142,8 @@ class GlobalModules:
             self._classes[paths[id(m)]] = root_module_name(m)
         if not stack:
             self.roots.append(root)
+            if type(module).__name__ == SCRIPTED:
+                self.scripted.append(root)
             for param in module.parameters():
                 self._param_roots.setdefault(id(param), root)
         return self._paths[key][key]
@@ -158,7 +163,15 @@ class GlobalModules:
         path = self.path_of(module, stack)
         for listener in self.listeners:
             listener(module, path, True)
-        handle = self.open_range(MODULE_RANGE_PREFIX + path) if self.ranging and self.open_range else None
+        handles = []
+        if self.ranging and self.open_range:
+            handles.append(self.open_range(MODULE_RANGE_PREFIX + path))
+            if self.frames is not None and type(module).__name__ == SCRIPTED:
+                # TorchScript runs the forward in its own interpreter: no module hook or call-site range inside it,
+                # so its operators take the line that called it
+                site = self.frames.site(sys._getframe(1))
+                if site is not None:
+                    handles.append(self.open_range(SITE_RANGE_PREFIX + site))
         profiled = False
         if self._counting and path in self._wanted:
             number = self._seen.get(path, 0)
@@ -169,7 +182,7 @@ class GlobalModules:
                 if self._depth == 1 and self._switch is not None:
                     self.started += 1
                     self._switch(True)
-        stack.append((module, path, handle, profiled))
+        stack.append((module, path, handles, profiled))
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         if self._compiling():
@@ -177,13 +190,14 @@ class GlobalModules:
         stack = self._stack()
         if not stack or stack[-1][0] is not module:
             return  # a call whose pre-hook ran before the hooks were installed
-        _, path, handle, profiled = stack.pop()
+        _, path, handles, profiled = stack.pop()
         if profiled:
             self._depth -= 1
             if self._depth == 0 and self._switch is not None:
                 self._switch(False)
-        if handle is not None and self.close_range is not None:
-            self.close_range(handle)
+        if self.close_range is not None:
+            for handle in reversed(handles):
+                self.close_range(handle)
         for listener in self.listeners:
             listener(module, path, False)
 

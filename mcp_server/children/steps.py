@@ -78,6 +78,7 @@ class StepWindows:
         self.last: MeasuredWindow | None = None
         self._open: tuple[MeasuredWindow, ExitStack] | None = None
         self._frames = UserFrames() if self.ranged else None
+        modules.frames = self._frames
         # entered for the whole script, on during windows: a compiled frame sees one mode stack throughout
         self.sites = call_sites(self.profiler, self._frames, active=False) if self._frames is not None else None
 
@@ -264,6 +265,11 @@ def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any
                                   f"{windows.total} windows of {args.iters} step(s) were measured")
     window = windows.last
     result["root_module"] = modules.roots[0] if modules.roots else None
+    if modules.scripted:
+        result["warnings"].append(
+            f"{', '.join(modules.scripted)} is TorchScript (torch.jit.script): its forward runs in TorchScript's "
+            "interpreter, where no module hook or call-site range runs, so its operators are named by the model and "
+            "the line that called it; profile the model as Python code for its modules and lines")
     result["modules"] = modules.modules()
     result["window"] = {"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns,
                         "iters": args.iters}
