@@ -1,6 +1,6 @@
 """A training script with two models and an optimizer each (a GAN's loop), profiled as it is by the real CLI and
 harness under torch.profiler on this CPU: a step is one iteration of the loop, ended by its last optimizer, and each
-update's work belongs to the model whose parameters it updates."""
+update's work belongs to the innermost module holding the parameters it updates."""
 
 from __future__ import annotations
 
@@ -30,9 +30,11 @@ def test_a_step_is_the_loops_iteration_and_each_update_is_its_models(tmp_path):
     ops = profile.operators
     # the window is one whole iteration: the critic's update, then the generator's forward, backward and update
     updates = Counter((op.module_path, op.operator_name) for op in ops if op.phase == "optimizer")
-    assert updates[("Critic", "aten::add_")] == 4  # SGD: one add_ per parameter
-    assert updates[("Generator", "aten::sqrt")] == 4  # Adam: one sqrt per parameter
-    assert {module for module, _ in updates} == {"Critic", "Generator"}
+    # the critic's parameters are all its `body`'s (named in full: the generator has a `body` too); the
+    # generator's, its `body`'s as well, under the first root's paths
+    assert updates[("Critic.body", "aten::add_")] == 4  # SGD: one add_ per parameter
+    assert updates[("body", "aten::sqrt")] == 4  # Adam: one sqrt per parameter
+    assert {module for module, _ in updates} == {"Critic.body", "body"}
     # the generator's forward ran in the window twice (the critic's fake batch, then its own loss), so its backward
     # nodes find their modules
     backward = {op.module_path for op in ops if op.phase == "backward" and op.operator_name == "aten::mm"}
@@ -52,7 +54,7 @@ def test_a_critic_stepped_several_times_before_its_generator_ends_no_step(tmp_pa
     assert harness["steps"]["name"] == "Adam.step"
     updates = Counter(op.module_path for op in profile.operators
                       if op.phase == "optimizer" and op.operator_name == "aten::add_")
-    assert updates["Critic"] == 3 * 4  # three critic steps in the one iteration measured
+    assert updates["Critic.body"] == 3 * 4  # three critic steps in the one iteration measured
 
 
 def test_the_second_backward_of_a_gradient_penalty_is_its_modules(tmp_path):

@@ -119,7 +119,7 @@ class Work(NamedTuple):
 
 def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) -> Work:
     """The phase of the work under `stack`, its module path and call site (a backward node's from the forward op
-    it differentiates; the optimizer's module is the model whose parameters it updates, else the model itself)
+    it differentiates; the optimizer's module is the one holding the parameters it updates, else the model itself)
     and, for backward work, node and forward op.
     Forward work a backward node runs again (a module called inside it: checkpointing) is `recomputed`: its call
     site is a site range inside the node's when there is one, else left for `recomputed_call_sites`."""
@@ -144,7 +144,8 @@ def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) ->
 
 
 def _stepped_model(stack: Sequence[FrameLike]) -> str | None:
-    """The model whose parameters the optimizer step around this work updates (a script's `STEP_OF_PREFIX` range)."""
+    """The module holding the parameters the optimizer step around this work updates (a script's `STEP_OF_PREFIX`
+    range)."""
     return next((f.name[len(STEP_OF_PREFIX):] for f in reversed(stack) if f.name.startswith(STEP_OF_PREFIX)), None)
 
 

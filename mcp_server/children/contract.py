@@ -130,8 +130,8 @@ EXIT_OK, EXIT_CONTRACT, EXIT_NO_TORCH, EXIT_WORKLOAD_RAISED, EXIT_NO_WINDOW, EXI
 EXIT_CANNOT_WRITE = 7  # a file of the run (a trace, the result itself) could not be written: a full disk, a quota
 # harness.json's error.kind
 UPDATE_RANGE = "operator_profiler::update"  # such a script's code between a backward() and its next module call
-# `operator_profiler::step_of:<root>`: inside an optimizer's step, the model (a script's root module) whose parameters
-# it updates: a loop with two models and an optimizer each (a GAN) has each update's work under its own model
+# `operator_profiler::step_of:<path>`: inside an optimizer's step, the innermost module holding every parameter it
+# updates: a loop with two models and an optimizer each (a GAN) has each update's work under its own model
 STEP_OF_PREFIX = "operator_profiler::step_of:"
 BACKWARD_STEPS = "backward"  # --window-fn backward: a script's step is one backward() (training without torch.optim)
 NO_TORCH, CONTRACT_ERROR, NOT_CACHED, WORKLOAD_RAISED = "no_torch", "contract", "not_cached", "workload_raised"

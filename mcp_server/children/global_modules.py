@@ -48,7 +48,7 @@ class GlobalModules:
             self.open_range, self.close_range = site_ranges(profiler)
         self._paths: dict[int, dict[int, str]] = {}  # id(root) -> id(module) -> path
         self._classes: dict[str, str] = {}  # path -> class name
-        self._param_roots: dict[int, str] = {}  # id(parameter) -> the root holding it
+        self._param_paths: dict[int, tuple[str, str]] = {}  # id(parameter) -> (its root, its module's path)
         self._local = threading.local()
         self._handles: list[Any] = []
         self._wanted: dict[str, set[int]] = {}
@@ -140,18 +140,30 @@ class GlobalModules:
         for p, m in members:
             paths[id(m)] = (f"{root}.{p}" if prefixed and p else p) or root
             self._classes[paths[id(m)]] = root_module_name(m)
+            if not stack:
+                for param in m.parameters(recurse=False):
+                    self._param_paths.setdefault(id(param), (root, paths[id(m)]))
         if not stack:
             self.roots.append(root)
             if type(module).__name__ == SCRIPTED:
                 self.scripted.append(root)
-            for param in module.parameters():
-                self._param_roots.setdefault(id(param), root)
         return self._paths[key][key]
 
     def owner(self, params: Iterable[Any]) -> str | None:
-        """The root module holding every one of `params` (an optimizer's), or None (several roots, or none seen)."""
-        roots = {self._param_roots.get(id(p)) for p in params}
-        return next(iter(roots)) if len(roots) == 1 else None
+        """The innermost module holding every one of `params` (an optimizer's): their modules' longest common path,
+        else their root; None when they are of several roots, or of none seen."""
+        seen = {self._param_paths.get(id(p)) for p in params}
+        found = {f for f in seen if f is not None}
+        if not found or len(found) != len(seen) or len({root for root, _ in found}) != 1:
+            return None
+        root = next(iter(found))[0]
+        parts = [path.split(".") for _, path in found]
+        common = []
+        for names in zip(*parts, strict=False):
+            if len(set(names)) != 1:
+                break
+            common.append(names[0])
+        return ".".join(common) or root
 
     def _pre(self, module: Any, args: Any) -> None:
         # Traced away inside `torch.compile` (Dynamo reads is_compiling() as True): the compiled graph keeps no trace

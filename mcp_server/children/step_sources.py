@@ -29,8 +29,8 @@ class OptimizerSteps:
     A step's end is seen through torch's global post-hook until the boundary's optimizer is wrapped, then through a
     wrapper of its `step` (outside its `Optimizer.step#...` profiler range, where the window opens and closes).
 
-    While a window records ranges, each optimizer's step runs inside a `STEP_OF_PREFIX` range naming the root module
-    whose parameters it updates (when one root holds them all): the update's work is that model's."""
+    While a window records ranges, each optimizer's step runs inside a `STEP_OF_PREFIX` range naming the innermost
+    module holding every parameter it updates (when one root holds them all): the update's work is that module's."""
 
     kind = "optimizer"
 
@@ -43,7 +43,7 @@ class OptimizerSteps:
         self.late: list[str] = []  # optimizers first seen stepping after a window opened
         self._seen: set[int] = set()
         self._inside: Any = None  # the optimizer stepping through its wrapper
-        self._owners: dict[int, str | None] = {}  # id(optimizer) -> the root module whose parameters it updates
+        self._owners: dict[int, str | None] = {}  # id(optimizer) -> the module holding its parameters
         self._ranges: list[Any] = []
         self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
         self.name = "optimizer step"
