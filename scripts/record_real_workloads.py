@@ -101,6 +101,17 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
 - `nbody_sim`: scripts/gpu_workloads/nbody_sim.py as it is (`--script --window-fn leapfrog --steps 5:5`: no module,
   no optimizer; its energy read back every ten steps). Target: attributed >= 99.5 %, call sites >= 99 %. Profile
   alone.
+- `ppo_train`: scripts/gpu_workloads/ppo_train.py as it is (`--script`: PPO's minibatch updates, one Adam).
+  Target: attributed >= 99.5 %. Profile alone.
+- `ppo_collect`: the same script windowed by its rollouts (`--window-fn collect --steps 2:1`: the policy under
+  `no_grad`, its actions copied to the host every step for NumPy environments). Target: attributed >= 99.5 %, the
+  host's waits named at their lines. Profile alone.
+- `torchscript_serve`: scripts/gpu_workloads/torchscript_serve.py as it is (`--script --window-fn serve`: a model
+  compiled by `torch.jit.script`). Target: attributed >= 99.5 %, call sites >= 99 %, the model named by its own
+  class. Profile alone.
+- `recsys_sparse_train`: scripts/gpu_workloads/recsys_sparse_train.py as it is (`--script`: `EmbeddingBag` tables
+  with sparse gradients updated by `SparseAdam`, the MLPs by `Adam`, a DataLoader of variable-length bags). Target:
+  attributed >= 99.5 %, the updates under `tables` and the model. Profile alone.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -170,6 +181,11 @@ CASES: dict[str, list[str]] = {
     "wgan_gp_train": ["--script", str(WORKLOADS / "gan_train.py"), "--steps", "4:1", "--", "--wgan-gp",
                       "--critic-steps", "2"],
     "nbody_sim": ["--script", str(WORKLOADS / "nbody_sim.py"), "--window-fn", "leapfrog", "--steps", "5:5"],
+    "ppo_train": ["--script", str(WORKLOADS / "ppo_train.py")],
+    "ppo_collect": ["--script", str(WORKLOADS / "ppo_train.py"), "--window-fn", "collect", "--steps", "2:1", "--",
+                    "--iterations", "10", "--epochs", "1"],
+    "torchscript_serve": ["--script", str(WORKLOADS / "torchscript_serve.py"), "--window-fn", "serve"],
+    "recsys_sparse_train": ["--script", str(WORKLOADS / "recsys_sparse_train.py")],
 }
 
 
@@ -246,6 +262,19 @@ def analyze_moe(run_dir: Path, row: dict[str, Any]) -> None:
     advice = [o for o in analysis["opportunities"] if o["change_class"] in ("cuda_graphs", "inductor_config")]
     row["graph_advice"] = [{"title": o["title"], "prerequisites": o["prerequisites"]} for o in advice]
     row["no_ungated_graph_advice"] = all(o["prerequisites"] for o in advice)
+
+
+def named_syncs(run_dir: Path, row: dict[str, Any]) -> None:
+    """Each place the host waits for the GPU, with its line and idle cost, from `analyze`."""
+    code, _, tail = cli("analyze", str(run_dir / "profile.json"), "--output", str(run_dir / "analysis"))
+    if code != 0:
+        row["analyze_error"] = tail
+        return
+    analysis = json.loads((run_dir / "analysis" / "analysis.json").read_text())
+    waits = [p for p in analysis["syncs"] or [] if p["synchronizing"]]
+    row["sync_points"] = [{k: p.get(k) for k in ("operator_name", "api", "call_site", "count", "idle_after_ns")}
+                          for p in waits]
+    row["every_sync_named"] = bool(waits) and all(p["call_site"] for p in waits)
 
 
 def recomputed_sites(profile: OperatorAttributedProfile, row: dict[str, Any]) -> None:
@@ -336,7 +365,8 @@ SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_tr
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
                     "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
-                    "per_sample_grads", "flex_serve", "spec_decode", "stream_ensemble", "gan_train", "nbody_sim"}
+                    "per_sample_grads", "flex_serve", "spec_decode", "stream_ensemble", "gan_train", "nbody_sim",
+                    "ppo_train", "ppo_collect", "torchscript_serve", "recsys_sparse_train"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -364,6 +394,12 @@ TARGETS = {
     "wgan_gp_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5
     and r.get("optimizer_modules") == ["Discriminator", "Generator"] and r.get("second_backward_unnamed_ns") == 0,
     "nbody_sim": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("call_site_pct") or 0) >= 99,
+    "ppo_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("forward_seeds") == 0,
+    "ppo_collect": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and bool(r.get("every_sync_named")),
+    "torchscript_serve": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("call_site_pct") or 0) >= 99
+    and r.get("root_module") == "Classifier",
+    "recsys_sparse_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5
+    and r.get("optimizer_modules") == ["Recommender", "tables"],
     "llama_static_decode": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "prefetch_lm_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and len(r.get("recomputed_sites", [])) >= 3
     and r.get("recomputed_without_site") == 0,
@@ -405,11 +441,15 @@ def main() -> None:
         if profile is not None:
             if name == "moe_routing":
                 analyze_moe(args.work / name, row)
+            if name == "ppo_collect":
+                named_syncs(args.work / name, row)
+            row["root_module"] = profile.capture_metadata.root_module
             if name == "lstm_graphs":
                 compare_lstm(args.work / name, row)
             if name == "prefetch_lm_train":
                 recomputed_sites(profile, row)
-            if name in ("triton_norm_train", "per_sample_grads", "gan_train", "wgan_gp_train", "mbconv_train"):
+            if name in ("triton_norm_train", "per_sample_grads", "gan_train", "wgan_gp_train", "mbconv_train",
+                        "ppo_train", "recsys_sparse_train"):
                 phase_checks(profile, row)
             row["fixture"] = str(pack_profile(args.work / name, args.out, args.gpu) if name in PROFILE_FIXTURES
                                  else pack(args.work / name, args.out, args.gpu, counters=name not in SMALL_FIXTURES))

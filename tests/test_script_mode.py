@@ -60,6 +60,19 @@ def test_a_torchscript_models_operators_take_its_name_and_the_line_calling_it(tm
     assert any(w.startswith("Net is TorchScript (torch.jit.script)") for w in profile.warnings)
 
 
+def test_a_tensors_value_read_by_python_is_named_at_its_line(tmp_path):
+    """`if t.any():`, `int(t)` and an f-string of a tensor copy its value to the host (on a GPU, a wait): the
+    operators they run take the line that read it."""
+    script, out = SCRIPTS / "host_reads.py", tmp_path / "run"
+    proc = run_cli("profile", "--script", str(script), "--window-fn", "step", "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    reads = {op.operator_name: op.call_site for op in load_profile(out / "profile.json").operators
+             if op.operator_name in ("aten::is_nonzero", "aten::item", "aten::_local_scalar_dense")}
+    assert reads["aten::is_nonzero"] == _line(script, "if (y > 2).any():")
+    assert {site for name, site in reads.items() if name != "aten::is_nonzero"} <= {
+        _line(script, "count = int("), _line(script, 'print(f"positive')}
+
+
 def test_a_training_script_with_dataloader_workers_is_profiled_as_it_is(tmp_path):
     out = tmp_path / "run"
     # 16 samples in batches of 8: two steps per epoch, so the window (3 warm-up steps, 1 active) needs the script's

@@ -8,10 +8,15 @@ clipped, summed and noised before SGD's step). `h200_stream_ensemble.profile.jso
 scripts/gpu_workloads/stream_ensemble.py as it is (`run --script --window-fn serve`: a ResNet-style CNN and a small
 ViT, each on a CUDA stream of its own, launched from one thread). `h200_nbody_sim.profile.json.xz`:
 scripts/gpu_workloads/nbody_sim.py as it is (`run --script --window-fn leapfrog --steps 5:5`: no module, no
-optimizer; its window could not be found before a function was looked for as it begins). All recorded by
-`scripts/record_real_workloads.py` on an H200 on 2026-11-30. The flex kernel spills registers, and its stage's key
-issue said so twice; the ensemble's two `head`s (and a speculative decoder's draft and target blocks) shared their
-module paths before the second model was named in full.
+optimizer; its window could not be found before a function was looked for as it begins).
+`h200_ppo_collect.profile.json.xz`: scripts/gpu_workloads/ppo_train.py's rollouts (`--window-fn collect --steps 2:1
+-- --iterations 10 --epochs 1`: a policy under `no_grad` whose actions go to NumPy environments every step).
+`h200_torchscript_serve.profile.json.xz`: scripts/gpu_workloads/torchscript_serve.py (`--window-fn serve`: a model
+compiled by `torch.jit.script`). `h200_recsys_sparse_train.profile.json.xz`: scripts/gpu_workloads/
+recsys_sparse_train.py (`EmbeddingBag` tables with sparse gradients updated by `SparseAdam`, the MLPs by `Adam`).
+All recorded by `scripts/record_real_workloads.py` on an H200 on 2026-11-30. The flex kernel spills registers, and
+its stage's key issue said so twice; the ensemble's two `head`s (and a speculative decoder's draft and target
+blocks) shared their module paths before the second model was named in full.
 """
 
 from __future__ import annotations
@@ -84,3 +89,38 @@ def test_a_simulation_without_modules_is_named_by_its_lines(tmp_path: Path) -> N
     analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
     assert analysis.diagnosis.bottleneck.value == "memory"
     assert analysis.stages[0].label == "aten::cdist"
+
+
+def test_the_waits_of_a_rollout_are_named_at_their_lines_and_gate_the_graph_advice(tmp_path: Path) -> None:
+    profile = recorded_profile("h200_ppo_collect", tmp_path)
+    assert profile.window.attributed_kernel_time_pct == 100.0
+    analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
+    waits = {(p.operator_name, p.call_site.rsplit("/", 1)[-1]): p for p in analysis.syncs or []
+             if p.synchronizing and p.call_site and (p.idle_after_ns or 0) > 0}
+    # the actions copied to the host, and torch.distributions' argument checks (a bool() of a tensor, in torch's
+    # code, named at the script's lines that built the distribution and asked its log-probability)
+    assert set(waits) == {("aten::to", "ppo_train.py:66"), ("aten::is_nonzero", "ppo_train.py:60"),
+                          ("aten::is_nonzero", "ppo_train.py:64")}
+    assert all(p.count == 64 for p in waits.values())  # once per step of the rollout
+    graphs = next(o for o in analysis.opportunities if o.change_class == "cuda_graphs")
+    assert any(need.startswith("move the bool() read(s) at ppo_train.py:60, ppo_train.py:64 out of the loop")
+               for need in graphs.prerequisites)
+
+
+def test_a_torchscript_model_is_named_by_its_class_and_the_line_calling_it(tmp_path: Path) -> None:
+    profile = recorded_profile("h200_torchscript_serve", tmp_path)
+    assert profile.window.attributed_kernel_time_pct == 100.0 and profile.capture_metadata.root_module == "Classifier"
+    inside = [op for op in profile.operators if op.module_path == "Classifier"]
+    assert {op.operator_name for op in inside} >= {"aten::conv2d", "aten::batch_norm", "aten::linear"}
+    assert {op.call_site.rsplit("/", 1)[-1] for op in profile.operators if op.call_site} == {
+        "torchscript_serve.py:57"}
+    assert any(w.startswith("Classifier is TorchScript") for w in profile.warnings)
+
+
+def test_a_sparse_optimizers_update_is_the_embedding_tables(tmp_path: Path) -> None:
+    profile = recorded_profile("h200_recsys_sparse_train", tmp_path)
+    assert profile.window.attributed_kernel_time_pct == 100.0
+    updates = Counter((op.module_path, op.operator_name) for op in profile.operators
+                      if op.phase == "optimizer" and op.kernels)
+    assert updates[("tables", "aten::coalesce")] == 8  # SparseAdam: each table's sparse gradient coalesced
+    assert {module for module, _ in updates} == {"tables", "Recommender"}  # Adam's: the bottom and top MLPs

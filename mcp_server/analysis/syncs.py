@@ -107,6 +107,12 @@ def _where(point: SyncPoint) -> str:
     return point.call_site.rsplit("/", 1)[-1] if point.call_site else f"{point.operator_name or point.api}"
 
 
+def _read_kind(operator: str | None) -> str:
+    """How Python read a tensor's value, by the operator that read it: `if t.any():` runs `aten::is_nonzero`."""
+    return {"aten::is_nonzero": "bool()", "aten::equal": "torch.equal()", "aten::tolist": ".tolist()"}.get(
+        operator or "", ".item()")
+
+
 def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint] | None,
                   in_modules: bool = False) -> list[str]:
     """What must change before the window can be captured in a CUDA graph or compiled whole: its data-dependent
@@ -129,9 +135,11 @@ def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint
                      f"{SHORT_END}pad to a fixed size or route with a fixed capacity and masks, or let Dynamo trace "
                      "them with torch._dynamo.config.capture_dynamic_output_shape_ops = True (a CUDA graph still "
                      "needs static shapes)")
-    reads = sorted({_where(p) for p in points if p.synchronizing and matches(READBACK, p.operator_name)})
-    if reads:
-        needs.append(f"move the .item() read(s) at {', '.join(reads)} out of the loop{SHORT_END}keep the value on "
+    read_points = [p for p in points if p.synchronizing and matches(READBACK, p.operator_name)]
+    if read_points:
+        kinds = " and ".join(sorted({_read_kind(p.operator_name) for p in read_points}))
+        reads = sorted({_where(p) for p in read_points})
+        needs.append(f"move the {kinds} read(s) at {', '.join(reads)} out of the loop{SHORT_END}keep the value on "
                      "the GPU (or torch._dynamo.config.capture_scalar_outputs = True under torch.compile)")
     others = sorted({_where(p) for p in points if p.synchronizing and not p.data_dependent})
     if others:

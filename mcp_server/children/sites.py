@@ -24,10 +24,12 @@ from typing import Any
 
 from mcp_server.children.contract import RECORDINGS, SITE_RANGE_PREFIX
 
-# Torch functions that only read a tensor's metadata: they launch nothing, so they open no range.
+# Torch functions that only read a tensor's metadata: they launch nothing, so they open no range. (A tensor's value
+# read by Python, `__bool__`, `__int__`, `__float__`, `__index__`, `__format__`, `__repr__`, copies it to the host
+# and waits for the GPU: those calls keep their ranges, so the wait is named at its line: `if mask.all():`.)
 _METADATA = frozenset({
     "size", "dim", "stride", "numel", "is_contiguous", "data_ptr", "element_size", "storage_offset", "__len__",
-    "__format__", "__repr__", "__hash__", "__bool__", "__index__", "__int__", "__float__", "requires_grad_",
+    "__hash__", "requires_grad_",
 })
 
 
