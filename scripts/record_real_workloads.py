@@ -112,6 +112,12 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
 - `recsys_sparse_train`: scripts/gpu_workloads/recsys_sparse_train.py as it is (`--script`: `EmbeddingBag` tables
   with sparse gradients updated by `SparseAdam`, the MLPs by `Adam`, a DataLoader of variable-length bags). Target:
   attributed >= 99.5 %, the updates under `tables` and the model. Profile alone.
+- `diffusion_sample`: scripts/gpu_workloads/diffusion_sample.py as it is (`--script --window-fn sample --steps 1:1`:
+  DDIM sampling of a small U-Net with classifier-free guidance, 25 denoising steps a call). Target: attributed >=
+  99.5 %, module paths >= 90 %. Profile alone.
+- `cpu_offload_train`: scripts/gpu_workloads/cpu_offload_train.py as it is (`--script`: a token embedding kept and
+  updated on the host, the transformer on the GPU; the embedded batch copied over every step, its gradient copied
+  back by autograd). Target: attributed >= 99.5 %, every copy named with its module and line. Profile alone.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -186,6 +192,8 @@ CASES: dict[str, list[str]] = {
                     "--iterations", "10", "--epochs", "1"],
     "torchscript_serve": ["--script", str(WORKLOADS / "torchscript_serve.py"), "--window-fn", "serve"],
     "recsys_sparse_train": ["--script", str(WORKLOADS / "recsys_sparse_train.py")],
+    "diffusion_sample": ["--script", str(WORKLOADS / "diffusion_sample.py"), "--window-fn", "sample", "--steps", "1:1"],
+    "cpu_offload_train": ["--script", str(WORKLOADS / "cpu_offload_train.py")],
 }
 
 
@@ -262,6 +270,16 @@ def analyze_moe(run_dir: Path, row: dict[str, Any]) -> None:
     advice = [o for o in analysis["opportunities"] if o["change_class"] in ("cuda_graphs", "inductor_config")]
     row["graph_advice"] = [{"title": o["title"], "prerequisites": o["prerequisites"]} for o in advice]
     row["no_ungated_graph_advice"] = all(o["prerequisites"] for o in advice)
+
+
+def copy_checks(profile: OperatorAttributedProfile, row: dict[str, Any]) -> None:
+    """The window's copies: how many, and how many the profile leaves without a line or a module."""
+    copies = [e for e in profile.runtime_events or [] if e.kind == "memcpy" and e.origin == "workload"]
+    row["copies"] = [{k: getattr(e, k) for k in ("copy_kind", "bytes", "src_memory", "operator_name", "module_path",
+                                                  "call_site", "synchronizing")} for e in copies[:12]]
+    row["copy_count"] = len(copies)
+    row["copies_without_site"] = sum(1 for e in copies if not e.call_site)
+    row["copies_without_module"] = sum(1 for e in copies if not e.module_path)
 
 
 def named_syncs(run_dir: Path, row: dict[str, Any]) -> None:
@@ -366,7 +384,8 @@ SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_tr
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
                     "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
                     "per_sample_grads", "flex_serve", "spec_decode", "stream_ensemble", "gan_train", "nbody_sim",
-                    "ppo_train", "ppo_collect", "torchscript_serve", "recsys_sparse_train"}
+                    "ppo_train", "ppo_collect", "torchscript_serve", "recsys_sparse_train", "diffusion_sample",
+                    "cpu_offload_train"}
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -400,6 +419,9 @@ TARGETS = {
     and r.get("root_module") == "Classifier",
     "recsys_sparse_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5
     and r.get("optimizer_modules") == ["Recommender", "tables"],
+    "diffusion_sample": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 90,
+    "cpu_offload_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("copy_count", 0) > 0
+    and r.get("copies_without_site") == 0 and r.get("copies_without_module") == 0,
     "llama_static_decode": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "prefetch_lm_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and len(r.get("recomputed_sites", [])) >= 3
     and r.get("recomputed_without_site") == 0,
@@ -444,12 +466,13 @@ def main() -> None:
             if name == "ppo_collect":
                 named_syncs(args.work / name, row)
             row["root_module"] = profile.capture_metadata.root_module
+            copy_checks(profile, row)
             if name == "lstm_graphs":
                 compare_lstm(args.work / name, row)
             if name == "prefetch_lm_train":
                 recomputed_sites(profile, row)
             if name in ("triton_norm_train", "per_sample_grads", "gan_train", "wgan_gp_train", "mbconv_train",
-                        "ppo_train", "recsys_sparse_train"):
+                        "ppo_train", "recsys_sparse_train", "cpu_offload_train"):
                 phase_checks(profile, row)
             row["fixture"] = str(pack_profile(args.work / name, args.out, args.gpu) if name in PROFILE_FIXTURES
                                  else pack(args.work / name, args.out, args.gpu, counters=name not in SMALL_FIXTURES))
