@@ -117,7 +117,8 @@ as `<out>/<gpu>_<case>.tar.xz` (its .nsys-rep dropped: the SQLite export carries
   99.5 %, module paths >= 90 %. Profile alone.
 - `cpu_offload_train`: scripts/gpu_workloads/cpu_offload_train.py as it is (`--script`: a token embedding kept and
   updated on the host, the transformer on the GPU; the embedded batch copied over every step, its gradient copied
-  back by autograd). Target: attributed >= 99.5 %, every copy named with its module and line. Profile alone.
+  back by autograd). Target: attributed >= 99.5 %, every copy named with its line (those outside the model have no
+  module). Profile alone.
 - `decode_loop_hf` (only with transformers installed): the same decode through Hugging Face's `generate()`. Its fixture
   keeps the nsys pass alone (size).
 
@@ -385,7 +386,7 @@ PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_trai
                     "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
                     "per_sample_grads", "flex_serve", "spec_decode", "stream_ensemble", "gan_train", "nbody_sim",
                     "ppo_train", "ppo_collect", "torchscript_serve", "recsys_sparse_train", "diffusion_sample",
-                    "cpu_offload_train"}
+                    "cpu_offload_train"}  # diffusion_sample's is not kept (215 kB): its numbers are in the JSON
 
 TARGETS = {
     "decode_loop": lambda r: r.get("run_s", 1e9) <= 90 and _counted_pct(r) >= 95,
@@ -421,7 +422,7 @@ TARGETS = {
     and r.get("optimizer_modules") == ["Recommender", "tables"],
     "diffusion_sample": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 90,
     "cpu_offload_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("copy_count", 0) > 0
-    and r.get("copies_without_site") == 0 and r.get("copies_without_module") == 0,
+    and r.get("copies_without_site") == 0,
     "llama_static_decode": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "prefetch_lm_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and len(r.get("recomputed_sites", [])) >= 3
     and r.get("recomputed_without_site") == 0,

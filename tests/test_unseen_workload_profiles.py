@@ -124,3 +124,18 @@ def test_a_sparse_optimizers_update_is_the_embedding_tables(tmp_path: Path) -> N
                       if op.phase == "optimizer" and op.kernels)
     assert updates[("tables", "aten::coalesce")] == 8  # SparseAdam: each table's sparse gradient coalesced
     assert {module for module, _ in updates} == {"tables", "Recommender"}  # Adam's: the bottom and top MLPs
+
+
+def test_a_host_resident_embeddings_copies_are_named_at_its_line(tmp_path: Path) -> None:
+    """scripts/gpu_workloads/cpu_offload_train.py (`h200_cpu_offload_train.profile.json.xz`): the embedded batch goes to
+    the GPU from pageable memory, and autograd copies its gradient back to pageable memory, waiting, in the
+    backward: both at the line that made the copy."""
+    profile = recorded_profile("h200_cpu_offload_train", tmp_path)
+    assert profile.window.attributed_kernel_time_pct == 100.0
+    host = [e for e in profile.runtime_events or [] if e.kind == "memcpy" and e.copy_kind in ("HtoD", "DtoH")]
+    line = "cpu_offload_train.py:52"
+    assert {(e.copy_kind, e.src_memory, e.dst_memory, e.bytes, e.synchronizing) for e in host
+            if e.call_site and e.call_site.endswith(line)} == {
+        ("HtoD", "pageable", "device", 8 << 20, False), ("DtoH", "device", "pageable", 8 << 20, True)}
+    assert all(e.call_site for e in host)
+    assert {op.module_path for op in profile.operators if op.phase == "optimizer" and op.kernels} == {"Body"}
