@@ -256,13 +256,21 @@ def _with_output(flags: list[str], run_dir: Path) -> list[str]:
     return [*flags[:cut], "--output", str(run_dir), *flags[cut:]]
 
 
-def analyze_moe(run_dir: Path, row: dict[str, Any]) -> None:
-    """The MoE targets: every nonzero's synchronisation named with its line and idle cost; advice gated."""
+def _analysis(run_dir: Path, row: dict[str, Any]) -> dict[str, Any] | None:
+    """`analyze` of the run's profile (its analysis.json), or None with the error in the row."""
     code, _, tail = cli("analyze", str(run_dir / "profile.json"), "--output", str(run_dir / "analysis"))
     if code != 0:
         row["analyze_error"] = tail
+        return None
+    analysis: dict[str, Any] = json.loads((run_dir / "analysis" / "analysis.json").read_text())
+    return analysis
+
+
+def analyze_moe(run_dir: Path, row: dict[str, Any]) -> None:
+    """The MoE targets: every nonzero's synchronisation named with its line and idle cost; advice gated."""
+    analysis = _analysis(run_dir, row)
+    if analysis is None:
         return
-    analysis = json.loads((run_dir / "analysis" / "analysis.json").read_text())
     nonzero = [p for p in analysis["syncs"] or [] if p["synchronizing"] and "nonzero" in str(p["operator_name"])
                + str(p.get("api"))]
     row["nonzero_sync_points"] = nonzero
@@ -285,11 +293,9 @@ def copy_checks(profile: OperatorAttributedProfile, row: dict[str, Any]) -> None
 
 def named_syncs(run_dir: Path, row: dict[str, Any]) -> None:
     """Each place the host waits for the GPU, with its line and idle cost, from `analyze`."""
-    code, _, tail = cli("analyze", str(run_dir / "profile.json"), "--output", str(run_dir / "analysis"))
-    if code != 0:
-        row["analyze_error"] = tail
+    analysis = _analysis(run_dir, row)
+    if analysis is None:
         return
-    analysis = json.loads((run_dir / "analysis" / "analysis.json").read_text())
     waits = [p for p in analysis["syncs"] or [] if p["synchronizing"]]
     row["sync_points"] = [{k: p.get(k) for k in ("operator_name", "api", "call_site", "count", "idle_after_ns")}
                           for p in waits]
