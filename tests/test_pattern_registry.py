@@ -68,7 +68,7 @@ def test_a_pattern_a_recipe_applies_is_covered_by_that_recipe_only():
     assert covered_by("inductor_config", "reduce-overhead+fp16-cast")  # reduce-overhead compiles with Inductor
     assert {name for name, p in PATTERNS.items() if not p.recipes} == {
         "whole_forward_graph", "sdpa_substitution", "conv_bn_fold", "qkv_fusion", "graph_breaks", "host_syncs",
-        "fp8_linear", "static_kv_cache", "triton_op", "graphed_training", "max_epilogue"}
+        "fp8_linear", "static_kv_cache", "triton_op", "graphed_training", "max_epilogue", "host_compute"}
     assert set(get_args(PatternName)) == set(PATTERNS)
     assert (PATTERNS["fp8_linear"].pass_name,) == FP8_PASSES, "the plan's fp8-tier rule names the registry's pass"
 

@@ -32,7 +32,7 @@ def breaks(tmp_path_factory):
 
 def test_the_item_between_graphs_is_named_costed_and_comes_before_cuda_graphs(breaks, tmp_path):
     analysis = analyze_profile(breaks, tmp_path, measure=False)
-    assert analysis.schema_version == "1.5"
+    assert analysis.schema_version == "1.6"
     waiting = [p for p in analysis.syncs or [] if p.synchronizing]
     assert len(waiting) == 1
     item = waiting[0]

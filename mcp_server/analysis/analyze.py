@@ -25,6 +25,7 @@ from mcp_server.analysis.detect import (
 from mcp_server.analysis.devices import PEAKS_FILE, load_measured, match_device, measure_peaks, save_measured
 from mcp_server.analysis.diagnosis import cpu_only_analysis, diagnose, stage_rows
 from mcp_server.analysis.floor import speed_of_light
+from mcp_server.analysis.host_compute import host_compute_finding
 from mcp_server.analysis.kv_cache import KV_NEED, growing_kv_cache
 from mcp_server.analysis.opportunities import build_opportunities
 from mcp_server.analysis.pooled_gemms import pooled_gemm_output
@@ -273,7 +274,8 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
                 *window_findings(profile, health), *structural_findings(profile, placed)]
     growing, split = growing_kv_cache(profile), split_fusion(profile, placed)
     findings += [f for f in (growing, split, pooled_gemm_output(profile, placed),
-                             heuristic_convolutions(profile, placed)) if f is not None]
+                             heuristic_convolutions(profile, placed), host_compute_finding(profile, health))
+                 if f is not None]
     points = sync_points(profile)
     found = sync_finding(points) if points is not None else None
     if points is not None:  # the calls themselves, with their sites, in place of the operators' names

@@ -144,19 +144,24 @@ def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: l
     if host:
         idle_leads = util >= rule("timeline", "low_utilisation_pct")
         head = health.idle_by_cause_ns.get("head", 0)
+        computes = health.host_compute_ns * 2 >= health.idle_ns
+        what = (f"its own compute: {_us(health.host_compute_ns)} in operators that launch no kernel (on CPU "
+                "tensors), under the profiler" if computes else "Python dispatch and kernel launches"
+                + (", measured without the profiler" if health.unprofiled else
+                   ", inflated here by profiler instrumentation (no timing pass ran)"))
         cause = (f"The GPU is busy {util:.1f} % of the {_us(health.window_ns)} window: its {health.kernel_count} "
                  f"kernels run {_us(health.mean_kernel_ns)} on average but wait {_us(health.mean_gap_ns)} on average "
-                 f"for the host to launch them ({_us(head)} pass before the first one). The host — Python dispatch "
-                 "and kernel launches" + (", measured without the profiler" if health.unprofiled else
-                                          ", inflated here by profiler instrumentation (no timing pass ran)")
-                 + " — is the critical path, so faster kernels barely shorten the window."
+                 f"for the host to launch them ({_us(head)} pass before the first one). The host — {what}"
+                 + " — is the critical path, so faster kernels barely shorten the window"
+                 + (", and neither do cheaper launches." if computes else ".")
                  + (f" Idle time ({_us(health.idle_ns)}) is a larger share of the window than the kernels of its "
                     f"most common class ({cls.value}, {_us(ns)})." if idle_leads else ""))
         return Diagnosis(bottleneck=host_cls, root_cause=cause + (f" {borderline}" if borderline else ""),
                          borderline=borderline, triggers=[
             f"gpu_utilization_pct={util:.1f}", f"mean_kernel_ns={health.mean_kernel_ns or 0:.0f}",
             f"mean_gap_ns={health.mean_gap_ns or 0:.0f}", f"tiny_kernel_pct={health.tiny_kernel_pct or 0:.0f}",
-            f"launch_bound_kernel_pct={health.launch_bound_kernel_pct or 0:.0f}", *spread])
+            f"launch_bound_kernel_pct={health.launch_bound_kernel_pct or 0:.0f}",
+            *([f"host_compute_ns={health.host_compute_ns}"] if health.host_compute_ns else []), *spread])
     share = 100.0 * ns / max(sum(time.values()), 1)
     lead = _lead(cls, kernels, operators)
     second = ("" if counters else " Kernels carry no hardware counters (torch backend), so classes beyond launch "

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from mcp_server.analysis.devices import peak_at_clock
+from mcp_server.analysis.host_compute import host_compute_places
 from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledge_of
 from mcp_server.analysis.pooled_gemms import kept_kernel, pooled_chains
 from mcp_server.analysis.rules import matches, rule
@@ -149,6 +150,20 @@ def _captured(profile: OperatorAttributedProfile) -> bool:
     return any(k.attribution.detail == CAPTURED_DETAIL for op in profile.operators for k in op.kernels)
 
 
+def launch_idle(health: TimelineHealth) -> int:
+    """The idle time a change to launches (fewer, cheaper, captured, without synchronisations) may recover: all of
+    it but the host's own compute (operators that launch nothing), which goes on whatever the launches cost."""
+    return max(0, health.idle_ns - health.host_compute_ns)
+
+
+def _host_compute_left(health: TimelineHealth) -> str:
+    """The estimate's words for the host compute it leaves out, when there is any."""
+    if not health.host_compute_ns:
+        return ""
+    return (f"; at most the {launch_idle(health) / 1e6:.3f} ms of idle time the host's own compute leaves "
+            f"({health.host_compute_ns / 1e6:.3f} ms in operators that launch nothing, under the profiler)")
+
+
 def _whole_call(add: Callable[..., None], placed: list[Placed], health: TimelineHealth, mode: str,
                 trees: bool, compiled: bool) -> bool:
     """An optimized or compiled window whose kernels run close together but whose call leaves the GPU idle around
@@ -156,7 +171,7 @@ def _whole_call(add: Callable[..., None], placed: list[Placed], health: Timeline
     recipe's Python and dispatch) is the idle time, and one torch.cuda.CUDAGraph replayed for the whole call leaves a
     copy in, a replay and a copy out. Whether it was offered."""
     inner = sum(p.gap_before_ns for p in placed[1:])
-    around = max(0, health.idle_ns - inner)
+    around = min(max(0, health.idle_ns - inner), launch_idle(health))
     if around <= inner or around * 100 < rule("timeline", "whole_call_idle_pct") * max(health.window_ns, 1):
         return False
     host = ("Dynamo's guards, CUDA graph trees' checks, input handling" if trees
@@ -245,12 +260,13 @@ def build_opportunities(
         elif growing is not None:  # the cache is the prerequisite, and the pattern makes it
             cls, title = "static_kv_cache", ("Preallocate the KV cache at its final length and replay each decode "
                                              f"step from one CUDA graph: {growing.title}")
-        e2e = int(sum(max(0, p.gap_before_ns - gap) for p in graphed))
+        e2e = min(int(sum(max(0, p.gap_before_ns - gap) for p in graphed)), launch_idle(health))
         add(title, cls, [*PATTERNS[cls].answers, *PATTERNS["cuda_graphs"].answers], e2e, 0,
             f"estimate (upper bound): every idle gap between kernels shrinks to ~{_us(gap)} under graph replay "
             f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); "
             + ("gaps measured without the profiler" if health.unprofiled else "gaps inflated by profiler "
-               "instrumentation: no timing pass ran") + NOT_ADDITIVE, modules=["(whole window)"],
+               "instrumentation: no timing pass ran") + _host_compute_left(health) + NOT_ADDITIVE,
+            modules=["(whole window)"],
             triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
                              [f"rnn_operators={len(rnns)}"]]) if rnns else None)
         _after(out[-1], model_needs if cls == "static_kv_cache" else needs)
@@ -269,11 +285,12 @@ def build_opportunities(
         kernel = (sum(by_id[i].kernel.duration_ns for i in fusible) + sum(p.kernel.duration_ns for p in layouts)
                   + sum(by_id[i].kernel.duration_ns for i in attention))
         if host_bound and not rnns:  # compiled code launches with far less host work: every gap may shrink
-            inner = sum(p.gap_before_ns for p in placed[1:])
+            inner = min(sum(p.gap_before_ns for p in placed[1:]), launch_idle(health))
             e2e = min(inner + kernel, max(0, health.window_ns - placed[0].gap_before_ns))
             how = (f"and the compiled code's launches cost the host less, so every idle gap between kernels may "
                    f"shrink ({_us(inner)} of them, "
-                   + ("measured without the profiler)" if health.unprofiled else "inflated by instrumentation)"))
+                   + ("measured without the profiler" if health.unprofiled else "inflated by instrumentation")
+                   + _host_compute_left(health) + ")")
             swarm = kinds["tiny_kernel_swarm"] if "tiny_kernel_swarm" in kinds else kinds["host_bound_window"]
             triggers = [*swarm.triggers]
         elif rnns:  # Dynamo compiles only the submodules around the RNNs: no launch gap is the compiler's to remove
@@ -416,16 +433,24 @@ def build_opportunities(
             modules=["(whole window)"], triggers=[f"graph_breaks={len(breaks)}", *triggers,
                                                   *(f"break at {b.location}: {b.reason}" for b in breaks)])
         _after(out[-1], needs)  # one graph needs the break's cause gone: a synchronisation, a data-dependent shape
+    computing = kinds.get("host_compute")
+    if computing is not None:
+        add(f"Move the host's own compute to the GPU, or overlap it with the GPU's work: "
+            f"{health.host_compute_ns / 1e6:.1f} ms in operators on CPU tensors ({host_compute_places(profile)})",
+            "host_compute", ["host_compute"], health.host_compute_ns, 0,
+            "estimate (upper bound): the host's compute in operators that launch nothing, under the profiler, at "
+            "most the window's idle time; on the GPU that work costs GPU time instead, overlapped it still runs",
+            ops=[], modules=computing.module_paths, triggers=computing.triggers)
     waiting = [p for p in syncs or [] if p.synchronizing and p.idle_after_ns]
     if waiting:
-        idle = sum(p.idle_after_ns or 0 for p in waiting)
+        idle = min(sum(p.idle_after_ns or 0 for p in waiting), launch_idle(health))
         source = waiting[0].idle_source
         add(f"Remove {sum(p.count for p in waiting)} host synchronisation(s) at {len(waiting)} place(s): "
             + ", ".join(_site(p) for p in waiting[:3]) + (" ..." if len(waiting) > 3 else ""), "host_syncs",
             ["host_sync"], idle, 0,
             "estimate (upper bound): the GPU idle time after each synchronising call, "
             + idle_wording(source)
-            + "; the host still launches the work after it", ops=[],
+            + "; the host still launches the work after it" + _host_compute_left(health), ops=[],
             modules=list(dict.fromkeys(p.module_path for p in waiting if p.module_path)),
             triggers=[f"{_site(p)}: {p.api} x{p.count}, idle_after_ns={p.idle_after_ns}" for p in waiting[:5]])
     busy = max(health.gpu_busy_ns, 1)

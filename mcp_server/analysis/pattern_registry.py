@@ -21,11 +21,12 @@ PatternName = Literal[
     "cuda_graphs", "whole_forward_graph", "inductor_config", "dtype_autocast", "channels_last", "sdpa_substitution",
     "conv_bn_fold", "qkv_fusion", "graph_breaks", "host_syncs", "bf16_weights", "fp16_weights", "tf32_scoped",
     "fp8_linear", "static_kv_cache", "triton_op", "graphed_training", "max_epilogue", "cudnn_benchmark",
+    "host_compute",
 ]
 FindingKind = Literal[
     "host_bound_window", "tiny_kernel_swarm", "fp32_matmul", "fp32_conv", "layout_conversion", "unfused_attention",
     "sdpa_math_path", "conv_bn_unfolded", "separate_qkv", "host_sync", "half_matmul", "growing_kv_cache",
-    "split_fusion", "pooled_gemm_output", "heuristic_conv",
+    "split_fusion", "pooled_gemm_output", "heuristic_conv", "host_compute",
 ]
 FOLDER = "knowledge/fx_patterns"
 
@@ -86,6 +87,7 @@ PATTERNS: dict[PatternName, Pattern] = {p.name: p for p in (
     Pattern("max_epilogue", ("pooled_gemm_output",), "module", "max_epilogue"),
     Pattern("cudnn_benchmark", ("heuristic_conv",), "module", "cudnn_benchmark", code=False,
             recipes=("cudnn-benchmark",)),
+    Pattern("host_compute", ("host_compute",), "module", "host_compute", code=False),
 )}
 
 

@@ -309,6 +309,7 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
         tiny_kernel_count=tiny, tiny_kernel_pct=100.0 * tiny / len(placed) if placed else None,
         launch_bound_kernel_pct=100.0 * waited / len(placed) if placed else None,
         mean_gap_ns=statistics.fmean(inner) if inner else None, idle_by_cause_ns=by_cause,
+        host_compute_ns=min(max(0, window_ns - busy), profile.window.host_compute_ns or 0),
         largest_gaps=sorted(gaps, key=lambda g: -g.duration_ns)[: int(rule("timeline", "largest_gaps"))],
         streams=streams, multi_stream_overlap_ns=overlap, kernels_per_operator=_per_operator(profile), notes=notes,
         unprofiled=profiled is not None, profiled_window_ns=profiled.window_ns if profiled else None,

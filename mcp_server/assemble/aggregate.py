@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel
 
 from mcp_server.schema.profile import (
     AggregatedMetrics,
     AttributionMethod,
     Confidence,
+    HostOperatorTime,
     KernelRecord,
     OperatorRecord,
     WindowTotals,
 )
+from plugins.nsys.host_compute import HostCall
 
 # Duration-weighted averages: aggregated field -> kernel metric key (metrics.yaml).
 _WEIGHTED = {
@@ -251,3 +255,18 @@ def counter_coverage(window: WindowTotals, kernels: list[KernelRecord]) -> None:
     window.propagated_counter_kernel_time_pct = round(100.0 * copied / total, 3)
     window.nearest_shape_kernel_time_pct = round(100.0 * nearest / total, 3)
     window.no_counter_kernel_time_pct = round(100.0 * (total - measured - copied) / total, 3)
+
+
+HOST_OPERATORS_KEPT = 10
+
+
+def host_compute(calls: Sequence[HostCall]) -> tuple[int, list[HostOperatorTime]]:
+    """The host's own compute (`plugins.nsys.host_compute`): its total time, and the largest by operator, module
+    and call site."""
+    groups: dict[tuple[str, str | None, str | None], list[int]] = {}
+    for call in calls:
+        groups.setdefault((call.name, call.module_path, call.call_site), []).append(call.duration_ns)
+    ranked = sorted(groups.items(), key=lambda item: -sum(item[1]))[:HOST_OPERATORS_KEPT]
+    return sum(c.duration_ns for c in calls), [
+        HostOperatorTime(operator_name=name, module_path=module, call_site=site, calls=len(times),
+                         host_time_ns=sum(times)) for (name, module, site), times in ranked]

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mcp_server.assemble.aggregate import counter_coverage, module_coverage_warning, window_totals
+from mcp_server.assemble.aggregate import counter_coverage, host_compute, module_coverage_warning, window_totals
 from mcp_server.assemble.attribute import Context, Counters, attribute_stream
 from mcp_server.assemble.events import (
     OperatorKeys,
@@ -153,6 +153,7 @@ def _assemble(
         warnings += others.warnings(unattributed)
     window = window_totals(operators, unattributed, harness.the_window.wall_time_ns)
     window.gpu_elapsed_ns = harness.the_window.gpu_elapsed_ns
+    window.host_compute_ns, window.host_operators = host_compute(timeline.host_calls())
     warnings += module_coverage_warning(operators, window)
     if ncu_pass is not None:
         window.kernels_with_counters = sum(1 for op in operators for k in op.kernels if k.metrics) + sum(

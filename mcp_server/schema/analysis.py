@@ -12,11 +12,12 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ANALYSIS_SCHEMA_VERSION = "1.5"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
+ANALYSIS_SCHEMA_VERSION = "1.6"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
 # 1.3: `syncs`, each place that makes the host wait for the GPU or copies memory, with its idle cost; the changes
 # that must come before an opportunity (`prerequisites`)
 # 1.4: the multi-rank view's reference rank (the one that waited least in its collectives) and its notes
 # 1.5: forward work recomputed in the backward by activation checkpointing, on operators and as its own stages
+# 1.6: the host's own compute in the idle time (`timeline.host_compute_ns`): no launch change recovers it
 
 
 class _Model(BaseModel):
@@ -219,6 +220,11 @@ class TimelineHealth(_Model):
         default=None, description="% of kernels whose preceding idle gap is longer than the kernel itself."
     )
     mean_gap_ns: float | None = None
+    host_compute_ns: int = Field(
+        default=0, description="Of the idle time, the host's own compute: operators that launched no kernel and made "
+        "no CUDA call (the profile's host_compute_ns, under the profiler, at most idle_ns), ns. No change to "
+        "launches recovers it: estimates that shrink idle gaps leave it (1.6).",
+    )
     idle_by_cause_ns: dict[str, int] = Field(default_factory=dict)
     largest_gaps: list[Gap] = Field(default_factory=list)
     streams: list[StreamUsage] = Field(default_factory=list)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.schema.types import CompileMode, RunMode
 
-SCHEMA_VERSION = "1.8"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
+SCHEMA_VERSION = "1.9"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
 # 1.2: phase (forward/backward/optimizer) on kernels and operators, backward ops tied to the forward op they
 # differentiate, call sites and their coverage, the graph breaks of a compiled capture
 # 1.3: one rank of a multi-rank run: its place in the world, collectives with their sequence numbers and the
@@ -26,6 +26,8 @@ SCHEMA_VERSION = "1.8"  # 1.1: the timing pass's window, clocks, unprofiled gaps
 # 1.6: whether the compiled code runs under CUDA graph trees (a workload's own mode="reduce-overhead" included)
 # 1.7: whether cuDNN's autotuner was on (torch.backends.cudnn.benchmark)
 # 1.8: forward work recomputed inside the backward by activation checkpointing (`recomputed`)
+# 1.9: the host's own compute: operators that launched no kernel and made no CUDA call (`host_compute_ns`,
+#      `host_operators`)
 
 
 class _Model(BaseModel):
@@ -295,6 +297,18 @@ class CaptureMetadata(_Model):
     )
 
 
+class HostOperatorTime(_Model):
+    """The host's own compute in one operator at one place: its calls that launched no kernel and made no CUDA call
+    (operators on CPU tensors), outside every other operator, on the window's threads (1.9)."""
+
+    operator_name: str
+    module_path: str | None = Field(default=None, description="The innermost module around the calls (an "
+                                    "optimizer's step: the module holding its parameters, in a script).")
+    call_site: str | None = None
+    calls: int
+    host_time_ns: int = Field(description="Their host time under the profiler, ns.")
+
+
 class WindowTotals(_Model):
     """Totals over the measured window."""
 
@@ -347,6 +361,14 @@ class WindowTotals(_Model):
         default=None, description="The window under the kernel trace that gives busy time and gaps (CUDA events, "
         "median), ns: CUPTI's launch callbacks slow the host, so its gaps are scaled to the untraced window's idle "
         "time.",
+    )
+    host_compute_ns: int | None = Field(
+        default=None, description="Host time in operator calls that launched no kernel and made no CUDA call, outside "
+        "every other operator, on the window's threads, under the profiler, ns: work the host computes itself "
+        "(operators on CPU tensors), which no change to launches shortens; None where not read (1.9).",
+    )
+    host_operators: list[HostOperatorTime] | None = Field(
+        default=None, description="The largest of them by operator, module and call site (1.9).",
     )
 
 

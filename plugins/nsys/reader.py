@@ -30,6 +30,7 @@ from mcp_server.schema.records import RuntimeCall, TraceKernel
 from plugins.bulk import gc_paused
 from plugins.nsys.activity import read_runtime_calls
 from plugins.nsys.graphs import CapturePoint, capture_points, capture_stacks
+from plugins.nsys.host_compute import HostCall, cuda_call_starts, host_calls
 from plugins.nsys.ranges import NvtxRange, RangeFeed, RangesOutOfOrder, Windows
 from plugins.nsys.sql import (
     OPEN_END,
@@ -304,6 +305,17 @@ class NsysWindow:
                     yield RangeRow(tid, start, OPEN_END if end is None else end, name, kind, seq)
 
             return forward_origins(rows())
+
+    def host_calls(self) -> list[HostCall]:
+        """The operator calls of the window that the host computed itself (`plugins.nsys.host_compute`)."""
+        if not self.nvtx.present or not self.windows:
+            return []
+        with self._sqlite_errors():
+            first, last = self.windows.starts[0], self.windows.ends[-1]
+            calls = cuda_call_starts(self.schema, first, last)
+            cursor, _ = self.nvtx.ranges(False)
+            return host_calls(cursor, Strings(self.schema), {t for _, _, t in self.measure}, self.windows.contains,
+                              calls)
 
     @property
     def forward_threads(self) -> list[int]:
