@@ -14,7 +14,7 @@ import pytest
 from fixtures_util import extract_fixture
 
 from mcp_server.analysis import analyze_profile
-from mcp_server.analysis.opportunities import launch_idle
+from mcp_server.analysis.host_compute import launch_idle
 from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.analysis import Analysis

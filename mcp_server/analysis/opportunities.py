@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from mcp_server.analysis.devices import peak_at_clock
-from mcp_server.analysis.host_compute import host_compute_places
+from mcp_server.analysis.host_compute import host_compute_left, host_compute_places, launch_idle
 from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledge_of
 from mcp_server.analysis.pooled_gemms import kept_kernel, pooled_chains
 from mcp_server.analysis.rules import matches, rule
@@ -150,20 +150,6 @@ def _captured(profile: OperatorAttributedProfile) -> bool:
     return any(k.attribution.detail == CAPTURED_DETAIL for op in profile.operators for k in op.kernels)
 
 
-def launch_idle(health: TimelineHealth) -> int:
-    """The idle time a change to launches (fewer, cheaper, captured, without synchronisations) may recover: all of
-    it but the host's own compute (operators that launch nothing), which goes on whatever the launches cost."""
-    return max(0, health.idle_ns - health.host_compute_ns)
-
-
-def _host_compute_left(health: TimelineHealth) -> str:
-    """The estimate's words for the host compute it leaves out, when there is any."""
-    if not health.host_compute_ns:
-        return ""
-    return (f"; at most the {launch_idle(health) / 1e6:.3f} ms of idle time the host's own compute leaves "
-            f"({health.host_compute_ns / 1e6:.3f} ms in operators that launch nothing, under the profiler)")
-
-
 def _whole_call(add: Callable[..., None], placed: list[Placed], health: TimelineHealth, mode: str,
                 trees: bool, compiled: bool) -> bool:
     """An optimized or compiled window whose kernels run close together but whose call leaves the GPU idle around
@@ -265,7 +251,7 @@ def build_opportunities(
             f"estimate (upper bound): every idle gap between kernels shrinks to ~{_us(gap)} under graph replay "
             f"(assumed; the {_us(placed[0].gap_before_ns)} before the first kernel is not counted); "
             + ("gaps measured without the profiler" if health.unprofiled else "gaps inflated by profiler "
-               "instrumentation: no timing pass ran") + _host_compute_left(health) + NOT_ADDITIVE,
+               "instrumentation: no timing pass ran") + host_compute_left(health) + NOT_ADDITIVE,
             modules=["(whole window)"],
             triggers=_merge([*(kinds[k].triggers for k in ("host_bound_window", "tiny_kernel_swarm") if k in kinds),
                              [f"rnn_operators={len(rnns)}"]]) if rnns else None)
@@ -290,7 +276,7 @@ def build_opportunities(
             how = (f"and the compiled code's launches cost the host less, so every idle gap between kernels may "
                    f"shrink ({_us(inner)} of them, "
                    + ("measured without the profiler" if health.unprofiled else "inflated by instrumentation")
-                   + _host_compute_left(health) + ")")
+                   + host_compute_left(health) + ")")
             swarm = kinds["tiny_kernel_swarm"] if "tiny_kernel_swarm" in kinds else kinds["host_bound_window"]
             triggers = [*swarm.triggers]
         elif rnns:  # Dynamo compiles only the submodules around the RNNs: no launch gap is the compiler's to remove
@@ -450,7 +436,7 @@ def build_opportunities(
             ["host_sync"], idle, 0,
             "estimate (upper bound): the GPU idle time after each synchronising call, "
             + idle_wording(source)
-            + "; the host still launches the work after it" + _host_compute_left(health), ops=[],
+            + "; the host still launches the work after it" + host_compute_left(health), ops=[],
             modules=list(dict.fromkeys(p.module_path for p in waiting if p.module_path)),
             triggers=[f"{_site(p)}: {p.api} x{p.count}, idle_after_ns={p.idle_after_ns}" for p in waiting[:5]])
     busy = max(health.gpu_busy_ns, 1)

@@ -10,15 +10,27 @@ import inspect
 import sys
 from collections.abc import Callable
 from types import FrameType, MethodType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import root_module_name
 from mcp_server.children.contract import STEP_OF_PREFIX, UPDATE_RANGE
 from mcp_server.children.global_modules import GlobalModules
 
-if TYPE_CHECKING:
-    from mcp_server.children.steps import StepWindows
+
+class StepWindows(Protocol):
+    """What a source of steps tells the script's windows (`mcp_server.children.steps.StepWindows`)."""
+
+    opens_at_start: bool
+
+    @property
+    def opened(self) -> bool: ...
+
+    def step_begins(self) -> None: ...
+
+    def step_ended(self) -> None: ...
+
+    def recount(self) -> None: ...
 
 
 class OptimizerSteps:
@@ -189,8 +201,10 @@ class NamedSteps:
         return self.kind is not None
 
     def _calls(self, frame: FrameType, event: str, arg: Any) -> None:
-        """Until the name is seen: each Python call, the one it names found as it begins."""
-        if event == "call" and self.kind is None and self._matches(frame):
+        """Until the name is seen: each Python call, the one it names found as it begins (a function's: a class
+        body of that name, run as the class is defined, is no call of it)."""
+        if (event == "call" and self.kind is None and frame.f_code.co_flags & inspect.CO_OPTIMIZED
+                and self._matches(frame)):
             self._look(frame)
         if self.kind is not None:
             self._stop_looking()
