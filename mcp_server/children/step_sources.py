@@ -9,7 +9,7 @@ import functools
 import inspect
 import sys
 from collections.abc import Callable
-from types import FrameType, MethodType
+from types import CodeType, FrameType, MethodType
 from typing import Any, Protocol
 
 from mcp_server.children.common import ContractError
@@ -181,9 +181,9 @@ class NamedSteps:
     global module hooks), else a function or method (`name`, or `Class.name`).
 
     A function's first call is seen running at its first module call (the frames on the stack), or, in a script
-    that calls no module, as it begins (a profile function, `sys.setprofile`, on until the name is seen); the
-    callable the script finds (the class attribute, or each globals entry naming it, decorators included) is then
-    replaced by a wrapper that counts every later call; that first call ends as the next one begins."""
+    that calls no module, as it begins (`FunctionStarts`, on until the name is seen); the callable the script finds
+    (the class attribute, or each globals entry naming it, decorators included) is then replaced by a wrapper that
+    counts every later call; that first call ends as the next one begins."""
 
     def __init__(self, windows: StepWindows, modules: GlobalModules, name: str) -> None:
         self.windows, self.modules, self.name = windows, modules, name
@@ -193,25 +193,20 @@ class NamedSteps:
         self._first_pending = False
         self._restore: list[Callable[[], None]] = []
         modules.listeners.insert(0, self._called)
-        self._profile = sys.getprofile()
-        sys.setprofile(self._calls)
+        self._starts = FunctionStarts(self._matches_code, self._started)
 
     @property
     def found(self) -> bool:
         return self.kind is not None
 
-    def _calls(self, frame: FrameType, event: str, arg: Any) -> None:
-        """Until the name is seen: each Python call, the one it names found as it begins (a function's: a class
-        body of that name, run as the class is defined, is no call of it)."""
-        if (event == "call" and self.kind is None and frame.f_code.co_flags & inspect.CO_OPTIMIZED
-                and self._matches(frame)):
+    def _started(self, frame: FrameType) -> bool:
+        """A function of the name began: look for the outermost call of it; whether to stop watching."""
+        if self.kind is None:
             self._look(frame)
-        if self.kind is not None:
-            self._stop_looking()
+        return self.kind is not None
 
     def _stop_looking(self) -> None:
-        if sys.getprofile() is self._calls:
-            sys.setprofile(self._profile)
+        self._starts.stop()
 
     def _called(self, module: Any, path: str, started: bool) -> None:
         if self.kind != "function" and root_module_name(module) == self.name.rsplit(".", 1)[-1]:
@@ -225,7 +220,9 @@ class NamedSteps:
             self._look(sys._getframe(2))
 
     def _matches(self, frame: FrameType) -> bool:
-        code = frame.f_code
+        return self._matches_code(frame.f_code)
+
+    def _matches_code(self, code: CodeType) -> bool:
         if "." in self.name:
             qualified = getattr(code, "co_qualname", code.co_name)
             return bool(qualified == self.name or qualified.endswith("." + self.name))
@@ -309,3 +306,57 @@ class NamedSteps:
             restore()
         if self._called in self.modules.listeners:
             self.modules.listeners.remove(self._called)
+
+
+class FunctionStarts:
+    """Watches Python functions begin until `found(frame)` says to stop: each start of a function whose code
+    `matches` (a function's: a class body of that name, run as its class is defined, is none). Through
+    `sys.monitoring` where there is one (Python 3.12: every other code object is disabled after its first start,
+    so the watch costs nothing once the script's functions have run), else a profile function (`sys.setprofile`:
+    a callback at every call and return while it is on: an import-heavy start took twice as long on 3.11)."""
+
+    def __init__(self, matches: Callable[[CodeType], bool], found: Callable[[FrameType], bool]) -> None:
+        self.matches, self.found = matches, found
+        self._monitoring: Any = getattr(sys, "monitoring", None)
+        self._tool: int | None = None
+        if self._monitoring is not None:
+            tool = self._monitoring.PROFILER_ID
+            try:
+                self._monitoring.use_tool_id(tool, "operator-profiler")
+            except ValueError:  # another tool holds it (a profiler of the user's): watch with a profile function
+                self._monitoring = None
+            else:
+                self._tool = tool
+                self._monitoring.register_callback(tool, self._monitoring.events.PY_START, self._py_start)
+                self._monitoring.set_events(tool, self._monitoring.events.PY_START)
+                return
+        self._previous = sys.getprofile()
+        self._hook = self._call  # one bound method: what getprofile() gives back is compared with it
+        sys.setprofile(self._hook)
+
+    def _wanted(self, code: CodeType) -> bool:
+        return bool(code.co_flags & inspect.CO_OPTIMIZED) and self.matches(code)
+
+    def _py_start(self, code: CodeType, offset: int) -> Any:
+        if not self._wanted(code):
+            return self._monitoring.DISABLE
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code is not code:  # the frame that began, below this callback's
+            frame = frame.f_back
+        if frame is not None and self.found(frame):
+            self.stop()
+        return None
+
+    def _call(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and self._wanted(frame.f_code) and self.found(frame):
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop watching (again: nothing)."""
+        if self._tool is not None:
+            tool, self._tool = self._tool, None
+            self._monitoring.set_events(tool, 0)
+            self._monitoring.register_callback(tool, self._monitoring.events.PY_START, None)
+            self._monitoring.free_tool_id(tool)
+        elif self._monitoring is None and sys.getprofile() is self._hook:
+            sys.setprofile(self._previous)
