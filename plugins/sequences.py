@@ -10,10 +10,11 @@ outermost operator, innermost module and innermost call site are what the backwa
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 ACCUMULATE_GRAD = "AccumulateGrad"
+T = TypeVar("T")
 # A custom autograd.Function's apply is a range named by its class, no namespace ("CompiledFunction, seq = 750": a
 # compiled graph's forward): an annotation to the classifier, but the forward call its backward node differentiates.
 FORWARD_KINDS = ("op", "annotation")
@@ -48,7 +49,7 @@ class SequenceIndex(NamedTuple):
 
     origins: dict[tuple[int, int], ForwardOrigin]
     nodes: dict[tuple[int, int], int]
-    derived: dict[tuple[int, int], tuple[int, ForwardOrigin]] = {}  # noqa: RUF012 - never mutated
+    derived: dict[tuple[int, int], tuple[int, ForwardOrigin]]
 
 
 def forward_origins(rows: Iterable[RangeRow]) -> SequenceIndex:
@@ -93,7 +94,7 @@ def forward_origins(rows: Iterable[RangeRow]) -> SequenceIndex:
     return SequenceIndex(found, nodes, derived)
 
 
-def lookup(origins: dict[tuple[int, int], ForwardOrigin], seq: int, threads: list[int]) -> ForwardOrigin | None:
+def lookup(origins: dict[tuple[int, int], T], seq: int, threads: list[int]) -> T | None:
     """The origin of `seq`, searched on `threads` in order (the forward thread first: sequence numbers are per
     thread, and a backward range does not say which thread's number it carries)."""
     for thread in threads:

@@ -80,15 +80,14 @@ class Context:
     def _derived(self, seq: int) -> ForwardOrigin | None:
         """The origin of a node of a second backward: the operator a first backward's node ran with
         `create_graph=True`, in the module and at the call site of that node's forward call."""
-        for thread in self.threads:
-            found = self.derived.get((thread, seq))
-            if found is not None:
-                node_seq, origin = found
-                first = lookup(self.origins, node_seq, self.threads)
-                if origin.module_path is not None or first is None:
-                    return origin
-                return ForwardOrigin(origin.op, first.module_path, origin.call_site or first.call_site)
-        return None
+        found = lookup(self.derived, seq, self.threads)
+        if found is None:
+            return None
+        node_seq, origin = found
+        first = lookup(self.origins, node_seq, self.threads)
+        if origin.module_path is not None or first is None:
+            return origin
+        return ForwardOrigin(origin.op, first.module_path, origin.call_site or first.call_site)
 
 
 def _phase(stack: Sequence[FrameLike]) -> tuple[Phase, FrameLike | None, FrameLike | None]:

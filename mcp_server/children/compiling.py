@@ -41,12 +41,15 @@ def import_compiler(compile_mode: str) -> None:
         import torch._inductor.compile_fx  # noqa: F401
 
 
+SCRIPTED = "RecursiveScriptModule"  # the class of a module `torch.jit.script` compiled: named by its own class
+
+
 def root_module_name(model: Any) -> str:
     """The module path that names the model itself (its class): kernels of its own forward outside every
     submodule, and the optimizer's, which updates the parameters of all of them."""
     model = getattr(model, "_orig_mod", model)
     name = type(model).__name__
-    return str(model.original_name) if name == "RecursiveScriptModule" else name  # torch.jit.script's: its class
+    return str(model.original_name) if name == SCRIPTED else name
 
 
 _MODEL_SOURCE = re.compile(r"^L\['self'\]\.?|^L\['[^']+'\]\.__self__\.?")

@@ -14,18 +14,18 @@ torch.profiler); `calls` turns profiling on only during chosen calls (a shape-va
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from mcp_server.children.compiling import root_module_name
+from mcp_server.children.compiling import SCRIPTED, root_module_name
 from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS, SITE_RANGE_PREFIX
 from mcp_server.children.sites import UserFrames, site_ranges
 
 Listener = Callable[[Any, str, bool], None]  # (module, path, started): started False once its call returned
-SCRIPTED = "RecursiveScriptModule"  # the class of a module `torch.jit.script` compiled
 
 
 class GlobalModules:
@@ -157,13 +157,7 @@ class GlobalModules:
         if not found or len(found) != len(seen) or len({root for root, _ in found}) != 1:
             return None
         root = next(iter(found))[0]
-        parts = [path.split(".") for _, path in found]
-        common = []
-        for names in zip(*parts, strict=False):
-            if len(set(names)) != 1:
-                break
-            common.append(names[0])
-        return ".".join(common) or root
+        return ".".join(os.path.commonprefix([path.split(".") for _, path in found])) or root
 
     def _pre(self, module: Any, args: Any) -> None:
         # Traced away inside `torch.compile` (Dynamo reads is_compiling() as True): the compiled graph keeps no trace

@@ -205,11 +205,10 @@ class NamedSteps:
             self._look(frame)
         return self.kind is not None
 
-    def _stop_looking(self) -> None:
-        self._starts.stop()
-
     def _called(self, module: Any, path: str, started: bool) -> None:
         if self.kind != "function" and root_module_name(module) == self.name.rsplit(".", 1)[-1]:
+            if self.kind is None:
+                self._starts.stop()  # a module class: no function start to watch for
             self.kind = "module"
             self.depth += 1 if started else -1
             if started and self.depth == 1:
@@ -218,9 +217,6 @@ class NamedSteps:
                 self.windows.step_ended()
         elif self.kind is None and started:
             self._look(sys._getframe(2))
-
-    def _matches(self, frame: FrameType) -> bool:
-        return self._matches_code(frame.f_code)
 
     def _matches_code(self, code: CodeType) -> bool:
         if "." in self.name:
@@ -231,12 +227,13 @@ class NamedSteps:
     def _look(self, frame: FrameType | None) -> None:
         outermost = None
         while frame is not None:
-            if self._matches(frame):
+            if self._matches_code(frame.f_code):
                 outermost = frame
             frame = frame.f_back
         if outermost is None:
             return
         self.kind = "function"
+        self._starts.stop()
         if not self._wrap(outermost):
             raise ContractError(f"--window-fn {self.name}: its call at {outermost.f_code.co_filename}:"
                                 f"{outermost.f_lineno} runs, but no class or module attribute names it, so its later "
@@ -301,7 +298,7 @@ class NamedSteps:
         return counted
 
     def remove(self) -> None:
-        self._stop_looking()
+        self._starts.stop()
         for restore in self._restore:
             restore()
         if self._called in self.modules.listeners:

@@ -285,7 +285,7 @@ class NsysWindow:
         """Forward ops and backward nodes by autograd sequence number: one sweep over every NVTX range (see
         `plugins.sequences`); thread ids as `WindowKernel.launch_thread` gives them."""
         if not self.nvtx.present:
-            return SequenceIndex({}, {})
+            return SequenceIndex({}, {}, {})
         with self._sqlite_errors():
             strings = Strings(self.schema)
             cursor, _ = self.nvtx.ranges(False)

@@ -45,7 +45,8 @@ class KinetoCapture(BaseModel):
     window_end_ns: int | None = None
     warnings: list[str] = Field(default_factory=list)
     sequences: SequenceIndex = Field(
-        default_factory=lambda: SequenceIndex({}, {}), description="Forward ops and backward nodes by sequence number."
+        default_factory=lambda: SequenceIndex({}, {}, {}),
+        description="Forward ops and backward nodes by sequence number.",
     )
     forward_threads: list[int] = Field(default_factory=list, description="Threads of the measure range.")
     runtime_calls: list[RuntimeCall] = Field(
