@@ -1,6 +1,8 @@
-"""A training script with two models and an optimizer each (a GAN's loop), profiled as it is by the real CLI and
-harness under torch.profiler on this CPU: a step is one iteration of the loop, ended by its last optimizer, and each
-update's work belongs to the innermost module holding the parameters it updates."""
+"""Training scripts profiled as they are by the real CLI and harness under torch.profiler on this CPU. One with two
+models and an optimizer each (a GAN's loop): a step is one iteration of the loop, ended by its last optimizer, and
+each update's work belongs to the innermost module holding the parameters it updates. One that accumulates and clips
+its gradients: each step's clipping is the update's. One whose model writes into slices of a buffer: the backward of
+each write is the module's that wrote it."""
 
 from __future__ import annotations
 
@@ -66,3 +68,32 @@ def test_the_second_backward_of_a_gradient_penalty_is_its_modules(tmp_path):
         ("ThresholdBackwardBackward0", "aten::threshold_backward")}
     # the critic's `body` is named in full: the generator, the first root called, has a `body` too
     assert {op.module_path for op in second} == {"Critic.body.1"}
+
+
+def test_every_steps_clipping_is_the_update_and_the_next_micro_batchs_loading_is_not(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("profile", "--script", str(REPO / "tests" / "scripts" / "clipped_accum_train.py"), "-o", str(out),
+                   "-q", "--steps", "2:3", "--", "--accum", "2")
+    assert proc.returncode == 0, proc.stderr
+    phases = Counter((op.operator_name, op.phase) for op in load_profile(out / "profile.json").operators
+                     if op.module_path is None)
+    # each of the three steps clips its gradients between its last backward and its step: the norm's stack and
+    # clamp are the update's in the first two steps as in the last
+    assert phases[("aten::clamp", "optimizer")] == 3 and phases[("aten::clamp", "forward")] == 0
+    assert phases[("aten::stack", "optimizer")] == 3
+    # the micro-batches' loading, after a backward or a step and before the model runs, stays the forward's
+    assert phases[("aten::stack", "forward")] == 2 * 3
+
+
+def test_the_backward_of_a_write_into_a_slice_is_the_writes(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("profile", "--script", str(REPO / "tests" / "scripts" / "slice_assign_train.py"), "-o", str(out),
+                   "-q", "--steps", "2:1")
+    assert proc.returncode == 0, proc.stderr
+    writes = [op for op in load_profile(out / "profile.json").operators if op.autograd_node
+              and op.autograd_node.endswith("CopySlices")]
+    # autograd numbers a CopySlices node after the in-place copy_'s own: it differentiates that copy_, written at
+    # the lines of `out[:, :4] = ...` and `out[:, 4:] = ...` in the model's forward
+    assert len(writes) == 2 and {op.forward_op for op in writes} == {"aten::copy_"}
+    assert {op.module_path for op in writes} == {"Branches"}
+    assert sorted(op.call_site.rsplit(":", 1)[1] for op in writes if op.call_site) == ["19", "20"]

@@ -4,10 +4,10 @@ A stack inside one of torch.optim's own ranges (`Optimizer.step#AdamW.step`, `Op
 harness's range around a hand-written loop's update (a script windowed by its backward() calls), is the optimizer's; one
 inside the autograd engine's marker (`autograd::engine::evaluate_function: <node>`) is backward work, tied through its
 node's sequence number to the forward op, module and call site it differentiates; every other stack is forward work.
-In a training step, work outside the model after its last backward work (gradient clipping, a GradScaler's unscale,
-an average of the weights) is the update's, as the optimizer's step is (`update_after_backward`), and so is a
-multi-tensor (`_foreach_*`) operator outside the model wherever it runs (an EMA at the window's start:
-`foreach_updates`).
+In a training step, work outside the model between a backward and the step that follows it (gradient clipping, a
+GradScaler's unscale), and after the window's last backward (an average of the weights), is the update's, as the
+optimizer's step is (`update_after_backward`), and so is a multi-tensor (`_foreach_*`) operator outside the model
+wherever it runs (an EMA at the window's start), and a GradScaler's update of its scale (`foreach_updates`).
 The seed gradient a backward starts from (`torch.ones_like(loss)`, made before autograd's engine runs) is backward
 work too (`backward_seeds`). A module's forward called inside the engine's marker is forward work run again by
 activation checkpointing (`torch.utils.checkpoint`): recomputed, in the backward phase, with its own module and, once
@@ -26,6 +26,9 @@ from plugins.sequences import BACKWARD_PREFIX, ForwardOrigin, SequenceIndex, loo
 
 # torch.optim's own profiler ranges, and the harness's around a hand-written loop's update (`--window-fn backward`)
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", UPDATE_RANGE)
+# autograd's node for an in-place op on a view, numbered when made, right after the op's own node
+# (torch/csrc/autograd/functions/tensor.cpp: `CopySlices` is built as a `Node()`, which takes the next number)
+COPY_SLICES = "CopySlices"
 
 
 class FrameLike(keys.FrameLike, Protocol):
@@ -69,12 +72,16 @@ class Context:
         return backward or not self.measure_threads or thread in self.measure_threads
 
     def forward(self, marker: FrameLike, node: FrameLike | None, thread: int | None) -> ForwardOrigin | None:
-        """The forward op a backward node differentiates: by the node range's seq, or its marker's start."""
+        """The forward op a backward node differentiates: by the node range's seq, or its marker's start. A
+        `CopySlices` node (an in-place write into a view: `out[:, :4] = x`) takes the number after the in-place
+        op's own, which no forward op started with: it differentiates that op."""
         seq = node.seq if node is not None else None
         if seq is None and thread is not None and marker.start_ns is not None:
             seq = self.nodes.get((thread, marker.start_ns))
         if seq is None or not self.origins:
             return None
+        if marker.name.endswith(COPY_SLICES) and (written := lookup(self.origins, seq - 1, self.threads)):
+            return written
         return lookup(self.origins, seq, self.threads) or self._derived(seq)
 
     def _derived(self, seq: int) -> ForwardOrigin | None:
@@ -169,8 +176,9 @@ def _inside(stack: Sequence[FrameLike], marker: FrameLike) -> Sequence[FrameLike
 def settle_phases(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
     """What the window's order says once every call is attributed (window order): recomputed calls take their
     forward call's site, and so do the events they made (`recomputed_call_sites`); each backward's seed gradient is
-    the backward's (`backward_seeds`); work after the last backward is the update's (`update_after_backward`), and
-    so is a multi-tensor operator outside the model anywhere in a training window (`foreach_updates`)."""
+    the backward's (`backward_seeds`); work between a backward and its step is the update's (`update_after_backward`),
+    and so is a multi-tensor operator, or a scaler's update, outside the model anywhere in a training window
+    (`foreach_updates`)."""
     recomputed_call_sites(operators)
     sites = {op.operator_id: op.call_site for op in operators if op.recomputed}
     for event in events:
@@ -193,13 +201,15 @@ def backward_seeds(operators: Sequence[OperatorRecord], events: Sequence[Runtime
     _move(seeds, "backward", events)
 
 
-FOREACH_PREFIXES = ("aten::_foreach_", "aten::_amp_foreach_")  # multi-tensor ops: updates of many tensors at once
+# multi-tensor ops: updates of many tensors at once; and a GradScaler's update of its scale (`scaler.update()`)
+FOREACH_PREFIXES = ("aten::_foreach_", "aten::_amp_foreach_", "aten::_amp_update_scale_")
 
 
 def foreach_updates(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
     """In a training window, a multi-tensor (`_foreach_*`) operator outside the model is an update of the weights
     wherever it runs: an average of the weights after the previous step's `optimizer.step()` (an EMA) runs at the
-    window's start, before any backward."""
+    window's start, before any backward. So is a GradScaler's update of its scale, after a step that is not the
+    window's last."""
     if not any(op.phase == "backward" for op in operators):
         return
     _move([op for op in operators if op.phase == "forward" and op.module_path is None
@@ -219,16 +229,30 @@ def _move(operators: Sequence[OperatorRecord], phase: Phase, events: Sequence[Ru
 
 
 def update_after_backward(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
-    """In a window with backward and optimizer work, the calls outside any module after its last backward call
-    (in window order) are the update's, not the forward's: phase optimizer, on them, their kernels and the events
-    they made (gradient clipping, a GradScaler's unscale, an EMA of the weights after the step). Distributed
-    training's own calls there before the optimizer's step (a collective, FSDP's packing of the gradients it
-    reduces: the backward's final callbacks run them) are the backward's."""
+    """In a window with backward and optimizer work, the calls outside any module between a backward and the
+    optimizer's step that follows it before the model runs again are the update's, not the forward's: phase
+    optimizer, on them, their kernels and the events they made (gradient clipping, a GradScaler's unscale), in every
+    step of the window. After the window's last backward every such call is (an EMA of the weights after the step,
+    the scaler's update). Calls between a backward and the model's next forward with no step between (the next
+    micro-batch's loading, under gradient accumulation) stay the forward's. Distributed training's own calls before
+    the optimizer's step (a collective, FSDP's packing of the gradients it reduces: the backward's final callbacks
+    run them) are the backward's."""
     last = max((i for i, op in enumerate(operators) if op.phase == "backward"), default=None)
     if last is None or not any(op.phase == "optimizer" for op in operators):
         return
     update: list[OperatorRecord] = []
     callbacks: list[OperatorRecord] = []  # distributed training's, before the step
+    span: list[OperatorRecord] = []  # outside the model since the last backward, until the step or the model
+    for position, op in enumerate(operators):
+        if op.phase == "backward":
+            span = []
+        elif op.phase == "optimizer" and position < last:
+            _split(span, update, callbacks)
+            span = []
+        elif op.phase == "forward" and op.module_path is not None and position < last:
+            span = []
+        elif op.phase == "forward" and op.module_path is None and position < last:
+            span.append(op)
     stepped = False
     for op in operators[last + 1:]:
         stepped = stepped or op.phase == "optimizer"
@@ -239,6 +263,13 @@ def update_after_backward(operators: Sequence[OperatorRecord], events: Sequence[
                 callbacks.append(op)
     _move(update, "optimizer", events)
     _move(callbacks, "backward", events)
+
+
+def _split(span: Sequence[OperatorRecord], update: list[OperatorRecord], callbacks: list[OperatorRecord]) -> None:
+    """The calls outside the model between a backward and its step: distributed training's to `callbacks`, the
+    rest to `update`."""
+    for op in span:
+        (callbacks if _communicates(op) else update).append(op)
 
 
 def _communicates(op: OperatorRecord) -> bool:

@@ -9,6 +9,7 @@ an unknown metric name without a word, so every requested name that no kernel re
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -180,6 +181,7 @@ def _read_in_process(path: Path, wanted: dict[str, str], busiest_of: dict[str, l
     records: list[CounterRecord] = []
     returned: set[str] = set()
     non_numeric: set[str] = set()
+    non_finite: dict[str, list[str]] = {}  # metric -> the kernels ncu gave NaN or infinity for it
     device_name: str | None = None
     not_kernels = 0
     derived: set[str] = set()
@@ -201,6 +203,9 @@ def _read_in_process(path: Path, wanted: dict[str, str], busiest_of: dict[str, l
                 value = metric_value(metric, ncu)
                 if value is None:
                     non_numeric.add(metric_name)
+                    continue
+                if not math.isfinite(value):
+                    non_finite.setdefault(metric_name, []).append(action.name(ncu.IAction.NameBase_DEMANGLED))
                     continue
                 values[key] = Metric(value=value, unit=metric.unit())
             if device_name is None:
@@ -226,6 +231,9 @@ def _read_in_process(path: Path, wanted: dict[str, str], busiest_of: dict[str, l
         warnings.append(f"{not_kernels} record(s) profiled a CUDA graph or range as a whole, not one kernel")
     if non_numeric:
         warnings.append(f"metrics without a numeric value were skipped: {sorted(non_numeric)}")
+    for name, kernels in sorted(non_finite.items()):
+        warnings.append(f"ncu gave {name} no finite value (NaN or infinity) for {len(kernels)} kernel(s), left "
+                        f"without it (first: {kernels[0][:120]})")
     requested = [name for key, name in wanted.items() if key not in busiest_of or name in returned]
     requested += [name for key in busiest_of if wanted[key] not in returned for name in busiest_of[key]]
     missing = [] if not records else [name for name in dict.fromkeys(requested) if name not in returned]
