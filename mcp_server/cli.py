@@ -502,7 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "recipes", help="measure the free frontier: every free recipe timed in its own process and validated",
         description="Run WORKLOAD under every recipe a user can paste in a few lines (torch.compile modes, TF32, "
-        "bf16/fp16 autocast, the whole model cast to bf16/fp16, channels_last, cuDNN's autotuner), each in its own "
+        "bf16/fp16 autocast, the whole model cast to bf16/fp16, channels_last or channels_last_3d, cuDNN's "
+        "autotuner), each in its own "
         "process, validated against eager as written (TF32 off) over several seeds and sorted into the exact, "
         "reduced or fp8 tier (a model written in bf16/fp16: each tolerance at least twice its own distance from "
         "fp32); "

@@ -15,13 +15,14 @@ import pytest
 from conftest import REPO
 from fixtures_util import FIXTURES
 
-from mcp_server.children.contract import recipe_name, recipe_parts
+from mcp_server.children.contract import CHANNELS_LAST, recipe_name, recipe_parts
 from mcp_server.children.gpu_lock import GpuTurns
 from mcp_server.cli import build_parser
 from mcp_server.cli import main as cli
 from mcp_server.errors import CancelledCapture
 from mcp_server.proof.recipe_plan import (
     GPU_ONLY,
+    MIXED_CONV,
     NO_CONV,
     NO_CONV2D,
     NOT_MODULE,
@@ -46,10 +47,12 @@ FUNCTION = MLP.model_copy(update={"is_module": False})
 
 
 def test_a_recipe_name_reads_back_in_canonical_order():
-    assert recipe_parts("channels-last+bf16-cast+reduce-overhead") == ("reduce-overhead", "bf16-cast", True, False)
+    assert recipe_parts("channels-last+bf16-cast+reduce-overhead") == ("reduce-overhead", "bf16-cast",
+                                                                        "channels-last", False)
     assert recipe_name(*recipe_parts("compile")) == "compile+fp32"
+    assert recipe_name(*recipe_parts("channels-last-3d+compile")) == "compile+fp32+channels-last-3d"
     for wrong, why in (("inductor", "unknown recipe part"), ("eager+compile", "2 compile modes"),
-                       ("eager+tf32+bf16-cast", "2 precisions")):
+                       ("eager+tf32+bf16-cast", "2 precisions"), ("eager+channels-last+channels-last-3d", "2 layouts")):
         with pytest.raises(ValueError, match=why):
             recipe_parts(wrong)
 
@@ -91,6 +94,44 @@ def test_a_model_whose_convolutions_are_1d_gets_the_autotuner_but_not_channels_l
                                                                                   set())
 
 
+def test_a_model_whose_convolutions_are_3d_gets_channels_last_3d_and_one_with_both_no_layout():
+    """channels_last_3d lays out the 5-d tensors of 3-D convolutions (a video model's); a model with 2-D and 3-D
+    convolutions has no one memory format for both."""
+    conv3d = CONV.model_copy(update={"has_conv2d": False, "has_conv3d": True})
+    layout = plan_layout(True, conv3d, ["reduce-overhead+fp16-cast"], thorough=False, already=set())
+    assert [r for r, _ in layout] == ["reduce-overhead+fp16-cast+channels-last-3d",
+                                      "reduce-overhead+fp16-cast+cudnn-benchmark",
+                                      "reduce-overhead+fp16-cast+channels-last-3d+cudnn-benchmark"]
+    assert {recipe_parts(r)[2] for r, _ in plan_first(True, conv3d, thorough=True)} == {"", "channels-last-3d"}
+    assert [r for r, _ in plan_layout(False, conv3d, ["eager+fp32"], False, set())] == ["eager+fp32+channels-last-3d"]
+    assert not any("channels-last" in r for g in skipped(True, CONV, True, (), {"eager+fp32"}) for r in g.recipes
+                   if "3d" in r)  # a 2-D model is not told of a layout it has no use for
+    mixed = conv3d.model_copy(update={"has_conv2d": True})
+    assert [r for r, _ in plan_layout(True, mixed, ["eager+fp32"], False, set())] == ["eager+fp32+cudnn-benchmark"]
+    groups = {g.reason: g.recipes for g in skipped(True, mixed, True, (), {"eager+fp32"})}
+    assert "eager+fp32+channels-last" in groups[MIXED_CONV]
+
+
+def test_the_pasted_lines_of_channels_last_3d_convert_a_video_model_and_its_clips():
+    import torch
+
+    from mcp_server.children.recipe import apply
+
+    lines = recipe_code("eager+fp32+channels-last-3d", "cpu")
+    assert "model = model.to(memory_format=torch.channels_last_3d)" in lines
+    model = torch.nn.Conv3d(3, 4, 3)
+    clip = torch.randn(2, 3, 4, 8, 8)
+    namespace = {"torch": torch, "model": model, "inputs": (clip, torch.randn(2, 3, 8, 8))}
+    exec("\n".join(lines[:-1]), namespace)  # every line but the call
+    converted, image = namespace["inputs"]
+    assert converted.is_contiguous(memory_format=torch.channels_last_3d) and image.is_contiguous()  # 5-d only
+    assert model.weight.is_contiguous(memory_format=torch.channels_last_3d)
+    torch.testing.assert_close(model(converted), torch.nn.functional.conv3d(clip, model.weight, model.bias))
+    applied = apply(torch.nn.Conv3d(3, 4, 3), "compile+fp32+channels-last-3d", "cpu")  # what `recipes` runs
+    (prepared,) = applied.prepare((clip,))
+    assert prepared.is_contiguous(memory_format=torch.channels_last_3d)
+
+
 def test_the_plan_leaves_out_what_does_not_apply_and_says_why():
     assert not any(recipe_parts(r)[1].endswith("-cast") for r, _ in plan_first(True, FUNCTION, thorough=False))
     cpu = [r for r, _ in plan_first(False, MLP, thorough=False)]
@@ -99,11 +140,11 @@ def test_the_plan_leaves_out_what_does_not_apply_and_says_why():
     ran = {"eager+fp32", *cpu}
     groups = {g.reason: g.recipes for g in skipped(False, MLP, False, (), ran)}
     assert set(groups) == {GPU_ONLY, NO_CONV}
-    assert sum(map(len, groups.values())) + len(ran) == len(every_recipe(True, True, True))
+    assert sum(map(len, groups.values())) + len(ran) == len(every_recipe(True, CHANNELS_LAST, True))
     gpu_groups = {g.reason for g in skipped(True, CONV, False, (), {"eager+fp32"})}
     assert {THOROUGH_ONLY, WINNERS_ONLY} <= gpu_groups
     assert NOT_MODULE in {g.reason for g in skipped(True, FUNCTION, False, (), {"eager+fp32"})}
-    assert len(plan_first(True, CONV, thorough=True)) == len(every_recipe(True, True, True)) - 1
+    assert len(plan_first(True, CONV, thorough=True)) == len(every_recipe(True, CHANNELS_LAST, True)) - 1
 
 
 def test_the_lines_of_a_recipe_are_what_it_runs():
@@ -540,7 +581,8 @@ def test_a_model_that_changes_its_inputs_in_place_is_compared_on_inputs_it_has_n
 
 
 def test_the_model_facts_tell_2d_convolutions_from_others():
-    """channels_last applies to 2-D convolutions (transposed ones too); cuDNN's autotuner to any."""
+    """channels_last applies to 2-D convolutions (transposed ones too), channels_last_3d to 3-D ones; cuDNN's
+    autotuner to any."""
     import torch
 
     from mcp_server.children.recipe import model_facts
@@ -549,6 +591,8 @@ def test_the_model_facts_tell_2d_convolutions_from_others():
         return ModelFacts.model_validate(model_facts(model, (torch.randn(1, 2, 8),)))
 
     one_d = facts(torch.nn.Sequential(torch.nn.Conv1d(2, 2, 3), torch.nn.Conv3d(2, 2, 1)))
-    assert one_d.has_convolution and one_d.has_conv2d is False
+    assert one_d.has_convolution and one_d.has_conv2d is False and one_d.has_conv3d is True
     assert facts(torch.nn.ConvTranspose2d(2, 2, 3)).has_conv2d is True
+    assert facts(torch.nn.ConvTranspose2d(2, 2, 3)).has_conv3d is False
+    assert facts(torch.nn.ConvTranspose3d(2, 2, 3)).has_conv3d is True
     assert facts(torch.nn.Linear(8, 8)).has_conv2d is False and not facts(torch.nn.Linear(8, 8)).has_convolution

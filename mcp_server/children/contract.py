@@ -23,13 +23,17 @@ SCRIPT_WINDOW = re.compile(r"\bNvtxCapture\s*\(")
 
 COMPILE_MODES = ("eager", "inductor", "cudagraphs", "optimized")
 # A free recipe (`operator-profiler recipes`): what a user pastes in a few lines, named by its parts joined with
-# "+" in this order: a compile mode, a precision, then optionally "channels-last" and "cudnn-benchmark"
+# "+" in this order: a compile mode, a precision, then optionally a layout ("channels-last" for 2-D convolutions'
+# 4-d tensors, "channels-last-3d" for 3-D convolutions' 5-d ones) and "cudnn-benchmark"
 # (`reduce-overhead+bf16-cast+channels-last`). "compile" is torch.compile's default mode; "fp32" keeps TF32 off
 # for matmuls and cuDNN alike; "-autocast" runs the call inside torch.autocast; "-cast" casts the whole model and
 # its floating-point inputs.
 RECIPE_COMPILE_MODES = ("eager", "compile", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 RECIPE_PRECISIONS = ("fp32", "tf32", "bf16-autocast", "fp16-autocast", "bf16-cast", "fp16-cast")
-CHANNELS_LAST, CUDNN_BENCHMARK = "channels-last", "cudnn-benchmark"
+CHANNELS_LAST, CHANNELS_LAST_3D, CUDNN_BENCHMARK = "channels-last", "channels-last-3d", "cudnn-benchmark"
+LAYOUTS = (CHANNELS_LAST, CHANNELS_LAST_3D)
+# a layout's torch memory format, and the rank of the tensors it lays out
+MEMORY_FORMATS = {CHANNELS_LAST: ("channels_last", 4), CHANNELS_LAST_3D: ("channels_last_3d", 5)}
 GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the compile modes that replay CUDA graph trees
 
 
@@ -38,33 +42,36 @@ def half_dtype_name(precision: str) -> str:
     return "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
 
 
-def recipe_parts(name: str) -> tuple[str, str, bool, bool]:
-    """(compile mode, precision, channels_last, cudnn_benchmark) of a recipe name; ValueError naming the part that
-    is wrong. The parts may come in any order; a missing precision is fp32."""
+def recipe_parts(name: str) -> tuple[str, str, str, bool]:
+    """(compile mode, precision, layout, cudnn_benchmark) of a recipe name, the layout "" when it names none;
+    ValueError naming the part that is wrong. The parts may come in any order; a missing precision is fp32."""
     parts = [p for p in name.strip().split("+") if p]
     modes = [p for p in parts if p in RECIPE_COMPILE_MODES]
     precisions = [p for p in parts if p in RECIPE_PRECISIONS]
-    unknown = [p for p in parts if p not in RECIPE_COMPILE_MODES + RECIPE_PRECISIONS + (CHANNELS_LAST, CUDNN_BENCHMARK)]
+    layouts = [p for p in parts if p in LAYOUTS]
+    unknown = [p for p in parts if p not in RECIPE_COMPILE_MODES + RECIPE_PRECISIONS + LAYOUTS + (CUDNN_BENCHMARK,)]
     if unknown:
         raise ValueError(f"unknown recipe part {unknown[0]!r} in {name!r}: a recipe is a compile mode "
                          f"({', '.join(RECIPE_COMPILE_MODES)}), a precision ({', '.join(RECIPE_PRECISIONS)}) and "
-                         f"optionally {CHANNELS_LAST} and {CUDNN_BENCHMARK}, joined with '+'")
+                         f"optionally a layout ({', '.join(LAYOUTS)}) and {CUDNN_BENCHMARK}, joined with '+'")
     if len(modes) != 1:
         raise ValueError(f"recipe {name!r} names {len(modes)} compile modes: name exactly one of "
                          f"{', '.join(RECIPE_COMPILE_MODES)}")
     if len(precisions) > 1:
         raise ValueError(f"recipe {name!r} names {len(precisions)} precisions: name at most one")
-    return modes[0], (precisions or ["fp32"])[0], CHANNELS_LAST in parts, CUDNN_BENCHMARK in parts
+    if len(layouts) > 1:
+        raise ValueError(f"recipe {name!r} names {len(layouts)} layouts: name at most one")
+    return modes[0], (precisions or ["fp32"])[0], (layouts or [""])[0], CUDNN_BENCHMARK in parts
 
 
-def recipe_name(compile_mode: str, precision: str, channels_last: bool = False, cudnn_benchmark: bool = False) -> str:
+def recipe_name(compile_mode: str, precision: str, layout: str = "", cudnn_benchmark: bool = False) -> str:
     """The canonical name of a recipe (the inverse of recipe_parts)."""
-    return "+".join([compile_mode, precision] + [CHANNELS_LAST] * channels_last + [CUDNN_BENCHMARK] * cudnn_benchmark)
+    return "+".join([compile_mode, precision] + [layout] * bool(layout) + [CUDNN_BENCHMARK] * cudnn_benchmark)
 
 
 def changed_part(recipe: str, other: str) -> str | None:
     """The one part of recipe `other` that `recipe` lacks when they differ in one thing only: a compile mode or a
-    precision put in place of the recipe's own, or channels-last or cuDNN's autotuner added (None otherwise)."""
+    precision put in place of the recipe's own, or a layout or cuDNN's autotuner added (None otherwise)."""
     mine, theirs = recipe_parts(recipe), recipe_parts(other)
     changed = [i for i in range(4) if mine[i] != theirs[i]]
     if len(changed) != 1:
@@ -72,7 +79,9 @@ def changed_part(recipe: str, other: str) -> str | None:
     i = changed[0]
     if i < 2:
         return str(theirs[i])
-    return (CHANNELS_LAST if i == 2 else CUDNN_BENCHMARK) if theirs[i] else None
+    if i == 2:
+        return str(theirs[2]) or None
+    return CUDNN_BENCHMARK if theirs[3] else None
 
 
 REFERENCE_RECIPE = recipe_name("eager", "fp32")  # the workload as written, TF32 off: what every recipe is held to

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from mcp_server.children.common import map_tensors
 from mcp_server.children.compiling import RecordingInductor
-from mcp_server.children.contract import GRAPH_MODES, recipe_parts
+from mcp_server.children.contract import GRAPH_MODES, MEMORY_FORMATS, recipe_parts
 
 
 class NotApplicable(Exception):
@@ -49,9 +49,9 @@ def apply(model: Any, name: str, device: str) -> Applied:
     """Apply recipe `name` to `model` (changed in place where the recipe casts or converts it)."""
     import torch
 
-    mode, precision, channels_last, cudnn_benchmark = recipe_parts(name)
+    mode, precision, layout, cudnn_benchmark = recipe_parts(name)
     is_module = isinstance(model, torch.nn.Module)
-    if (precision.endswith("-cast") or channels_last) and not is_module:
+    if (precision.endswith("-cast") or layout) and not is_module:
         raise NotApplicable(f"the model is a {type(model).__name__}, not an nn.Module: it cannot be cast or "
                             "converted to channels_last")
     if device != "cuda" and (precision in ("tf32", "fp16-autocast", "fp16-cast") or cudnn_benchmark
@@ -64,10 +64,12 @@ def apply(model: Any, name: str, device: str) -> Applied:
         dtype = _dtype(precision)
         model.to(dtype)
         casts.append(lambda t: t.to(dtype) if t.is_floating_point() else t)
-    if channels_last:
-        model.to(memory_format=torch.channels_last)
-        casts.append(lambda t: t.contiguous(memory_format=torch.channels_last)
-                     if t.is_floating_point() and t.dim() == 4 else t)
+    if layout:  # channels_last for 4-d tensors, channels_last_3d for 5-d ones
+        format_name, rank = MEMORY_FORMATS[layout]
+        memory_format = getattr(torch, format_name)
+        model.to(memory_format=memory_format)
+        casts.append(lambda t: t.contiguous(memory_format=memory_format)
+                     if t.is_floating_point() and t.dim() == rank else t)
 
     def prepare(inputs: Any) -> Any:
         for cast in casts:
@@ -105,6 +107,8 @@ def model_facts(model: Any, inputs: Any) -> dict[str, Any]:
         "is_module": is_module,
         "has_convolution": is_module and any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules()),
         "has_conv2d": is_module and any(isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d))
+                                        for m in model.modules()),
+        "has_conv3d": is_module and any(isinstance(m, (torch.nn.Conv3d, torch.nn.ConvTranspose3d))
                                         for m in model.modules()),
         "parameters": sum(p.numel() for p in params),
         "parameter_dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in params}),

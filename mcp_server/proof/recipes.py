@@ -105,7 +105,8 @@ def recipes(
         ran = {r.recipe for r in runner.finished}
         layout = plan_layout(gpu, facts, stage_winners(runner.finished, options.headline), thorough, ran)
         if layout:
-            progress(f"recipes: channels_last and cuDNN's autotuner on the winners ({len(layout)} recipes)")
+            progress(f"recipes: the channels-last layout and cuDNN's autotuner on the winners ({len(layout)} "
+                     "recipes)")
             runner.pool(layout, jobs, len(layout))
         runner.race(runoff_tiers, runoff, jobs, options.headline)
     except (KeyboardInterrupt, Terminated, CancelledCapture) as exc:  # stopped: what was measured is kept, marked

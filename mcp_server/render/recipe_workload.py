@@ -20,7 +20,7 @@ from __future__ import annotations
 import keyword
 from pathlib import Path
 
-from mcp_server.children.contract import GRAPH_MODES, half_dtype_name, recipe_parts
+from mcp_server.children.contract import GRAPH_MODES, MEMORY_FORMATS, half_dtype_name, recipe_parts
 from mcp_server.proof.recipe_plan import input_casts
 from mcp_server.schema.io import write_text_atomic
 from mcp_server.schema.recipes import RecipesReport, Winner
@@ -43,7 +43,7 @@ def prepare_inputs_source(recipe: str) -> list[str]:
 def optimize_body(recipe: str, device: str) -> list[str]:
     """The lines of `optimize(model)` that apply `recipe` (indented four spaces), ending with `return run`; its
     inputs come converted by `prepare_inputs` (`prepare_inputs_source`)."""
-    mode, precision, channels_last, cudnn_benchmark = recipe_parts(recipe)
+    mode, precision, layout, cudnn_benchmark = recipe_parts(recipe)
     lines = []
     if device == "cuda":
         tf32 = "True" if precision == "tf32" else "False"
@@ -52,8 +52,8 @@ def optimize_body(recipe: str, device: str) -> list[str]:
         lines.append("torch.backends.cudnn.benchmark = True")
     if precision.endswith("-cast"):
         lines.append(f"model = model.to({half_dtype_name(precision)})")
-    if channels_last:
-        lines.append("model = model.to(memory_format=torch.channels_last)")
+    if layout:
+        lines.append(f"model = model.to(memory_format=torch.{MEMORY_FORMATS[layout][0]})")
     if mode == "eager":
         lines.append("compiled = model")
     elif mode == "compile":

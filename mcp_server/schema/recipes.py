@@ -129,6 +129,8 @@ class ModelFacts(_Model):
     has_convolution: bool
     has_conv2d: bool | None = Field(default=None, description="2-D convolutions, the ones channels_last lays out "
                                     "(a recipes.json from before this field: taken as has_convolution).")
+    has_conv3d: bool | None = Field(default=None, description="3-D convolutions, the ones channels_last_3d lays out "
+                                    "(a recipes.json from before this field: none).")
     parameters: int
     parameter_dtypes: list[str]
     floating_inputs: int
