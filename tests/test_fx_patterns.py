@@ -452,6 +452,19 @@ def test_channels_last_model_keeps_state_dict_names() -> None:
     assert x.is_contiguous(memory_format=torch.channels_last)
 
 
+def test_channels_last_model_lays_out_a_3d_cnn_and_its_clips_in_channels_last_3d() -> None:
+    channels_last = _load("channels_last")
+    model = torch.nn.Sequential(torch.nn.Conv3d(3, 4, 3), torch.nn.BatchNorm3d(4)).eval()
+    clip = torch.randn(1, 3, 4, 6, 6)
+    with torch.no_grad():
+        expected = model(clip)
+    converted, (x, mask) = channels_last.channels_last_model(model, (clip, torch.ones(1, 3, 6, 6)))
+    assert converted[0].weight.is_contiguous(memory_format=torch.channels_last_3d)
+    assert x.is_contiguous(memory_format=torch.channels_last_3d) and mask.is_contiguous()
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x), expected, rtol=1e-4, atol=1e-5)
+
+
 # --------------------------------------------------------------------------- cuda_graphs (structural on CPU)
 
 

@@ -8,10 +8,11 @@ the nsys export of the same run with SQL (tests/fixtures_util.py), and pinned be
 from __future__ import annotations
 
 import importlib.util
+import lzma
 import math
 
 import pytest
-from fixtures_util import NSYS_RUNS, match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
+from fixtures_util import FIXTURES, NSYS_RUNS, match_in_launch_order, raw_ncu_actions, raw_window_kernels, run_dir
 
 from mcp_server.children.contract import MEASURE_RANGE
 from plugins.ncu.command import default_metrics
@@ -171,3 +172,16 @@ def test_missing_and_foreign_files(tmp_path):
     junk.write_bytes(b"garbage" * 100)
     with pytest.raises(NcuReportError, match="no profiled range"):
         read_ncu_report(junk)
+
+
+def test_a_metric_ncu_gives_no_finite_value_is_left_out_and_named(tmp_path):
+    """cuDNN's NHWC batch-norm kernel on the H200 reports infinitely many waves per SM
+    (scripts/record_ncu_infinite_metric.py): the record keeps its other counters, the warning names the metric."""
+    report_path = tmp_path / "report.ncu-rep"
+    report_path.write_bytes(lzma.decompress((FIXTURES / "h200_infinite_waves.ncu-rep.xz").read_bytes()))
+    report = read_ncu_report(report_path)
+    (record,) = report.records
+    assert "batchnorm_fwtr_nhwc_semiPersist" in record.name
+    assert "waves_per_sm" not in record.metrics and record.metrics["theoretical_occupancy_pct"].value >= 0
+    assert ("ncu gave launch__waves_per_multiprocessor no finite value (NaN or infinity) for 1 kernel(s), left "
+            "without it (first: void cudnn::batchnorm_fwtr_nhwc_semiPersist") in "\n".join(report.warnings)

@@ -7,6 +7,8 @@ Two ways, both allowed by the optimized-workload contract:
   the graph's first input and the weights are converted.
 - `channels_last_model(model, inputs)`: convert once at construction in `get_model_and_input()` (cheaper:
   weights are converted once, not per call). Parameter names do not change, so `load_state_dict` still works.
+  A model whose convolutions are all 3-D (a video model's) takes `torch.channels_last_3d` (NDHWC), its 5-D inputs
+  too: channels_last lays out 4-D tensors and fails on 5-D weights.
 
 When to apply: CNNs on tensor-core GPUs in float16/bfloat16 (cuDNN's fastest convolution kernels are NHWC),
 and float32 CNNs whose convolutions show layout transposes.
@@ -60,10 +62,14 @@ def convert_convs_to_channels_last(gm: fx.GraphModule) -> int:
 
 
 def channels_last_model(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[torch.nn.Module, tuple[Any, ...]]:
-    """The model and its 4-D tensor inputs converted to channels-last (for `get_model_and_input()`)."""
-    model = model.to(memory_format=torch.channels_last)
+    """The model and its 4-D tensor inputs converted to channels-last, or, when its convolutions are all 3-D, the
+    model and its 5-D inputs to channels_last_3d (for `get_model_and_input()`)."""
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
+    three_d = bool(convs) and all(isinstance(m, (torch.nn.Conv3d, torch.nn.ConvTranspose3d)) for m in convs)
+    memory_format, rank = (torch.channels_last_3d, 5) if three_d else (torch.channels_last, 4)
+    model = model.to(memory_format=memory_format)
     converted = tuple(
-        x.contiguous(memory_format=torch.channels_last) if isinstance(x, torch.Tensor) and x.dim() == 4 else x
+        x.contiguous(memory_format=memory_format) if isinstance(x, torch.Tensor) and x.dim() == rank else x
         for x in inputs
     )
     return model, converted

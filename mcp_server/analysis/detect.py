@@ -8,6 +8,7 @@ come from patterns.yaml and thresholds from knowledge/bottleneck_rules.yaml.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from mcp_server.analysis.rules import matches, patterns, rule
 from mcp_server.analysis.timeline_health import Placed
@@ -95,15 +96,15 @@ def fp32_tensor_core_candidates(profile: OperatorAttributedProfile, placed: list
                       "change scoped to the model (not the process-wide set_float32_matmul_precision).")
         else:
             detail = ("FP32 convolutions run on CUDA cores" + (" in NCHW layout" if nchw else "") + ": cuDNN picks "
-                      "TF32 tensor-core kernels for channels_last inputs (allow_tf32 is on for cuDNN by default); "
-                      "BF16 autocast goes further.")
+                      f"TF32 tensor-core kernels for {memory_format(_format_trigger([p.op for p in members]))} "
+                      "inputs (allow_tf32 is on for cuDNN by default); BF16 autocast goes further.")
         findings.append(Finding(
             kind=f"fp32_{kind}", title=f"{len(members)} FP32 {kind} kernels on CUDA cores",
             operators=_uniq([p.op.operator_id if p.op else None for p in members]),
             module_paths=_uniq([p.kernel.module_path or (p.op.module_path if p.op else None) for p in members]),
             kernel_ids=[p.kernel.kernel_id for p in members],
             triggers=[*_fp32_triggers(members), f"kernel_time_ns={time_ns}", f"kernels={len(members)}"]
-            + (["layout=NCHW"] if nchw else []),
+            + (["layout=NCHW"] if nchw else []) + _format_trigger([p.op for p in members]),
             detail=detail,
         ))
     return findings
@@ -305,8 +306,10 @@ def structural_findings(profile: OperatorAttributedProfile, placed: list[Placed]
             operators=_uniq([p.op.operator_id if p.op else None for p in layout]),
             module_paths=_uniq([p.kernel.module_path for p in layout]), kernel_ids=[p.kernel.kernel_id for p in layout],
             triggers=[f"layout_kernels={len(layout)}", f"cudnn_layout_kernels={len(cudnn)}",
-                      f"kernel_time_ns={sum(p.kernel.duration_ns for p in layout)}"],
-            detail=f"{who} on every call: convert the model and input to torch.channels_last once.",
+                      f"kernel_time_ns={sum(p.kernel.duration_ns for p in layout)}",
+                      *_format_trigger([p.op for p in layout])],
+            detail=f"{who} on every call: convert the model and input to torch."
+                   f"{memory_format(_format_trigger([p.op for p in layout]))} once.",
         ))
     syncs = [o for o in ops if matches("sync_ops", o.operator_name)]
     if syncs:
@@ -399,3 +402,18 @@ def fusible_kernels(placed: list[Placed]) -> set[int]:
         if p.op is not None and not p.op.is_fused and not _work(p) and not matches("sync_ops", p.op.operator_name)
         and not _opaque(p)
     }
+
+
+FORMAT_TRIGGER = "memory_format="
+
+
+def _format_trigger(ops: Sequence[OperatorRecord | None]) -> list[str]:
+    """`memory_format=channels_last_3d` where every convolution among `ops` takes a 5-d input (a 3-D convolution's:
+    channels_last lays out 4-d tensors only), else nothing."""
+    ranks = {len(op.input_shapes[0]) for op in ops if op is not None and op.input_shapes and op.input_shapes[0]}
+    return [f"{FORMAT_TRIGGER}channels_last_3d"] if ranks == {5} else []
+
+
+def memory_format(triggers: Sequence[str]) -> str:
+    """The channels-last memory format a finding's convolutions take, by its triggers."""
+    return next((t.removeprefix(FORMAT_TRIGGER) for t in triggers if t.startswith(FORMAT_TRIGGER)), "channels_last")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from mcp_server.analysis.detect import memory_format
 from mcp_server.analysis.devices import peak_at_clock
 from mcp_server.analysis.host_compute import host_compute_left, host_compute_places, launch_idle
 from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledge_of
@@ -307,7 +308,7 @@ def build_opportunities(
         if kind == "fp32_matmul":
             how = "BF16 autocast or TF32 scoped to the model (reduced precision tier)"
         elif cls == "channels_last":
-            how = "channels_last lets cuDNN pick TF32 kernels; BF16 autocast goes further"
+            how = f"{memory_format(finding.triggers)} lets cuDNN pick TF32 kernels; BF16 autocast goes further"
         else:
             how = "BF16 autocast (cuDNN chose FP32 kernels for these shapes although TF32 is allowed)"
         later = (f"; the GPU waits on the host after these kernels, so the {_us(kernel)} of kernel time counts "
@@ -386,7 +387,7 @@ def build_opportunities(
                 f"fused kernel of at least {_us(rule('estimates', 'kernel_floor_ns'))}")
     removals: tuple[tuple[str, PatternName, str], ...] = (
         ("conv_bn_unfolded", "conv_bn_fold", "Fold {n} batch norms into the preceding convolutions"),
-                ("layout_conversion", "channels_last", "Convert model and input to channels_last once ({n} copies)"),
+                ("layout_conversion", "channels_last", "Convert model and input to {fmt} once ({n} copies)"),
                 ("separate_qkv", "qkv_fusion", "Fuse separate q/k/v projections into one GEMM ({n} kernels)"))
     for kind, cls, title in removals:
         finding = kinds.get(kind)
@@ -394,7 +395,7 @@ def build_opportunities(
             continue
         ids = finding.kernel_ids if kind != "separate_qkv" else _qkv_removable(profile, finding)
         e2e, kernel = _removal(by_id, [[i] for i in ids], keep_one=False)
-        add_or_join(title.format(n=len(ids)), cls, finding, e2e, kernel,
+        add_or_join(title.format(n=len(ids), fmt=memory_format(finding.triggers)), cls, finding, e2e, kernel,
                     "estimate (upper bound): the removed kernels give back their run time and the idle time after them")
     breaks = profile.capture_metadata.graph_breaks or []
     if breaks and placed:

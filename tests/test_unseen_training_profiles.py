@@ -1,0 +1,65 @@
+"""Training scripts and a video model of kinds the checks had not met, from their H200 profiles.
+
+`h200_packed_lstm_tagger.profile.json.xz`: scripts/gpu_workloads/packed_lstm_tagger.py as it is (`run --script
+--steps 4:3`: a bidirectional LSTM over random-length sentences through `pack_padded_sequence` /
+`pad_packed_sequence`, `clip_grad_norm_`, SGD). `h200_distill_train.profile.json.xz`:
+scripts/gpu_workloads/distill_train.py (`--steps 3:2`: a frozen teacher CNN under `no_grad` inside each step, a
+student of the same class trained, channels_last). `h200_video_classifier.profile.json.xz`:
+scripts/gpu_workloads/video_classifier.py (a 3-D CNN, the workload contract). Recorded by
+`scripts/record_real_workloads.py` on an H200 on 2026-11-30, after the fixes these tests name: before them the
+LSTM's backward of `pad_packed_sequence`'s writes (152 `CopySlices` nodes, 267 copies) had no module and no line,
+the first two steps' clipping was the forward's, and the distillation's run failed on an ncu metric without a
+finite value.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from fixtures_util import recorded_profile
+
+from mcp_server.analysis import analyze_profile
+
+
+def test_a_packed_lstms_every_step_clips_in_the_update_and_its_padding_writes_are_differentiated_there(
+        tmp_path: Path) -> None:
+    profile = recorded_profile("h200_packed_lstm_tagger", tmp_path)
+    assert profile.window.attributed_kernel_time_pct == 100.0
+    writes = [op for op in profile.operators if (op.autograd_node or "").endswith("CopySlices")]
+    assert len(writes) == 152
+    assert {(op.forward_op, op.module_path) for op in writes} == {("aten::_pad_packed_sequence", "Tagger")}
+    assert {op.call_site.rsplit("/", 1)[-1] for op in writes if op.call_site} == {"packed_lstm_tagger.py:42"}
+    copies = [e for e in profile.runtime_events or [] if e.kind == "memcpy" and e.origin == "workload"]
+    assert copies and all(e.call_site for e in copies)
+    # clip_grad_norm_ at line 85, in each of the window's three steps: the update's
+    clipping = Counter(op.phase for op in profile.operators if op.call_site
+                       and op.call_site.endswith("packed_lstm_tagger.py:85"))
+    assert clipping == Counter({"optimizer": 3 * 8})
+
+
+def test_a_distilled_students_update_is_its_own_and_the_teachers_forward_has_no_backward(tmp_path: Path) -> None:
+    profile = recorded_profile("h200_distill_train", tmp_path)
+    assert profile.window.attributed_kernel_time_pct == 100.0
+    # the teacher was called first (bare paths), the student is the second ConvNet: only it learns
+    phases = Counter(((op.module_path or "").startswith("ConvNet[1]"), op.phase) for op in profile.operators
+                     if op.module_path)
+    assert phases[(False, "backward")] == 0 and phases[(True, "backward")] > 0
+    assert {op.module_path for op in profile.operators if op.phase == "optimizer"} == {"ConvNet[1]"}
+    assert sum("no finite value (NaN or infinity)" in w for w in profile.warnings) == 2
+    analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
+    assert analysis.operators
+
+
+def test_a_3d_cnn_is_told_of_channels_last_3d(tmp_path: Path) -> None:
+    """cuDNN converts the clips' NCDHW tensors around its tensor-core kernels: the layout that avoids it is
+    channels_last_3d (channels_last lays out 4-d tensors and fails on 5-d weights)."""
+    profile = recorded_profile("h200_video_classifier", tmp_path)
+    assert profile.window.attributed_kernel_time_pct == 100.0
+    convolutions = [op for op in profile.operators if op.operator_name == "aten::conv3d"]
+    assert convolutions and all(op.module_path for op in convolutions)
+    assert all(len(op.input_shapes[0]) == 5 for op in convolutions if op.input_shapes)
+    analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
+    layout = [o for o in analysis.opportunities if o.change_class == "channels_last"]
+    assert layout and all("channels_last_3d" in o.title for o in layout), [o.title for o in layout]
+    assert not any("channels_last " in o.title or "channels_last;" in o.title for o in layout)
