@@ -2,7 +2,8 @@
 models and an optimizer each (a GAN's loop): a step is one iteration of the loop, ended by its last optimizer, and
 each update's work belongs to the innermost module holding the parameters it updates. One that accumulates and clips
 its gradients: each step's clipping is the update's. One whose model writes into slices of a buffer: the backward of
-each write is the module's that wrote it."""
+each write is the module's that wrote it. One that evaluates its model inside the loop: a window holding the
+evaluation says so."""
 
 from __future__ import annotations
 
@@ -97,3 +98,15 @@ def test_the_backward_of_a_write_into_a_slice_is_the_writes(tmp_path):
     assert len(writes) == 2 and {op.forward_op for op in writes} == {"aten::copy_"}
     assert {op.module_path for op in writes} == {"Branches"}
     assert sorted(op.call_site.rsplit(":", 1)[1] for op in writes if op.call_site) == ["19", "20"]
+
+
+def test_an_evaluation_inside_the_window_is_warned_of_and_a_window_between_evaluations_is_not(tmp_path):
+    script = str(REPO / "tests" / "scripts" / "eval_in_loop_train.py")
+    warned = []
+    for steps in ("3:1", "1:1"):  # the evaluation after the third step falls in the fourth step's window
+        out = tmp_path / steps.replace(":", "_")
+        proc = run_cli("profile", "--script", script, "-o", str(out), "-q", "--steps", steps)
+        assert proc.returncode == 0, proc.stderr
+        warned.append([w for w in load_profile(out / "profile.json").warnings if "without autograd" in w])
+    assert len(warned[0]) == 1 and "(1 of Sequential)" in warned[0][0] and "--steps W:A" in warned[0][0]
+    assert warned[1] == []

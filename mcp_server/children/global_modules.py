@@ -107,6 +107,11 @@ class GlobalModules:
         """Every path seen under a root, with its class name."""
         return dict(self._classes)
 
+    def inside_call(self) -> bool:
+        """A module call is running on this thread (a listener told of a call's start or end: the call itself not
+        counted, so False means the call is a root's)."""
+        return bool(self._stack())
+
     def _stack(self) -> list[tuple[Any, str, Any, bool]]:
         stack: list[tuple[Any, str, Any, bool]] | None = getattr(self._local, "stack", None)
         if stack is None:

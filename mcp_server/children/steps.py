@@ -87,6 +87,11 @@ class StepWindows:
         return len(self.windows) + len(self.traced)
 
     @property
+    def is_open(self) -> bool:
+        """A window is open now."""
+        return self._open is not None
+
+    @property
     def opened(self) -> bool:
         """A window has opened (it may have closed since)."""
         return self._open is not None or self.measured > 0
@@ -188,6 +193,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     switch = (lambda on: torch.cuda.profiler.start() if on else torch.cuda.profiler.stop()) if calls else None
     modules = GlobalModules(args.profiler, calls, switch=switch).install()
     windows = StepWindows(args, lock, modules, enter)
+    roots = RootCalls(modules, windows)
     captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
     compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early), own=(global_modules, sites))
     source: OptimizerSteps | BackwardSteps | NamedSteps
@@ -233,7 +239,36 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
             result["clocks"] = clocks.summary()
     enter("finish")
     _report(args, result, windows, source, modules, stopped, time.perf_counter_ns() - t0)
+    if (evaluated := roots.evaluated()) is not None:
+        result["warnings"].append(evaluated)
     return compiles
+
+
+class RootCalls:
+    """The calls of each model (a root module) inside the measured windows, by whether autograd recorded them."""
+
+    def __init__(self, modules: GlobalModules, windows: StepWindows) -> None:
+        import torch
+
+        self._grad = torch.is_grad_enabled
+        self.modules, self.windows = modules, windows
+        self.counts: dict[str, list[int]] = {}  # root path -> [calls autograd recorded, calls without it]
+        modules.listeners.append(self._seen)
+
+    def _seen(self, module: Any, path: str, started: bool) -> None:
+        if started and self.windows.is_open and not self.modules.inside_call():
+            self.counts.setdefault(path, [0, 0])[0 if self._grad() else 1] += 1
+
+    def evaluated(self) -> str | None:
+        """A warning where a model both trained and called without autograd inside the windows: an evaluation
+        inside the loop, whose time the step's then holds."""
+        both = {path: without for path, (recorded, without) in self.counts.items() if recorded and without}
+        if not both:
+            return None
+        calls = ", ".join(f"{n} of {path}" for path, n in both.items())
+        return (f"the measured windows hold calls of a model without autograd beside its training calls ({calls}): "
+                "an evaluation inside the loop, whose time the step holds; a --steps W:A whose windows fall between "
+                "evaluations measures the training steps alone")
 
 
 def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any, modules: GlobalModules,
