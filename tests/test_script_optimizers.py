@@ -110,3 +110,21 @@ def test_an_evaluation_inside_the_window_is_warned_of_and_a_window_between_evalu
         warned.append([w for w in load_profile(out / "profile.json").warnings if "without autograd" in w])
     assert len(warned[0]) == 1 and "(1 of Sequential)" in warned[0][0] and "--steps W:A" in warned[0][0]
     assert warned[1] == []
+
+
+def test_rows_repeated_by_a_number_need_no_static_shapes_first_and_by_counts_do(tmp_path):
+    """A CUDA graph needs static shapes: `repeat_interleave(4)` has them (its repeats have no shape in the profile),
+    `repeat_interleave(counts)` reads its output's size from the data."""
+    from mcp_server.analysis.syncs import prerequisites
+
+    needs = {}
+    for flags in ((), ("--counts",)):
+        out = tmp_path / ("counts" if flags else "number")
+        proc = run_cli("profile", "--script", str(REPO / "tests" / "scripts" / "repeat_beams.py"), "-o", str(out),
+                       "-q", "--window-fn", "expand", "--steps", "2:2", "--", *flags)
+        assert proc.returncode == 0, proc.stderr
+        profile = load_profile(out / "profile.json")
+        assert any(op.operator_name == "aten::repeat_interleave" for op in profile.operators)
+        needs[out.name] = prerequisites(profile, None)
+    assert not any("make the shapes static" in n for n in needs["number"])
+    assert any(n.startswith("make the shapes static (aten::repeat_interleave") for n in needs["counts"])

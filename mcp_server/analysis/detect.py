@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 
 from mcp_server.analysis.rules import matches, patterns, rule
+from mcp_server.analysis.syncs import counted_repeats
 from mcp_server.analysis.timeline_health import Placed
 from mcp_server.schema.analysis import Finding, TimelineHealth
 from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord, split_module_path
@@ -311,7 +312,7 @@ def structural_findings(profile: OperatorAttributedProfile, placed: list[Placed]
             detail=f"{who} on every call: convert the model and input to torch."
                    f"{memory_format(_format_trigger([p.op for p in layout]))} once.",
         ))
-    syncs = [o for o in ops if matches("sync_ops", o.operator_name)]
+    syncs = [o for o in ops if matches("sync_ops", o.operator_name) and not counted_repeats(o)]
     if syncs:
         findings.append(Finding(
             kind="host_sync", title=f"{len(syncs)} operators make the host wait for the GPU",

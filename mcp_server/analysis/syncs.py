@@ -15,11 +15,18 @@ from collections.abc import Sequence
 from mcp_server.analysis.rules import matches
 from mcp_server.analysis.timeline_health import untraced_idle_factor
 from mcp_server.schema.analysis import Finding, SyncPoint
-from mcp_server.schema.profile import OperatorAttributedProfile, RuntimeEvent
+from mcp_server.schema.profile import OperatorAttributedProfile, OperatorRecord, RuntimeEvent
 
 READBACK = "readback_ops"  # patterns.yaml: operators that read a GPU value back into Python (.item())
 DATA_DEPENDENT = "data_dependent_ops"  # operators whose output shape depends on the data (nonzero, unique...)
 SHORT_END = " — "  # a prerequisite's short form ends here; how to do it follows
+
+
+def counted_repeats(op: OperatorRecord) -> bool:
+    """A `repeat_interleave` whose repeats are a number (its second input has no shape): its output's shape follows
+    from its input's, so nothing waits for the data; one with a tensor of repeats reads their sum back."""
+    shapes = op.input_shapes or []
+    return op.operator_name == "aten::repeat_interleave" and len(shapes) > 1 and shapes[1] == []
 
 
 def _data_dependent(event: RuntimeEvent) -> bool:
@@ -122,6 +129,7 @@ def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint
     needs: list[str] = []
     operators = [op for op in profile.operators if op.module_path or not in_modules]
     points = [p for p in points or [] if p.module_path or not in_modules]
+    operators = [op for op in operators if not counted_repeats(op)]
     launched = {k.attribution.launch_op for op in operators for k in op.kernels}
     shaped = sorted({name for name in {op.operator_name for op in operators} | launched
                      if name and matches(DATA_DEPENDENT, name)})
