@@ -1,15 +1,19 @@
-"""Training scripts and a video model of kinds the checks had not met, from their H200 profiles.
+"""Training scripts, a beam search and a video model of kinds the checks had not met, from their H200 profiles.
 
 `h200_packed_lstm_tagger.profile.json.xz`: scripts/gpu_workloads/packed_lstm_tagger.py as it is (`run --script
 --steps 4:3`: a bidirectional LSTM over random-length sentences through `pack_padded_sequence` /
 `pad_packed_sequence`, `clip_grad_norm_`, SGD). `h200_distill_train.profile.json.xz`:
 scripts/gpu_workloads/distill_train.py (`--steps 3:2`: a frozen teacher CNN under `no_grad` inside each step, a
-student of the same class trained, channels_last). `h200_video_classifier.profile.json.xz`:
+student of the same class trained, channels_last). `h200_beam_search.profile.json.xz`:
+scripts/gpu_workloads/beam_search.py (`--window-fn beam_search --steps 1:1`: an encoder-decoder decoding 4 beams of
+32 sentences, its decoder's self-attention over a cache grown by `torch.cat` and reordered by `index_select`, its
+cross-attention over the source, one module). `h200_video_classifier.profile.json.xz`:
 scripts/gpu_workloads/video_classifier.py (a 3-D CNN, the workload contract). Recorded by
 `scripts/record_real_workloads.py` on an H200 on 2026-11-30, after the fixes these tests name: before them the
 LSTM's backward of `pad_packed_sequence`'s writes (152 `CopySlices` nodes, 267 copies) had no module and no line,
 the first two steps' clipping was the forward's, and the distillation's run failed on an ncu metric without a
-finite value.
+finite value. The beam search's analysis, replayed after two fixes: its beams expanded by `repeat_interleave(4)`
+asked for static shapes first, and its growing cache went unseen (one module's two attentions read as one site).
 """
 
 from __future__ import annotations
@@ -49,6 +53,20 @@ def test_a_distilled_students_update_is_its_own_and_the_teachers_forward_has_no_
     assert sum("no finite value (NaN or infinity)" in w for w in profile.warnings) == 2
     analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
     assert analysis.operators
+
+
+def test_a_beam_searchs_growing_cache_is_found_beside_its_cross_attention(tmp_path: Path) -> None:
+    profile = recorded_profile("h200_beam_search", tmp_path)
+    analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
+    grown = next(f for f in analysis.findings if f.kind == "growing_kv_cache")
+    assert grown.module_paths == [f"decoder.{i}" for i in range(6)]
+    assert {"key_length_min=1", "key_length_max=32"} <= set(grown.triggers)
+    assert "static_kv_cache" in [o.change_class for o in analysis.opportunities]
+    # the beams' expansion by a number has static shapes: nothing asks for them; the finished check's read does
+    needs = [n for o in analysis.opportunities for n in o.prerequisites]
+    assert not any("make the shapes static" in n for n in needs)
+    assert not any(f.kind == "host_sync" and any("repeat_interleave" in op for op in f.operators)
+                   for f in analysis.findings)
 
 
 def test_a_3d_cnn_is_told_of_channels_last_3d(tmp_path: Path) -> None:

@@ -35,19 +35,21 @@ def _steps(calls: list[tuple[int, int]]) -> int:
                if queries == 1 and now == before + 1)
 
 
-def _site(op: OperatorRecord) -> tuple[str, str, int | None]:
-    """Where an attention call's key lengths are followed: its operator and module path, and for a score matmul
-    the dimension it contracts (the head size). A hand-written attention's probabilities @ values is a matmul of the
-    same module too, read as (1 query, the head size); its contracted dimension is the key length, new every step,
-    so it never joins the score matmul's calls."""
+def _site(op: OperatorRecord) -> tuple[str, str, int | None, str | None]:
+    """Where an attention call's key lengths are followed: its operator, module path and call site (a decoder layer's
+    self-attention over its growing cache and its cross-attention over the fixed source are one module's calls of
+    one operator, at two lines), and for a score matmul the dimension it contracts (the head size). A hand-written
+    attention's probabilities @ values is a matmul of the same module too, read as (1 query, the head size); its
+    contracted dimension is the key length, new every step, so it never joins the score matmul's calls."""
     shapes = op.input_shapes or []
     contracted = shapes[0][-1] if matches("score_matmul_ops", op.operator_name) and shapes and shapes[0] else None
-    return op.operator_name, op.module_path or "", contracted
+    return op.operator_name, op.module_path or "", contracted, op.call_site
 
 
 def growing_kv_cache(profile: OperatorAttributedProfile) -> Finding | None:
     """The attention sites whose key length grows by one per decode step, as one finding (None without them)."""
-    sites: dict[tuple[str, str, int | None], list[tuple[OperatorRecord, tuple[int, int]]]] = defaultdict(list)
+    sites: dict[tuple[str, str, int | None, str | None], list[tuple[OperatorRecord, tuple[int, int]]]] = (
+        defaultdict(list))
     for op in profile.operators:
         if op.module_path and (lengths := _lengths(op)) is not None:
             sites[_site(op)].append((op, lengths))
@@ -58,7 +60,7 @@ def growing_kv_cache(profile: OperatorAttributedProfile) -> Finding | None:
     ops = [op for calls in growing.values() for op, _ in calls]
     keys = [c[1] for calls in growing.values() for _, c in calls if c[0] == 1]
     steps = max(_steps([c for _, c in calls]) for calls in growing.values())
-    modules = list(dict.fromkeys(module for _, module, _ in growing))
+    modules = list(dict.fromkeys(module for _, module, _, _ in growing))
     return Finding(
         kind="growing_kv_cache",
         title=f"the KV cache grows by one position per decode step at {len(modules)} attention module(s), key "
