@@ -128,3 +128,28 @@ def test_rows_repeated_by_a_number_need_no_static_shapes_first_and_by_counts_do(
         needs[out.name] = prerequisites(profile, None)
     assert not any("make the shapes static" in n for n in needs["number"])
     assert any(n.startswith("make the shapes static (aten::repeat_interleave") for n in needs["counts"])
+
+
+def test_batches_of_other_shapes_each_step_ask_for_static_shapes_before_a_cuda_graph(tmp_path):
+    """A CUDA graph replays the shapes it captured: a model fed a new shape every step needs them padded or bucketed
+    first, and so does a generate loop given prompts of new lengths (each call's set of shapes is another); one fed
+    the same shapes every step does not."""
+    from mcp_server.analysis.syncs import prerequisites
+
+    found = {}
+    for name, script, flags in (("ragged", "ragged_batches_train.py", ("--steps", "2:3")),
+                                ("fixed", "ragged_batches_train.py", ("--steps", "2:3", "--", "--fixed")),
+                                ("generate", "plain_generate.py", ("--window-fn", "generate", "--steps", "1:2"))):
+        out = tmp_path / name
+        proc = run_cli("profile", "--script", str(REPO / "tests" / "scripts" / script), "-o", str(out), "-q", *flags)
+        assert proc.returncode == 0, proc.stderr
+        profile = load_profile(out / "profile.json")
+        found[name] = (profile.capture_metadata.varying_inputs,
+                       [n for n in prerequisites(profile, None) if "inputs' shapes" in n])
+    assert found["ragged"][0] == {"Pooled": 3}  # lengths 6, 7, 4 in the three measured steps
+    assert found["ragged"][1] == ["make the inputs' shapes static (Pooled's took 3 shapes in the measured windows) — "
+                                  "pad or bucket them to a few fixed sizes: a CUDA graph replays the shapes it "
+                                  "captured (mode='reduce-overhead' records a graph for each new shape)"]
+    assert found["fixed"] == (None, [])
+    # prompts of 4 and 5 tokens, each grown by 4 without a cache: (2, 4) to (2, 8)
+    assert found["generate"][0] == {"TinyLM": 5} and len(found["generate"][1]) == 1

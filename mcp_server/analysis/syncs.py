@@ -123,7 +123,8 @@ def _read_kind(operator: str | None) -> str:
 def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint] | None,
                   in_modules: bool = False) -> list[str]:
     """What must change before the window can be captured in a CUDA graph or compiled whole: its data-dependent
-    shapes made static, its value reads moved out of the loop, its other synchronisations removed. `in_modules`:
+    shapes made static, and a script's batches of several shapes, its value reads moved out of the loop, its other
+    synchronisations removed. `in_modules`:
     what must change before the model alone is compiled or one call of it captured, those inside its modules only
     (a script's `loss.item()`, a decode loop's stop check between steps stay where they are)."""
     needs: list[str] = []
@@ -143,6 +144,12 @@ def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint
                      f"{SHORT_END}pad to a fixed size or route with a fixed capacity and masks, or let Dynamo trace "
                      "them with torch._dynamo.config.capture_dynamic_output_shape_ops = True (a CUDA graph still "
                      "needs static shapes)")
+    varying = profile.capture_metadata.varying_inputs or {}
+    if varying and not in_modules:  # a script's batches of several shapes: the model alone compiles dynamic
+        which = ", ".join(f"{path}'s took {n}" for path, n in varying.items())
+        needs.append(f"make the inputs' shapes static ({which} shapes in the measured windows){SHORT_END}pad or "
+                     "bucket them to a few fixed sizes: a CUDA graph replays the shapes it captured "
+                     "(mode='reduce-overhead' records a graph for each new shape)")
     read_points = [p for p in points if p.synchronizing and matches(READBACK, p.operator_name)]
     if read_points:
         kinds = " and ".join(sorted({_read_kind(p.operator_name) for p in read_points}))

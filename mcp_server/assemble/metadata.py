@@ -61,4 +61,5 @@ def capture_metadata(manifest: RunManifest, harness: HarnessResult, tool: str) -
         tool_versions=manifest.tool_versions, notes=[] if gpu_used else [CPU_ONLY_NOTE],
         graph_breaks=graph_breaks(harness), cuda_graph_trees=harness.cuda_graph_trees,
         cudnn_benchmark=harness.cudnn_benchmark, root_module=harness.root_module,
+        varying_inputs=harness.varying_inputs or None,
     )

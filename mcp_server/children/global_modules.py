@@ -25,7 +25,8 @@ from mcp_server.children.compiling import SCRIPTED, root_module_name
 from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS, SITE_RANGE_PREFIX
 from mcp_server.children.sites import UserFrames, site_ranges
 
-Listener = Callable[[Any, str, bool], None]  # (module, path, started): started False once its call returned
+# (module, path, started, its positional arguments): started False, and no arguments, once its call returned
+Listener = Callable[[Any, str, bool, tuple[Any, ...]], None]
 
 
 class GlobalModules:
@@ -173,7 +174,7 @@ class GlobalModules:
         stack = self._stack()
         path = self.path_of(module, stack)
         for listener in self.listeners:
-            listener(module, path, True)
+            listener(module, path, True, args)
         handles = []
         if self.ranging and self.open_range:
             handles.append(self.open_range(MODULE_RANGE_PREFIX + path))
@@ -210,7 +211,7 @@ class GlobalModules:
             for handle in reversed(handles):
                 self.close_range(handle)
         for listener in self.listeners:
-            listener(module, path, False)
+            listener(module, path, False, ())
 
 
 def _distinct(name: str, taken: dict[str, str]) -> str:

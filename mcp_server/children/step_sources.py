@@ -138,7 +138,7 @@ class BackwardSteps:
             self._restore.append(functools.partial(setattr, owner, "backward", original))
         modules.listeners.insert(0, self._called)
 
-    def _called(self, module: Any, path: str, started: bool) -> None:
+    def _called(self, module: Any, path: str, started: bool, args: tuple[Any, ...]) -> None:
         if started:
             self._end_update()
 
@@ -205,7 +205,7 @@ class NamedSteps:
             self._look(frame)
         return self.kind is not None
 
-    def _called(self, module: Any, path: str, started: bool) -> None:
+    def _called(self, module: Any, path: str, started: bool, args: tuple[Any, ...]) -> None:
         if self.kind != "function" and root_module_name(module) == self.name.rsplit(".", 1)[-1]:
             if self.kind is None:
                 self._starts.stop()  # a module class: no function start to watch for

@@ -241,23 +241,36 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     _report(args, result, windows, source, modules, stopped, time.perf_counter_ns() - t0)
     if (evaluated := roots.evaluated()) is not None:
         result["warnings"].append(evaluated)
+    result["varying_inputs"] = roots.varying()
     return compiles
 
 
 class RootCalls:
-    """The calls of each model (a root module) inside the measured windows, by whether autograd recorded them."""
+    """The calls of each model (a root module) inside the measured windows: by whether autograd recorded them, and
+    the shapes of their tensor arguments in each step."""
 
     def __init__(self, modules: GlobalModules, windows: StepWindows) -> None:
         import torch
 
-        self._grad = torch.is_grad_enabled
+        self._grad, self._tensor = torch.is_grad_enabled, torch.Tensor
         self.modules, self.windows = modules, windows
         self.counts: dict[str, list[int]] = {}  # root path -> [calls autograd recorded, calls without it]
+        # root path -> step -> the shapes of its tensor arguments in that step's calls
+        self.shapes: dict[str, dict[int, set[tuple[tuple[int, ...], ...]]]] = {}
         modules.listeners.append(self._seen)
 
-    def _seen(self, module: Any, path: str, started: bool) -> None:
+    def _seen(self, module: Any, path: str, started: bool, args: tuple[Any, ...]) -> None:
         if started and self.windows.is_open and not self.modules.inside_call():
             self.counts.setdefault(path, [0, 0])[0 if self._grad() else 1] += 1
+            shapes = tuple(tuple(a.shape) for a in args if isinstance(a, self._tensor))
+            self.shapes.setdefault(path, {}).setdefault(self.windows.steps, set()).add(shapes)
+
+    def varying(self) -> dict[str, int]:
+        """The models called with other shapes in one step than in another (a batch padded to its longest sentence),
+        with how many shapes in all; not one whose steps each repeat the same shapes (a decode loop's prompt, then
+        one token at a time)."""
+        return {path: len(set().union(*steps.values())) for path, steps in self.shapes.items()
+                if len({frozenset(seen) for seen in steps.values()}) > 1}
 
     def evaluated(self) -> str | None:
         """A warning where a model both trained and called without autograd inside the windows: an evaluation

@@ -69,6 +69,9 @@ class HarnessResult(_Open):
         default=None, description="(without CUDA) the window timed on the host clock without the profiler first.")
     clocks: dict[str, Any] | None = None
     root_module: str | None = None
+    varying_inputs: dict[str, int] | None = Field(
+        default=None, description="(a script run as it is) the models whose tensor arguments took several shapes in "
+        "the measured windows, with how many; None when not recorded.")
     cudnn_benchmark: bool | None = Field(
         default=None, description="Whether cuDNN's autotuner (torch.backends.cudnn.benchmark) was on once the "
         "workload had warmed up (a script's: when it ended): each process then picks its own convolution kernels.")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.schema.types import CompileMode, RunMode
 
-SCHEMA_VERSION = "1.9"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
+SCHEMA_VERSION = "1.10"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
 # 1.2: phase (forward/backward/optimizer) on kernels and operators, backward ops tied to the forward op they
 # differentiate, call sites and their coverage, the graph breaks of a compiled capture
 # 1.3: one rank of a multi-rank run: its place in the world, collectives with their sequence numbers and the
@@ -28,6 +28,7 @@ SCHEMA_VERSION = "1.9"  # 1.1: the timing pass's window, clocks, unprofiled gaps
 # 1.8: forward work recomputed inside the backward by activation checkpointing (`recomputed`)
 # 1.9: the host's own compute: operators that launched no kernel and made no CUDA call (`host_compute_ns`,
 #      `host_operators`)
+# 1.10: the models whose inputs took several shapes in a script's measured windows (`varying_inputs`)
 
 
 class _Model(BaseModel):
@@ -286,6 +287,10 @@ class CaptureMetadata(_Model):
     root_module: str | None = Field(
         default=None, description="The module path naming the model itself (its class name): its own forward's "
         "kernels outside every submodule, and the optimizer's (1.2).",
+    )
+    varying_inputs: dict[str, int] | None = Field(
+        default=None, description="(a script run as it is) the models (root module paths) whose tensor arguments "
+        "took several shapes in the measured windows, with how many: a CUDA graph replays one shape (1.10).",
     )
     window_clock_start_ns: int | None = Field(
         default=None, description="The window's start on the capturing tool's clock (Kineto's trace clock, or nsys's "
