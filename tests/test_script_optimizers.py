@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
 from conftest import REPO
 from test_script_mode import run_cli
 
@@ -71,10 +72,12 @@ def test_the_second_backward_of_a_gradient_penalty_is_its_modules(tmp_path):
     assert {op.module_path for op in second} == {"Critic.body.1"}
 
 
-def test_every_steps_clipping_is_the_update_and_the_next_micro_batchs_loading_is_not(tmp_path):
+@pytest.mark.parametrize("zero_first", [False, True])
+def test_every_steps_clipping_is_the_update_and_the_next_micro_batchs_loading_is_not(tmp_path, zero_first: bool):
+    # zero_first: the optimizer's zero_grad() runs after the next step's loading, which stays the forward's
     out = tmp_path / "run"
     proc = run_cli("profile", "--script", str(REPO / "tests" / "scripts" / "clipped_accum_train.py"), "-o", str(out),
-                   "-q", "--steps", "2:3", "--", "--accum", "2")
+                   "-q", "--steps", "2:3", "--", "--accum", "2", *(["--zero-first"] if zero_first else []))
     assert proc.returncode == 0, proc.stderr
     phases = Counter((op.operator_name, op.phase) for op in load_profile(out / "profile.json").operators
                      if op.module_path is None)

@@ -242,16 +242,20 @@ def update_after_backward(operators: Sequence[OperatorRecord], events: Sequence[
         return
     update: list[OperatorRecord] = []
     callbacks: list[OperatorRecord] = []  # distributed training's, before the step
-    span: list[OperatorRecord] = []  # outside the model since the last backward, until the step or the model
-    for position, op in enumerate(operators):
+    # outside the model since a backward; None once a step or the model ran after it (a zero_grad() before the
+    # next batch's loading ends nothing then)
+    span: list[OperatorRecord] | None = None
+    for op in operators[:last]:
         if op.phase == "backward":
             span = []
-        elif op.phase == "optimizer" and position < last:
+        elif span is None:
+            continue
+        elif op.phase == "optimizer":
             _split(span, update, callbacks)
-            span = []
-        elif op.phase == "forward" and op.module_path is not None and position < last:
-            span = []
-        elif op.phase == "forward" and op.module_path is None and position < last:
+            span = None
+        elif op.module_path is not None:
+            span = None
+        else:
             span.append(op)
     stepped = False
     for op in operators[last + 1:]:
