@@ -34,7 +34,7 @@ class Encoder(nn.Module):
         if not self.capturing:
             return self.head(self.body(x))
         modules = GlobalModules("none")
-        modules.listeners.append(lambda module, path, started: started and self.seen.append(path))
+        modules.listeners.append(lambda module, path, started, args: started and self.seen.append(path))
         modules.install(_hookable([self]) if self.per_module else None)
         try:
             return self.head(self.body(x))
@@ -51,7 +51,7 @@ def test_modules_called_after_the_hooks_arrive_keep_their_paths_under_the_runnin
 def test_a_module_called_outside_any_model_is_its_own_root():
     modules = GlobalModules("none")
     seen: list[str] = []
-    modules.listeners.append(lambda module, path, started: started and seen.append(path))
+    modules.listeners.append(lambda module, path, started, args: started and seen.append(path))
     modules.install()
     try:
         nn.Sequential(nn.Linear(2, 2))(torch.ones(1, 2))
@@ -74,7 +74,7 @@ def test_a_second_model_whose_paths_another_holds_is_named_in_full():
 
     modules = GlobalModules("none")
     seen: list[str] = []
-    modules.listeners.append(lambda module, path, started: started and seen.append(path))
+    modules.listeners.append(lambda module, path, started, args: started and seen.append(path))
     target, draft, other, loss = Tower(4), Tower(2), nn.Sequential(nn.Linear(2, 2)), nn.MSELoss()
     modules.install()
     try:
@@ -132,7 +132,7 @@ def test_per_module_hooks_leave_a_model_compiled_whole_as_compiled():
     expected = compiled(torch.ones(1, 4))  # compiled with no hook installed (the warm-up)
     modules = GlobalModules("none")
     seen: list[str] = []
-    modules.listeners.append(lambda module, path, started: started and seen.append(path))
+    modules.listeners.append(lambda module, path, started, args: started and seen.append(path))
     previous = torch._dynamo.config.error_on_recompile
     torch._dynamo.config.error_on_recompile = True
     modules.install(_hookable([model]))

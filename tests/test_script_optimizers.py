@@ -111,7 +111,7 @@ def test_an_evaluation_inside_the_window_is_warned_of_and_a_window_between_evalu
         proc = run_cli("profile", "--script", script, "-o", str(out), "-q", "--steps", steps)
         assert proc.returncode == 0, proc.stderr
         warned.append([w for w in load_profile(out / "profile.json").warnings if "without autograd" in w])
-    assert len(warned[0]) == 1 and "(1 of Sequential)" in warned[0][0] and "--steps W:A" in warned[0][0]
+    assert len(warned[0]) == 1 and "(1 of Sequential's calls)" in warned[0][0] and "--steps W:A" in warned[0][0]
     assert warned[1] == []
 
 

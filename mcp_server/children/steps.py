@@ -278,7 +278,7 @@ class RootCalls:
         both = {path: without for path, (recorded, without) in self.counts.items() if recorded and without}
         if not both:
             return None
-        calls = ", ".join(f"{n} of {path}" for path, n in both.items())
+        calls = ", ".join(f"{n} of {path}'s calls" for path, n in both.items())
         return (f"the measured windows hold calls of a model without autograd beside its training calls ({calls}): "
                 "an evaluation inside the loop, whose time the step holds; a --steps W:A whose windows fall between "
                 "evaluations measures the training steps alone")
