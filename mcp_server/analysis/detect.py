@@ -91,13 +91,14 @@ def fp32_tensor_core_candidates(profile: OperatorAttributedProfile, placed: list
             continue
         time_ns = sum(p.kernel.duration_ns for p in members)
         nchw = kind == "conv" and any(matches("nchw_conv_kernels", p.kernel.kernel_name) for p in members)
+        formats = _format_trigger([p.op for p in members]) if kind == "conv" else []
         if kind == "matmul":
             detail = ("FP32 GEMMs run on CUDA cores (torch.backends.cuda.matmul.allow_tf32 is False by default): "
                       "TF32 tensor cores, or BF16 autocast that halves the bytes too, are a reduced-precision "
                       "change scoped to the model (not the process-wide set_float32_matmul_precision).")
         else:
             detail = ("FP32 convolutions run on CUDA cores" + (" in NCHW layout" if nchw else "") + ": cuDNN picks "
-                      f"TF32 tensor-core kernels for {memory_format(_format_trigger([p.op for p in members]))} "
+                      f"TF32 tensor-core kernels for {memory_format(formats)} "
                       "inputs (allow_tf32 is on for cuDNN by default); BF16 autocast goes further.")
         findings.append(Finding(
             kind=f"fp32_{kind}", title=f"{len(members)} FP32 {kind} kernels on CUDA cores",
@@ -105,7 +106,7 @@ def fp32_tensor_core_candidates(profile: OperatorAttributedProfile, placed: list
             module_paths=_uniq([p.kernel.module_path or (p.op.module_path if p.op else None) for p in members]),
             kernel_ids=[p.kernel.kernel_id for p in members],
             triggers=[*_fp32_triggers(members), f"kernel_time_ns={time_ns}", f"kernels={len(members)}"]
-            + (["layout=NCHW"] if nchw else []) + _format_trigger([p.op for p in members]),
+            + (["layout=NCHW"] if nchw else []) + formats,
             detail=detail,
         ))
     return findings
@@ -298,6 +299,7 @@ def structural_findings(profile: OperatorAttributedProfile, placed: list[Placed]
     cudnn = [p for p in placed if matches("cudnn_layout_kernels", p.kernel.kernel_name) and not _one_d_conv(p.op)]
     layout = inductor + cudnn
     if layout:
+        formats = _format_trigger([p.op for p in layout])
         who = " and ".join(([f"Inductor re-lays out NCHW tensors for channels_last convolutions ({len(inductor)} "
                              "kernels)"] if inductor else [])
                            + ([f"cuDNN converts NCHW tensors to NHWC and back around its tensor-core convolutions "
@@ -308,9 +310,8 @@ def structural_findings(profile: OperatorAttributedProfile, placed: list[Placed]
             module_paths=_uniq([p.kernel.module_path for p in layout]), kernel_ids=[p.kernel.kernel_id for p in layout],
             triggers=[f"layout_kernels={len(layout)}", f"cudnn_layout_kernels={len(cudnn)}",
                       f"kernel_time_ns={sum(p.kernel.duration_ns for p in layout)}",
-                      *_format_trigger([p.op for p in layout])],
-            detail=f"{who} on every call: convert the model and input to torch."
-                   f"{memory_format(_format_trigger([p.op for p in layout]))} once.",
+                      *formats],
+            detail=f"{who} on every call: convert the model and input to torch.{memory_format(formats)} once.",
         ))
     syncs = [o for o in ops if matches("sync_ops", o.operator_name) and not counted_repeats(o)]
     if syncs:
