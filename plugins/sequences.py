@@ -26,6 +26,7 @@ class ForwardOrigin(NamedTuple):
     op: str
     module_path: str | None
     call_site: str | None
+    recomputed: bool = False  # a module's forward run again inside a backward node (reentrant checkpointing)
 
 
 class RangeRow(NamedTuple):

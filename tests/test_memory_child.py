@@ -138,3 +138,28 @@ def test_a_call_outside_every_module_records_what_it_reads():
     assert loss[4] == -1 and loss[9][0] == out.untyped_storage().data_ptr()
     inside = next(c for c in recorder.calls if strings.names[c[0]] == "aten::addmm")
     assert inside[9] == []  # a call inside a module needs no inputs: its module is known
+
+
+def test_a_closure_the_optimizers_step_runs_is_left_out_of_the_steps_span(tmp_path):
+    capture = MemoryCapture(tmp_path, {"phase": "measure", "artifacts": []})
+    capture._phases(torch)
+    try:
+        model = _model()
+        optimizer = torch.optim.LBFGS(model.parameters(), max_iter=3)
+        x = torch.randn(2, 8)
+
+        def closure() -> torch.Tensor:
+            optimizer.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+    finally:
+        for restore in capture._restore:
+            restore()
+    backward, stepping = capture.backward.spans, capture.optimizer.spans
+    assert len(backward) >= 2  # L-BFGS called the closure more than once
+    # the step's span is split around each call of the closure: no backward inside it
+    assert not [b for b in backward for s in stepping if s[0] <= b[0] and b[1] <= s[1]]
+    assert stepping[0][1] <= backward[0][0] and backward[-1][1] <= stepping[-1][0]

@@ -240,6 +240,23 @@ def test_activation_checkpointing_recomputes_inside_the_modules_it_reruns(tmp_pa
     assert {op.phase for op in operators if op.operator_name in ("aten::square", "aten::mean")} == {"forward"}
 
 
+def test_reentrant_checkpointing_differentiates_the_calls_it_runs_again_at_their_lines(tmp_path):
+    """Reentrant checkpointing runs the forward under no_grad: the backward's nodes are those of the forward the
+    checkpoint's node runs again, and take its modules and lines (they took the line of `loss.backward()`)."""
+    script, out = SCRIPTS / "checkpoint_train.py", tmp_path / "run"
+    proc = run_cli("profile", "--script", str(script), "--steps", "2:1", "-o", str(out), "-q", "--", "--reentrant")
+    assert proc.returncode == 0, proc.stderr
+    backward = [op for op in load_profile(out / "profile.json").operators if op.phase == "backward"]
+    lines = {_line(script, "# NORM_LINE"), _line(script, "# FF_LINE")}
+    for block in (1, 2):
+        mine = [op for op in backward if (op.module_path or "").startswith(f"blocks.{block}.")]
+        assert [op.module_path for op in mine if op.recomputed and op.operator_name == "aten::linear"] == [
+            f"blocks.{block}.ff.0", f"blocks.{block}.ff.2"]
+        nodes = [op for op in mine if not op.recomputed]
+        assert {op.forward_op for op in nodes} == {"aten::linear", "aten::gelu", "aten::layer_norm"}
+        assert {op.call_site for op in mine} == lines
+
+
 def test_a_training_loop_without_an_optimizer_is_windowed_by_its_backward_calls(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("profile", "--script", str(MANUAL), "-o", str(tmp_path / "none"), "-q")
@@ -374,3 +391,18 @@ def test_a_window_the_script_ends_inside_is_dropped_not_kept_short(tmp_path):
     assert "traced_windows" not in harness
     assert f"the script ended after {steps} steps: {steps - 1} of 12 windows of 1 step(s) were measured" in (
         harness["warnings"])
+
+
+def test_the_worker_threads_of_a_pool_started_before_the_window_are_profiled(tmp_path):
+    """The pool's threads start in the warm-up, before any window: their operators, modules and call sites are
+    recorded as the main thread's are."""
+    script, out = SCRIPTS / "pooled_serve.py", tmp_path / "run"
+    proc = run_cli("profile", "--script", str(script), "--window-fn", "serve", "--steps", "1:1", "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    ops = load_profile(out / "profile.json").operators
+    calls = Counter((op.module_path, op.operator_name, op.call_site) for op in ops if op.module_path is not None)
+    model_line = _line(script, "scores = model(batch)")
+    assert calls == {("0", "aten::linear", model_line): 4, ("1", "aten::relu", model_line): 4,
+                     ("2", "aten::linear", model_line): 4}
+    assert Counter(op.call_site for op in ops if op.operator_name == "aten::argmax") == {
+        _line(script, "return scores.argmax"): 4}

@@ -3,7 +3,8 @@ models and an optimizer each (a GAN's loop): a step is one iteration of the loop
 each update's work belongs to the innermost module holding the parameters it updates. One that accumulates and clips
 its gradients: each step's clipping is the update's. One whose model writes into slices of a buffer: the backward of
 each write is the module's that wrote it. One that evaluates its model inside the loop: a window holding the
-evaluation says so."""
+evaluation says so. One trained by L-BFGS, whose step runs the closure's forward and backward: they keep their
+phases."""
 
 from __future__ import annotations
 
@@ -156,3 +157,27 @@ def test_batches_of_other_shapes_each_step_ask_for_static_shapes_before_a_cuda_g
     assert found["fixed"] == (None, [])
     # prompts of 4 and 5 tokens, each grown by 4 without a cache: (2, 4) to (2, 8)
     assert found["generate"][0] == {"TinyLM": 5} and len(found["generate"][1]) == 1
+
+
+def test_a_closure_the_optimizers_step_runs_keeps_its_forward_and_backward(tmp_path):
+    # L-BFGS runs the closure inside its step(): the model's calls, the loss and the seeds of autograd.grad are the
+    # forward's, the nodes the backward's, and only the optimizer's own arithmetic is the update's
+    out = tmp_path / "run"
+    proc = run_cli("profile", "--script", str(REPO / "tests" / "scripts" / "lbfgs_pinn_train.py"), "-o", str(out),
+                   "-q", "--steps", "1:1")
+    assert proc.returncode == 0, proc.stderr
+    ops = load_profile(out / "profile.json").operators
+    phases = Counter((op.phase, op.operator_name) for op in ops)
+    assert phases[("forward", "aten::linear")] == 2 * 2  # two layers, the closure run twice in the step
+    assert phases[("forward", "aten::pow")] == 2 and phases[("forward", "aten::mean")] == 2
+    assert not [op for op in ops if op.phase == "optimizer" and op.operator_name in ("aten::linear", "aten::tanh")]
+    sites = {op.call_site.rsplit(":", 1)[1] for op in ops if op.phase == "optimizer" and op.call_site}
+    assert sites == {"28"}  # the step's own arithmetic, at `opt.step(closure)`
+    assert phases[("optimizer", "aten::dot")] > 0
+    # every backward node in the model is tied to its module, the third-order ones (the loss's backward through
+    # the second derivative's graph) too
+    backward = [op for op in ops if op.phase == "backward" and op.operator_name != "aten::ones_like"]
+    assert backward and all(op.forward_op for op in backward)
+    third = [op for op in backward if (op.autograd_node or "").endswith("BackwardBackward0")
+             and op.forward_op == "aten::tanh_backward"]
+    assert third and {op.module_path for op in third} == {"1"}

@@ -4,6 +4,7 @@ A stack inside one of torch.optim's own ranges (`Optimizer.step#AdamW.step`, `Op
 harness's range around a hand-written loop's update (a script windowed by its backward() calls), is the optimizer's; one
 inside the autograd engine's marker (`autograd::engine::evaluate_function: <node>`) is backward work, tied through its
 node's sequence number to the forward op, module and call site it differentiates; every other stack is forward work.
+A closure the optimizer's step calls (`LBFGS.step(closure)`) keeps its forward and backward phases inside the step.
 In a training step, work outside the model between a backward and the step that follows it (gradient clipping, a
 GradScaler's unscale), and after the window's last backward (an average of the weights), is the update's, as the
 optimizer's step is (`update_after_backward`), and so is a multi-tensor (`_foreach_*`) operator outside the model
@@ -19,16 +20,18 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from mcp_server.assemble.collectives import distributed_operator, kernel_collective
-from mcp_server.children.contract import STEP_OF_PREFIX, UPDATE_RANGE
+from mcp_server.children.contract import CLOSURE_RANGE, STEP_OF_PREFIX, UPDATE_RANGE
 from mcp_server.schema.profile import OperatorRecord, Phase, RuntimeEvent
 from plugins.ncu import keys
 from plugins.sequences import BACKWARD_PREFIX, ForwardOrigin, SequenceIndex, lookup
 
 # torch.optim's own profiler ranges, and the harness's around a hand-written loop's update (`--window-fn backward`)
-OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", UPDATE_RANGE)
+STEP_PREFIX = "Optimizer.step#"
+OPTIMIZER_PREFIXES = (STEP_PREFIX, "Optimizer.zero_grad#", UPDATE_RANGE)
 # autograd's node for an in-place op on a view, numbered when made, right after the op's own node
 # (torch/csrc/autograd/functions/tensor.cpp: `CopySlices` is built as a `Node()`, which takes the next number)
 COPY_SLICES = "CopySlices"
+MAX_DERIVATIVE_ORDER = 8  # nodes of backwards of backwards followed back to a forward call
 
 
 class FrameLike(keys.FrameLike, Protocol):
@@ -72,10 +75,11 @@ class Context:
         return backward or not self.measure_threads or thread in self.measure_threads
 
     def forward(self, marker: FrameLike, node: FrameLike | None, thread: int | None) -> ForwardOrigin | None:
-        """The forward op a backward node differentiates: by the node range's seq, or its marker's start. A
+        """The forward op a backward node differentiates: by the node range's seq, the marker's own (Kineto's
+        carries it), or its marker's start. A
         `CopySlices` node (an in-place write into a view: `out[:, :4] = x`) takes the number after the in-place
         op's own, which no forward op started with: it differentiates that op."""
-        seq = node.seq if node is not None else None
+        seq = node.seq if node is not None else marker.seq
         if seq is None and thread is not None and marker.start_ns is not None:
             seq = self.nodes.get((thread, marker.start_ns))
         if seq is None or not self.origins:
@@ -84,31 +88,51 @@ class Context:
             return written
         return lookup(self.origins, seq, self.threads) or self._derived(seq)
 
-    def _derived(self, seq: int) -> ForwardOrigin | None:
+    def _derived(self, seq: int, depth: int = 0) -> ForwardOrigin | None:
         """The origin of a node of a second backward: the operator a first backward's node ran with
-        `create_graph=True`, in the module and at the call site of that node's forward call."""
-        found = lookup(self.derived, seq, self.threads)
+        `create_graph=True`, in the module and at the call site of that node's forward call. That node may be a
+        second backward's itself (a second derivative taken with `create_graph=True`: `u_xx` of a
+        physics-informed loss), and so on."""
+        found = lookup(self.derived, seq, self.threads) if depth < MAX_DERIVATIVE_ORDER else None
         if found is None:
             return None
         node_seq, origin = found
-        first = lookup(self.origins, node_seq, self.threads)
-        if origin.module_path is not None or first is None:
+        if origin.module_path is not None:  # a module's forward, run again by the node: its call site comes later
+            return origin._replace(recomputed=True)
+        first = lookup(self.origins, node_seq, self.threads) or self._derived(node_seq, depth + 1)
+        if first is None:
             return origin
         return ForwardOrigin(origin.op, first.module_path, origin.call_site or first.call_site)
 
 
 def _phase(stack: Sequence[FrameLike]) -> tuple[Phase, FrameLike | None, FrameLike | None]:
-    """(phase, the backward marker, the autograd node's own range) of a stack."""
+    """(phase, the backward marker, the autograd node's own range) of a stack. Inside torch.optim's step, the
+    closure it calls (`LBFGS.step(closure)` runs the forward and the backward itself) keeps its own phases: a
+    backward node is backward work, and the rest of the closure (a script's harness ranges it: `CLOSURE_RANGE`)
+    forward work; where nothing ranged it, a module's call or an operator recorded with grad mode on (it carries a
+    sequence number; the optimizer's own math runs under `no_grad`) is."""
     phase: Phase = "forward"
     marker = node = None
+    stepping = False
     for position, frame in enumerate(stack):
         name = frame.name
+        if stepping and not name.startswith(BACKWARD_PREFIX):
+            if name == CLOSURE_RANGE or frame.kind == "module" or (frame.kind == "op" and frame.seq is not None):
+                stepping, phase = False, "forward"
+            continue
         if name.startswith(OPTIMIZER_PREFIXES):
-            return "optimizer", None, None
+            if not name.startswith(STEP_PREFIX):
+                return "optimizer", None, None
+            stepping, phase = True, "optimizer"
+            continue
         if name.startswith(BACKWARD_PREFIX):
+            stepping = False
             phase, marker = "backward", frame
             following = stack[position + 1] if position + 1 < len(stack) else None
-            node = following if following is not None and following.seq is not None else None
+            # the node's own range (`AddmmBackward0, seq = N`); not an operator the engine ran in the marker after
+            # the node returned, which carries a number of its own when the backward builds a graph
+            node = following if following is not None and following.seq is not None and following.kind != "op" \
+                else None
     return phase, marker, node
 
 
@@ -143,7 +167,8 @@ def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) ->
         if origin is not None:
             forward_op = origin.op
             module_path = module_path or origin.module_path
-            call_site = origin.call_site or call_site
+            # a recomputed call's site is known once the window's calls are (`recomputed_backward_sites`)
+            call_site = origin.call_site or (None if origin.recomputed else call_site)
     if phase == "optimizer" and module_path is None:
         module_path = _stepped_model(stack) or context.root_module
     return Work(phase, module_path, call_site, autograd_node, forward_op)
@@ -175,12 +200,14 @@ def _inside(stack: Sequence[FrameLike], marker: FrameLike) -> Sequence[FrameLike
 
 def settle_phases(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
     """What the window's order says once every call is attributed (window order): recomputed calls take their
-    forward call's site, and so do the events they made (`recomputed_call_sites`); each backward's seed gradient is
+    forward call's site (`recomputed_call_sites`), the backward through them their site (`recomputed_backward_sites`),
+    and so do the events they made; each backward's seed gradient is
     the backward's (`backward_seeds`); work between a backward and its step is the update's (`update_after_backward`),
     and so is a multi-tensor operator, or a scaler's update, outside the model anywhere in a training window
     (`foreach_updates`)."""
     recomputed_call_sites(operators)
-    sites = {op.operator_id: op.call_site for op in operators if op.recomputed}
+    recomputed_backward_sites(operators)
+    sites = {op.operator_id: op.call_site for op in operators if op.recomputed or op.phase == "backward"}
     for event in events:
         if event.call_site is None and event.operator_id in sites:
             event.call_site = sites[event.operator_id]
@@ -297,3 +324,15 @@ def recomputed_call_sites(operators: Sequence[OperatorRecord]) -> None:
             seen[key] = number + 1
             if sites := forward.get(key):
                 op.call_site = sites[number % len(sites)]
+
+
+def recomputed_backward_sites(operators: Sequence[OperatorRecord]) -> None:
+    """Give each backward call without a call site that differentiates a recomputed call (reentrant checkpointing:
+    the node runs the module's forward again, then a backward through it) the site of the last recomputed call of
+    its module and forward operator before it, in window order, else of its module's."""
+    last: dict[tuple[str | None, str | None], str | None] = {}
+    for op in operators:
+        if op.recomputed and op.call_site is not None:
+            last[(op.module_path, op.operator_name)] = last[(op.module_path, None)] = op.call_site
+        elif op.phase == "backward" and op.call_site is None and op.module_path is not None:
+            op.call_site = last.get((op.module_path, op.forward_op)) or last.get((op.module_path, None))

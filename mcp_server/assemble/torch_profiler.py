@@ -19,7 +19,7 @@ from mcp_server.assemble.threads import OtherThreads
 from mcp_server.rundir import RunDir
 from mcp_server.schema.manifest import RunManifest
 from mcp_server.schema.profile import AggregatedMetrics, OperatorAttributedProfile, OperatorRecord, WindowTotals
-from mcp_server.schema.records import CpuOp
+from mcp_server.schema.records import CpuOp, Frame
 from plugins.torch_profiler.reader import read_kineto_trace
 
 GENERATED_CPU_KERNEL = "cpp_fused_"
@@ -72,7 +72,8 @@ def _cpu_operators(
     for position, op in enumerate(cpu_ops):
         index = seen.get(op.name, 0)
         seen[op.name] = index + 1
-        work = work_of(op.stack, context, op.thread)
+        work = work_of([*op.stack, Frame(name=op.name, kind="op", start_ns=op.start_ns, seq=op.seq)], context,
+                       op.thread)
         origin = provenance.kernels.get(op.name)
         fused = op.name.startswith(GENERATED_CPU_KERNEL)
         module_path = work.module_path or (origin.module_path if origin else placed.get(position))

@@ -142,6 +142,8 @@ UPDATE_RANGE = "operator_profiler::update"  # such a script's code between a bac
 # `operator_profiler::step_of:<path>`: inside an optimizer's step, the innermost module holding every parameter it
 # updates: a loop with two models and an optimizer each (a GAN) has each update's work under its own model
 STEP_OF_PREFIX = "operator_profiler::step_of:"
+# around the closure an optimizer's step calls (`LBFGS.step(closure)`): its forward and backward, inside the step
+CLOSURE_RANGE = "operator_profiler::closure"
 BACKWARD_STEPS = "backward"  # --window-fn backward: a script's step is one backward() (training without torch.optim)
 NO_TORCH, CONTRACT_ERROR, NOT_CACHED, WORKLOAD_RAISED = "no_torch", "contract", "not_cached", "workload_raised"
 OUT_OF_MEMORY, NO_CUDA = "out_of_memory", "no_cuda"  # the workload raised torch.OutOfMemoryError; no CUDA device

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from mcp_server.children.closures import around_closure
 from mcp_server.children.common import ContractError, write_json
 from mcp_server.children.contract import NO_CUDA
 from mcp_server.children.memory_tracking import (
@@ -117,15 +118,16 @@ class MemoryCapture:
         post = register_optimizer_step_post_hook(lambda *_: self.optimizer.end())
         self._restore += [pre.remove, post.remove]
 
-    def _step_begins(self, *_: Any) -> None:
-        """An optimizer step begins: every gradient exists now (a step may free them after: set_to_none)."""
+    def _step_begins(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        """An optimizer step begins: every gradient exists now (a step may free them after: set_to_none). The
+        closure it may call (`LBFGS.step(closure)`: a forward and a backward) is left out of its span."""
         self.optimizer.begin()
-        if self._model is None:
-            return
-        now = time.time_ns()
-        for row in identities(self._model, (), self._root, self.strings, optimizers=False):
-            if self.strings.names[row[2]] == "gradient":
-                self.record["gradients"].append([row[0], row[1], row[3], row[4], now])
+        if self._model is not None:
+            now = time.time_ns()
+            for row in identities(self._model, (), self._root, self.strings, optimizers=False):
+                if self.strings.names[row[2]] == "gradient":
+                    self.record["gradients"].append([row[0], row[1], row[3], row[4], now])
+        return around_closure(args, kwargs, self.optimizer.end, self.optimizer.begin)
 
     def _on_oom(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
         """The allocator failed a request: its history up to now is what held the memory."""

@@ -229,13 +229,27 @@ def _fast_paths_see_through() -> None:
 class ThreadCapture:
     """While open, every thread started through `threading` records its operators (NVTX, as `emit_nvtx` does on
     the opening thread) and its call sites before its first line runs. A thread that outlives the window keeps
-    recording; its later ranges fall outside the measured window."""
+    recording; its later ranges fall outside the measured window. Opened for a whole script, so that a pool of
+    worker threads started in its warm-up is seen, its threads' call sites are recorded while it is `active`."""
 
-    def __init__(self, profiler: str, record_shapes: bool, frames: UserFrames | None) -> None:
+    def __init__(self, profiler: str, record_shapes: bool, frames: UserFrames | None, active: bool = True) -> None:
         self.profiler = profiler
         self.record_shapes = record_shapes
         self.frames = frames
         self._previous: Any = None
+        self._active = active
+        self._modes: list[Any] = []  # each thread's call-site mode
+
+    @property
+    def active(self) -> bool:
+        """Whether the threads' call sites are recorded now."""
+        return self._active
+
+    @active.setter
+    def active(self, on: bool) -> None:
+        self._active = on
+        for mode in list(self._modes):
+            mode.active = on
 
     def _start_thread(self, frame: FrameType, event: str, arg: object) -> None:
         sys.setprofile(self._previous)
@@ -249,7 +263,9 @@ class ThreadCapture:
                 set(),
             )
         if self.frames is not None:
-            call_sites(self.profiler, self.frames).__enter__()  # the thread's own mode stack; ends with it
+            mode = call_sites(self.profiler, self.frames, active=self._active)
+            self._modes.append(mode)
+            mode.__enter__()  # the thread's own mode stack; ends with it
 
     def __enter__(self) -> ThreadCapture:
         self._previous = threading.getprofile()

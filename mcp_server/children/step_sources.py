@@ -12,9 +12,10 @@ from collections.abc import Callable
 from types import CodeType, FrameType, MethodType
 from typing import Any, Protocol
 
+from mcp_server.children.closures import around_closure
 from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import root_module_name
-from mcp_server.children.contract import STEP_OF_PREFIX, UPDATE_RANGE
+from mcp_server.children.contract import CLOSURE_RANGE, STEP_OF_PREFIX, UPDATE_RANGE
 from mcp_server.children.global_modules import GlobalModules
 
 
@@ -60,14 +61,19 @@ class OptimizerSteps:
         self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
         self.name = "optimizer step"
 
-    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not (self.modules.ranging and self.modules.open_range):
-            return
+    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        """While ranging, open the step's `STEP_OF_PREFIX` range and put its closure, if any, in `CLOSURE_RANGE`."""
+        open_range, close_range = self.modules.open_range, self.modules.close_range
+        if not (self.modules.ranging and open_range and close_range):
+            return None
         key = id(optimizer)
         if key not in self._owners:
             self._owners[key] = self.modules.owner(p for g in optimizer.param_groups for p in g["params"])
         owner = self._owners[key]
-        self._ranges.append(self.modules.open_range(STEP_OF_PREFIX + owner) if owner is not None else None)
+        self._ranges.append(open_range(STEP_OF_PREFIX + owner) if owner is not None else None)
+        ranges: list[Any] = []
+        return around_closure(args, kwargs, lambda: ranges.append(open_range(CLOSURE_RANGE)),
+                              lambda: close_range(ranges.pop()))
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._end_range()

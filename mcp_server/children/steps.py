@@ -25,7 +25,7 @@ import runpy
 import sys
 import time
 from collections.abc import Callable
-from contextlib import ExitStack, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +76,13 @@ class StepWindows:
         self.windows: list[dict[str, Any]] = []  # the untraced windows' times
         self.traced: list[dict[str, Any]] = []
         self.last: MeasuredWindow | None = None
-        self._open: tuple[MeasuredWindow, ExitStack] | None = None
+        self._open: MeasuredWindow | None = None
         self._frames = UserFrames() if self.ranged else None
         modules.frames = self._frames
         # entered for the whole script, on during windows: a compiled frame sees one mode stack throughout
         self.sites = call_sites(self.profiler, self._frames, active=False) if self._frames is not None else None
+        # every thread the script starts (a pool of workers started in the warm-up), its call sites on in windows
+        self.threads = ThreadCapture(self.profiler, True, self._frames, active=False) if self._frames else None
 
     @property
     def measured(self) -> int:
@@ -140,25 +142,21 @@ class StepWindows:
         last = number == self.total - 1
         window = MeasuredWindow(self.profiler, self.args.kineto_trace, on_gpu_done=self.lock.release if last else None,
                                 scoped=self.scoped)
-        stack = ExitStack()
         window.__enter__()
-        if self._frames is not None:  # every thread's operators and call sites, as the window's own thread's
-            stack.enter_context(ThreadCapture(self.profiler, True, self._frames))
-        if self.sites is not None:
-            self.sites.active = True
+        if self.sites is not None and self.threads is not None:
+            self.sites.active = self.threads.active = True
         self.modules.ranging = self.ranged
         self.modules.start_counting()
-        self._open = (window, stack)
+        self._open = window
 
     def _close(self, keep: bool = True) -> None:
         assert self._open is not None
-        window, stack = self._open
+        window = self._open
         self._open = None
         self.modules.ranging = False
         self.modules.stop_counting()
-        if self.sites is not None:
-            self.sites.active = False
-        stack.close()
+        if self.sites is not None and self.threads is not None:
+            self.sites.active = self.threads.active = False
         window.__exit__(None, None, None)
         if not keep:
             return
@@ -217,7 +215,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     stopped, t0 = False, time.perf_counter_ns()
     enter(WARMUP_PHASE)
     try:
-        with windows.sites or nullcontext():
+        with windows.sites or nullcontext(), windows.threads or nullcontext():
             runpy.run_path(str(script), run_name="__main__")
     except StopScript:
         stopped = True

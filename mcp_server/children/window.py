@@ -56,7 +56,8 @@ class MeasuredWindow:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if self.cuda:
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
-            self._prof = torch.profiler.profile(activities=activities, record_shapes=True)
+            self._prof = torch.profiler.profile(activities=activities, record_shapes=True,
+                                                experimental_config=all_threads(torch))
             self._prof.start()
             self._enter(torch.autograd.profiler.record_function(MEASURE_RANGE))
         elif self.recording.nvtx and self.cuda:
@@ -283,3 +284,12 @@ def capture_graph(step: Callable[[], None]) -> Callable[[], None] | str:
         return refusal(exc, 300)
     torch.cuda.synchronize()
     return graph.replay
+
+
+def all_threads(torch: Any) -> Any:
+    """The torch profiler's setting that records the operators of every thread, not only the opening thread's and
+    those that inherit its state: a serving script's worker threads (torch >= 2.7); None before it."""
+    try:
+        return torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    except TypeError:
+        return None

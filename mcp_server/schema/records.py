@@ -75,6 +75,7 @@ class CpuOp(BaseModel):
     stack: list[Frame] = Field(default_factory=list)
     input_shapes: list[list[int] | None] | None = None
     input_dtypes: list[str | None] | None = None
+    seq: int | None = Field(default=None, description="The call's autograd sequence number (grad mode was on).")
     nested_self_ns: dict[str, int] = Field(
         default_factory=dict, description="Self time of this call and of every operator it called, by name."
     )

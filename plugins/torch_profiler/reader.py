@@ -314,6 +314,7 @@ def _top_level_ops(ranges: dict[int, list[Frame]]) -> list[CpuOp]:
                     top = CpuOp(
                         name=frame.name, start_ns=start, duration_ns=span, self_ns=span, thread=tid,
                         stack=list(context), input_shapes=frame.input_shapes, input_dtypes=frame.input_dtypes,
+                        seq=frame.seq,
                     )
                 calls.append((frame, [span]))
             context.append(frame)
