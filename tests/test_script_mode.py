@@ -46,6 +46,19 @@ def test_a_function_of_a_script_without_modules_chooses_the_window(tmp_path):
     assert products == {_line(script, "vector = matrix @ vector"): 3, _line(script, "print(f\"step"): 2}
 
 
+def test_a_function_named_as_one_of_the_standard_librarys_is_the_scripts(tmp_path):
+    """`os.environ` runs an `encode` of its own before the script's decorated `encode` first runs: the steps are
+    the script's calls."""
+    script, out = SCRIPTS / "encode_serve.py", tmp_path / "run"
+    proc = run_cli("profile", "--script", str(script), "--window-fn", "encode", "--steps", "2:2", "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    harness = json.loads((out / "torch" / "harness.json").read_text())
+    assert harness["steps"]["kind"] == "function"
+    assert harness["steps"]["defined_at"] == _line(script, "@torch.inference_mode()")  # where its code begins
+    ops = load_profile(out / "profile.json").operators
+    assert Counter(op.module_path for op in ops if op.operator_name == "aten::linear") == {"0": 2, "2": 2}
+
+
 def test_a_torchscript_models_operators_take_its_name_and_the_line_calling_it(tmp_path):
     """TorchScript's interpreter runs no module hook or call-site range: the model is named by its own class (not
     `RecursiveScriptModule`), its operators by the line that called it, and the profile says why no finer."""

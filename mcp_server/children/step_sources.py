@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from collections.abc import Callable
 from types import CodeType, FrameType, MethodType
@@ -17,6 +18,7 @@ from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import root_module_name
 from mcp_server.children.contract import CLOSURE_RANGE, STEP_OF_PREFIX, UPDATE_RANGE
 from mcp_server.children.global_modules import GlobalModules
+from mcp_server.children.sites import is_core
 
 
 class StepWindows(Protocol):
@@ -225,10 +227,15 @@ class NamedSteps:
             self._look(sys._getframe(2))
 
     def _matches_code(self, code: CodeType) -> bool:
+        """Whether `code` is what the name names: a function of the script, or of a library it imports (a
+        Hugging Face model's `generate`); never one of the standard library's or this package's (`os` has an
+        `encode` of its own, called as the script reads its environment)."""
         if "." in self.name:
             qualified = getattr(code, "co_qualname", code.co_name)
-            return bool(qualified == self.name or qualified.endswith("." + self.name))
-        return code.co_name == self.name
+            named = bool(qualified == self.name or qualified.endswith("." + self.name))
+        else:
+            named = code.co_name == self.name
+        return named and not code.co_filename.startswith("<frozen") and not is_core(os.path.realpath(code.co_filename))
 
     def _look(self, frame: FrameType | None) -> None:
         outermost = None
