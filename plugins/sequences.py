@@ -27,6 +27,7 @@ class ForwardOrigin(NamedTuple):
     module_path: str | None
     call_site: str | None
     recomputed: bool = False  # a module's forward run again inside a backward node (reentrant checkpointing)
+    creator: str | None = None  # the innermost operator that started with the number: the one that made the node
 
 
 class RangeRow(NamedTuple):
@@ -86,7 +87,8 @@ def forward_origins(rows: Iterable[RangeRow]) -> SequenceIndex:
                 inside = stack if marker is None else stack[stack.index(marker) + 1:]
                 origin = ForwardOrigin(next((r.name for r in inside if r.kind == "op"), row.name),
                                        next((r.name for r in reversed(inside) if r.kind == "module"), None),
-                                       next((r.name for r in reversed(inside) if r.kind == "site"), None))
+                                       next((r.name for r in reversed(inside) if r.kind == "site"), None),
+                                       creator=row.name)
                 if marker is None:
                     found[(row.thread, row.seq)] = origin
                 elif (row.thread, marker.start) in nodes:

@@ -158,6 +158,7 @@ CASES: dict[str, list[str]] = {
     "lstm_graphs": [str(LSTM / "lstm_sequence_encoder_optimized.py"), "--compile-mode", "optimized"],
     "recipe_graphs": [str(WORKLOADS / "decoder_stack_recipe.py"), "--compile-mode", "optimized"],
     "manual_train": ["--script", str(REPO / "tests" / "scripts" / "manual_train.py"), "--window-fn", "backward"],
+    "lbfgs_pinn_small": ["--script", str(REPO / "tests" / "scripts" / "lbfgs_pinn_train.py"), "--steps", "1:1"],
     "fp8_graphs": [str(WORKLOADS / "decoder_stack_fp8.py"), "--compile-mode", "optimized"],
     "decode_loop_hf": ["--script", str(WORKLOADS / "decode_loop.py"), "--window-fn", "generate", "--steps", "1:1",
                        "--", "--calls", "3", "--hf"],
@@ -343,6 +344,10 @@ def phase_checks(profile: OperatorAttributedProfile, row: dict[str, Any]) -> Non
         1 for op in profile.operators if op.phase == "optimizer" and op.kernels
         and op.operator_name in ("aten::linear", "aten::addmm", "aten::tanh", "aten::conv2d", "aten::mse_loss"))
     row["kernel_ns_by_phase"] = profile.window.kernel_time_by_phase_ns
+    row["nodes_of_other_operators"] = sorted({  # a node tied to an operator that cannot make it (numbers mixed up)
+        f"{op.autograd_node} <- {op.forward_op}" for op in profile.operators if op.autograd_node and op.forward_op
+        and op.autograd_node.startswith(("MmBackward", "TanhBackwardBackward")) and op.forward_op not in (
+            "aten::mm", "aten::linear", "aten::addmm", "aten::matmul", "aten::tanh_backward", "aten::tanh")})
     row["second_backward_unnamed_ns"] = sum(
         k.duration_ns for op in profile.operators if (op.autograd_node or "").endswith("BackwardBackward0")
         and op.module_path is None for k in op.kernels)
@@ -406,7 +411,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
 
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train",
-                  "prefetch_lm_train", "triton_norm_train", "wgan_gp_train", "cpu_offload_train"}
+                  "prefetch_lm_train", "triton_norm_train", "wgan_gp_train", "cpu_offload_train", "lbfgs_pinn_small"}
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
                     "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
@@ -462,6 +467,8 @@ TARGETS = {
     "packed_lstm_tagger": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("update_in_forward") == 0,
     "distill_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
     "video_classifier": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
+    "lbfgs_pinn_small": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("model_in_update") == 0
+    and r.get("second_backward_unnamed_ns") == 0,
     "pinn_lbfgs": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("model_in_update") == 0
     and r.get("second_backward_unnamed_ns") == 0,
     "jagged_encoder": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
@@ -516,7 +523,8 @@ def main() -> None:
             if name == "prefetch_lm_train":
                 recomputed_sites(profile, row)
             if name in ("triton_norm_train", "per_sample_grads", "gan_train", "wgan_gp_train", "mbconv_train",
-                        "ppo_train", "recsys_sparse_train", "cpu_offload_train", "pinn_lbfgs", *UPDATE_CASES):
+                        "ppo_train", "recsys_sparse_train", "cpu_offload_train", "pinn_lbfgs", "lbfgs_pinn_small",
+                        *UPDATE_CASES):
                 phase_checks(profile, row)
             row["fixture"] = str(pack_profile(args.work / name, args.out, args.gpu) if name in PROFILE_FIXTURES
                                  else pack(args.work / name, args.out, args.gpu, counters=name not in SMALL_FIXTURES))

@@ -16,6 +16,7 @@ the window's operators are known, the call site of the same call in the forward 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
@@ -86,14 +87,30 @@ class Context:
             return None
         if marker.name.endswith(COPY_SLICES) and (written := lookup(self.origins, seq - 1, self.threads)):
             return written
-        return lookup(self.origins, seq, self.threads) or self._derived(seq)
+        return (self._made(seq, marker.name.removeprefix(BACKWARD_PREFIX)) or lookup(self.origins, seq, self.threads)
+                or self._derived(seq))
 
-    def _derived(self, seq: int, depth: int = 0) -> ForwardOrigin | None:
+    def _made(self, seq: int, node: str) -> ForwardOrigin | None:
+        """Of the calls that took `seq` on any thread (numbers are per thread: a backward that builds a graph on
+        autograd's device thread numbers its nodes there), the one whose operator makes a node of that name
+        (`aten::mm` makes `MmBackward0`, `aten::tanh_backward` `TanhBackwardBackward0`); None when no name tells."""
+        made = _node_operator(node)
+        for thread in self.threads:
+            origin = self.origins.get((thread, seq))
+            if origin is not None and _operator_key(origin.creator) == made:
+                return origin
+            derived = self.derived.get((thread, seq))
+            if derived is not None and _operator_key(derived[1].creator) == made:
+                return self._derived(seq, thread=thread)
+        return None
+
+    def _derived(self, seq: int, depth: int = 0, thread: int | None = None) -> ForwardOrigin | None:
         """The origin of a node of a second backward: the operator a first backward's node ran with
         `create_graph=True`, in the module and at the call site of that node's forward call. That node may be a
         second backward's itself (a second derivative taken with `create_graph=True`: `u_xx` of a
         physics-informed loss), and so on."""
-        found = lookup(self.derived, seq, self.threads) if depth < MAX_DERIVATIVE_ORDER else None
+        found = (None if depth >= MAX_DERIVATIVE_ORDER else self.derived.get((thread, seq)) if thread is not None
+                 else lookup(self.derived, seq, self.threads))
         if found is None:
             return None
         node_seq, origin = found
@@ -103,6 +120,18 @@ class Context:
         if first is None:
             return origin
         return ForwardOrigin(origin.op, first.module_path, origin.call_site or first.call_site)
+
+
+def _node_operator(node: str) -> str:
+    """The operator an autograd node's name says made it, as `_operator_key` spells it: `MmBackward0` -> "mm",
+    `TanhBackwardBackward0` -> "tanhbackward", `NativeLayerNormBackward0` -> "nativelayernorm"."""
+    return re.sub(r"Backward\d*$", "", node).lower()
+
+
+def _operator_key(name: str | None) -> str | None:
+    """An operator's name without its namespace and underscores, lower case: `aten::tanh_backward` ->
+    "tanhbackward"."""
+    return None if name is None else name.rsplit("::", 1)[-1].replace("_", "").lower()
 
 
 def _phase(stack: Sequence[FrameLike]) -> tuple[Phase, FrameLike | None, FrameLike | None]:

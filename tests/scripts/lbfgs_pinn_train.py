@@ -10,8 +10,9 @@ from torch import nn
 
 def main() -> None:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
-    x = torch.linspace(-1, 1, 16).unsqueeze(1)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1)).to(device)
+    x = torch.linspace(-1, 1, 16, device=device).unsqueeze(1)
     opt = torch.optim.LBFGS(model.parameters(), max_iter=2)
 
     def closure() -> torch.Tensor:
