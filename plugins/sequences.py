@@ -28,6 +28,7 @@ class ForwardOrigin(NamedTuple):
     call_site: str | None
     recomputed: bool = False  # a module's forward run again inside a backward node (reentrant checkpointing)
     creator: str | None = None  # the innermost operator that started with the number: the one that made the node
+    inside: str | None = None  # the node a backward's call ran in (`AddmmBackward0`), for a call of a second backward
 
 
 class RangeRow(NamedTuple):
@@ -92,7 +93,8 @@ def forward_origins(rows: Iterable[RangeRow]) -> SequenceIndex:
                 if marker is None:
                     found[(row.thread, row.seq)] = origin
                 elif (row.thread, marker.start) in nodes:
-                    derived[(row.thread, row.seq)] = (nodes[(row.thread, marker.start)], origin)
+                    derived[(row.thread, row.seq)] = (nodes[(row.thread, marker.start)],
+                                                      origin._replace(inside=marker.name[len(BACKWARD_PREFIX):]))
         stack.append(row)
     return SequenceIndex(found, nodes, derived)
 

@@ -12,7 +12,11 @@ scripts/gpu_workloads/video_classifier.py (a 3-D CNN, the workload contract). Re
 `scripts/record_real_workloads.py` on an H200 on 2026-11-30, after the fixes these tests name: before them the
 LSTM's backward of `pad_packed_sequence`'s writes (152 `CopySlices` nodes, 267 copies) had no module and no line,
 the first two steps' clipping was the forward's, and the distillation's run failed on an ncu metric without a
-finite value. The beam search's analysis, replayed after two fixes: its beams expanded by `repeat_interleave(4)`
+finite value. `h200_threaded_serve.profile.json.xz`: scripts/gpu_workloads/threaded_serve.py (`--window-fn serve
+--steps 1:1`: a pool of two worker threads, started before the window, each running a CNN on a CUDA stream of its
+own under `inference_mode`), recorded after the workers' operators were recorded (none were before: torch.profiler
+and the call-site ranges saw the threads started inside the window alone). The beam search's analysis, replayed
+after two fixes: its beams expanded by `repeat_interleave(4)`
 asked for static shapes first, and its growing cache went unseen (one module's two attentions read as one site).
 """
 
@@ -81,3 +85,18 @@ def test_a_3d_cnn_is_told_of_channels_last_3d(tmp_path: Path) -> None:
     layout = [o for o in analysis.opportunities if o.change_class == "channels_last"]
     assert layout and all("channels_last_3d" in o.title for o in layout), [o.title for o in layout]
     assert not any("channels_last " in o.title or "channels_last;" in o.title for o in layout)
+
+
+def test_a_pool_of_worker_threads_has_its_models_kernels_in_their_modules_at_their_lines(tmp_path: Path) -> None:
+    profile = recorded_profile("h200_threaded_serve", tmp_path)
+    assert profile.window.attributed_kernel_time_pct == 100.0
+    assert profile.window.call_site_kernel_time_pct == 100.0
+    calls = Counter((op.operator_name, op.module_path is not None) for op in profile.operators if op.kernels)
+    # four batches, two workers: each layer's calls are the model's
+    assert calls[("aten::conv2d", True)] == 12 and calls[("aten::linear", True)] == 4
+    assert calls[("aten::topk", False)] == 4  # the workers' own code, outside the model
+    streams = {k.stream_id for op in profile.operators for k in op.kernels if op.operator_name == "aten::conv2d"}
+    assert len(streams) == 2  # a stream per worker
+    analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
+    graphs = [o for o in analysis.opportunities if o.change_class == "cuda_graphs"]
+    assert graphs and all(any("threaded_serve.py:58" in n for n in o.prerequisites) for o in graphs)

@@ -90,7 +90,7 @@ class Context:
         return (self._made(seq, marker.name.removeprefix(BACKWARD_PREFIX)) or lookup(self.origins, seq, self.threads)
                 or self._derived(seq))
 
-    def _made(self, seq: int, node: str) -> ForwardOrigin | None:
+    def _made(self, seq: int, node: str, depth: int = 0) -> ForwardOrigin | None:
         """Of the calls that took `seq` on any thread (numbers are per thread: a backward that builds a graph on
         autograd's device thread numbers its nodes there), the one whose operator makes a node of that name
         (`aten::mm` makes `MmBackward0`, `aten::tanh_backward` `TanhBackwardBackward0`); None when no name tells."""
@@ -101,7 +101,7 @@ class Context:
                 return origin
             derived = self.derived.get((thread, seq))
             if derived is not None and _operator_key(derived[1].creator) == made:
-                return self._derived(seq, thread=thread)
+                return self._derived(seq, depth, thread=thread)
         return None
 
     def _derived(self, seq: int, depth: int = 0, thread: int | None = None) -> ForwardOrigin | None:
@@ -116,7 +116,8 @@ class Context:
         node_seq, origin = found
         if origin.module_path is not None:  # a module's forward, run again by the node: its call site comes later
             return origin._replace(recomputed=True)
-        first = lookup(self.origins, node_seq, self.threads) or self._derived(node_seq, depth + 1)
+        first = ((self._made(node_seq, origin.inside, depth + 1) if origin.inside else None)
+                 or lookup(self.origins, node_seq, self.threads) or self._derived(node_seq, depth + 1))
         if first is None:
             return origin
         return ForwardOrigin(origin.op, first.module_path, origin.call_site or first.call_site)

@@ -100,7 +100,16 @@ from mcp_server.children.recipe import RecordingRecipe
 from mcp_server.children.script import run_script
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
 from mcp_server.children.steps import run_steps
-from mcp_server.children.window import KernelTrace, MeasuredWindow, ModuleRanges, ProfiledCalls, capture_graph
+from mcp_server.children.window import (
+    NESTED_SHAPES_WARNING,
+    KernelTrace,
+    MeasuredWindow,
+    ModuleRanges,
+    ProfiledCalls,
+    capture_graph,
+    has_nested,
+    unprofiled_windows,
+)
 
 QUEUE_AHEAD_MIN_NS = 50_000_000  # the GPU spins at least 50 ms while the window is enqueued
 QUEUE_AHEAD_MAX_NS = 5_000_000_000
@@ -232,7 +241,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     result["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
     if args.unprofiled_windows and not torch.cuda.is_available():  # a GPU's run has its timing pass for this
         _enter(result, "unprofiled windows")
-        result["unprofiled_windows"] = _unprofiled_windows(step, args.iters, args.unprofiled_windows)
+        result["unprofiled_windows"] = unprofiled_windows(step, args.iters, args.unprofiled_windows)
     trace = KernelTrace(args.kineto_trace) if recording.kernel_trace else None
     if trace is not None:
         trace.prepare()  # its imports now, while the previous pass may still measure, not in this window's turn
@@ -255,17 +264,21 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     replay = capture_graph(step) if args.graph_replay and torch.cuda.is_available() else None
     if isinstance(replay, str):
         result["warnings"].append(f"--graph-replay: the window could not be captured in a CUDA graph: {replay}")
+    shapes = not has_nested((call_args, call_kwargs))  # torch's NVTX ranges cannot read a jagged tensor's sizes
+    if not shapes and recording.nvtx:
+        result["warnings"].append(NESTED_SHAPES_WARNING)
+
     def measure(count: int, release: bool) -> tuple[list[dict[str, int | None]], MeasuredWindow]:
         timed = []
         for number in range(count):
             last = release and number == count - 1
             window = MeasuredWindow("none" if recording.kernel_trace else args.profiler, args.kineto_trace,
                                     queue_ahead_ns, on_gpu_done=lock.release if last else None,
-                                    scoped=scoped is not None, on_start=after_start)
+                                    scoped=scoped is not None, on_start=after_start, record_shapes=shapes)
             with window, ExitStack() as traced:
                 traced.enter_context(memory_window())
                 if frames is not None:  # every thread's operators and call sites, as the window's own thread's
-                    traced.enter_context(ThreadCapture(args.profiler, True, frames))
+                    traced.enter_context(ThreadCapture(args.profiler, shapes, frames))
                     traced.enter_context(call_sites(args.profiler, frames))
                 for _ in range(args.iters):
                     replay() if callable(replay) else step()
@@ -322,23 +335,6 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
 
 
 TRACED_WINDOWS = 2  # windows of the timing pass run again under the kernel trace, for busy time and gaps
-UNPROFILED_BUDGET_NS = 2_000_000_000  # a CPU window's unprofiled repeats stop once they took this long
-
-
-def _unprofiled_windows(step: Any, iters: int, count: int) -> list[dict[str, int]]:
-    """Up to `count` windows of `iters` steps without the profiler, each timed on the host clock (a CPU-only run's
-    spread from one iteration to the next); fewer when they take more than UNPROFILED_BUDGET_NS together."""
-    timed, spent = [], 0
-    for _ in range(count):
-        t0 = time.perf_counter_ns()
-        for _ in range(iters):
-            step()
-        wall = time.perf_counter_ns() - t0
-        timed.append({"wall_time_ns": wall})
-        spent += wall
-        if spent > UNPROFILED_BUDGET_NS:
-            break
-    return timed
 
 
 def _run_script_workload(args: argparse.Namespace, result: dict[str, Any]) -> None:

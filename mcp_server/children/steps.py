@@ -38,7 +38,7 @@ from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
 from mcp_server.children.step_sources import BackwardSteps, NamedSteps, OptimizerSteps
-from mcp_server.children.window import KernelTrace, MeasuredWindow
+from mcp_server.children.window import NESTED_SHAPES_WARNING, KernelTrace, MeasuredWindow, has_nested
 
 TRACED_WINDOWS = 2  # the timing pass's windows run again under the kernel trace (as the contract's)
 
@@ -77,6 +77,7 @@ class StepWindows:
         self.traced: list[dict[str, Any]] = []
         self.last: MeasuredWindow | None = None
         self._open: MeasuredWindow | None = None
+        self.record_shapes = True  # off once a model was called with nested tensors (`window.has_nested`)
         self._frames = UserFrames() if self.ranged else None
         modules.frames = self._frames
         # entered for the whole script, on during windows: a compiled frame sees one mode stack throughout
@@ -141,7 +142,7 @@ class StepWindows:
             self.trace.__enter__()
         last = number == self.total - 1
         window = MeasuredWindow(self.profiler, self.args.kineto_trace, on_gpu_done=self.lock.release if last else None,
-                                scoped=self.scoped)
+                                scoped=self.scoped, record_shapes=self.record_shapes)
         window.__enter__()
         if self.sites is not None and self.threads is not None:
             self.sites.active = self.threads.active = True
@@ -240,6 +241,8 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     if (evaluated := roots.evaluated()) is not None:
         result["warnings"].append(evaluated)
     result["varying_inputs"] = roots.varying()
+    if not windows.record_shapes and RECORDINGS[args.profiler].nvtx:
+        result["warnings"].append(NESTED_SHAPES_WARNING)
     return compiles
 
 
@@ -258,6 +261,10 @@ class RootCalls:
         modules.listeners.append(self._seen)
 
     def _seen(self, module: Any, path: str, started: bool, args: tuple[Any, ...]) -> None:
+        if started and self.windows.record_shapes and not self.modules.inside_call() and has_nested(args):
+            self.windows.record_shapes = False
+            if self.windows.threads is not None:
+                self.windows.threads.record_shapes = False
         if started and self.windows.is_open and not self.modules.inside_call():
             self.counts.setdefault(path, [0, 0])[0 if self._grad() else 1] += 1
             shapes = tuple(tuple(a.shape) for a in args if isinstance(a, self._tensor))

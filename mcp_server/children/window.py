@@ -22,15 +22,17 @@ class MeasuredWindow:
     the host enqueues the window, so the events time its work back to back. `on_gpu_done` runs once the window's
     GPU work is done, before the profiler stops (nsys takes seconds to stop; the next pass need not wait).
     `on_start` runs once the profiler has started, before the window's range and events: the ranks' barrier, as
-    nsys takes a different time to start on each rank (0.32 and 0.38 s on two H200s).
+    nsys takes a different time to start on each rank (0.32 and 0.38 s on two H200s). Without `record_shapes`,
+    torch's NVTX ranges name their operators alone (see `has_nested`).
     """
 
     def __init__(
         self, profiler: str, kineto_trace: Path | None = None, queue_ahead_ns: int | None = None,
         on_gpu_done: Callable[[], None] | None = None, scoped: bool = False,
-        on_start: Callable[[], None] | None = None,
+        on_start: Callable[[], None] | None = None, record_shapes: bool = True,
     ) -> None:
         self.profiler = profiler
+        self.record_shapes = record_shapes  # off where torch's NVTX ranges cannot read them (`has_nested`)
         self.recording = RECORDINGS[profiler]
         self.scoped = scoped  # `ProfiledCalls` starts and stops the profiler around chosen module calls
         self.kineto_trace = kineto_trace
@@ -68,7 +70,7 @@ class MeasuredWindow:
             if self.on_start is not None:
                 self.on_start()
             torch.cuda.nvtx.range_push(MEASURE_RANGE)
-            self._enter(torch.autograd.profiler.emit_nvtx(record_shapes=True))
+            self._enter(torch.autograd.profiler.emit_nvtx(record_shapes=self.record_shapes))
         if self.cuda:
             self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             if self.queue_ahead_ns:
@@ -293,3 +295,42 @@ def all_threads(torch: Any) -> Any:
         return torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
     except TypeError:
         return None
+
+
+# torch's NVTX ranges (`emit_nvtx(record_shapes=True)`) read each input's sizes as the range opens; a nested tensor
+# of the jagged layout has none, the range is not opened, and its end closes the range around it instead: the
+# window's own ended after a jagged model's first operator
+NESTED_SHAPES_WARNING = ("the model takes nested (jagged) tensors, whose sizes torch's NVTX ranges cannot read: the "
+                         "nsys pass recorded its operators without their input shapes")
+
+
+def has_nested(values: Any) -> bool:
+    """Whether any of `values` (a call's arguments) is a nested tensor, or a list, tuple or dict holding one."""
+    import torch
+
+    if isinstance(values, torch.Tensor):
+        return bool(values.is_nested)
+    if isinstance(values, dict):
+        return any(has_nested(v) for v in values.values())
+    if isinstance(values, (list, tuple)):
+        return any(has_nested(v) for v in values)
+    return False
+
+
+UNPROFILED_BUDGET_NS = 2_000_000_000  # a CPU window's unprofiled repeats stop once they took this long
+
+
+def unprofiled_windows(step: Any, iters: int, count: int) -> list[dict[str, int]]:
+    """Up to `count` windows of `iters` steps without the profiler, each timed on the host clock (a CPU-only run's
+    spread from one iteration to the next); fewer when they take more than UNPROFILED_BUDGET_NS together."""
+    timed, spent = [], 0
+    for _ in range(count):
+        t0 = time.perf_counter_ns()
+        for _ in range(iters):
+            step()
+        wall = time.perf_counter_ns() - t0
+        timed.append({"wall_time_ns": wall})
+        spent += wall
+        if spent > UNPROFILED_BUDGET_NS:
+            break
+    return timed
