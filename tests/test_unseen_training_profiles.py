@@ -15,7 +15,11 @@ the first two steps' clipping was the forward's, and the distillation's run fail
 finite value. `h200_threaded_serve.profile.json.xz`: scripts/gpu_workloads/threaded_serve.py (`--window-fn serve
 --steps 1:1`: a pool of two worker threads, started before the window, each running a CNN on a CUDA stream of its
 own under `inference_mode`), recorded after the workers' operators were recorded (none were before: torch.profiler
-and the call-site ranges saw the threads started inside the window alone). The beam search's analysis, replayed
+and the call-site ranges saw the threads started inside the window alone). `h200_jagged_encoder.profile.json.xz`:
+scripts/gpu_workloads/jagged_encoder.py (`--window-fn encode --steps 2:2`: documents of random lengths as nested
+jagged tensors through four blocks whose attention is SDPA on them), recorded once its nsys pass recorded no input
+shapes (with them, torch's NVTX range failed on the first jagged operator's sizes, its end closed the window's range,
+and the profile held 1 of 112 kernels). The beam search's analysis, replayed
 after two fixes: its beams expanded by `repeat_interleave(4)`
 asked for static shapes first, and its growing cache went unseen (one module's two attentions read as one site).
 """
@@ -100,3 +104,13 @@ def test_a_pool_of_worker_threads_has_its_models_kernels_in_their_modules_at_the
     analysis = analyze_profile(profile, out_dir=tmp_path / "analysis", measure=False)
     graphs = [o for o in analysis.opportunities if o.change_class == "cuda_graphs"]
     assert graphs and all(any("threaded_serve.py:58" in n for n in o.prerequisites) for o in graphs)
+
+
+def test_a_jagged_models_window_holds_its_kernels_in_their_modules(tmp_path: Path) -> None:
+    profile = recorded_profile("h200_jagged_encoder", tmp_path)
+    assert profile.window.kernel_count == 112 and profile.window.attributed_kernel_time_pct == 100.0
+    assert (profile.window.module_path_kernel_time_pct or 0) > 99
+    calls = Counter(op.operator_name for op in profile.operators if op.kernels and op.module_path)
+    # two batches of four blocks: their projections, norms and flash attention
+    assert calls["aten::linear"] == 2 * 4 * 4 and calls["aten::_flash_attention_forward"] == 2 * 4
+    assert any("nested (jagged) tensors" in w for w in profile.warnings)

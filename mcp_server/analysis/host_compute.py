@@ -46,6 +46,7 @@ def host_compute_finding(profile: OperatorAttributedProfile, health: TimelineHea
         module_paths=list(dict.fromkeys(op.module_path for op in profile.window.host_operators or []
                                         if op.module_path)),
         triggers=[f"host_compute_ns={host}", f"idle_ns={health.idle_ns}"],
-        detail=f"Operators that launch no kernel and make no CUDA call (on CPU tensors) run {host / 1e6:.1f} ms "
+        detail=f"Operators that launch no kernel and make no CUDA call (on CPU tensors, or a tensor subclass's Python "
+               f"dispatch: a nested tensor's views) run {host / 1e6:.1f} ms "
                f"under the profiler while the GPU waits: {host_compute_places(profile)}. Cheaper launches do not "
                "shorten that time; moving the work to the GPU, or overlapping it with the GPU's, does.")

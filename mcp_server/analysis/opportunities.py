@@ -423,7 +423,7 @@ def build_opportunities(
     computing = kinds.get("host_compute")
     if computing is not None:
         add(f"Move the host's own compute to the GPU, or overlap it with the GPU's work: "
-            f"{health.host_compute_ns / 1e6:.1f} ms in operators on CPU tensors ({host_compute_places(profile)})",
+            f"{health.host_compute_ns / 1e6:.1f} ms in operators that launch nothing ({host_compute_places(profile)})",
             "host_compute", ["host_compute"], health.host_compute_ns, 0,
             "estimate (upper bound): the host's compute in operators that launch nothing, under the profiler, at "
             "most the window's idle time; on the GPU that work costs GPU time instead, overlapped it still runs",
