@@ -14,14 +14,14 @@ LSTM's backward of `pad_packed_sequence`'s writes (152 `CopySlices` nodes, 267 c
 the first two steps' clipping was the forward's, and the distillation's run failed on an ncu metric without a
 finite value. `h200_threaded_serve.profile.json.xz`: scripts/gpu_workloads/threaded_serve.py (`--window-fn serve
 --steps 1:1`: a pool of two worker threads, started before the window, each running a CNN on a CUDA stream of its
-own under `inference_mode`), recorded after the workers' operators were recorded (none were before: torch.profiler
-and the call-site ranges saw the threads started inside the window alone). `h200_jagged_encoder.profile.json.xz`:
+own under `inference_mode`), recorded once the workers' operators were (before, torch.profiler and the call-site
+ranges saw only threads started inside the window). `h200_jagged_encoder.profile.json.xz`:
 scripts/gpu_workloads/jagged_encoder.py (`--window-fn encode --steps 2:2`: documents of random lengths as nested
 jagged tensors through four blocks whose attention is SDPA on them), recorded once its nsys pass recorded no input
 shapes (with them, torch's NVTX range failed on the first jagged operator's sizes, its end closed the window's range,
-and the profile held 1 of 112 kernels). The beam search's analysis, replayed
-after two fixes: its beams expanded by `repeat_interleave(4)`
-asked for static shapes first, and its growing cache went unseen (one module's two attentions read as one site).
+and the profile held 1 of 112 kernels). The beam search's analysis, replayed after two fixes: its beams expanded by
+`repeat_interleave(4)` asked for static shapes first, and its growing cache went unseen (one module's two attentions
+read as one site).
 """
 
 from __future__ import annotations

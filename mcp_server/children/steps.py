@@ -83,7 +83,8 @@ class StepWindows:
         # entered for the whole script, on during windows: a compiled frame sees one mode stack throughout
         self.sites = call_sites(self.profiler, self._frames, active=False) if self._frames is not None else None
         # every thread the script starts (a pool of workers started in the warm-up), its call sites on in windows
-        self.threads = ThreadCapture(self.profiler, True, self._frames, active=False) if self._frames else None
+        self.threads = ThreadCapture(self.profiler, True, self._frames, active=False) if self._frames is not None \
+            else None
 
     @property
     def measured(self) -> int:
