@@ -86,6 +86,13 @@ class StepWindows:
         self.threads = ThreadCapture(self.profiler, True, self._frames, active=False) if self._frames is not None \
             else None
 
+    def shapes_unreadable(self) -> None:
+        """A model was called with nested tensors: the windows, and the threads started from now on, record their
+        operators without input shapes (`window.has_nested`)."""
+        self.record_shapes = False
+        if self.threads is not None:
+            self.threads.record_shapes = False
+
     @property
     def measured(self) -> int:
         return len(self.windows) + len(self.traced)
@@ -262,11 +269,11 @@ class RootCalls:
         modules.listeners.append(self._seen)
 
     def _seen(self, module: Any, path: str, started: bool, args: tuple[Any, ...]) -> None:
-        if started and self.windows.record_shapes and not self.modules.inside_call() and has_nested(args):
-            self.windows.record_shapes = False
-            if self.windows.threads is not None:
-                self.windows.threads.record_shapes = False
-        if started and self.windows.is_open and not self.modules.inside_call():
+        if not started or self.modules.inside_call():
+            return
+        if self.windows.record_shapes and has_nested(args):
+            self.windows.shapes_unreadable()
+        if self.windows.is_open:
             self.counts.setdefault(path, [0, 0])[0 if self._grad() else 1] += 1
             shapes = tuple(tuple(a.shape) for a in args if isinstance(a, self._tensor))
             self.shapes.setdefault(path, {}).setdefault(self.windows.steps, set()).add(shapes)

@@ -305,16 +305,12 @@ NESTED_SHAPES_WARNING = ("the model takes nested (jagged) tensors, whose sizes t
 
 
 def has_nested(values: Any) -> bool:
-    """Whether any of `values` (a call's arguments) is a nested tensor, or a list, tuple or dict holding one."""
+    """Whether any leaf of `values` (a call's arguments: tensors in lists, tuples, dicts, any pytree) is a nested
+    tensor."""
     import torch
+    from torch.utils._pytree import tree_leaves
 
-    if isinstance(values, torch.Tensor):
-        return bool(values.is_nested)
-    if isinstance(values, dict):
-        return any(has_nested(v) for v in values.values())
-    if isinstance(values, (list, tuple)):
-        return any(has_nested(v) for v in values)
-    return False
+    return any(isinstance(leaf, torch.Tensor) and leaf.is_nested for leaf in tree_leaves(values))
 
 
 UNPROFILED_BUDGET_NS = 2_000_000_000  # a CPU window's unprofiled repeats stop once they took this long
