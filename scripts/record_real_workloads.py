@@ -206,6 +206,9 @@ CASES: dict[str, list[str]] = {
     "pinn_lbfgs": ["--script", str(WORKLOADS / "pinn_lbfgs.py"), "--steps", "1:2"],
     "threaded_serve": ["--script", str(WORKLOADS / "threaded_serve.py"), "--window-fn", "serve", "--steps", "1:1"],
     "jagged_encoder": ["--script", str(WORKLOADS / "jagged_encoder.py"), "--window-fn", "encode", "--steps", "2:2"],
+    "exported_serve": ["--script", str(WORKLOADS / "exported_serve.py"), "--window-fn", "serve", "--steps", "2:2"],
+    "vocoder_ema_train": ["--script", str(WORKLOADS / "vocoder_ema_train.py"), "--steps", "3:2"],
+    "graph_breaks_compiled": [str(WORKLOADS / "graph_breaks.py"), "--compile-mode", "inductor"],
 }
 
 
@@ -353,6 +356,19 @@ def phase_checks(profile: OperatorAttributedProfile, row: dict[str, Any]) -> Non
         and op.module_path is None for k in op.kernels)
 
 
+def program_checks(profile: OperatorAttributedProfile, row: dict[str, Any], caller: str) -> None:
+    """An FX program's targets: the share of kernel time left at the model itself (no submodule named) and at the
+    line that called the program (no line of the model's own code named)."""
+    root = profile.capture_metadata.root_module
+    total = sum(k.duration_ns for op in profile.operators for k in op.kernels) or 1
+    row["root_module_kernel_pct"] = round(100 * sum(
+        k.duration_ns for op in profile.operators if op.module_path == root for k in op.kernels) / total, 2)
+    row["caller_line_kernel_pct"] = round(100 * sum(
+        k.duration_ns for op in profile.operators if (op.call_site or "").endswith(caller) for k in op.kernels)
+        / total, 2)
+    row["module_paths"] = sorted({op.module_path for op in profile.operators if op.kernels and op.module_path})[:40]
+
+
 def compare_lstm(run_dir: Path, row: dict[str, Any]) -> None:
     """The graph-capture target: the optimized profile pairs with the committed baseline's."""
     out = run_dir / "compare"
@@ -403,6 +419,11 @@ def pack(run_dir: Path, out: Path, gpu: str, counters: bool = True) -> Path:
     return target
 
 
+def _line_of(path: Path, text: str) -> int:
+    """The number of the first line of `path` holding `text`."""
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
 def _counted_pct(row: dict[str, Any]) -> float:
     """The share of kernel time with measured or same-configuration counters (0 when the profile does not say)."""
     none = row.get("no_counter_pct")
@@ -411,14 +432,16 @@ def _counted_pct(row: dict[str, Any]) -> float:
 
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train",
-                  "prefetch_lm_train", "triton_norm_train", "wgan_gp_train", "cpu_offload_train", "lbfgs_pinn_small"}
+                  "prefetch_lm_train", "triton_norm_train", "wgan_gp_train", "cpu_offload_train", "lbfgs_pinn_small",
+                  "exported_serve"}
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
                     "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
                     "per_sample_grads", "flex_serve", "spec_decode", "stream_ensemble", "gan_train", "nbody_sim",
                     "ppo_train", "ppo_collect", "torchscript_serve", "recsys_sparse_train", "diffusion_sample",
                     "lora_finetune", "clip_train", "beam_search", "packed_lstm_tagger", "distill_train",
-                    "video_classifier", "pinn_lbfgs", "threaded_serve", "jagged_encoder"}
+                    "video_classifier", "pinn_lbfgs", "threaded_serve", "jagged_encoder", "vocoder_ema_train",
+                    "graph_breaks_compiled"}
 UPDATE_CASES = ("lora_finetune", "clip_train", "packed_lstm_tagger", "distill_train")  # several steps a window
 # (diffusion_sample's is not kept, 215 kB: its numbers are in the JSON)
 
@@ -476,6 +499,13 @@ TARGETS = {
     and not any("range were dropped" in w for w in r.get("warnings") or []),
     # its workers' own top-k is outside the model: every kernel at its line, not every one in a module
     "threaded_serve": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("call_site_pct") or 0) >= 99,
+    # every operator of the exported program in its module and at its own line, none left at the model or its caller
+    "exported_serve": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95
+    and r.get("root_module_kernel_pct", 100) < 10 and r.get("caller_line_kernel_pct", 100) < 10,
+    # the moving average of the weights (`_foreach_lerp_` after the step) and the clipping are the update's
+    "vocoder_ema_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("forward_foreach") == 0
+    and r.get("update_in_forward") == 0 and r.get("forward_seeds") == 0,
+    "graph_breaks_compiled": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
     "prefetch_lm_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and len(r.get("recomputed_sites", [])) >= 3
     and r.get("recomputed_without_site") == 0,
     "dynamic_encoder_serve": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
@@ -524,9 +554,12 @@ def main() -> None:
                 compare_lstm(args.work / name, row)
             if name == "prefetch_lm_train":
                 recomputed_sites(profile, row)
+            if name == "exported_serve":
+                serve = WORKLOADS / "exported_serve.py"
+                program_checks(profile, row, f"{serve.name}:{_line_of(serve, 'program(requests)')}")
             if name in ("triton_norm_train", "per_sample_grads", "gan_train", "wgan_gp_train", "mbconv_train",
                         "ppo_train", "recsys_sparse_train", "cpu_offload_train", "pinn_lbfgs", "lbfgs_pinn_small",
-                        *UPDATE_CASES):
+                        "vocoder_ema_train", *UPDATE_CASES):
                 phase_checks(profile, row)
             row["fixture"] = str(pack_profile(args.work / name, args.out, args.gpu) if name in PROFILE_FIXTURES
                                  else pack(args.work / name, args.out, args.gpu, counters=name not in SMALL_FIXTURES))

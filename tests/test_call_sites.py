@@ -11,7 +11,7 @@ import threading
 
 import torch
 
-from mcp_server.children.compiling import user_site
+from mcp_server.children.naming import user_site
 from mcp_server.children.sites import UserFrames, is_core, library_roots
 
 LIBRARY = os.path.join(sysconfig.get_paths()["purelib"], "somelib", "modeling.py")  # a third-party model's file

@@ -24,6 +24,7 @@ from mcp_server.children.inductor_cache import (
     reuse_tuned_configurations,
     save_nodes,
 )
+from mcp_server.children.naming import clean_module_path, root_module_name, user_site
 from mcp_server.children.sites import is_core, keep_out_of_dynamo
 
 INDUCTOR_CODE_DIR = "inductor_code"  # beside the provenance file; the file lists what it holds
@@ -39,50 +40,6 @@ def import_compiler(compile_mode: str) -> None:
 
     if compile_mode != "optimized":
         import torch._inductor.compile_fx  # noqa: F401
-
-
-SCRIPTED = "RecursiveScriptModule"  # the class of a module `torch.jit.script` compiled: named by its own class
-
-
-def root_module_name(model: Any) -> str:
-    """The module path that names the model itself (its class): kernels of its own forward outside every
-    submodule, and the optimizer's, which updates the parameters of all of them."""
-    model = getattr(model, "_orig_mod", model)
-    name = type(model).__name__
-    return str(model.original_name) if name == SCRIPTED else name
-
-
-_MODEL_SOURCE = re.compile(r"^L\['self'\]\.?|^L\['[^']+'\]\.__self__\.?")
-
-
-def clean_module_path(raw: str, root: str = "") -> str:
-    """`L['self'].features._modules['0'].conv` or `L['self'].features[0]` -> `features.0.conv`; the model
-    itself (`L['self']`) -> `root`. A forward set on the instance (a wrapper closing over the bound forward,
-    e.g. `autocast_in_forward`) reaches the model as `L['forward'].__self__`: the same paths."""
-    path = _MODEL_SOURCE.sub("", raw)
-    path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
-    path = re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", path)
-    return path.strip(".") or root
-
-
-_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-
-
-def user_site(stack_trace: str | None, roots: tuple[str, ...]) -> str | None:
-    """`path:line` of the innermost user frame of an FX node's `stack_trace` (frames listed outermost first);
-    without one (a library's model), of the innermost third-party library frame (`UserFrames.site`'s rule)."""
-    if not stack_trace:
-        return None
-    library = None
-    for path, line in reversed(_STACK_FRAME.findall(stack_trace)):
-        if path.startswith("<"):
-            continue
-        real = os.path.realpath(path)
-        if not real.startswith(roots):
-            return f"{path}:{line}"
-        if library is None and not is_core(real):
-            library = f"{path}:{line}"
-    return library
 
 
 def record_node_modules(gm: Any, into: dict[str, dict[str, str]], root: str = "", roots: tuple[str, ...] = (),

@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from mcp_server.children.compiling import SCRIPTED, root_module_name
 from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS, SITE_RANGE_PREFIX
+from mcp_server.children.fx_graphs import held_module
+from mcp_server.children.naming import SCRIPTED, root_module_name, traced_classes
 from mcp_server.children.sites import UserFrames, site_ranges
 
 # (module, path, started, its positional arguments): started False, and no arguments, once its call returned
@@ -34,9 +35,13 @@ class GlobalModules:
 
     def __init__(self, profiler: str, calls: list[tuple[str, int]] | None = None,
                  switch: Callable[[bool], None] | None = None) -> None:
+        import torch.fx._symbolic_trace as symbolic
         from torch.compiler import is_compiling
 
-        self._compiling = is_compiling  # true while Dynamo traces a hook: it then does nothing (`_pre`)
+        fx_tracing = getattr(symbolic, "is_fx_symbolic_tracing", symbolic.is_fx_tracing)
+        # true while Dynamo traces a hook, or `torch.fx.symbolic_trace` a model: a hook then does nothing (`_pre`;
+        # a traced model is no root: its GraphModule, named by the same class, is the one called)
+        self._compiling = lambda: is_compiling() or fx_tracing()
         self.profiler = profiler
         self.ranging = False
         self.roots: list[str] = []  # class names of the roots seen, in order
@@ -49,6 +54,7 @@ class GlobalModules:
             self.open_range, self.close_range = site_ranges(profiler)
         self._paths: dict[int, dict[int, str]] = {}  # id(root) -> id(module) -> path
         self._classes: dict[str, str] = {}  # path -> class name
+        self._prefixed: set[str] = set()  # the roots whose descendants' paths begin with their names
         self._param_paths: dict[int, tuple[str, str]] = {}  # id(parameter) -> (its root, its module's path)
         self._local = threading.local()
         self._handles: list[Any] = []
@@ -143,9 +149,14 @@ class GlobalModules:
         if not stack and prefixed:
             root = _distinct(root, self._classes)
         paths = self._paths[key] = {key: root}
+        traced = traced_classes(module)  # an exported program holds its model's hierarchy as bare containers
         for p, m in members:
             paths[id(m)] = (f"{root}.{p}" if prefixed and p else p) or root
-            self._classes[paths[id(m)]] = root_module_name(m)
+            self._classes[paths[id(m)]] = traced.get(p) or root_module_name(m)
+        for p, name in traced.items():  # modules the program keeps no container for (`graph_node_path`)
+            self._classes.setdefault(f"{root}.{p}" if prefixed else p, name)
+        if prefixed:
+            self._prefixed.add(root)
             if not stack:
                 for param in m.parameters(recurse=False):
                     self._param_paths.setdefault(id(param), (root, paths[id(m)]))
@@ -154,6 +165,16 @@ class GlobalModules:
             if type(module).__name__ == SCRIPTED:
                 self.scripted.append(root)
         return self._paths[key][key]
+
+    def graph_node_path(self, owner: Any, module_path: str, module_type: str) -> str:
+        """The path of the module an eagerly run GraphModule's node came from: the module `owner` holds at
+        `module_path` (`torch.export` keeps the model's hierarchy as bare containers), named as a call of it would
+        be; a module it keeps no container for, by its path under the innermost it keeps."""
+        module, rest = held_module(owner, module_path)
+        path = self.path_of(module, self._stack())
+        if not rest:
+            return path
+        return rest if path in self.roots and path not in self._prefixed else f"{path}.{rest}"
 
     def owner(self, params: Iterable[Any]) -> str | None:
         """The innermost module holding every one of `params` (an optimizer's): their modules' longest common path,

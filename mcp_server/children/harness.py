@@ -57,7 +57,6 @@ from mcp_server.children.compiling import (
     SkippedFunctions,
     import_compiler,
     inductor_provenance,
-    root_module_name,
 )
 from mcp_server.children.contract import (
     CANNOT_WRITE,
@@ -91,10 +90,12 @@ from mcp_server.children.distributed import (
     launched_by_torchrun,
     wrap,
 )
+from mcp_server.children.fx_graphs import FxNodes
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
 from mcp_server.children.inductor_cache import not_cached
 from mcp_server.children.memory import capture_memory, memory_step, memory_window, out_of_memory, watch
+from mcp_server.children.naming import root_module_name, traced_classes
 from mcp_server.children.pinned import PageableBatches
 from mcp_server.children.recipe import RecordingRecipe
 from mcp_server.children.script import run_script
@@ -278,8 +279,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
             with window, ExitStack() as traced:
                 traced.enter_context(memory_window())
                 if frames is not None:  # every thread's operators and call sites, as the window's own thread's
-                    traced.enter_context(ThreadCapture(args.profiler, shapes, frames))
-                    traced.enter_context(call_sites(args.profiler, frames))
+                    nodes = FxNodes(frames, hooks.graph_node_path) if hooks is not None else None
+                    traced.enter_context(ThreadCapture(args.profiler, shapes, frames, graph_nodes=nodes))
+                    traced.enter_context(call_sites(args.profiler, frames, graph_nodes=nodes))
                 for _ in range(args.iters):
                     replay() if callable(replay) else step()
             timed.append({"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns})
@@ -319,6 +321,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     if args.windows > 1:
         result["windows"] = windows
     result["modules"] = {path: type(m).__name__ for path, m in model.named_modules() if path}
+    result["modules"].update((path, name) for path, name in traced_classes(model).items()  # an exported program's
+                             if result["modules"].get(path) in (None, "Module"))
     if captures is not None:  # the CUDA graphs the workload captured, recorded with their ranges
         captures.remove()
         result["graph_captures"] = captures.captures

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import CodeType, FrameType, ModuleType
 from typing import Any
 
-from mcp_server.children.contract import RECORDINGS, SITE_RANGE_PREFIX
+from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS, SITE_RANGE_PREFIX
 
 # Torch functions that only read a tensor's metadata: they launch nothing, so they open no range. (A tensor's value
 # read by Python, `__bool__`, `__int__`, `__float__`, `__index__`, `__format__`, `__repr__`, copies it to the host
@@ -162,11 +162,17 @@ def keep_out_of_dynamo(*modules: ModuleType) -> None:
                     walk(code)
 
 
-def call_sites(profiler: str, frames: UserFrames, active: bool = True) -> Any:
+# a call's frame -> (the module path, the user's line) of the FX node that made it, or None (`fx_graphs.FxNodes`)
+GraphNodes = Callable[[FrameType | None], "tuple[str | None, str | None] | None"]
+
+
+def call_sites(profiler: str, frames: UserFrames, active: bool = True, graph_nodes: GraphNodes | None = None) -> Any:
     """A TorchFunctionMode that wraps each torch call made from user code in a `site:` range while its `active` is
     true. Inside `torch.compile` it is traced away (Dynamo reads is_compiling() as True): a mode entered for a whole
     script, and switched on for its windows only, leaves the compiled graphs as they are without it, and Dynamo's
-    guard on the mode stack holds from warm-up to window (a mode entered for a window alone would recompile there)."""
+    guard on the mode stack holds from warm-up to window (a mode entered for a window alone would recompile there).
+    A call made by an FX GraphModule's code run eagerly (`graph_nodes` finds its node) is wrapped in a `module:`
+    range of the module its node came from too, and takes the node's line where the trace recorded one."""
     from torch.compiler import is_compiling
     from torch.overrides import TorchFunctionMode
 
@@ -186,14 +192,21 @@ def call_sites(profiler: str, frames: UserFrames, active: bool = True) -> Any:
             name = getattr(func, "__name__", "")
             # a profiler range opened by the call outlives it: a range around it would end that one instead
             skip = name in _METADATA or name == "__get__" or "record_function" in name
-            site = None if skip else frames.site(sys._getframe(1))
-            if site is None:
+            if skip:
                 return func(*args, **kwargs)
-            handle = open_range(SITE_RANGE_PREFIX + site)
+            caller = sys._getframe(1)
+            node = graph_nodes(caller) if graph_nodes is not None else None
+            module, site = node if node is not None else (None, None)
+            site = site or frames.site(caller)
+            if site is None and module is None:
+                return func(*args, **kwargs)
+            handles = [open_range(prefix + name) for prefix, name in ((MODULE_RANGE_PREFIX, module),
+                                                                       (SITE_RANGE_PREFIX, site)) if name]
             try:
                 return func(*args, **kwargs)
             finally:
-                close_range(handle)
+                for handle in reversed(handles):
+                    close_range(handle)
 
     return CallSites()
 
@@ -232,10 +245,12 @@ class ThreadCapture:
     recording; its later ranges fall outside the measured window. Opened for a whole script, so that a pool of
     worker threads started in its warm-up is seen, its threads' call sites are recorded while it is `active`."""
 
-    def __init__(self, profiler: str, record_shapes: bool, frames: UserFrames | None, active: bool = True) -> None:
+    def __init__(self, profiler: str, record_shapes: bool, frames: UserFrames | None, active: bool = True,
+                 graph_nodes: GraphNodes | None = None) -> None:
         self.profiler = profiler
         self.record_shapes = record_shapes
         self.frames = frames
+        self.graph_nodes = graph_nodes
         self._previous: Any = None
         self._active = active
         self._modes: list[Any] = []  # each thread's call-site mode
@@ -263,7 +278,7 @@ class ThreadCapture:
                 set(),
             )
         if self.frames is not None:
-            mode = call_sites(self.profiler, self.frames, active=self._active)
+            mode = call_sites(self.profiler, self.frames, active=self._active, graph_nodes=self.graph_nodes)
             self._modes.append(mode)
             mode.__enter__()  # the thread's own mode stack; ends with it
 

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from mcp_server.children.closures import around_closure
 from mcp_server.children.common import ContractError
-from mcp_server.children.compiling import root_module_name
 from mcp_server.children.contract import CLOSURE_RANGE, STEP_OF_PREFIX, UPDATE_RANGE
 from mcp_server.children.global_modules import GlobalModules
+from mcp_server.children.naming import root_module_name
 from mcp_server.children.sites import is_core
 
 

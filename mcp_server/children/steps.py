@@ -29,10 +29,11 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from mcp_server.children import global_modules, sites
+from mcp_server.children import fx_graphs, global_modules, sites
 from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import ScriptCompiles
 from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, WARMUP_PHASE
+from mcp_server.children.fx_graphs import FxNodes
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
@@ -81,10 +82,12 @@ class StepWindows:
         self._frames = UserFrames() if self.ranged else None
         modules.frames = self._frames
         # entered for the whole script, on during windows: a compiled frame sees one mode stack throughout
-        self.sites = call_sites(self.profiler, self._frames, active=False) if self._frames is not None else None
+        nodes = FxNodes(self._frames, modules.graph_node_path) if self._frames is not None else None
+        self.sites = call_sites(self.profiler, self._frames, active=False, graph_nodes=nodes) \
+            if self._frames is not None else None
         # every thread the script starts (a pool of workers started in the warm-up), its call sites on in windows
-        self.threads = ThreadCapture(self.profiler, True, self._frames, active=False) if self._frames is not None \
-            else None
+        self.threads = ThreadCapture(self.profiler, True, self._frames, active=False, graph_nodes=nodes) \
+            if self._frames is not None else None
 
     def shapes_unreadable(self) -> None:
         """A model was called with nested tensors: the windows, and the threads started from now on, record their
@@ -202,7 +205,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     windows = StepWindows(args, lock, modules, enter)
     roots = RootCalls(modules, windows)
     captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
-    compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early), own=(global_modules, sites))
+    compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early), own=(fx_graphs, global_modules, sites))
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
         source = OptimizerSteps(windows, modules)

@@ -10,6 +10,7 @@ from typing import Any
 
 from mcp_server.children.common import export_trace, refusal
 from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, RECORDINGS
+from mcp_server.children.fx_graphs import held_module
 from mcp_server.children.pinned import pinned_host_bytes
 
 SLEEP_CALIBRATION_CYCLES = 10_000_000
@@ -179,6 +180,7 @@ class ModuleRanges:
         self.profiler = profiler
         self.recording = RECORDINGS[profiler]
         self._open: list[Any] = []
+        self._model = model
         self._names = {id(module): MODULE_RANGE_PREFIX + (path or root) for path, module in model.named_modules()}
         self._handles = [register_module_forward_pre_hook(self._pre),
                          register_module_forward_hook(self._post, always_call=True)]
@@ -202,6 +204,15 @@ class ModuleRanges:
                 self._open.pop().__exit__(None, None, None)
         else:
             self._torch.cuda.nvtx.range_pop()
+
+    def graph_node_path(self, owner: Any, module_path: str, module_type: str) -> str | None:
+        """The path of the module an eagerly run GraphModule's node came from (`GlobalModules.graph_node_path`)."""
+        module, rest = held_module(owner, module_path)
+        name = self._names.get(id(module))
+        if name is None:
+            return None
+        path = name.removeprefix(MODULE_RANGE_PREFIX)
+        return path if not rest else rest if module is self._model else f"{path}.{rest}"
 
     def remove(self) -> None:
         """Remove every hook."""
