@@ -2,7 +2,8 @@
 
 The harness and PyTorch write three kinds of range names (seen in the nsys and ncu captures of torch 2.11):
 
-- `module:features.0.conv` — the harness's forward hook per `nn.Module` (eager mode);
+- `module:features.0.conv` — the harness's forward hook per `nn.Module` (eager mode); `node:blocks.0.attention`
+  around an operator an FX GraphModule's code calls, the module its node came from (a module to attribution);
 - `aten::addmm, seq = 3, op_id = 40, sizes = [[10], [2, 32], [32, 10], [], []], input_op_ids = [...]` —
   `torch.autograd.profiler.emit_nvtx(record_shapes=True)`; `seq` appears only when autograd records a
   sequence number, `sizes` only with record_shapes, one list per input (`[]` for scalars and non-tensors);
@@ -18,7 +19,7 @@ import re
 import sys
 from functools import lru_cache
 
-from mcp_server.children.contract import MODULE_RANGE_PREFIX, SITE_RANGE_PREFIX
+from mcp_server.children.contract import MODULE_RANGE_PREFIX, NODE_RANGE_PREFIX, SITE_RANGE_PREFIX
 from mcp_server.schema.records import Frame
 
 MODULE_PREFIX = MODULE_RANGE_PREFIX
@@ -111,6 +112,8 @@ def classify_text(text: str) -> tuple[str, str]:
     ranges share a few hundred of them."""
     if text.startswith(MODULE_PREFIX):
         return sys.intern(text[len(MODULE_PREFIX) :]), "module"
+    if text.startswith(NODE_RANGE_PREFIX):
+        return sys.intern(text[len(NODE_RANGE_PREFIX) :]), "module"
     if text.startswith(SITE_PREFIX):
         return sys.intern(text[len(SITE_PREFIX) :]), "site"
     name = sys.intern(range_name(text))
@@ -121,8 +124,8 @@ def classify_text(text: str) -> tuple[str, str]:
 def parse_range(text: str, start_ns: int | None = None, end_ns: int | None = None) -> Frame:
     """Classify one NVTX range name.
 
-    `module:<path>` gives kind 'module' named by the path; a namespaced PyTorch operator (`aten::addmm, ...`)
-    gives kind 'op' with the bare operator name and `input_shapes` from its `sizes` field; anything else,
+    `module:<path>` and `node:<path>` give kind 'module' named by the path; a namespaced PyTorch operator
+    (`aten::addmm, ...`) gives kind 'op' with the bare operator name and `input_shapes` from its `sizes` field; else,
     including `operator_profiler::measure`, gives kind 'annotation' named by the text before the first `, `
     (for a Triton launch range, the kernel name; its `sizes` are kept as `input_shapes` too).
     """

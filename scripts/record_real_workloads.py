@@ -206,8 +206,9 @@ CASES: dict[str, list[str]] = {
     "pinn_lbfgs": ["--script", str(WORKLOADS / "pinn_lbfgs.py"), "--steps", "1:2"],
     "threaded_serve": ["--script", str(WORKLOADS / "threaded_serve.py"), "--window-fn", "serve", "--steps", "1:1"],
     "jagged_encoder": ["--script", str(WORKLOADS / "jagged_encoder.py"), "--window-fn", "encode", "--steps", "2:2"],
-    "exported_serve": ["--script", str(WORKLOADS / "exported_serve.py"), "--window-fn", "serve", "--steps", "2:2"],
-    "vocoder_ema_train": ["--script", str(WORKLOADS / "vocoder_ema_train.py"), "--steps", "3:2"],
+    "exported_serve": ["--script", str(WORKLOADS / "exported_serve.py"), "--window-fn", "serve", "--steps", "2:2",
+                       "--", "--batches", "24"],
+    "vocoder_ema_train": ["--script", str(WORKLOADS / "vocoder_ema_train.py"), "--steps", "3:2", "--", "--epochs", "2"],
     "graph_breaks_compiled": [str(WORKLOADS / "graph_breaks.py"), "--compile-mode", "inductor"],
 }
 

@@ -131,6 +131,10 @@ WARMUP_PHASE = "warmup"  # the phase of the warm-up iterations (steps of a scrip
 # what the harness prints once, at the first DataLoader batch it leaves pageable (an ncu pass: children.pinned)
 PAGEABLE_LINE = "operator_profiler_harness: batches left pageable under ncu: "
 MODULE_RANGE_PREFIX = "module:"
+# `node:<path>`: around an operator an FX GraphModule's code calls eagerly (`torch.export`'s `.module()`), the module
+# its node came from. Attribution reads it as a module range; it is no call of that module (a shape-variant replay
+# counts `module:` ranges alone).
+NODE_RANGE_PREFIX = "node:"
 # `site:<path>:<line>`: the innermost frame of the user's code (outside torch, the standard library and
 # site-packages) that called a torch function: around every such call of the eager window.
 SITE_RANGE_PREFIX = "site:"

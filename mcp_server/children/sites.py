@@ -22,7 +22,7 @@ from pathlib import Path
 from types import CodeType, FrameType, ModuleType
 from typing import Any
 
-from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS, SITE_RANGE_PREFIX
+from mcp_server.children.contract import NODE_RANGE_PREFIX, RECORDINGS, SITE_RANGE_PREFIX
 
 # Torch functions that only read a tensor's metadata: they launch nothing, so they open no range. (A tensor's value
 # read by Python, `__bool__`, `__int__`, `__float__`, `__index__`, `__format__`, `__repr__`, copies it to the host
@@ -171,7 +171,7 @@ def call_sites(profiler: str, frames: UserFrames, active: bool = True, graph_nod
     true. Inside `torch.compile` it is traced away (Dynamo reads is_compiling() as True): a mode entered for a whole
     script, and switched on for its windows only, leaves the compiled graphs as they are without it, and Dynamo's
     guard on the mode stack holds from warm-up to window (a mode entered for a window alone would recompile there).
-    A call made by an FX GraphModule's code run eagerly (`graph_nodes` finds its node) is wrapped in a `module:`
+    A call made by an FX GraphModule's code run eagerly (`graph_nodes` finds its node) is wrapped in a `node:`
     range of the module its node came from too, and takes the node's line where the trace recorded one."""
     from torch.compiler import is_compiling
     from torch.overrides import TorchFunctionMode
@@ -200,7 +200,7 @@ def call_sites(profiler: str, frames: UserFrames, active: bool = True, graph_nod
             site = site or frames.site(caller)
             if site is None and module is None:
                 return func(*args, **kwargs)
-            handles = [open_range(prefix + name) for prefix, name in ((MODULE_RANGE_PREFIX, module),
+            handles = [open_range(prefix + name) for prefix, name in ((NODE_RANGE_PREFIX, module),
                                                                        (SITE_RANGE_PREFIX, site)) if name]
             try:
                 return func(*args, **kwargs)

@@ -19,7 +19,7 @@ from typing import Any, cast
 import yaml
 from pydantic import BaseModel, Field
 
-from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, SITE_RANGE_PREFIX
+from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, NODE_RANGE_PREFIX, SITE_RANGE_PREFIX
 from mcp_server.schema.records import CpuOp, Frame, RuntimeCall, TraceKernel
 from plugins.cuda_api import kind_of, synchronizing
 from plugins.nvtx_names import ANNOTATION_NAMESPACES, fsdp_unit, is_operator
@@ -59,9 +59,9 @@ def _generated_kernel() -> re.Pattern[str]:
 
 
 def classify(name: str) -> str:
-    """'module' for `module:<path>` ranges and FSDP2's unit ranges, 'op' for namespaced operators and Inductor's
-    generated CPU kernels, else 'annotation'."""
-    if name.startswith(MODULE_RANGE_PREFIX) or fsdp_unit(name) is not None:
+    """'module' for `module:<path>` and `node:<path>` ranges and FSDP2's unit ranges, 'op' for namespaced operators
+    and Inductor's generated CPU kernels, else 'annotation'."""
+    if name.startswith((MODULE_RANGE_PREFIX, NODE_RANGE_PREFIX)) or fsdp_unit(name) is not None:
         return "module"
     if name.startswith(SITE_RANGE_PREFIX):
         return "site"
@@ -98,7 +98,7 @@ def _frame(event: dict[str, Any]) -> Frame:
     start = _ns(event["ts"])
     generated = _generated_kernel().match(name)
     if kind == "module":
-        name = fsdp_unit(name) or name[len(MODULE_RANGE_PREFIX):]
+        name = fsdp_unit(name) or name.split(":", 1)[1]
     elif kind == "site":
         name = name[len(SITE_RANGE_PREFIX):]
     elif generated:
