@@ -9,12 +9,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 from conftest import REPO
 from torch import nn
 
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.graph_capture import _hookable
+from mcp_server.children.sites import UserFrames
 
 
 class Encoder(nn.Module):
@@ -60,9 +62,11 @@ def test_a_module_called_outside_any_model_is_its_own_root():
     assert seen == ["Sequential", "0"] and modules.roots == ["Sequential"]
 
 
-def test_a_second_model_whose_paths_another_holds_is_named_in_full():
+@pytest.mark.parametrize("told_user_code", [True, False])
+def test_a_second_model_whose_paths_another_holds_is_named_in_full(told_user_code):
     """Two models of one class (a speculative decoder's draft and target), or two with a module of the same name
-    (an ensemble's two `head`s): each module keeps a path of its own, the first model's as it was."""
+    (an ensemble's two `head`s): each module keeps a path of its own, the first model's as it was; a second model of
+    a class is named by the user's variable for it, and numbered without one."""
 
     class Tower(nn.Module):
         def __init__(self, width: int) -> None:
@@ -73,6 +77,7 @@ def test_a_second_model_whose_paths_another_holds_is_named_in_full():
             return self.head(self.trunk(x))
 
     modules = GlobalModules("none")
+    modules.frames = UserFrames() if told_user_code else None
     seen: list[str] = []
     modules.listeners.append(lambda module, path, started, args: started and seen.append(path))
     target, draft, other, loss = Tower(4), Tower(2), nn.Sequential(nn.Linear(2, 2)), nn.MSELoss()
@@ -83,10 +88,12 @@ def test_a_second_model_whose_paths_another_holds_is_named_in_full():
             loss(model(x), x)
     finally:
         modules.remove()
-    assert seen == ["Tower", "trunk", "head", "MSELoss", "Tower[1]", "Tower[1].trunk", "Tower[1].head", "MSELoss",
+    # the second Tower is named by the variable first bound to it here (`draft`, not the loop's `model`)
+    second = "draft" if told_user_code else "Tower[1]"
+    assert seen == ["Tower", "trunk", "head", "MSELoss", second, f"{second}.trunk", f"{second}.head", "MSELoss",
                     "Sequential", "0", "MSELoss", "Tower", "trunk", "head", "MSELoss"]
-    assert modules.roots == ["Tower", "MSELoss", "Tower[1]", "Sequential"]
-    assert modules.modules()["Tower[1].head"] == "Linear"
+    assert modules.roots == ["Tower", "MSELoss", second, "Sequential"]
+    assert modules.modules()[f"{second}.head"] == "Linear"
 
 
 def _no_recompile(model: nn.Module, fn) -> torch.Tensor:

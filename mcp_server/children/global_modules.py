@@ -147,19 +147,22 @@ class GlobalModules:
         # is named in full, from its class name (numbered when another root has it: `Decoder[1].blocks.0`)
         prefixed = bool(stack) or any((p or root) in self._classes for p, _ in members)
         if not stack and prefixed:
-            root = _distinct(root, self._classes)
+            # a second model of a class another holds is named by the script's variable for it (`student`), where
+            # a frame of the user's code has one; else numbered
+            named = _variable_name(module, self.frames) if root in self._classes else None
+            root = _distinct(named or root, self._classes)
         paths = self._paths[key] = {key: root}
         traced = traced_classes(module)  # an exported program holds its model's hierarchy as bare containers
         for p, m in members:
             paths[id(m)] = (f"{root}.{p}" if prefixed and p else p) or root
             self._classes[paths[id(m)]] = traced.get(p) or root_module_name(m)
+            if not stack:
+                for param in m.parameters(recurse=False):
+                    self._param_paths.setdefault(id(param), (root, paths[id(m)]))
         for p, name in traced.items():  # modules the program keeps no container for (`graph_node_path`)
             self._classes.setdefault(f"{root}.{p}" if prefixed else p, name)
         if prefixed:
             self._prefixed.add(root)
-            if not stack:
-                for param in m.parameters(recurse=False):
-                    self._param_paths.setdefault(id(param), (root, paths[id(m)]))
         if not stack:
             self.roots.append(root)
             if type(module).__name__ == SCRIPTED:
@@ -233,6 +236,29 @@ class GlobalModules:
                 self.close_range(handle)
         for listener in self.listeners:
             listener(module, path, False, ())
+
+
+def _variable_name(module: Any, frames: UserFrames | None) -> str | None:
+    """The name the innermost frame of the user's code that holds `module` gives it: a local or global variable (the
+    first bound to it, in the order the code names them), else an attribute of that frame's `self`; None without
+    one (or without `frames` to tell the user's code)."""
+    if frames is None:
+        return None
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frames.is_user(frame.f_code):
+            for name, value in {**frame.f_globals, **frame.f_locals}.items():
+                if value is module and name.isidentifier() and not name.startswith("_"):
+                    return name
+            owner = frame.f_locals.get("self")
+            for name, value in (vars(owner).items() if hasattr(owner, "__dict__") else ()):
+                if value is module and not name.startswith("_"):
+                    return name
+            for name, value in (getattr(owner, "_modules", None) or {}).items():
+                if value is module:
+                    return name
+        frame = frame.f_back
+    return None
 
 
 def _distinct(name: str, taken: dict[str, str]) -> str:

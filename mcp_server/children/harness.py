@@ -101,6 +101,7 @@ from mcp_server.children.recipe import RecordingRecipe
 from mcp_server.children.script import run_script
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
 from mcp_server.children.steps import run_steps
+from mcp_server.children.triton_sites import TritonLaunchSites
 from mcp_server.children.window import (
     NESTED_SHAPES_WARNING,
     KernelTrace,
@@ -282,6 +283,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
                     nodes = FxNodes(frames, hooks.graph_node_path) if hooks is not None else None
                     traced.enter_context(ThreadCapture(args.profiler, shapes, frames, graph_nodes=nodes))
                     traced.enter_context(call_sites(args.profiler, frames, graph_nodes=nodes))
+                    traced.enter_context(TritonLaunchSites(args.profiler, frames))
                 for _ in range(args.iters):
                     replay() if callable(replay) else step()
             timed.append({"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns})

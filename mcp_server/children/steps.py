@@ -29,7 +29,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from mcp_server.children import fx_graphs, global_modules, sites
+from mcp_server.children import fx_graphs, global_modules, sites, triton_sites
 from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import ScriptCompiles
 from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, WARMUP_PHASE
@@ -39,6 +39,7 @@ from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
 from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
 from mcp_server.children.step_sources import BackwardSteps, NamedSteps, OptimizerSteps
+from mcp_server.children.triton_sites import TritonLaunchSites
 from mcp_server.children.window import NESTED_SHAPES_WARNING, KernelTrace, MeasuredWindow, has_nested
 
 TRACED_WINDOWS = 2  # the timing pass's windows run again under the kernel trace (as the contract's)
@@ -88,6 +89,8 @@ class StepWindows:
         # every thread the script starts (a pool of workers started in the warm-up), its call sites on in windows
         self.threads = ThreadCapture(self.profiler, True, self._frames, active=False, graph_nodes=nodes) \
             if self._frames is not None else None
+        # the Triton kernels the script launches itself, at their lines: hooked while a window is open
+        self.launches = TritonLaunchSites(self.profiler, self._frames) if self._frames is not None else None
 
     def shapes_unreadable(self) -> None:
         """A model was called with nested tensors: the windows, and the threads started from now on, record their
@@ -157,6 +160,8 @@ class StepWindows:
         window.__enter__()
         if self.sites is not None and self.threads is not None:
             self.sites.active = self.threads.active = True
+        if self.launches is not None:
+            self.launches.__enter__()
         self.modules.ranging = self.ranged
         self.modules.start_counting()
         self._open = window
@@ -169,6 +174,8 @@ class StepWindows:
         self.modules.stop_counting()
         if self.sites is not None and self.threads is not None:
             self.sites.active = self.threads.active = False
+        if self.launches is not None:
+            self.launches.__exit__()
         window.__exit__(None, None, None)
         if not keep:
             return
@@ -205,7 +212,8 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     windows = StepWindows(args, lock, modules, enter)
     roots = RootCalls(modules, windows)
     captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
-    compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early), own=(fx_graphs, global_modules, sites))
+    compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early),
+                              own=(fx_graphs, global_modules, sites, triton_sites))
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
         source = OptimizerSteps(windows, modules)
