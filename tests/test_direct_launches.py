@@ -3,13 +3,15 @@
 `h200_triton_norm_train.tar.xz`: scripts/gpu_workloads/triton_norm_train.py as it is (`run --script`: a Llama-style
 language model whose RMSNorm is two `@triton.jit` kernels launched by a `torch.autograd.Function`, trained with
 AdamW), recorded by `scripts/record_real_workloads.py --cases triton_norm_train` on an H200 on 2026-11-30 (its nsys
-and timing passes). No aten operator encloses those launches: its 18 kernels were left unattributed (99.52 % of the
-kernel time attributed), and the seed gradient `loss.backward()` makes (`torch.ones_like(loss)`) was forward work.
+and timing passes), recorded again once Triton's launch hooks named each launch's line. No aten operator encloses
+those launches: its 18 kernels were left unattributed (99.52 % of the kernel time attributed), then had no line, and
+the seed gradient `loss.backward()` makes (`torch.ones_like(loss)`) was forward work.
 """
 
 from __future__ import annotations
 
 import pytest
+from conftest import REPO
 from fixtures_util import extract_fixture
 
 from mcp_server.assemble.attribute import DIRECT_DETAIL
@@ -34,6 +36,17 @@ def test_a_triton_kernel_launched_in_a_module_is_a_call_of_its_own_there(profile
     assert all(len(op.kernels) == 1 and op.kernels[0].kernel_name == "_rms_forward" for op in forward)
     assert {(k.attribution.method.value, k.attribution.confidence.value, k.attribution.detail)
             for op in forward for k in op.kernels} == {("nvtx_enclosure", "medium", DIRECT_DETAIL)}
+
+
+def test_each_launch_takes_the_line_that_launched_it(profile: OperatorAttributedProfile) -> None:
+    script = REPO / "scripts" / "gpu_workloads" / "triton_norm_train.py"
+    lines = script.read_text().splitlines()
+    for kernel, text in (("_rms_forward", "_rms_forward[("), ("_rms_backward", "_rms_backward[(")):
+        number = next(i for i, line in enumerate(lines, 1) if text in line)
+        sites = {op.call_site.rsplit("/", 1)[-1] for op in profile.operators if op.operator_name == kernel
+                 and op.call_site}
+        assert sites == {f"{script.name}:{number}"}, kernel
+        assert sum(1 for op in profile.operators if op.operator_name == kernel) == len(NORMS)
 
 
 def test_its_backward_kernel_takes_the_node_and_module_it_differentiates(profile: OperatorAttributedProfile) -> None:
