@@ -210,6 +210,7 @@ CASES: dict[str, list[str]] = {
                        "--", "--batches", "24"],
     "vocoder_ema_train": ["--script", str(WORKLOADS / "vocoder_ema_train.py"), "--steps", "3:2", "--", "--epochs", "2"],
     "graph_breaks_compiled": [str(WORKLOADS / "graph_breaks.py"), "--compile-mode", "inductor"],
+    "two_gpu_pipeline": ["--script", str(WORKLOADS / "two_gpu_pipeline.py"), "--steps", "3:1"],
 }
 
 
@@ -370,6 +371,21 @@ def program_checks(profile: OperatorAttributedProfile, row: dict[str, Any], call
     row["module_paths"] = sorted({op.module_path for op in profile.operators if op.kernels and op.module_path})[:40]
 
 
+def device_checks(profile: OperatorAttributedProfile, row: dict[str, Any]) -> None:
+    """A model split across GPUs: each device's kernels and kernel time, and its peer copies."""
+    kernels: dict[str, list[int]] = {}
+    for op in profile.operators:
+        for k in op.kernels:
+            found = kernels.setdefault(str(k.device_id), [0, 0])
+            found[0] += 1
+            found[1] += k.duration_ns
+    row["kernels_by_device"] = kernels
+    row["peer_copies"] = sum(1 for e in profile.runtime_events or [] if e.kind == "memcpy"
+                             and "peer" in str(e.copy_kind).lower())
+    row["device_count"] = profile.capture_metadata.device_count if hasattr(profile.capture_metadata,
+                                                                          "device_count") else None
+
+
 def compare_lstm(run_dir: Path, row: dict[str, Any]) -> None:
     """The graph-capture target: the optimized profile pairs with the committed baseline's."""
     out = run_dir / "compare"
@@ -434,7 +450,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train",
                   "prefetch_lm_train", "triton_norm_train", "wgan_gp_train", "cpu_offload_train", "lbfgs_pinn_small",
-                  "exported_serve"}
+                  "exported_serve", "two_gpu_pipeline"}
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
                     "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
@@ -506,6 +522,9 @@ TARGETS = {
     # the moving average of the weights (`_foreach_lerp_` after the step) and the clipping are the update's
     "vocoder_ema_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("forward_foreach") == 0
     and r.get("update_in_forward") == 0 and r.get("forward_seeds") == 0,
+    # both halves' kernels on their own GPUs, every kernel attributed, the update the optimizer's on both
+    "two_gpu_pipeline": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95
+    and len(r.get("kernels_by_device") or {}) == 2 and r.get("forward_seeds") == 0,
     "graph_breaks_compiled": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
     "prefetch_lm_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and len(r.get("recomputed_sites", [])) >= 3
     and r.get("recomputed_without_site") == 0,
@@ -555,12 +574,14 @@ def main() -> None:
                 compare_lstm(args.work / name, row)
             if name == "prefetch_lm_train":
                 recomputed_sites(profile, row)
+            if name == "two_gpu_pipeline":
+                device_checks(profile, row)
             if name == "exported_serve":
                 serve = WORKLOADS / "exported_serve.py"
                 program_checks(profile, row, f"{serve.name}:{_line_of(serve, 'program(requests)')}")
             if name in ("triton_norm_train", "per_sample_grads", "gan_train", "wgan_gp_train", "mbconv_train",
                         "ppo_train", "recsys_sparse_train", "cpu_offload_train", "pinn_lbfgs", "lbfgs_pinn_small",
-                        "vocoder_ema_train", *UPDATE_CASES):
+                        "vocoder_ema_train", "two_gpu_pipeline", *UPDATE_CASES):
                 phase_checks(profile, row)
             row["fixture"] = str(pack_profile(args.work / name, args.out, args.gpu) if name in PROFILE_FIXTURES
                                  else pack(args.work / name, args.out, args.gpu, counters=name not in SMALL_FIXTURES))

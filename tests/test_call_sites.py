@@ -4,15 +4,17 @@ standard library's or this package's. Real frames and FX stack traces, no GPU.""
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
 import sysconfig
 import threading
+from pathlib import Path
 
 import torch
 
 from mcp_server.children.naming import user_site
-from mcp_server.children.sites import UserFrames, is_core, library_roots
+from mcp_server.children.sites import ThreadCapture, UserFrames, is_core, library_roots
 
 LIBRARY = os.path.join(sysconfig.get_paths()["purelib"], "somelib", "modeling.py")  # a third-party model's file
 SOURCE = """
@@ -67,3 +69,39 @@ def test_an_fx_nodes_stack_trace_falls_back_to_the_library_line_too():
     assert user_site(with_user, library_roots()) == f"{__file__}:3"
     assert user_site(f'  File "{torch_file}", line 125, in forward\n', library_roots()) is None
 
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad  # the custom backward's own line
+
+
+def test_a_custom_functions_backward_on_a_thread_without_the_mode_takes_its_line():
+    """A GPU's backward runs on autograd's device thread, a C++ thread with the profiler's state but no torch function
+    mode; here a thread started without `threading` stands for it (a CPU's backward runs on the caller's thread)."""
+    from torch.autograd.profiler import _ExperimentalConfig
+
+    config = _ExperimentalConfig(profile_all_threads=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], experimental_config=config) as prof, \
+            ThreadCapture("torch", True, UserFrames()):
+        x = torch.ones(3, requires_grad=True)
+        y = _Square.apply(x).sum()
+        done = threading.Event()
+
+        def run():
+            y.backward()
+            done.set()
+
+        _thread.start_new_thread(run, ())
+        assert done.wait(30)
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if "the custom backward's own line" in text)
+    assert [e.name for e in prof.events() if e.name.startswith("site:")] == [f"site:{__file__}:{line}"] * 2
+    assert torch.autograd.function.BackwardCFunction.apply.__module__ == "torch.autograd.function"  # restored

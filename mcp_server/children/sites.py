@@ -243,7 +243,10 @@ class ThreadCapture:
     """While open, every thread started through `threading` records its operators (NVTX, as `emit_nvtx` does on
     the opening thread) and its call sites before its first line runs. A thread that outlives the window keeps
     recording; its later ranges fall outside the measured window. Opened for a whole script, so that a pool of
-    worker threads started in its warm-up is seen, its threads' call sites are recorded while it is `active`."""
+    worker threads started in its warm-up is seen, its threads' call sites are recorded while it is `active`.
+    Autograd's device threads (C++ threads: a GPU's backward runs there) inherit the profiler's state but no
+    torch function mode: the user's code autograd runs there, a custom `autograd.Function`'s backward (reentrant
+    checkpointing's recomputation among them), runs under a call-site mode of that thread's own."""
 
     def __init__(self, profiler: str, record_shapes: bool, frames: UserFrames | None, active: bool = True,
                  graph_nodes: GraphNodes | None = None) -> None:
@@ -254,6 +257,8 @@ class ThreadCapture:
         self._previous: Any = None
         self._active = active
         self._modes: list[Any] = []  # each thread's call-site mode
+        self._local = threading.local()  # an autograd thread's mode
+        self._apply: Any = None  # `BackwardCFunction.apply` as it was
 
     @property
     def active(self) -> bool:
@@ -282,10 +287,41 @@ class ThreadCapture:
             self._modes.append(mode)
             mode.__enter__()  # the thread's own mode stack; ends with it
 
+    def _thread_mode(self) -> Any:
+        """This thread's call-site mode when none is on its mode stack (an autograd thread's), else None."""
+        from torch.overrides import _get_current_function_mode_stack
+
+        if self.frames is None or any(getattr(m, "call_site_mode", False) for m in _get_current_function_mode_stack()):
+            return None
+        mode = getattr(self._local, "mode", None)
+        if mode is None:
+            mode = self._local.mode = call_sites(self.profiler, self.frames, active=self._active,
+                                                 graph_nodes=self.graph_nodes)
+            self._modes.append(mode)
+        return mode
+
     def __enter__(self) -> ThreadCapture:
+        from torch.autograd.function import BackwardCFunction
+
         self._previous = threading.getprofile()
         threading.setprofile(self._start_thread)
+        original = self._apply = BackwardCFunction.apply
+        capture = self
+
+        def apply(node: Any, *args: Any) -> Any:  # autograd's engine looks `apply` up on each node it runs
+            mode = capture._thread_mode()
+            if mode is None:
+                return original(node, *args)
+            with mode:
+                return original(node, *args)
+
+        BackwardCFunction.apply = apply
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from torch.autograd.function import BackwardCFunction
+
         threading.setprofile(self._previous)
+        if self._apply is not None:
+            BackwardCFunction.apply = self._apply
+            self._apply = None
