@@ -211,6 +211,8 @@ CASES: dict[str, list[str]] = {
     "vocoder_ema_train": ["--script", str(WORKLOADS / "vocoder_ema_train.py"), "--steps", "3:2", "--", "--epochs", "2"],
     "graph_breaks_compiled": [str(WORKLOADS / "graph_breaks.py"), "--compile-mode", "inductor"],
     "two_gpu_pipeline": ["--script", str(WORKLOADS / "two_gpu_pipeline.py"), "--steps", "3:1"],
+    "reentrant_checkpoint_small": ["--script", str(REPO / "tests" / "scripts" / "checkpoint_train.py"), "--",
+                                   "--reentrant", "--steps", "30"],
 }
 
 
@@ -450,7 +452,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train",
                   "prefetch_lm_train", "triton_norm_train", "wgan_gp_train", "cpu_offload_train", "lbfgs_pinn_small",
-                  "exported_serve", "two_gpu_pipeline"}
+                  "exported_serve", "two_gpu_pipeline", "reentrant_checkpoint_small"}
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
                     "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
@@ -525,6 +527,9 @@ TARGETS = {
     # both halves' kernels on their own GPUs, every kernel attributed, the update the optimizer's on both
     "two_gpu_pipeline": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95
     and len(r.get("kernels_by_device") or {}) == 2 and r.get("forward_seeds") == 0,
+    # the blocks' forward run again by the checkpoint's node on autograd's device thread, at the blocks' lines
+    "reentrant_checkpoint_small": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("recomputed_calls", 0) > 0
+    and r.get("recomputed_without_site") == 0,
     "graph_breaks_compiled": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
     "prefetch_lm_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and len(r.get("recomputed_sites", [])) >= 3
     and r.get("recomputed_without_site") == 0,
@@ -572,7 +577,7 @@ def main() -> None:
             copy_checks(profile, row)
             if name == "lstm_graphs":
                 compare_lstm(args.work / name, row)
-            if name == "prefetch_lm_train":
+            if name in ("prefetch_lm_train", "reentrant_checkpoint_small"):
                 recomputed_sites(profile, row)
             if name == "two_gpu_pipeline":
                 device_checks(profile, row)
