@@ -376,14 +376,15 @@ def test_a_script_pass_beside_the_first_compiling_one_waits_for_its_tuned_kernel
 
 def test_a_custom_autograd_functions_backward_differentiates_its_forward_call(tmp_path):
     """Its node takes the number an index op of the batch carried before it (that op created no node): the backward
-    is the Function's (`Square`), not the index op's, whose range carried the number last before. `Function.apply`
-    opens no call-site range of its own, so the work keeps the line of the backward() call that ran it."""
+    is the Function's (`Square`), not the index op's, whose range carried the number last before. Autograd runs the
+    Function's backward with no torch function mode of the caller's: the call-site mode is entered around it, so
+    its work takes the backward's own line, not the index op's or the backward() call's."""
     out = tmp_path / "run"
     proc = run_cli("profile", "--script", str(CUSTOM_FUNCTION), "-o", str(out), "-q")
     assert proc.returncode == 0, proc.stderr
     backward = [op for op in load_profile(out / "profile.json").operators if op.autograd_node == "SquareBackward"]
     assert backward and {op.forward_op for op in backward} == {"Square"}
-    assert {op.call_site for op in backward} == {_line(CUSTOM_FUNCTION, "loss.backward()")}  # not the index op's
+    assert {op.call_site for op in backward} == {_line(CUSTOM_FUNCTION, "return 2 * x * grad")}
 
 
 def test_a_window_the_script_ends_inside_is_dropped_not_kept_short(tmp_path):
