@@ -3,7 +3,8 @@
 `h200_triton_norm_train.tar.xz`: scripts/gpu_workloads/triton_norm_train.py as it is (`run --script`: a Llama-style
 language model whose RMSNorm is two `@triton.jit` kernels launched by a `torch.autograd.Function`, trained with
 AdamW), recorded by `scripts/record_real_workloads.py --cases triton_norm_train` on an H200 on 2026-11-30 (its nsys
-and timing passes), recorded again once Triton's launch hooks named each launch's line. No aten operator encloses
+and timing passes), recorded again once Triton's launch hooks named each launch's line, and the torch calls of the
+Function's backward theirs. No aten operator encloses
 those launches: its 18 kernels were left unattributed (99.52 % of the kernel time attributed), then had no line, and
 the seed gradient `loss.backward()` makes (`torch.ones_like(loss)`) was forward work.
 """
@@ -58,6 +59,11 @@ def test_its_backward_kernel_takes_the_node_and_module_it_differentiates(profile
     sums = [op for op in profile.operators if op.autograd_node == "TritonRMSNormBackward"
             and op.operator_name == "aten::sum"]
     assert [op.module_path for op in sums] == NORMS[::-1]
+    # called by the Function's backward on autograd's device thread: its line (recorded once a call-site mode was
+    # entered around such a backward there)
+    script = REPO / "scripts" / "gpu_workloads" / "triton_norm_train.py"
+    number = next(i for i, line in enumerate(script.read_text().splitlines(), 1) if "dw_part.sum(0)" in line)
+    assert {(op.call_site or "").rsplit("/", 1)[-1] for op in sums} == {f"{script.name}:{number}"}
 
 
 def test_the_seed_gradient_of_the_loss_is_backward_work(profile: OperatorAttributedProfile) -> None:

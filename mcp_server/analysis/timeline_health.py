@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.assemble.aggregate import busy_time_ns
-from mcp_server.schema.analysis import Finding, Gap, OperatorKernelCount, StreamUsage, TimelineHealth
+from mcp_server.schema.analysis import (
+    DeviceUsage,
+    Finding,
+    Gap,
+    OperatorKernelCount,
+    StreamUsage,
+    TimelineHealth,
+)
 from mcp_server.schema.profile import KernelRecord, OperatorAttributedProfile, OperatorRecord
 
 INSTRUMENTATION_NOTE = (
@@ -235,17 +242,43 @@ def _head_as_remainder(gaps: list[Gap], idle_ns: int) -> list[Gap]:
 
 
 def _streams(placed: list[Placed]) -> tuple[list[StreamUsage], int]:
-    groups: dict[int | None, list[Placed]] = {}
+    groups: dict[tuple[int | None, int | None], list[Placed]] = {}
     for p in placed:
-        groups.setdefault(p.kernel.stream_id, []).append(p)
+        groups.setdefault((p.kernel.device_id, p.kernel.stream_id), []).append(p)
     usage = [
-        StreamUsage(stream_id=sid, kernel_count=len(ps),
+        StreamUsage(stream_id=sid, device_id=device, kernel_count=len(ps),
                     busy_ns=busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in ps]))
-        for sid, ps in sorted(groups.items(), key=lambda item: -len(item[1]))
+        for (device, sid), ps in sorted(groups.items(), key=lambda item: -len(item[1]))
     ]
     union = busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in placed])
     overlap = sum(u.busy_ns for u in usage) - union if len(usage) > 1 else 0
     return usage, max(0, overlap)
+
+
+def _devices(placed: list[Placed], window_ns: int) -> tuple[list[DeviceUsage], int, str | None]:
+    """Each GPU's kernels and busy time when there are several, the time they were busy at once, and a note that
+    says how they shared the window (none for one GPU)."""
+    groups: dict[int | None, list[Placed]] = {}
+    for p in placed:
+        groups.setdefault(p.kernel.device_id, []).append(p)
+    if len(groups) < 2:
+        return [], 0, None
+    devices = [DeviceUsage(device_id=device, kernel_count=len(ps),
+                           busy_ns=(busy := busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in ps])),
+                           utilization_pct=min(100.0, 100.0 * busy / window_ns) if window_ns else 0.0)
+               for device, ps in sorted(groups.items(), key=lambda item: (item[0] is None, item[0] or 0))]
+    union = busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in placed])
+    overlap = max(0, sum(d.busy_ns for d in devices) - union)
+    shares = ", ".join(f"GPU {d.device_id} {d.busy_ns / 1e6:.3f} ms ({d.utilization_pct:.0f} %)" for d in devices)
+    note = (f"{len(devices)} GPUs ran the window's kernels: busy {shares} of the window (kernel times from the "
+            f"profiled timeline over the window), at once for {overlap / 1e6:.3f} ms; utilisation above is of the "
+            "union of all of them")
+    least = min(d.busy_ns for d in devices)
+    if overlap < rule("timeline", "devices_turn_overlap") * least:
+        note += (": the GPUs take turns, each idle while another works (a model split across them runs one stage "
+                 "at a time); micro-batches through the stages (torch.distributed.pipelining) or data parallelism "
+                 "(DDP, FSDP) keep them busy at once")
+    return devices, overlap, note
 
 
 def _per_operator(profile: OperatorAttributedProfile) -> list[OperatorKernelCount]:
@@ -284,6 +317,7 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
         by_cause[gap.cause] = by_cause.get(gap.cause, 0) + gap.duration_ns
     inner = [g.duration_ns for g in gaps if g.cause not in ("head", "tail")]
     streams, overlap = _streams(placed)
+    devices, device_overlap, devices_note = _devices(placed, window_ns)
     notes = []
     if placed and profiled is None:
         notes.append(INSTRUMENTATION_NOTE.format(tool=profile.capture_metadata.tool))
@@ -300,6 +334,8 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
                      "waiting for a peer the trace slowed, for one); utilisation is capped at 100 %")
     elif busy > window_ns:
         notes.append("kernels run beyond the window's length: the window is shorter than their union")
+    if devices_note:
+        notes.append(devices_note)
     return TimelineHealth(
         window_ns=window_ns, window_source=window_source, wall_time_ns=profile.window.wall_time_ns, gpu_busy_ns=busy,
         gpu_utilization_pct=min(100.0, 100.0 * busy / window_ns) if window_ns else 0.0,
@@ -311,7 +347,8 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
         mean_gap_ns=statistics.fmean(inner) if inner else None, idle_by_cause_ns=by_cause,
         host_compute_ns=min(max(0, window_ns - busy), profile.window.host_compute_ns or 0),
         largest_gaps=sorted(gaps, key=lambda g: -g.duration_ns)[: int(rule("timeline", "largest_gaps"))],
-        streams=streams, multi_stream_overlap_ns=overlap, kernels_per_operator=_per_operator(profile), notes=notes,
+        streams=streams, multi_stream_overlap_ns=overlap, devices=devices, device_overlap_ns=device_overlap,
+        kernels_per_operator=_per_operator(profile), notes=notes,
         unprofiled=profiled is not None, profiled_window_ns=profiled.window_ns if profiled else None,
         window_range_ns=profile.window.unprofiled_wall_time_range_ns if profiled is not None else None,
         profiled_gpu_utilization_pct=profiled.gpu_utilization_pct if profiled else None,

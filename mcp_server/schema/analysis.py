@@ -181,6 +181,17 @@ class StreamUsage(_Model):
     stream_id: int | None
     kernel_count: int
     busy_ns: int
+    device_id: int | None = Field(default=None, description="The GPU the stream belongs to.")
+
+
+class DeviceUsage(_Model):
+    """One GPU of a window whose kernels ran on several (a model split across the GPUs of one process)."""
+
+    device_id: int | None
+    kernel_count: int
+    busy_ns: int = Field(description="Union of its kernels on the profiled timeline, ns (nsys' kernel times).")
+    utilization_pct: float = Field(description="busy_ns over the window (the unprofiled one when measured), 0-100: "
+                                   "an estimate when the window was timed without the profiler.")
 
 
 class OperatorKernelCount(_Model):
@@ -229,6 +240,10 @@ class TimelineHealth(_Model):
     largest_gaps: list[Gap] = Field(default_factory=list)
     streams: list[StreamUsage] = Field(default_factory=list)
     multi_stream_overlap_ns: int = 0
+    devices: list[DeviceUsage] = Field(default_factory=list, description="Each GPU's share, when kernels ran on "
+                                       "more than one.")
+    device_overlap_ns: int = Field(default=0, description="Time the GPUs were busy at once: the sum of their busy "
+                                   "times less their union, ns.")
     kernels_per_operator: list[OperatorKernelCount] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
