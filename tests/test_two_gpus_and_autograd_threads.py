@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO
 from fixtures_util import extract_fixture
 
-from mcp_server.analysis import analyze_profile
+from mcp_server.analysis import analyze_profile, format_summary
 from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from mcp_server.schema.profile import OperatorAttributedProfile
@@ -57,12 +57,14 @@ def test_the_activations_crossing_between_the_gpus_are_named_copies(pipeline: Op
 
 
 def test_the_timeline_says_the_gpus_take_turns(pipeline: OperatorAttributedProfile, tmp_path: Path) -> None:
-    timeline = analyze_profile(pipeline, out_dir=tmp_path, measure=False).timeline
+    analysis = analyze_profile(pipeline, out_dir=tmp_path, measure=False)
+    timeline = analysis.timeline
     assert timeline is not None
     assert [(d.device_id, d.kernel_count) for d in timeline.devices] == [(0, 286), (1, 282)]
     assert {s.device_id for s in timeline.streams} == {0, 1}
     assert timeline.device_overlap_ns < 0.1 * min(d.busy_ns for d in timeline.devices)
     assert any("the GPUs take turns" in note for note in timeline.notes)
+    assert "GPUs: 0 busy 6.224 ms = 28.5 %, 1 busy 8.967 ms = 41.1 %" in format_summary(analysis)
 
 
 def test_reentrant_checkpointings_recomputation_on_autograds_thread_takes_the_blocks_lines(

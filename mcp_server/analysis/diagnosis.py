@@ -253,6 +253,10 @@ def format_summary(analysis: Analysis) -> str:
         lines.append(f"window: {_us(t.window_ns)} ({t.window_source}); GPU busy {_us(t.gpu_busy_ns)} = "
                      f"{t.gpu_utilization_pct:.1f} %; {t.kernel_count} kernels, mean {_us(t.mean_kernel_ns)}, "
                      f"{t.tiny_kernel_count} shorter than {_us(rule('launch', 'tiny_kernel_ns'))}")
+        if t.devices:  # the busy time above is the union of several GPUs'
+            lines.append("GPUs: " + ", ".join(f"{d.device_id} busy {_us(d.busy_ns)} = {d.utilization_pct:.1f} %"
+                                              for d in t.devices)
+                         + f"; busy at once {_us(t.device_overlap_ns)} (kernel times over the window: an estimate)")
     rows = [["stage (module / operator)", "time", "share", "TC %", "DRAM %", "occ %", "bottleneck", "key issue"]]
     for s in analysis.stages[:SUMMARY_STAGES]:
         rows.append([_clip(s.label, 34), _us(s.duration_ns), f"{s.share_of_kernel_time_pct:.1f} %",
