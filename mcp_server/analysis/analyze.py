@@ -303,7 +303,8 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
         device=spec, diagnosis=diagnose(health, kernels, operators, counters), timeline=health,
         stages=stage_rows(operators, kernels), operators=operators, kernels=kernels, findings=findings,
         opportunities=opportunities, syncs=points, notes=notes + profile.warnings[:5],
-        speed_of_light=speed_of_light(kernels, spec, window_ns, source, work_kernels(placed)),
+        speed_of_light=speed_of_light(kernels, spec, window_ns, source, work_kernels(placed),
+                                      {p.kernel.kernel_id: p.kernel.device_id for p in placed}),
     )
     _with_ranks(analysis, profile, ranks)
     _write_outputs(analysis, placed, out_dir)

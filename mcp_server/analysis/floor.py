@@ -17,7 +17,7 @@ clocks: the floors are estimates.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from mcp_server.analysis.devices import precision_key
 from mcp_server.analysis.rules import rule
@@ -59,34 +59,41 @@ def _bounds(kernel: KernelAnalysis, device: DeviceSpec) -> tuple[float, float, f
 
 
 def speed_of_light(kernels: list[KernelAnalysis], device: DeviceSpec | None, window_ns: int, window_source: str,
-                   work_kernels: Collection[int] = ()) -> SpeedOfLight | None:
+                   work_kernels: Collection[int] = (), devices: Mapping[int, int | None] | None = None,
+                   ) -> SpeedOfLight | None:
     """The window's floors and its distance from them (None without device peaks or kernels). `work_kernels`
-    are the GEMM, convolution, attention and opaque ops' kernels: the only ones the plausibility floor keeps."""
+    are the GEMM, convolution, attention and opaque ops' kernels: the only ones the plausibility floor keeps.
+    `devices` (kernel id -> GPU): kernels on several GPUs could run at once, so each floor is the busiest GPU's."""
     if device is None or not kernels or window_ns <= 0 or not device.dram_bandwidth_bytes_per_s:
         return None
     launch_ns = rule("estimates", "launch_floor_ns")
-    floor = reduced_floor = plausible = 0.0
+    per: dict[int | None, list[float]] = {}  # GPU -> [floor, reduced floor, plausible floor], launches included
     bounded = 0
     for kernel in kernels:
+        sums = per.setdefault((devices or {}).get(kernel.kernel_id), [0.0, 0.0, 0.0])
+        sums[0] += launch_ns
+        sums[1] += launch_ns
         bounds = _bounds(kernel, device)
         if bounds is None:
-            floor += kernel.duration_ns
-            reduced_floor += kernel.duration_ns
+            sums[0] += kernel.duration_ns
+            sums[1] += kernel.duration_ns
             continue
         bounded += 1
-        floor += bounds[0] * 1e9
-        reduced_floor += bounds[1] * 1e9
+        sums[0] += bounds[0] * 1e9
+        sums[1] += bounds[1] * 1e9
         if kernel.kernel_id in work_kernels:
-            plausible += bounds[2] * 1e9 + launch_ns
-    launches = len(kernels) * launch_ns
-    floor_ns, reduced_ns = int(floor + launches), int(reduced_floor + launches)
-    plausible_ns = max(int(plausible), int(launch_ns))
+            sums[2] += bounds[2] * 1e9 + launch_ns
+    floor_ns, reduced_ns = int(max(s[0] for s in per.values())), int(max(s[1] for s in per.values()))
+    plausible_ns = max(int(max(s[2] for s in per.values())), int(launch_ns))
+    several = f"; its kernels ran on {len(per)} GPUs, which could run at once: each floor is the busiest GPU's" \
+        if len(per) > 1 else ""
     return SpeedOfLight(
         window_ns=window_ns, window_source=window_source, floor_ns=floor_ns, reduced_precision_floor_ns=reduced_ns,
-        launch_floor_ns=int(launches), kernels_bounded=bounded, kernels_at_measured_time=len(kernels) - bounded,
+        launch_floor_ns=int(len(kernels) * launch_ns), kernels_bounded=bounded,
+        kernels_at_measured_time=len(kernels) - bounded,
         pct_of_speed_of_light=100.0 * floor_ns / window_ns, plausible_floor_ns=plausible_ns,
         max_plausible_speedup=window_ns / plausible_ns,
         estimate_label="estimate: datasheet peaks at boost clocks, FLOP and DRAM counts from ncu, an assumed "
         f"{launch_ns / 1e3:.1f} µs per launch; kernels without counters at their measured time (none in the "
-        "plausibility floor)",
+        f"plausibility floor){several}",
     )
