@@ -211,6 +211,7 @@ CASES: dict[str, list[str]] = {
     "vocoder_ema_train": ["--script", str(WORKLOADS / "vocoder_ema_train.py"), "--steps", "3:2", "--", "--epochs", "2"],
     "graph_breaks_compiled": [str(WORKLOADS / "graph_breaks.py"), "--compile-mode", "inductor"],
     "two_gpu_pipeline": ["--script", str(WORKLOADS / "two_gpu_pipeline.py"), "--steps", "3:1"],
+    "dataparallel_train": ["--script", str(WORKLOADS / "dataparallel_train.py"), "--steps", "3:1"],
     "reentrant_checkpoint_small": ["--script", str(REPO / "tests" / "scripts" / "checkpoint_train.py"), "--",
                                    "--reentrant", "--steps", "30"],
 }
@@ -383,6 +384,7 @@ def device_checks(profile: OperatorAttributedProfile, row: dict[str, Any]) -> No
             found[1] += k.duration_ns
     row["kernels_by_device"] = kernels
     row["peer_copies"] = sum(1 for e in profile.runtime_events or [] if e.kind == "memcpy" and e.copy_kind == "PtoP")
+    row["module_roots"] = sorted({(op.module_path or "").split(".")[0] for op in profile.operators if op.kernels})
 
 
 def compare_lstm(run_dir: Path, row: dict[str, Any]) -> None:
@@ -449,7 +451,7 @@ def _counted_pct(row: dict[str, Any]) -> float:
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train",
                   "prefetch_lm_train", "triton_norm_train", "wgan_gp_train", "cpu_offload_train", "lbfgs_pinn_small",
-                  "exported_serve", "two_gpu_pipeline", "reentrant_checkpoint_small"}
+                  "exported_serve", "two_gpu_pipeline", "reentrant_checkpoint_small", "dataparallel_train"}
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
                     "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
@@ -525,6 +527,10 @@ TARGETS = {
     # loss, a 32000-word cross-entropy outside the model, holds 11 % of the kernel time: modules are not the check)
     "two_gpu_pipeline": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and len(r.get("kernels_by_device") or {}) == 2
     and r.get("peer_copies", 0) >= 2 and r.get("copies_without_site") == 0 and r.get("forward_seeds") == 0,
+    # the replicas' work on both GPUs under the paths of the model they copy, no replica a model of its own
+    "dataparallel_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5
+    and len(r.get("kernels_by_device") or {}) == 2
+    and set(r.get("module_roots") or []) <= {"", "module", "DataParallel"},
     # the blocks' forward run again by the checkpoint's node on autograd's device thread, at the blocks' lines
     "reentrant_checkpoint_small": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("recomputed_calls", 0) > 0
     and r.get("recomputed_without_site") == 0,
@@ -577,14 +583,14 @@ def main() -> None:
                 compare_lstm(args.work / name, row)
             if name in ("prefetch_lm_train", "reentrant_checkpoint_small"):
                 recomputed_sites(profile, row)
-            if name == "two_gpu_pipeline":
+            if name in ("two_gpu_pipeline", "dataparallel_train"):
                 device_checks(profile, row)
             if name == "exported_serve":
                 serve = WORKLOADS / "exported_serve.py"
                 program_checks(profile, row, f"{serve.name}:{_line_of(serve, 'program(requests)')}")
             if name in ("triton_norm_train", "per_sample_grads", "gan_train", "wgan_gp_train", "mbconv_train",
                         "ppo_train", "recsys_sparse_train", "cpu_offload_train", "pinn_lbfgs", "lbfgs_pinn_small",
-                        "vocoder_ema_train", "two_gpu_pipeline", *UPDATE_CASES):
+                        "vocoder_ema_train", "two_gpu_pipeline", "dataparallel_train", *UPDATE_CASES):
                 phase_checks(profile, row)
             row["fixture"] = str(pack_profile(args.work / name, args.out, args.gpu) if name in PROFILE_FIXTURES
                                  else pack(args.work / name, args.out, args.gpu, counters=name not in SMALL_FIXTURES))

@@ -173,3 +173,43 @@ def test_installing_the_hooks_does_not_import_dynamo():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          timeout=120)
     assert out.stdout.split() == ["False", "['Linear']"]
+
+
+def _replicated(module: nn.Module) -> nn.Module:
+    """A copy of `module` as `nn.parallel.replicate` makes one for another GPU (each module copied, `_is_replica`
+    set, the children rewired to the copies): replicate itself needs CUDA devices."""
+    copies = {m: m._replicate_for_data_parallel() for m in module.modules()}
+    for original, copy in copies.items():
+        copy._modules = {name: copies[child] for name, child in original._modules.items()}
+        for name, param in original._parameters.items():  # replicate sets the broadcast copies as attributes
+            setattr(copy, name, param.detach())
+    return copies[module]
+
+
+def test_a_dataparallel_replica_run_on_its_own_thread_takes_the_paths_of_the_module_it_copies():
+    """DataParallel replicates the model at every forward and runs each replica on a thread of its own, where no call
+    is above it: it would have been a new root, numbered anew at each step (`Sequential[1]`, `Sequential[2]`...)."""
+    import gc
+    import threading
+
+    modules = GlobalModules("none")
+    seen: list[str] = []
+    modules.listeners.append(lambda module, path, started, args: started and seen.append(path))
+    net = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 2))
+    wrapper = nn.DataParallel(net)  # no GPU: it calls the model as it is
+    modules.install()
+    try:
+        wrapper(torch.ones(1, 2))
+        for _ in range(2):  # two steps, a new replica each
+            replica = _replicated(net)
+            thread = threading.Thread(target=replica, args=(torch.ones(1, 2),))
+            thread.start()
+            thread.join()
+            del replica
+            gc.collect()
+    finally:
+        modules.remove()
+    assert seen == ["DataParallel", "module", "module.0", "module.1", "module.2"] + ["module", "module.0", "module.1",
+                                                                                     "module.2"] * 2
+    assert modules.roots == ["DataParallel"]
+    assert len(modules._paths) == 1  # the replicas' entries went with them

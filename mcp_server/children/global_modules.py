@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
@@ -55,6 +56,7 @@ class GlobalModules:
         self._paths: dict[int, dict[int, str]] = {}  # id(root) -> id(module) -> path
         self._classes: dict[str, str] = {}  # path -> class name
         self._prefixed: set[str] = set()  # the roots whose descendants' paths begin with their names
+        self._parallel: dict[int, Any] = {}  # id -> the `nn.DataParallel` wrappers among the modules named
         self._param_paths: dict[int, tuple[str, str]] = {}  # id(parameter) -> (its root, its module's path)
         self._local = threading.local()
         self._handles: list[Any] = []
@@ -141,6 +143,10 @@ class GlobalModules:
         if owner is not None:
             self.path_of(owner, stack)
             return self._paths[id(owner)][key]
+        if getattr(module, "_is_replica", False):
+            replica = self._replica_paths(module)
+            if replica is not None:
+                return replica
         root = root_module_name(module)  # torch.compile's wrapper is named as the module it wraps
         members = [(_unwrapped(p), m) for p, m in getattr(module, "_orig_mod", module).named_modules()]
         # a second model whose paths another root holds already (two models of one class, or both with a `head`)
@@ -152,6 +158,9 @@ class GlobalModules:
             named = _variable_name(module, self.frames) if root in self._classes else None
             root = _distinct(named or root, self._classes)
         paths = self._paths[key] = {key: root}
+        from torch.nn import DataParallel
+
+        self._parallel.update((id(m), m) for _, m in members if isinstance(m, DataParallel))
         traced = traced_classes(module)  # an exported program holds its model's hierarchy as bare containers
         for p, m in members:
             paths[id(m)] = (f"{root}.{p}" if prefixed and p else p) or root
@@ -168,6 +177,24 @@ class GlobalModules:
             if type(module).__name__ == SCRIPTED:
                 self.scripted.append(root)
         return self._paths[key][key]
+
+    def _replica_paths(self, replica: Any) -> str | None:
+        """The path of a module `nn.DataParallel` replicated onto another GPU for one forward (called on a thread of
+        its own, with no call above it there): its paths are those of the module it copies, so the GPUs' work adds
+        up by module; None when no DataParallel seen holds a module of its class. Its entry goes with it (every
+        forward makes new replicas, whose ids come back)."""
+        for wrapper in list(self._parallel.values()):
+            if type(wrapper.module) is not type(replica):
+                continue
+            base = next((paths[id(wrapper.module)] for paths in list(self._paths.values())
+                         if id(wrapper.module) in paths), None)
+            if base is None:
+                continue
+            key = id(replica)
+            self._paths[key] = {id(m): f"{base}.{p}" if p else base for p, m in replica.named_modules()}
+            weakref.finalize(replica, self._paths.pop, key, None)
+            return base
+        return None
 
     def graph_node_path(self, owner: Any, module_path: str, module_type: str) -> str:
         """The path of the module an eagerly run GraphModule's node came from: the module `owner` holds at
