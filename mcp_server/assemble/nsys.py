@@ -95,6 +95,9 @@ def _assemble(
     if variants_pass is not None and not run_dir.ncu_report(VARIANT_PASS).is_file():  # it failed: the run went on
         counter_warnings += variants_pass.notes[-1:] or ["the shape-variant pass wrote no ncu report"]
         variants_pass = None
+    if ncu_pass is not None and not run_dir.ncu_report(COUNTER_PASS).is_file():  # it failed: the run went on
+        counter_warnings += ncu_pass.notes[-1:] or ["the ncu pass wrote no report: the profile carries no counters"]
+        ncu_pass = variants_pass = None
     if ncu_pass is not None:
         options = _options(ncu_pass)
         reports = [run_dir.ncu_report(COUNTER_PASS)] + ([run_dir.ncu_report(VARIANT_PASS)] if variants_pass else [])

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mcp_server.capture.passes import (
+    PERMISSION_ERROR,
     Cancel,
     CapturingBackend,
     NotCached,
@@ -25,7 +26,7 @@ from mcp_server.capture.plan import BYTECODE, Marker, plan_passes
 from mcp_server.capture.request import CaptureRequest, WorkloadOptions
 from mcp_server.capture.variants import WaitingVariantPass, ncu_variants_pass, planned
 from mcp_server.children.contract import BACKWARD_STEPS
-from mcp_server.errors import CancelledCapture, ProfilerError
+from mcp_server.errors import CancelledCapture, CaptureFailed, ProfilerError
 from mcp_server.process import now_iso
 from mcp_server.process.bytecode import Precompile, precompile_notes, precompiling, usable_cpus
 from mcp_server.progress import Progress, quiet
@@ -204,6 +205,10 @@ def _in_turn(
                 return ncu_pass(r, ncu, tagged(COUNTER_PASS, progress), cancel=cancel, replays=replays)
 
             return [in_turn(COUNTER_PASS, replay)]
+        except CaptureFailed as exc:  # ncu died on a kernel it could not replay: the other passes' results stand
+            if PERMISSION_ERROR in exc.message:
+                raise
+            return counters_failed(exc, tagged(COUNTER_PASS, progress))
         finally:
             run_dir.window_done(COUNTER_PASS).touch()  # also when ncu stopped before its harness marked the window done
 
@@ -214,6 +219,18 @@ def _in_turn(
     main, *after_main = results["main"]
     assert main.name == main_name
     return [main, *results.get("timing", []), *results.get("ncu", []), *after_main]
+
+
+def counters_failed(exc: CaptureFailed, progress: Progress) -> list[PassRecord]:
+    """An ncu pass that failed, as the run keeps it: its record says why, and the profile is assembled without the
+    counters it did not write (ncu stops the whole process when it cannot replay one kernel: a DataParallel's gather,
+    reading another GPU's memory, for one); nsys' timeline, the attribution and the timing pass stand."""
+    line = f"the ncu pass failed ({exc.one_line()}): the profile carries no ncu counters of it"
+    progress(f"{COUNTER_PASS} pass: {line}")
+    records = [r for r in exc.records if isinstance(r, PassRecord)]
+    for record in records:
+        record.notes.append(line)
+    return records
 
 
 def cpu_share(passes: int) -> int | None:
