@@ -4,7 +4,7 @@ feature extractors (standard library and torch only).
 Such a module's generated code calls the operators itself, so the forwards of the modules they came from never run
 (no module hook fires inside it) and every call comes from a line of code that is no file. Each node of its graph
 keeps the module it came from (`nn_module_stack`) and, where it was recorded, the user's line (`stack_trace`); the
-call-site mode asks `FxNodes.find` for the node behind a call and names the call by them.
+call-site mode asks `FxNodes` for the node behind a call and names the call by them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
-from mcp_server.children.naming import class_name, clean_module_path, user_site
+from mcp_server.children.naming import clean_module_path, user_site
 from mcp_server.children.sites import UserFrames
 
 FX_CODE_PREFIX = "<eval_with_key>"  # the file name torch.fx gives the code it generates
@@ -25,7 +25,6 @@ class FxNode:
     """What a node of a GraphModule's graph says of the code it came from."""
 
     module_path: str  # relative to the GraphModule; "" for the GraphModule's own forward
-    module_type: str  # the class name of that module as it was traced (the GraphModule's may be a bare container)
     site: str | None  # `path:line` of the user's code that made it, where the trace recorded a stack
 
 
@@ -37,8 +36,8 @@ class _Graph:
     prologue: int
 
 
-# (the GraphModule, a node's module path under it, that module's class) -> the module's path as its ranges name it
-PathOf = Callable[[Any, str, str], "str | None"]
+# (the GraphModule, a node's module path under it) -> that module's path as its ranges name it
+PathOf = Callable[[Any, str], "str | None"]
 
 
 class FxNodes:
@@ -58,7 +57,7 @@ class FxNodes:
         if found is None:
             return None
         owner, node = found
-        return (self.path_of(owner, node.module_path, node.module_type) if node.module_path else None), node.site
+        return (self.path_of(owner, node.module_path) if node.module_path else None), node.site
 
     def find(self, frame: FrameType | None) -> tuple[Any, FxNode] | None:
         """(the GraphModule, its node) whose generated line made the torch call that `frame` (the innermost frame
@@ -92,13 +91,11 @@ class FxNodes:
         if node.op == "call_module":  # that module's forward runs: its own hooks and frames name its calls
             return None
         stack = node.meta.get("nn_module_stack") or {}
-        path, mtype = list(stack.values())[-1] if stack else ("", "")
-        module_path = clean_module_path(str(path))
-        module_type = class_name(mtype)
+        module_path = clean_module_path(str(list(stack.values())[-1][0])) if stack else ""
         site = user_site(node.meta.get("stack_trace"), self.frames.roots)
         if not module_path and site is None:
             return None
-        return FxNode(module_path, module_type, site)
+        return FxNode(module_path, site)
 
 
 def _graph(module: Any) -> _Graph | None:

@@ -38,6 +38,7 @@ class GlobalModules:
                  switch: Callable[[bool], None] | None = None) -> None:
         import torch.fx._symbolic_trace as symbolic
         from torch.compiler import is_compiling
+        from torch.nn import DataParallel
 
         fx_tracing = getattr(symbolic, "is_fx_symbolic_tracing", symbolic.is_fx_tracing)
         # true while Dynamo traces a hook, or `torch.fx.symbolic_trace` a model: a hook then does nothing (`_pre`;
@@ -57,6 +58,7 @@ class GlobalModules:
         self._classes: dict[str, str] = {}  # path -> class name
         self._prefixed: set[str] = set()  # the roots whose descendants' paths begin with their names
         self._parallel: dict[int, Any] = {}  # id -> the `nn.DataParallel` wrappers among the modules named
+        self._data_parallel = DataParallel
         self._param_paths: dict[int, tuple[str, str]] = {}  # id(parameter) -> (its root, its module's path)
         self._local = threading.local()
         self._handles: list[Any] = []
@@ -158,9 +160,7 @@ class GlobalModules:
             named = _variable_name(module, self.frames) if root in self._classes else None
             root = _distinct(named or root, self._classes)
         paths = self._paths[key] = {key: root}
-        from torch.nn import DataParallel
-
-        self._parallel.update((id(m), m) for _, m in members if isinstance(m, DataParallel))
+        self._parallel.update((id(m), m) for _, m in members if isinstance(m, self._data_parallel))
         traced = traced_classes(module)  # an exported program holds its model's hierarchy as bare containers
         for p, m in members:
             paths[id(m)] = (f"{root}.{p}" if prefixed and p else p) or root
@@ -196,7 +196,7 @@ class GlobalModules:
             return base
         return None
 
-    def graph_node_path(self, owner: Any, module_path: str, module_type: str) -> str:
+    def graph_node_path(self, owner: Any, module_path: str) -> str:
         """The path of the module an eagerly run GraphModule's node came from: the module `owner` holds at
         `module_path` (`torch.export` keeps the model's hierarchy as bare containers), named as a call of it would
         be; a module it keeps no container for, by its path under the innermost it keeps."""

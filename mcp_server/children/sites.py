@@ -200,8 +200,8 @@ def call_sites(profiler: str, frames: UserFrames, active: bool = True, graph_nod
             site = site or frames.site(caller)
             if site is None and module is None:
                 return func(*args, **kwargs)
-            handles = [open_range(prefix + name) for prefix, name in ((NODE_RANGE_PREFIX, module),
-                                                                       (SITE_RANGE_PREFIX, site)) if name]
+            handles = [open_range(prefix + text) for prefix, text in ((NODE_RANGE_PREFIX, module),
+                                                                       (SITE_RANGE_PREFIX, site)) if text]
             try:
                 return func(*args, **kwargs)
             finally:
@@ -244,9 +244,9 @@ class ThreadCapture:
     the opening thread) and its call sites before its first line runs. A thread that outlives the window keeps
     recording; its later ranges fall outside the measured window. Opened for a whole script, so that a pool of
     worker threads started in its warm-up is seen, its threads' call sites are recorded while it is `active`.
-    Autograd's device threads (C++ threads: a GPU's backward runs there) inherit the profiler's state but no
-    torch function mode: the user's code autograd runs there, a custom `autograd.Function`'s backward (reentrant
-    checkpointing's recomputation among them), runs under a call-site mode of that thread's own."""
+    Autograd runs a backward with the profiler's state but none of the caller's torch function modes (a GPU's on
+    its device thread, a C++ thread): a custom `autograd.Function`'s backward (reentrant checkpointing's
+    recomputation among them) runs under a call-site mode of its thread's own."""
 
     def __init__(self, profiler: str, record_shapes: bool, frames: UserFrames | None, active: bool = True,
                  graph_nodes: GraphNodes | None = None) -> None:

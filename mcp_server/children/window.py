@@ -205,7 +205,7 @@ class ModuleRanges:
         else:
             self._torch.cuda.nvtx.range_pop()
 
-    def graph_node_path(self, owner: Any, module_path: str, module_type: str) -> str | None:
+    def graph_node_path(self, owner: Any, module_path: str) -> str | None:
         """The path of the module an eagerly run GraphModule's node came from (`GlobalModules.graph_node_path`)."""
         module, rest = held_module(owner, module_path)
         name = self._names.get(id(module))
