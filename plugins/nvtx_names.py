@@ -106,16 +106,27 @@ def parse_sizes(text: str) -> list[list[int] | None] | None:
     return None if shapes is None else [None if dims is None else list(dims) for dims in shapes]
 
 
+# the harness's own range prefixes, and the kind of frame each names
+HARNESS_KINDS = {MODULE_RANGE_PREFIX: "module", NODE_RANGE_PREFIX: "module", SITE_RANGE_PREFIX: "site"}
+HARNESS_PREFIXES = tuple(HARNESS_KINDS)
+
+
+def harness_range(text: str) -> tuple[str, str] | None:
+    """(name, kind) of a range the harness opened (`module:`, `node:` or `site:` and what it names), None for any
+    other text: read alike from NVTX (nsys) and from the torch profiler's record functions."""
+    for prefix, kind in HARNESS_KINDS.items():
+        if text.startswith(prefix):
+            return sys.intern(text[len(prefix):]), kind
+    return None
+
+
 def classify_text(text: str) -> tuple[str, str]:
     """(name, kind) of a range text, without building a frame: the classification every reader of NVTX ranges
     makes (`parse_range`, the nsys reader's light ranges, its sequence sweep). Names are interned: a million
     ranges share a few hundred of them."""
-    if text.startswith(MODULE_PREFIX):
-        return sys.intern(text[len(MODULE_PREFIX) :]), "module"
-    if text.startswith(NODE_RANGE_PREFIX):
-        return sys.intern(text[len(NODE_RANGE_PREFIX) :]), "module"
-    if text.startswith(SITE_PREFIX):
-        return sys.intern(text[len(SITE_PREFIX) :]), "site"
+    harness = harness_range(text)
+    if harness is not None:
+        return harness
     name = sys.intern(range_name(text))
     kind = _kind(name)
     return (sys.intern(fsdp_unit(name) or name), kind) if kind == "module" else (name, kind)

@@ -241,7 +241,7 @@ def _head_as_remainder(gaps: list[Gap], idle_ns: int) -> list[Gap]:
             if head and gaps[0].cause == "head" else []) + others
 
 
-def _streams(placed: list[Placed]) -> tuple[list[StreamUsage], int]:
+def _streams(placed: list[Placed], union: int) -> tuple[list[StreamUsage], int]:
     groups: dict[tuple[int | None, int | None], list[Placed]] = {}
     for p in placed:
         groups.setdefault((p.kernel.device_id, p.kernel.stream_id), []).append(p)
@@ -250,14 +250,13 @@ def _streams(placed: list[Placed]) -> tuple[list[StreamUsage], int]:
                     busy_ns=busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in ps]))
         for (device, sid), ps in sorted(groups.items(), key=lambda item: -len(item[1]))
     ]
-    union = busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in placed])
     overlap = sum(u.busy_ns for u in usage) - union if len(usage) > 1 else 0
     return usage, max(0, overlap)
 
 
-def _devices(placed: list[Placed], window_ns: int) -> tuple[list[DeviceUsage], int, str | None]:
-    """Each GPU's kernels and busy time when there are several, the time they were busy at once, and a note that
-    says how they shared the window (none for one GPU)."""
+def _devices(placed: list[Placed], union: int, window_ns: int) -> tuple[list[DeviceUsage], int, str | None]:
+    """Each GPU's kernels and busy time when there are several, the time they were busy at once (`union`: all
+    kernels' busy time), and a note that says how they shared the window (none for one GPU)."""
     groups: dict[int | None, list[Placed]] = {}
     for p in placed:
         groups.setdefault(p.kernel.device_id, []).append(p)
@@ -267,7 +266,6 @@ def _devices(placed: list[Placed], window_ns: int) -> tuple[list[DeviceUsage], i
                            busy_ns=(busy := busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in ps])),
                            utilization_pct=min(100.0, 100.0 * busy / window_ns) if window_ns else 0.0)
                for device, ps in sorted(groups.items(), key=lambda item: (item[0] is None, item[0] or 0))]
-    union = busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in placed])
     overlap = max(0, sum(d.busy_ns for d in devices) - union)
     shares = ", ".join(f"GPU {d.device_id} {d.busy_ns / 1e6:.3f} ms ({d.utilization_pct:.0f} %)" for d in devices)
     note = (f"{len(devices)} GPUs ran the window's kernels: busy {shares} of the window (kernel times from the "
@@ -303,7 +301,7 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
     instrumented window's health), `placed` is the window measured without the profiler, whose measured GPU busy
     time stands, and the instrumented numbers are kept beside it."""
     durations = [p.kernel.duration_ns for p in placed]
-    busy = busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in placed]) if placed else 0
+    union = busy = busy_time_ns([(p.kernel.start_ns, p.end_ns) for p in placed]) if placed else 0
     if profiled is not None and profile.window.unprofiled_gpu_busy_time_ns:
         busy = profile.window.unprofiled_gpu_busy_time_ns
     tiny = sum(1 for d in durations if d < rule("launch", "tiny_kernel_ns"))
@@ -316,8 +314,8 @@ def timeline_health(profile: OperatorAttributedProfile, placed: list[Placed], wi
     for gap in gaps:
         by_cause[gap.cause] = by_cause.get(gap.cause, 0) + gap.duration_ns
     inner = [g.duration_ns for g in gaps if g.cause not in ("head", "tail")]
-    streams, overlap = _streams(placed)
-    devices, device_overlap, devices_note = _devices(placed, window_ns)
+    streams, overlap = _streams(placed, union)
+    devices, device_overlap, devices_note = _devices(placed, union, window_ns)
     notes = []
     if placed and profiled is None:
         notes.append(INSTRUMENTATION_NOTE.format(tool=profile.capture_metadata.tool))

@@ -464,3 +464,15 @@ def raise_if_permission(req: CaptureRequest, name: PassName) -> None:
                 "run as root, pass --ncu-sudo (uses `sudo -n`), or allow all users: "
                 "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d, then reboot",
             )
+
+
+def kept_failure(exc: ProfilerError, name: PassName, what: str, consequence: str,
+                 progress: Progress) -> list[PassRecord]:
+    """A pass that failed, as a run that goes on without it keeps it: `the <what> failed (<why>): <consequence>` is
+    said and added to the notes of the records the failure carries; those records."""
+    line = f"the {what} failed ({exc.one_line()}): {consequence}"
+    progress(f"{name} pass: {line}")
+    records = [r for r in exc.records if isinstance(r, PassRecord)]
+    for record in records:
+        record.notes.append(line)
+    return records

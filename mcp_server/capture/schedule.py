@@ -19,6 +19,7 @@ from mcp_server.capture.passes import (
     CapturingBackend,
     NotCached,
     ReplayCount,
+    kept_failure,
     ncu_pass,
     timing_pass,
 )
@@ -225,12 +226,7 @@ def counters_failed(exc: CaptureFailed, progress: Progress) -> list[PassRecord]:
     """An ncu pass that failed, as the run keeps it: its record says why, and the profile is assembled without the
     counters it did not write (ncu stops the whole process when it cannot replay one kernel: a DataParallel's gather,
     reading another GPU's memory, for one); nsys' timeline, the attribution and the timing pass stand."""
-    line = f"the ncu pass failed ({exc.one_line()}): the profile carries no ncu counters of it"
-    progress(f"{COUNTER_PASS} pass: {line}")
-    records = [r for r in exc.records if isinstance(r, PassRecord)]
-    for record in records:
-        record.notes.append(line)
-    return records
+    return kept_failure(exc, COUNTER_PASS, "ncu pass", "the profile carries no ncu counters of it", progress)
 
 
 def cpu_share(passes: int) -> int | None:

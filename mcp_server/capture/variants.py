@@ -20,6 +20,7 @@ from mcp_server.capture.passes import (
     PERMISSION_ERROR,
     Cancel,
     ReplayCount,
+    kept_failure,
     kept_report,
     ncu_pass,
     raise_if_permission,
@@ -110,12 +111,9 @@ def _failed(exc: CaptureFailed | WorkloadError, progress: Progress) -> PassRecor
     its configuration's, as a variant left out of the budget does) and the pass's record says why. (ncu profiles
     nothing, and writes no report, when the process chose other kernels than the nsys pass's: cuDNN's autotuner
     may pick other algorithms in every process.)"""
-    line = f"the shape-variant pass failed ({exc.one_line()}): its launches take their configuration's counters"
-    progress(f"{VARIANT_PASS} pass: {line}")
-    record = next((r for r in exc.records if isinstance(r, PassRecord)), None)
-    if record is not None:
-        record.notes.append(line)
-    return record
+    records = kept_failure(exc, VARIANT_PASS, "shape-variant pass", "its launches take their configuration's counters",
+                           progress)
+    return records[0] if records else None
 
 
 def _worth_a_pass(plan: ReplayPlan, progress: Progress) -> bool:

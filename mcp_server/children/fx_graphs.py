@@ -108,14 +108,21 @@ def _graph(module: Any) -> _Graph | None:
     return _Graph(module, list(module.graph.nodes), lines, int(getattr(module, "_prologue_start", 0) or 0))
 
 
-def held_module(owner: Any, module_path: str) -> tuple[Any, str]:
-    """The innermost module `owner` holds on `module_path`, and the rest of the path below it ("" when it holds the
-    module itself): an exported program keeps no container for a module without parameters or buffers (a GELU)."""
+def node_module_path(owner: Any, module_path: str, path_of: Callable[[Any], str | None],
+                     bare: Callable[[str], bool]) -> str | None:
+    """The path of the module a node of the GraphModule `owner` came from, as the module ranges name it: `path_of`
+    the innermost module `owner` holds on `module_path` (`torch.export` keeps the model's hierarchy as bare
+    containers, and none for a module without parameters or buffers: a GELU), with the rest of the path below it;
+    under a root whose descendants' paths do not begin with its name (`bare`), that rest alone."""
     parts = module_path.split(".")
-    module = owner
+    module, rest = owner, ""
     for i, part in enumerate(parts):
         child = getattr(module, "_modules", {}).get(part)
         if child is None:
-            return module, ".".join(parts[i:])
+            rest = ".".join(parts[i:])
+            break
         module = child
-    return module, ""
+    path = path_of(module)
+    if path is None or not rest:
+        return path
+    return rest if bare(path) else f"{path}.{rest}"

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS, SITE_RANGE_PREFIX
-from mcp_server.children.fx_graphs import held_module
+from mcp_server.children.fx_graphs import node_module_path
 from mcp_server.children.naming import SCRIPTED, root_module_name, traced_classes
 from mcp_server.children.sites import UserFrames, site_ranges
 
@@ -196,15 +196,13 @@ class GlobalModules:
             return base
         return None
 
-    def graph_node_path(self, owner: Any, module_path: str) -> str:
+    def graph_node_path(self, owner: Any, module_path: str) -> str | None:
         """The path of the module an eagerly run GraphModule's node came from: the module `owner` holds at
         `module_path` (`torch.export` keeps the model's hierarchy as bare containers), named as a call of it would
         be; a module it keeps no container for, by its path under the innermost it keeps."""
-        module, rest = held_module(owner, module_path)
-        path = self.path_of(module, self._stack())
-        if not rest:
-            return path
-        return rest if path in self.roots and path not in self._prefixed else f"{path}.{rest}"
+        stack = self._stack()
+        return node_module_path(owner, module_path, lambda module: self.path_of(module, stack),
+                                lambda path: path in self.roots and path not in self._prefixed)
 
     def owner(self, params: Iterable[Any]) -> str | None:
         """The innermost module holding every one of `params` (an optimizer's): their modules' longest common path,

@@ -90,7 +90,6 @@ from mcp_server.children.distributed import (
     launched_by_torchrun,
     wrap,
 )
-from mcp_server.children.fx_graphs import FxNodes
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
 from mcp_server.children.inductor_cache import not_cached
@@ -99,9 +98,8 @@ from mcp_server.children.naming import root_module_name, traced_classes
 from mcp_server.children.pinned import PageableBatches
 from mcp_server.children.recipe import RecordingRecipe
 from mcp_server.children.script import run_script
-from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
+from mcp_server.children.sites import UserFrames
 from mcp_server.children.steps import run_steps
-from mcp_server.children.triton_sites import TritonLaunchSites
 from mcp_server.children.window import (
     NESTED_SHAPES_WARNING,
     KernelTrace,
@@ -112,6 +110,7 @@ from mcp_server.children.window import (
     has_nested,
     unprofiled_windows,
 )
+from mcp_server.children.window_sites import WindowSites
 
 QUEUE_AHEAD_MIN_NS = 50_000_000  # the GPU spins at least 50 ms while the window is enqueued
 QUEUE_AHEAD_MAX_NS = 5_000_000_000
@@ -279,11 +278,8 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
                                     scoped=scoped is not None, on_start=after_start, record_shapes=shapes)
             with window, ExitStack() as traced:
                 traced.enter_context(memory_window())
-                if frames is not None:  # every thread's operators and call sites, as the window's own thread's
-                    nodes = FxNodes(frames, hooks.graph_node_path) if hooks is not None else None
-                    traced.enter_context(ThreadCapture(args.profiler, shapes, frames, graph_nodes=nodes))
-                    traced.enter_context(call_sites(args.profiler, frames, graph_nodes=nodes))
-                    traced.enter_context(TritonLaunchSites(args.profiler, frames))
+                if frames is not None and hooks is not None:  # every thread's operators and lines
+                    traced.enter_context(WindowSites(args.profiler, frames, hooks.graph_node_path, shapes))
                 for _ in range(args.iters):
                     replay() if callable(replay) else step()
             timed.append({"wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns})

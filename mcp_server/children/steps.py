@@ -29,18 +29,17 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from mcp_server.children import fx_graphs, global_modules, sites, triton_sites
+from mcp_server.children import fx_graphs, global_modules, sites, triton_sites, window_sites
 from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import ScriptCompiles
 from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, WARMUP_PHASE
-from mcp_server.children.fx_graphs import FxNodes
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
-from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
+from mcp_server.children.sites import UserFrames
 from mcp_server.children.step_sources import BackwardSteps, NamedSteps, OptimizerSteps
-from mcp_server.children.triton_sites import TritonLaunchSites
 from mcp_server.children.window import NESTED_SHAPES_WARNING, KernelTrace, MeasuredWindow, has_nested
+from mcp_server.children.window_sites import WindowSites
 
 TRACED_WINDOWS = 2  # the timing pass's windows run again under the kernel trace (as the contract's)
 
@@ -82,22 +81,17 @@ class StepWindows:
         self.record_shapes = True  # off once a model was called with nested tensors (`window.has_nested`)
         self._frames = UserFrames() if self.ranged else None
         modules.frames = self._frames
-        # entered for the whole script, on during windows: a compiled frame sees one mode stack throughout
-        nodes = FxNodes(self._frames, modules.graph_node_path) if self._frames is not None else None
-        self.sites = call_sites(self.profiler, self._frames, active=False, graph_nodes=nodes) \
+        # entered for the whole script, on during windows: every thread the script starts (a pool of workers started
+        # in the warm-up) is seen, and a compiled frame sees one mode stack throughout
+        self.sites = WindowSites(self.profiler, self._frames, modules.graph_node_path, active=False) \
             if self._frames is not None else None
-        # every thread the script starts (a pool of workers started in the warm-up), its call sites on in windows
-        self.threads = ThreadCapture(self.profiler, True, self._frames, active=False, graph_nodes=nodes) \
-            if self._frames is not None else None
-        # the Triton kernels the script launches itself, at their lines: hooked while a window is open
-        self.launches = TritonLaunchSites(self.profiler, self._frames) if self._frames is not None else None
 
     def shapes_unreadable(self) -> None:
         """A model was called with nested tensors: the windows, and the threads started from now on, record their
         operators without input shapes (`window.has_nested`)."""
         self.record_shapes = False
-        if self.threads is not None:
-            self.threads.record_shapes = False
+        if self.sites is not None:
+            self.sites.threads.record_shapes = False
 
     @property
     def measured(self) -> int:
@@ -158,10 +152,8 @@ class StepWindows:
         window = MeasuredWindow(self.profiler, self.args.kineto_trace, on_gpu_done=self.lock.release if last else None,
                                 scoped=self.scoped, record_shapes=self.record_shapes)
         window.__enter__()
-        if self.sites is not None and self.threads is not None:
-            self.sites.active = self.threads.active = True
-        if self.launches is not None:
-            self.launches.__enter__()
+        if self.sites is not None:
+            self.sites.active = True
         self.modules.ranging = self.ranged
         self.modules.start_counting()
         self._open = window
@@ -172,10 +164,8 @@ class StepWindows:
         self._open = None
         self.modules.ranging = False
         self.modules.stop_counting()
-        if self.sites is not None and self.threads is not None:
-            self.sites.active = self.threads.active = False
-        if self.launches is not None:
-            self.launches.__exit__()
+        if self.sites is not None:
+            self.sites.active = False
         window.__exit__(None, None, None)
         if not keep:
             return
@@ -213,7 +203,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     roots = RootCalls(modules, windows)
     captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
     compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early),
-                              own=(fx_graphs, global_modules, sites, triton_sites))
+                              own=(fx_graphs, global_modules, sites, triton_sites, window_sites))
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
         source = OptimizerSteps(windows, modules)
@@ -235,7 +225,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     stopped, t0 = False, time.perf_counter_ns()
     enter(WARMUP_PHASE)
     try:
-        with windows.sites or nullcontext(), windows.threads or nullcontext():
+        with windows.sites or nullcontext():
             runpy.run_path(str(script), run_name="__main__")
     except StopScript:
         stopped = True

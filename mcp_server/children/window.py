@@ -10,7 +10,7 @@ from typing import Any
 
 from mcp_server.children.common import export_trace, refusal
 from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, RECORDINGS
-from mcp_server.children.fx_graphs import held_module
+from mcp_server.children.fx_graphs import node_module_path
 from mcp_server.children.pinned import pinned_host_bytes
 
 SLEEP_CALIBRATION_CYCLES = 10_000_000
@@ -180,7 +180,7 @@ class ModuleRanges:
         self.profiler = profiler
         self.recording = RECORDINGS[profiler]
         self._open: list[Any] = []
-        self._model = model
+        self._root = root
         self._names = {id(module): MODULE_RANGE_PREFIX + (path or root) for path, module in model.named_modules()}
         self._handles = [register_module_forward_pre_hook(self._pre),
                          register_module_forward_hook(self._post, always_call=True)]
@@ -207,12 +207,11 @@ class ModuleRanges:
 
     def graph_node_path(self, owner: Any, module_path: str) -> str | None:
         """The path of the module an eagerly run GraphModule's node came from (`GlobalModules.graph_node_path`)."""
-        module, rest = held_module(owner, module_path)
-        name = self._names.get(id(module))
-        if name is None:
-            return None
-        path = name.removeprefix(MODULE_RANGE_PREFIX)
-        return path if not rest else rest if module is self._model else f"{path}.{rest}"
+        def path_of(module: Any) -> str | None:
+            name = self._names.get(id(module))
+            return None if name is None else name.removeprefix(MODULE_RANGE_PREFIX)
+
+        return node_module_path(owner, module_path, path_of, lambda path: path == self._root)
 
     def remove(self) -> None:
         """Remove every hook."""

@@ -10,8 +10,7 @@ from mcp_server.schema.records import Frame
 from plugins.nsys.sql import OPEN_END, Strings
 from plugins.nvtx_names import (
     FIELD_SEPARATOR,
-    MODULE_PREFIX,
-    SITE_PREFIX,
+    HARNESS_PREFIXES,
     classify_text,
     parse_range,
     parse_seq,
@@ -55,7 +54,7 @@ class NvtxRange:
         except AttributeError:
             text = self.text
             self._shapes = (
-                parse_sizes(text) if FIELD_SEPARATOR in text and not text.startswith((MODULE_PREFIX, SITE_PREFIX))
+                parse_sizes(text) if FIELD_SEPARATOR in text and not text.startswith(HARNESS_PREFIXES)
                 else None
             )
             return self._shapes

@@ -19,10 +19,10 @@ from typing import Any, cast
 import yaml
 from pydantic import BaseModel, Field
 
-from mcp_server.children.contract import MEASURE_RANGE, MODULE_RANGE_PREFIX, NODE_RANGE_PREFIX, SITE_RANGE_PREFIX
+from mcp_server.children.contract import MEASURE_RANGE
 from mcp_server.schema.records import CpuOp, Frame, RuntimeCall, TraceKernel
 from plugins.cuda_api import kind_of, synchronizing
-from plugins.nvtx_names import ANNOTATION_NAMESPACES, fsdp_unit, is_operator
+from plugins.nvtx_names import ANNOTATION_NAMESPACES, fsdp_unit, harness_range, is_operator
 from plugins.sequences import RangeRow, SequenceIndex, forward_origins
 
 FORMAT_FILE = Path(__file__).with_name("trace_format.yaml")
@@ -61,10 +61,11 @@ def _generated_kernel() -> re.Pattern[str]:
 def classify(name: str) -> str:
     """'module' for `module:<path>` and `node:<path>` ranges and FSDP2's unit ranges, 'op' for namespaced operators
     and Inductor's generated CPU kernels, else 'annotation'."""
-    if name.startswith((MODULE_RANGE_PREFIX, NODE_RANGE_PREFIX)) or fsdp_unit(name) is not None:
+    harness = harness_range(name)
+    if harness is not None:
+        return harness[1]
+    if fsdp_unit(name) is not None:
         return "module"
-    if name.startswith(SITE_RANGE_PREFIX):
-        return "site"
     if _generated_kernel().match(name):
         return "op"
     head = name.split(",", 1)[0]
@@ -97,10 +98,11 @@ def _frame(event: dict[str, Any]) -> Frame:
     args = event.get("args", {})
     start = _ns(event["ts"])
     generated = _generated_kernel().match(name)
-    if kind == "module":
-        name = fsdp_unit(name) or name.split(":", 1)[1]
-    elif kind == "site":
-        name = name[len(SITE_RANGE_PREFIX):]
+    harness = harness_range(name)
+    if harness is not None:
+        name = harness[0]
+    elif kind == "module":
+        name = fsdp_unit(name) or name
     elif generated:
         name = generated.group(1)
     return Frame(
