@@ -19,12 +19,15 @@ import re
 import sys
 from functools import lru_cache
 
-from mcp_server.children.contract import MODULE_RANGE_PREFIX, NODE_RANGE_PREFIX, SITE_RANGE_PREFIX
+from mcp_server.children.contract import MODULE_RANGE_PREFIX, NODE_RANGE_PREFIX, SITE_RANGE_PREFIX, UPDATE_RANGE
 from mcp_server.schema.records import Frame
 
 MODULE_PREFIX = MODULE_RANGE_PREFIX
 GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"  # Inductor's range around one call of a compiled graph
 SITE_PREFIX = SITE_RANGE_PREFIX
+# torch.optim's own profiler ranges, and the harness's around a hand-written loop's update (`--window-fn backward`)
+STEP_PREFIX = "Optimizer.step#"
+OPTIMIZER_PREFIXES = (STEP_PREFIX, "Optimizer.zero_grad#", UPDATE_RANGE)
 FIELD_SEPARATOR = ", "
 SIZES_FIELD = "sizes = "
 # Namespaces whose `ns::name` ranges are markers, not PyTorch operators (FSDP's record functions mark stages of

@@ -214,6 +214,11 @@ CASES: dict[str, list[str]] = {
     "dataparallel_train": ["--script", str(WORKLOADS / "dataparallel_train.py"), "--steps", "3:1"],
     "reentrant_checkpoint_small": ["--script", str(REPO / "tests" / "scripts" / "checkpoint_train.py"), "--",
                                    "--reentrant", "--steps", "30"],
+    "offload_hooks_train": ["--script", str(WORKLOADS / "offload_hooks_train.py"), "--steps", "2:1"],
+    "custom_kernel_serve": ["--script", str(WORKLOADS / "custom_kernel_serve.py"), "--window-fn", "serve", "--steps",
+                            "2:2", "--", "--batches", "24"],
+    "compiled_optimizer_train": ["--script", str(WORKLOADS / "compiled_optimizer_train.py"), "--steps", "3:2", "--",
+                                 "--epochs", "2"],
 }
 
 
@@ -387,6 +392,41 @@ def device_checks(profile: OperatorAttributedProfile, row: dict[str, Any]) -> No
     row["module_roots"] = sorted({(op.module_path or "").split(".")[0] for op in profile.operators if op.kernels})
 
 
+def hook_checks(profile: OperatorAttributedProfile, row: dict[str, Any], script: Path) -> None:
+    """Work the script's hooks run inside the backward: the optimizer stepped from a post-accumulate-grad hook (its
+    kernels the optimizer's, at the hook's line, none left in autograd's AccumulateGrad) and the clipping hook's."""
+    step, clip = (f"{script.name}:{_line_of(script, text)}" for text in ("optimizers[parameter].step()",
+                                                                          "grad.clamp(-clip, clip)"))
+    with_kernels = [op for op in profile.operators if op.kernels]
+    row["update_sites"] = sorted({op.call_site or "" for op in with_kernels if op.phase == "optimizer"})
+    row["update_at_hook_pct"] = round(100 * sum(
+        k.duration_ns for op in with_kernels if op.phase == "optimizer" and (op.call_site or "").endswith(step)
+        for k in op.kernels) / max(1, sum(k.duration_ns for op in with_kernels if op.phase == "optimizer"
+                                          for k in op.kernels)), 2)
+    row["accumulate_grad_kernel_ns"] = sum(k.duration_ns for op in with_kernels
+                                           if op.operator_name == "torch::autograd::AccumulateGrad" for k in op.kernels)
+    clamps = [op for op in with_kernels if op.operator_name == "aten::clamp"]
+    row["clip_calls"] = len(clamps)
+    row["clip_at_hook"] = sum(1 for op in clamps if (op.call_site or "").endswith(clip))
+
+
+def compiled_step_checks(profile: OperatorAttributedProfile, row: dict[str, Any]) -> None:
+    """A step the script compiled: the share of the update's kernel time in kernels Inductor generated (none when
+    the step ran eagerly), and the graph breaks the profile names."""
+    update = [k for op in profile.operators if op.phase == "optimizer" for k in op.kernels]
+    row["optimizer_generated_pct"] = round(100 * sum(k.duration_ns for k in update if k.kernel_name.startswith(
+        "triton_")) / max(1, sum(k.duration_ns for k in update)), 2)
+    row["graph_breaks"] = [b.location for b in profile.capture_metadata.graph_breaks or []]
+
+
+def launch_checks(profile: OperatorAttributedProfile, row: dict[str, Any], names: tuple[str, ...]) -> None:
+    """The kernels the workload compiled and launched itself: each one's operator, module and line."""
+    row["own_kernels"] = sorted({(k.kernel_name, op.operator_name, op.module_path or "", op.call_site or "")
+                                 for op in profile.operators for k in op.kernels if k.kernel_name in names})
+    row["own_kernels_without_site"] = sum(1 for op in profile.operators for k in op.kernels
+                                          if k.kernel_name in names and not op.call_site)
+
+
 def compare_lstm(run_dir: Path, row: dict[str, Any]) -> None:
     """The graph-capture target: the optimized profile pairs with the committed baseline's."""
     out = run_dir / "compare"
@@ -451,7 +491,8 @@ def _counted_pct(row: dict[str, Any]) -> float:
 # their fixtures: the nsys pass alone (what the tests replay)
 SMALL_FIXTURES = {"manual_train", "decode_loop_hf", "moe_topk", "amp_compiled_train", "amp_graphs_train",
                   "prefetch_lm_train", "triton_norm_train", "wgan_gp_train", "cpu_offload_train", "lbfgs_pinn_small",
-                  "exported_serve", "two_gpu_pipeline", "reentrant_checkpoint_small", "dataparallel_train"}
+                  "exported_serve", "two_gpu_pipeline", "reentrant_checkpoint_small", "offload_hooks_train",
+                  "custom_kernel_serve"}
 # what the tests replay is the analysis of the profile alone
 PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_train", "detector_compiled",
                     "detector_script", "vae_train", "mbconv_train", "llama_static_decode", "dynamic_encoder_serve",
@@ -459,7 +500,7 @@ PROFILE_FIXTURES = {"classifier_graph_trees", "sample_decode", "gcn", "swin_trai
                     "ppo_train", "ppo_collect", "torchscript_serve", "recsys_sparse_train", "diffusion_sample",
                     "lora_finetune", "clip_train", "beam_search", "packed_lstm_tagger", "distill_train",
                     "video_classifier", "pinn_lbfgs", "threaded_serve", "jagged_encoder", "vocoder_ema_train",
-                    "graph_breaks_compiled"}
+                    "graph_breaks_compiled", "compiled_optimizer_train"}
 UPDATE_CASES = ("lora_finetune", "clip_train", "packed_lstm_tagger", "distill_train")  # several steps a window
 # (diffusion_sample's is not kept, 215 kB: its numbers are in the JSON)
 
@@ -545,6 +586,17 @@ TARGETS = {
     "flex_serve": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "spec_decode": lambda r: (r.get("attributed_pct") or 0) >= 99.5,
     "stream_ensemble": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95,
+    # the optimizer stepped inside the backward is the update, at the hook's line; the clipping hook's work at its own
+    "offload_hooks_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and r.get("update_at_hook_pct", 0) >= 99
+    and r.get("accumulate_grad_kernel_ns") == 0 and r.get("clip_calls", 0) > 0
+    and r.get("clip_at_hook") == r.get("clip_calls") and r.get("copies_without_site") == 0,
+    # the NVRTC kernels: the custom operator's under its name, the raw launch at its line, both in their modules
+    "custom_kernel_serve": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95
+    and len(r.get("own_kernels") or []) >= 2 and r.get("own_kernels_without_site") == 0,
+    # the step the script compiled runs compiled under the profiler too, its kernels the update's
+    "compiled_optimizer_train": lambda r: (r.get("attributed_pct") or 0) >= 99.5 and (r.get("module_pct") or 0) >= 95
+    and (r.get("optimizer_ns") or 0) > 0 and r.get("optimizer_generated_pct", 0) >= 99 and not r.get("graph_breaks")
+    and r.get("forward_foreach") == 0 and r.get("forward_seeds") == 0,
 }
 
 
@@ -585,12 +637,19 @@ def main() -> None:
                 recomputed_sites(profile, row)
             if name in ("two_gpu_pipeline", "dataparallel_train"):
                 device_checks(profile, row)
+            if name == "offload_hooks_train":
+                hook_checks(profile, row, WORKLOADS / "offload_hooks_train.py")
+            if name == "custom_kernel_serve":
+                launch_checks(profile, row, ("bias_gelu", "scale_clamp"))
+            if name == "compiled_optimizer_train":
+                compiled_step_checks(profile, row)
             if name == "exported_serve":
                 serve = WORKLOADS / "exported_serve.py"
                 program_checks(profile, row, f"{serve.name}:{_line_of(serve, 'program(requests)')}")
             if name in ("triton_norm_train", "per_sample_grads", "gan_train", "wgan_gp_train", "mbconv_train",
                         "ppo_train", "recsys_sparse_train", "cpu_offload_train", "pinn_lbfgs", "lbfgs_pinn_small",
-                        "vocoder_ema_train", "two_gpu_pipeline", "dataparallel_train", *UPDATE_CASES):
+                        "vocoder_ema_train", "two_gpu_pipeline", "dataparallel_train", "offload_hooks_train",
+                        "compiled_optimizer_train", *UPDATE_CASES):
                 phase_checks(profile, row)
             row["fixture"] = str(pack_profile(args.work / name, args.out, args.gpu) if name in PROFILE_FIXTURES
                                  else pack(args.work / name, args.out, args.gpu, counters=name not in SMALL_FIXTURES))

@@ -12,7 +12,7 @@ from mcp_server.capture.request import CaptureRequest, GpuTurn, harness_command
 from mcp_server.process import child_script
 from mcp_server.rundir import RunDir
 from mcp_server.schema.requests import NcuOptions
-from plugins.ncu.command import capture_command
+from plugins.ncu.command import capture_command, replayed_kernels
 
 HARNESS = child_script("harness")
 
@@ -41,7 +41,7 @@ def test_default_replay_is_the_measure_range_deduplicated_on_the_mangled_name():
 def test_targeted_replay_drops_the_deduplication():
     cmd = capture_command("ncu", Path("/r/report"), NcuOptions(kernel_regex="gemm", launch_skip=2, launch_count=5))
     assert (_after(cmd, "--kernel-name"), _after(cmd, "--launch-skip"), _after(cmd, "--launch-count")) == (
-        "regex:gemm", "2", "5",
+        "regex:" + replayed_kernels("gemm"), "2", "5",
     )
     assert "--filter-mode" not in cmd
     assert "--filter-mode" not in capture_command("ncu", Path("/r/report"), NcuOptions(dedupe=False))

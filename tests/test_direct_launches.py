@@ -74,3 +74,31 @@ def test_the_seed_gradient_of_the_loss_is_backward_work(profile: OperatorAttribu
     assert seed.call_site is not None and seed.call_site.endswith("triton_norm_train.py:139")  # loss.backward()
     assert profile.operators[index - 1].operator_name == "aten::cross_entropy_loss"
     assert profile.operators[index - 1].phase == "forward"  # the loss stays the forward's
+
+
+def test_nvrtc_kernels_take_their_custom_operator_or_their_launch_line(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`h200_custom_kernel_serve.tar.xz`: scripts/gpu_workloads/custom_kernel_serve.py as it is (`run --script
+    --window-fn serve --steps 2:2 -- --batches 24`: each block's bias and GELU an NVRTC kernel registered as
+    `serve_ext::bias_gelu` with `torch.library.custom_op`, the logits' clamp a raw NVRTC launch in the model's
+    forward), recorded by `scripts/record_real_workloads.py --cases custom_kernel_serve` on an H200 on 2026-11-30
+    (its nsys and timing passes), once NVRTC launches were wrapped in `site:` ranges as Triton's are."""
+    run = extract_fixture("h200_custom_kernel_serve", tmp_path_factory) / "custom_kernel_serve"
+    profile = assemble(RunDir(run))
+    assert profile.window.attributed_kernel_time_pct == 100.0 and profile.window.call_site_kernel_time_pct == 100.0
+    script = REPO / "scripts" / "gpu_workloads" / "custom_kernel_serve.py"
+    lines = script.read_text().splitlines()
+
+    def line(text: str) -> str:
+        return f"{script.name}:{next(i for i, source in enumerate(lines, 1) if text in source)}"
+
+    found = {(k.kernel_name, op.operator_name, op.module_path, (op.call_site or "").rsplit("/", 1)[-1],
+              k.attribution.detail) for op in profile.operators for k in op.kernels
+             if k.kernel_name in ("bias_gelu", "scale_clamp")}
+    # the custom operator's kernel under its name, in each block, at the launch inside its implementation
+    assert {f for f in found if f[0] == "bias_gelu"} == {
+        ("bias_gelu", "serve_ext::bias_gelu", f"blocks.{b}", line('kernel("bias_gelu", BIAS_GELU)('), None)
+        for b in range(6)}
+    # the raw launch: a call of its own, in the model, at its line
+    assert {f for f in found if f[0] == "scale_clamp"} == {
+        ("scale_clamp", "scale_clamp", "Classifier", line('kernel("scale_clamp", SCALE_CLAMP)('), DIRECT_DETAIL)}

@@ -18,7 +18,7 @@ from fixtures_util import extract_fixture
 from mcp_server import api
 from mcp_server.analysis.rank_findings import distributed_analysis
 from mcp_server.capture.request import CaptureRequest, Torchrun
-from mcp_server.capture.torchrun import check_world, nccl_excluded, torchrun_command
+from mcp_server.capture.torchrun import check_world, torchrun_command
 from mcp_server.errors import UsageError, WorkloadError
 from mcp_server.rundir import RunDir
 from mcp_server.schema.io import load_profile
@@ -28,9 +28,9 @@ from mcp_server.schema.requests import (
     AssembleRequest,
     CaptureOptions,
     Interpreter,
-    NcuOptions,
     ProfileRequest,
 )
+from plugins.ncu.command import is_collective, replayed_kernels
 
 WORKLOADS = REPO / "tests" / "workloads"
 
@@ -179,13 +179,16 @@ def test_torchrun_is_standalone_unless_a_rendezvous_is_given(tmp_path):
 
 
 def test_ncu_replays_every_kernel_but_the_collectives():
-    pattern = re.compile(nccl_excluded(NcuOptions()).kernel_regex or "")
+    pattern = re.compile(replayed_kernels(None))
     assert pattern.search("_Z26vectorized_elementwise_kernelILi4EEvi")
     assert pattern.search("triton_poi_fused_relu_0")
     assert not pattern.search("_Z28ncclDevKernel_AllReduce_Sum_f32_RING_LLP24ncclDevKernelArgsStorage")
     assert not pattern.search("ncclKernel_AllGather_RING_LL_Sum_int8_t")
-    narrowed = re.compile(nccl_excluded(NcuOptions(kernel_regex="gemm")).kernel_regex or "")
+    narrowed = re.compile(replayed_kernels("gemm"))
     assert narrowed.search("_Z10sm90_xmma_gemm_bf16") and not narrowed.search("_Z9elementwise")
+    exact = re.compile(replayed_kernels("^(_Z4gemm|ncclKernel_x)$"))  # a variant pass's names, matched whole too
+    assert exact.fullmatch("_Z4gemm") and not exact.search("_Z4gemmx") and not exact.search("ncclKernel_x")
+    assert is_collective("_Z28ncclDevKernel_Broadcast_RING_LL") and not is_collective("_Z4gemm")
 
 
 def test_a_one_rank_nccl_run_recorded_on_an_h100_replays(tmp_path_factory):

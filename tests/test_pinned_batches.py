@@ -15,9 +15,9 @@ from conftest import REPO
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data._utils import pin_memory as pinning
 
-from mcp_server.capture.passes import PAGEABLE_NOTE, kept_report
+from mcp_server.capture.passes import kept_report, pageable_note
 from mcp_server.capture.request import CaptureRequest, harness_command
-from mcp_server.children.contract import PAGEABLE_LINE
+from mcp_server.children.contract import BATCHES_ASKED, OFFLOAD_ASKED, PAGEABLE_LINE
 from mcp_server.children.pinned import PageableBatches, pinned_host_bytes
 from mcp_server.process import child_script
 from mcp_server.rundir import RunDir
@@ -80,10 +80,38 @@ def test_an_ncu_pass_whose_batches_were_left_pageable_says_so(tmp_path):
     run_dir.ncu_report("ncu").write_bytes(b"")
     req = CaptureRequest(workload=TRAIN, run_dir=run_dir)
     quiet_record = kept_report(_record(), req, print)
-    assert PAGEABLE_NOTE not in quiet_record.notes, "no log line: no DataLoader pinned anything"
-    run_dir.output_log("ncu").write_text(f"step 0\n{PAGEABLE_LINE}a DataLoader asked for pinned batches\n")
+    assert not any("pageable" in n for n in quiet_record.notes), "no log line: no DataLoader pinned anything"
+    run_dir.output_log("ncu").write_text(f"step 0\n{PAGEABLE_LINE}{BATCHES_ASKED}\n")
     record = kept_report(_record(), req, print)
-    assert PAGEABLE_NOTE in record.notes and record.artifacts == ["ncu/report.ncu-rep"]
+    assert record.artifacts == ["ncu/report.ncu-rep"]
+    assert [n for n in record.notes if "pageable" in n] == [
+        "the workload's DataLoader batches were left pageable in this pass (ncu restores pinned host memory before "
+        "each replay pass of every kernel: about 1.4 ms per MiB on an H200); the timeline's pass kept them pinned"]
+    both = pageable_note(f"{PAGEABLE_LINE}{OFFLOAD_ASKED}\nstep 1\n{PAGEABLE_LINE}{BATCHES_ASKED}\n")
+    assert both is not None and both.startswith(
+        "the workload's DataLoader batches and activations offloaded by save_on_cpu were left pageable")
+
+
+def test_activations_offloaded_to_the_host_are_left_pageable_too(capsys):
+    """`save_on_cpu(pin_memory=True)` keeps a step's saved activations pinned (hundreds of MiB on a GPU): in the counter
+    passes each context offloads them to pageable memory; the model trains as it did."""
+    from torch.autograd.graph import save_on_cpu
+
+    original = save_on_cpu.__init__
+    offloads = PageableBatches().install()
+    try:
+        model, x = torch.nn.Linear(4, 4), torch.randn(3, 4, requires_grad=True)
+        for _ in range(2):
+            with save_on_cpu(pin_memory=True):
+                loss = model(x).square().sum()
+            loss.backward()
+        with save_on_cpu():  # not asking to pin: not counted
+            model(x).sum().backward()
+    finally:
+        offloads.remove()
+    assert offloads.offloads == 2 and x.grad is not None and model.weight.grad is not None
+    assert capsys.readouterr().out.count(PAGEABLE_LINE + OFFLOAD_ASKED) == 1, "said once"
+    assert save_on_cpu.__init__ is original
 
 
 def test_an_ncu_pass_whose_workload_pinned_memory_itself_says_what_it_cost(tmp_path):

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from mcp_server.assemble.aggregate import aggregate_into, counted_fields, finish_record
 from mcp_server.assemble.graph_calls import Call, align_graph_replays, extern_module_paths
-from mcp_server.assemble.phases import Context, FrameLike, work_of
+from mcp_server.assemble.phases import Context, FrameLike, operator_frames, work_of
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, KernelOrigin, Provenance, graph_key
 from mcp_server.children.contract import GRAPH_CAPTURE_RANGE
 from mcp_server.schema.profile import (
@@ -80,7 +80,7 @@ class _StackFacts:
 
     def __init__(self, stack: Sequence[FrameLike], provenance: Provenance, known: _Attributions, context: Context,
                  thread: int | None) -> None:
-        ops = [f for f in stack if f.kind == "op"]
+        ops = operator_frames(stack)
         self.outer_op = ops[0] if ops else None
         self.launch_op = ops[-1].name if ops else None
         work = work_of(stack, context, thread)

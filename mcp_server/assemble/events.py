@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from mcp_server.assemble.phases import Context, work_of
+from mcp_server.assemble.phases import Context, operator_frames, work_of
 from mcp_server.schema.profile import GraphBreak, KernelRecord, OperatorAttributedProfile, RuntimeEvent
 from mcp_server.schema.records import RuntimeCall
 
@@ -35,7 +35,7 @@ def attribute_events(
     last_end = reach
     events = []
     for call in calls:
-        ops = [f for f in call.stack if f.kind == "op"]
+        ops = operator_frames(call.stack)
         outer = ops[0] if ops else None
         work = work_of(call.stack, context, call.thread)
         start, end = call.api_start_ns - window_start_ns, call.api_end_ns - window_start_ns

@@ -26,7 +26,7 @@ from mcp_server.schema.manifest import PassRecord, RunManifest
 from mcp_server.schema.profile import OperatorAttributedProfile
 from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import COUNTER_PASS, SPLIT_NOTE, VARIANT_PASS
-from plugins.ncu.command import default_metrics
+from plugins.ncu.command import default_metrics, is_collective
 from plugins.ncu.reader import NcuCapture, NcuReportError, read_ncu_report
 from plugins.nsys.reader import NsysExportError, NsysWindow, WindowKernel, read_window
 
@@ -111,11 +111,13 @@ def _assemble(
         (report, _), variants = read[0], (read[1][0] if variants_pass else None)
         counter_notes = report.derivation_notes()
         counter_warnings += [warning for _, warnings in read for warning in warnings]
+        # no ncu pass replays a collective's (NCCL) kernel (`replayed_kernels`): its launches are none of a replay's
+        replayable = [k for k in launches if not is_collective(k.mangled_name or k.name)]
         joined, problems, notes = join_counters(
-            launches, report.records, options.per_launch_config, options.filters_launches,
+            replayable, report.records, options.per_launch_config, options.filters_launches,
             variants=variants.records if variants else (),
-            start=_replay_start(launches, options),
-            variants_start=_replay_start(launches, _options(variants_pass)) if variants_pass else 0,
+            start=_replay_start(replayable, options),
+            variants_start=_replay_start(replayable, _options(variants_pass)) if variants_pass else 0,
             truncated=ncu_pass.stopped_early is not None,
             variants_at=variants_pass.replayed_launches if variants_pass else None,
         )

@@ -21,14 +21,12 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from mcp_server.assemble.collectives import distributed_operator, kernel_collective
-from mcp_server.children.contract import CLOSURE_RANGE, STEP_OF_PREFIX, UPDATE_RANGE
+from mcp_server.children.contract import CLOSURE_RANGE, STEP_OF_PREFIX
 from mcp_server.schema.profile import OperatorRecord, Phase, RuntimeEvent
 from plugins.ncu import keys
+from plugins.nvtx_names import OPTIMIZER_PREFIXES, STEP_PREFIX
 from plugins.sequences import BACKWARD_PREFIX, ForwardOrigin, SequenceIndex, lookup
 
-# torch.optim's own profiler ranges, and the harness's around a hand-written loop's update (`--window-fn backward`)
-STEP_PREFIX = "Optimizer.step#"
-OPTIMIZER_PREFIXES = (STEP_PREFIX, "Optimizer.zero_grad#", UPDATE_RANGE)
 # autograd's node for an in-place op on a view, numbered when made, right after the op's own node
 # (torch/csrc/autograd/functions/tensor.cpp: `CopySlices` is built as a `Node()`, which takes the next number)
 COPY_SLICES = "CopySlices"
@@ -179,8 +177,8 @@ class Work(NamedTuple):
 
 def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) -> Work:
     """The phase of the work under `stack`, its module path and call site (a backward node's from the forward op
-    it differentiates; the optimizer's module is the one holding the parameters it updates, else the model itself)
-    and, for backward work, node and forward op.
+    it differentiates, unless the workload's own code ran inside the node; the optimizer's module is the one holding
+    the parameters it updates, else the model itself) and, for backward work, node and forward op.
     Forward work a backward node runs again (a module called inside it: checkpointing) is `recomputed`: its call
     site is a site range inside the node's when there is one, else left for `recomputed_call_sites`."""
     phase, marker, node = _phase(stack)
@@ -188,8 +186,9 @@ def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) ->
     call_site = next((f.name for f in reversed(stack) if f.kind == "site"), None)
     autograd_node = forward_op = None
     inner = _inside(stack, marker) if marker is not None else ()
+    # the workload's own code run inside a backward node (a custom backward, a gradient hook) is at its own line
+    own_site = next((f.name for f in reversed(inner) if f.kind == "site"), None)
     if _recomputes(inner):
-        own_site = next((f.name for f in reversed(inner) if f.kind == "site"), None)
         return Work(phase, module_path, own_site, None, None, recomputed=True)
     if marker is not None:
         autograd_node = marker.name.removeprefix(BACKWARD_PREFIX)
@@ -198,10 +197,21 @@ def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) ->
             forward_op = origin.op
             module_path = module_path or origin.module_path
             # a recomputed call's site is known once the window's calls are (`recomputed_backward_sites`)
-            call_site = origin.call_site or (None if origin.recomputed else call_site)
+            call_site = own_site or origin.call_site or (None if origin.recomputed else call_site)
     if phase == "optimizer" and module_path is None:
         module_path = _stepped_model(stack) or context.root_module
     return Work(phase, module_path, call_site, autograd_node, forward_op)
+
+
+def operator_frames(stack: Sequence[FrameLike]) -> list[FrameLike]:
+    """The operator ranges of a stack that make its operator call, outermost first: those inside the innermost
+    optimizer range, else all. An optimizer stepped from a hook that an operator runs (a leaf's post-accumulate-grad
+    hook, inside autograd's `AccumulateGrad`) makes calls of its own, not more of that operator's."""
+    start = 0
+    for position, frame in enumerate(stack):
+        if frame.name.startswith(OPTIMIZER_PREFIXES):
+            start = position + 1
+    return [f for f in stack[start:] if f.kind == "op"]
 
 
 def _stepped_model(stack: Sequence[FrameLike]) -> str | None:

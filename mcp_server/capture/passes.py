@@ -13,6 +13,7 @@ from typing import Protocol
 from mcp_server.backend import Backend
 from mcp_server.capture.request import CaptureRequest, harness_command
 from mcp_server.children.contract import (
+    BATCHES_ASKED,
     CANNOT_WRITE,
     CANNOT_WRITE_LINE,
     CONTRACT_ERROR,
@@ -20,6 +21,7 @@ from mcp_server.children.contract import (
     NO_CUDA,
     NO_TORCH,
     NOT_CACHED,
+    OFFLOAD_ASKED,
     OUT_OF_MEMORY,
     PAGEABLE_LINE,
     PHASE_MARKER,
@@ -36,7 +38,7 @@ from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import SPLIT_NOTE, TIMING_PASS, PassName
 from plugins.executables import gpu_name
 from plugins.ncu.command import capture_command as ncu_capture
-from plugins.ncu.command import find_ncu, is_replayed_kernel
+from plugins.ncu.command import find_ncu, is_replayed_kernel, replay_env
 from plugins.nsys.command import capture_command as nsys_capture
 from plugins.nsys.command import export_command, find_nsys
 
@@ -207,9 +209,10 @@ def run_pass(
     cancel: Cancel = None,
     early: EarlyStop | None = None,
     replays: ReplayCount | None = None,
+    replaying: bool = False,
 ) -> tuple[PassRecord, HarnessResult | None]:
     """Run one harness pass into its folder of the run directory, optionally under a profiler prefix; return
-    its record and the harness's result.
+    its record and the harness's result. A pass `replaying` under ncu runs with `plugins.ncu.command.replay_env`.
 
     With `early`, a pass stopped at its time limit or by `early.when` is not a failure: its record says
     `stopped_early` and the result is empty (the harness never finished); the caller keeps what it gathered.
@@ -219,6 +222,8 @@ def run_pass(
     run_dir.harness_result(name).unlink(missing_ok=True)
     cmd = [*(prefix or []), *harness_command(req, profiler, name)]
     env = interpreter_env(req.python)
+    if replaying:
+        env = replay_env(env)
     started, t0 = now_iso(), time.monotonic()
     sink = PassProgress(name, progress, replays)
     strays: list[str] = []
@@ -343,7 +348,7 @@ def ncu_pass(
     prefix = ncu_capture(ncu, req.run_dir.ncu_report_base(name), options, req.compile_mode == "cudagraphs",
                          gpu_name())
     try:
-        record, harness = run_pass(req, name, "nvtx", prefix, progress, cancel, early, replays)
+        record, harness = run_pass(req, name, "nvtx", prefix, progress, cancel, early, replays, replaying=True)
     except CaptureFailed:
         raise_if_permission(req, name)
         raise
@@ -386,8 +391,8 @@ def kept_report(record: PassRecord, req: CaptureRequest, progress: Progress,
                             "replayed until then are kept")
         progress(f"{name} pass: replay budget reached: stopped")
     log = run_dir.output_log(name)
-    if log.is_file() and PAGEABLE_LINE in log.read_text(encoding="utf-8", errors="replace"):
-        record.notes.append(PAGEABLE_NOTE)
+    if log.is_file() and (note := pageable_note(log.read_text(encoding="utf-8", errors="replace"))) is not None:
+        record.notes.append(note)
     if (note := _pinned_note(harness)) is not None:
         record.notes.append(note)
         progress(f"{name} pass: {note}")
@@ -411,9 +416,17 @@ def _pinned_note(harness: HarnessResult | None) -> str | None:
             "it) before the window, to replay faster")
 
 
-PAGEABLE_NOTE = ("the workload's DataLoader batches were left pageable in this pass (ncu restores pinned host memory "
-                 "before each replay pass of every kernel: about 1.4 ms per MiB on an H200); the timeline's pass "
-                 "kept them pinned")
+def pageable_note(log: str) -> str | None:
+    """What the workload asked to pin and the pass left pageable, from its output (`PAGEABLE_LINE`); None if
+    nothing."""
+    left = [what for asked, what in ((BATCHES_ASKED, "DataLoader batches"),
+                                     (OFFLOAD_ASKED, "activations offloaded by save_on_cpu"))
+            if PAGEABLE_LINE + asked in log]
+    if not left:
+        return None
+    return (f"the workload's {' and '.join(left)} were left pageable in this pass (ncu restores pinned host memory "
+            "before each replay pass of every kernel: about 1.4 ms per MiB on an H200); the timeline's pass kept "
+            "them pinned")
 
 
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"  # what ncu prints when it may not read the counters

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mcp_server.children.contract import MODULE_RANGE_PREFIX
+from plugins.ncu.command import is_collective
 from plugins.ncu.keys import ncu_config, operator_shapes, same_work
 from plugins.nsys.ranges import NvtxRange
 from plugins.nsys.reader import NsysWindow, WindowKernel, read_window
@@ -118,7 +119,8 @@ def plan_launches(kernels: Iterable[WindowKernel]) -> ReplayPlan:
             known.add(shapes)
             if same_work(kernel.name, first_shapes[key], dims):
                 plan.same_work += 1
-            elif kernel.mangled_name:  # ncu's filter names kernels by mangled name: none, no targeting
+            # ncu's filter names kernels by mangled name: none, no targeting; a collective's is never replayed
+            elif kernel.mangled_name and not is_collective(kernel.mangled_name):
                 plan.variants.append(kernel.ordinal)
     plan.configurations = len(seen_shapes)
     if plan.variants:

@@ -36,13 +36,14 @@ from mcp_server.schema.requests import NcuOptions
 from mcp_server.schema.types import COUNTER_PASS, TIMING_PASS, PassName
 from plugins.executables import gpu_name
 from plugins.ncu.command import capture_command as ncu_capture
+from plugins.ncu.command import replay_env
 from plugins.nsys.command import capture_command as nsys_capture
 from plugins.nsys.command import find_nsys
 
 # torchrun's launch options as the manifest records them (by name)
 TORCHRUN_FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint", "rdzv_id")
 RANK_TEMPLATE = "%q{RANK}"  # expanded by nsys, ncu and the harness from each rank's environment
-NCCL_KERNEL = r"(?:_Z\d+)?nccl"  # a collective's kernel, mangled (`_Z27ncclDevKernel_...`) or not
+EVERY_KERNEL = ".*"  # a rank's replay, filtered to every kernel but the collectives (`replayed_kernels`)
 NCCL_EXCLUDED_NOTE = ("NCCL (collective) kernels were left out of ncu's replay: replaying one on a single rank would "
                       "wait for peers that are not replaying it; they keep their nsys durations, without counters")
 
@@ -75,13 +76,6 @@ def check_world(req: CaptureRequest, gpus: int) -> None:
             f"--nproc-per-node {launch.nproc_per_node} asks for more ranks than this node's {gpus} GPU(s)",
             f"pass --nproc-per-node {gpus} or fewer (one rank per GPU)",
         )
-
-
-def nccl_excluded(options: NcuOptions) -> NcuOptions:
-    """`options` replaying every kernel it would, but the collectives' (NCCL) kernels."""
-    user = options.kernel_regex
-    regex = f"^(?!{NCCL_KERNEL})" + (f"(?=.*(?:{user}))" if user else "")
-    return options.model_copy(update={"kernel_regex": regex})
 
 
 def capture_ranks(
@@ -139,12 +133,16 @@ def capture_ranks(
 
 def _ncu_ranks(req: CaptureRequest, ranks: list[int], ncu: NcuOptions, progress: Progress,
                cancel: Cancel) -> dict[int, PassRecord]:
-    """The ncu pass on every rank, the collectives left out; each rank's report moved into its folder."""
-    options = nccl_excluded(ncu)
+    """The ncu pass on every rank, the collectives left out (as every ncu pass leaves them); each rank's report moved
+    into its folder. Each rank's replay is joined to its timeline as a filtered one (`EVERY_KERNEL`): joined launch
+    for launch, a two-rank DDP step's on two H200s disagreed with its timeline from the first launch (141 passed
+    over, 60 without counters)."""
+    options = ncu if ncu.kernel_regex else ncu.model_copy(update={"kernel_regex": EVERY_KERNEL})
     # ncu takes `%q{RANK}` in a file's name only, not in its folder: each report is moved to its rank's
     prefix = ncu_capture(require_ncu(), req.run_dir.path / f"ncu.rank{RANK_TEMPLATE}", options,
                          req.compile_mode == "cudagraphs", gpu_name())
-    records = rank_pass(req.with_turn(pageable_batches=True), ranks, COUNTER_PASS, "nvtx", prefix, progress, cancel)
+    records = rank_pass(req.with_turn(pageable_batches=True), ranks, COUNTER_PASS, "nvtx", prefix, progress, cancel,
+                        replaying=True)
     for rank, record in records.items():
         record.ncu = options
         record.notes.append(NCCL_EXCLUDED_NOTE)
@@ -191,9 +189,10 @@ def torch_ranks(req: CaptureRequest, ranks: list[int], progress: Progress, cance
 
 def rank_pass(
     req: CaptureRequest, ranks: list[int], name: PassName, profiler: str, prefix: list[str],
-    progress: Progress = quiet, cancel: Cancel = None,
+    progress: Progress = quiet, cancel: Cancel = None, replaying: bool = False,
 ) -> dict[int, PassRecord]:
-    """Run pass `name` once through torchrun (`prefix` wraps each rank); every rank's record.
+    """Run pass `name` once through torchrun (`prefix` wraps each rank; `replaying` under ncu: its environment);
+    every rank's record.
 
     A rank that failed is named with its error (the first in rank order, torchrun having stopped the others);
     a launch that left no rank's result says how torchrun ended, with the last lines it printed."""
@@ -206,8 +205,9 @@ def rank_pass(
     log = req.run_dir.torchrun_log(name)
     progress(f"{name} pass: {len(ranks)} ranks")
     started, t0 = now_iso(), time.monotonic()
+    env = interpreter_env(req.python)
     code, timed_out = run_child(cmd, log, req.timeout_s, PassProgress(name, progress), cancel,
-                                env=interpreter_env(req.python))
+                                env=replay_env(env) if replaying else env)
     wall = time.monotonic() - t0
     if timed_out:
         raise CaptureFailed(f"the {name} pass ran past its {req.timeout_s:.0f} s limit: every rank was stopped",

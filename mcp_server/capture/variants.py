@@ -227,7 +227,8 @@ class WaitingVariantPass:
             self.progress(line)
 
         try:
-            self._record, self._harness = run_pass(waiting, VARIANT_PASS, "nvtx", prefix, watch, self._stop)
+            self._record, self._harness = run_pass(waiting, VARIANT_PASS, "nvtx", prefix, watch, self._stop,
+                                                   replaying=True)
         except BaseException as exc:  # noqa: BLE001 - reported by attach(), or dropped by discard()
             self._error = exc
 

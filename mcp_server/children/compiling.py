@@ -25,7 +25,7 @@ from mcp_server.children.inductor_cache import (
     save_nodes,
 )
 from mcp_server.children.naming import clean_module_path, root_module_name, user_site
-from mcp_server.children.sites import is_core, keep_out_of_dynamo
+from mcp_server.children.sites import dynamo_folds_has_torch_function, is_core, keep_out_of_dynamo
 
 INDUCTOR_CODE_DIR = "inductor_code"  # beside the provenance file; the file lists what it holds
 CACHE_COUNTERS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")
@@ -79,6 +79,7 @@ FALLBACK = "falling back to eager"  # what Dynamo says of a function it skipped,
 SKIPPED = ": Dynamo skipped the function and ran it eagerly"  # how a skipped function's graph break ends
 BREAK_AT = re.compile(r"Graph break in user code at (?P<location>\S+:\d+)")
 FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+)')
+PACKAGE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # mcp_server/
 
 
 class SkippedFunctions:
@@ -120,8 +121,8 @@ class SkippedFunctions:
     def heard(self, message: str) -> None:
         """One graph-break message: kept when Dynamo skipped the function for it (once per place and reason)."""
         found = BREAK_AT.search(message)
-        if FALLBACK not in message or found is None:
-            return
+        if FALLBACK not in message or found is None or found["location"].startswith(PACKAGE_DIR):
+            return  # (this package's own break: an optimizer's hooks run eagerly, `step_sources._graph_break`)
         location = self.user_line(message) or found["location"]
         lines = [line.strip() for line in message.split("Graph break encountered:", 1)[-1].splitlines()
                  if line.strip()]
@@ -294,6 +295,7 @@ class ScriptCompiles:
             self.recorder.record_inductor()
             self.skipped = SkippedFunctions(self.recorder.graph_breaks).__enter__()
             keep_out_of_dynamo(*self.own)  # the profiler's code the script runs: its module ranges, call sites
+            dynamo_folds_has_torch_function()
             if self.reuse_tuned:
                 reuse_tuned_configurations(self.waited_for_tuning)
         return self._real(model, *args, **kwargs)

@@ -130,6 +130,8 @@ PHASE_MARKER = "operator_profiler_harness: phase "  # what the harness prints as
 WARMUP_PHASE = "warmup"  # the phase of the warm-up iterations (steps of a script)
 # what the harness prints once, at the first DataLoader batch it leaves pageable (an ncu pass: children.pinned)
 PAGEABLE_LINE = "operator_profiler_harness: batches left pageable under ncu: "
+BATCHES_ASKED = "a DataLoader asked for pinned batches"  # what follows it
+OFFLOAD_ASKED = "save_on_cpu asked for pinned activations"
 MODULE_RANGE_PREFIX = "module:"
 # `node:<path>`: around an operator an FX GraphModule's code calls eagerly (`torch.export`'s `.module()`), the module
 # its node came from. Attribution reads it as a module range; it is no call of that module (a shape-variant replay
@@ -267,8 +269,9 @@ HARNESS_FLAGS: tuple[HarnessFlag, ...] = (
                 "take the operators and modules of their capture"),
     HarnessFlag("replay_calls", "path", "(--profiler nvtx) a JSON list of [module path, call number in the window]: "
                 "profiling is on only during those calls, when the file exists once the window begins"),
-    HarnessFlag("pageable_batches", "switch", "(under ncu) DataLoader batches are not pinned: ncu restores pinned "
-                "host memory before each replay pass of every kernel"),
+    HarnessFlag("pageable_batches", "switch", "(under ncu) DataLoader batches, and activations offloaded by "
+                "save_on_cpu, are not pinned: ncu restores pinned host memory before each replay pass of every "
+                "kernel"),
     HarnessFlag("cpu_threads", "int", "torch's intra-op threads in this pass, at most: its share of the CPUs while "
                 "the run's passes run at once"),
     HarnessFlag("dist_backend", "str", "(under torchrun) the process group's backend: nccl on CUDA, gloo on the CPU "

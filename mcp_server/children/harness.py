@@ -98,7 +98,7 @@ from mcp_server.children.naming import root_module_name, traced_classes
 from mcp_server.children.pinned import PageableBatches
 from mcp_server.children.recipe import RecordingRecipe
 from mcp_server.children.script import run_script
-from mcp_server.children.sites import UserFrames
+from mcp_server.children.sites import GradientHooks, UserFrames
 from mcp_server.children.steps import run_steps
 from mcp_server.children.window import (
     NESTED_SHAPES_WARNING,
@@ -162,6 +162,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     lock = GpuPhases(args.gpu_lock, args.gpu_lock_after, args.gpu_lock_done, args.warm_up_after)
     lock.build()
     _enter(result, "build")
+    gradient_hooks = GradientHooks().install() if recording.ranged else None  # the hooks it registers: their lines
     model, inputs = model_and_inputs(module.get_model_and_input())
     if captures is not None:
         captures.watch(model)
@@ -298,8 +299,9 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     if ranks:  # DDP rebuilds its buckets in its second iteration: the window's are known now
         result["distributed"]["wrapped_by"] = wrapper
         result["distributed"]["ddp_buckets"] = ddp_buckets(wrapped, result["root_module"], wrapped=wrapper is not None)
-    if hooks is not None:
-        hooks.remove()
+    for installed in (hooks, gradient_hooks):
+        if installed is not None:
+            installed.remove()
     if scoped is not None:
         scoped.remove()
         result["replayed_calls"] = scoped.started
@@ -474,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
             code = EXIT_WORKLOAD_RAISED
     if pageable is not None:
         pageable.remove()
-        result["pageable_batches"] = pageable.batches
+        result["pageable_batches"], result["pageable_offloads"] = pageable.batches, pageable.offloads
     result["finished_at"] = now()
     write_json(args.result, result)
     if code == EXIT_OK and launched_by_torchrun():

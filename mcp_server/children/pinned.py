@@ -6,23 +6,28 @@ about 1.4 ms on an H200 (`benchmarks/ncu_pass_cost.py --pinned-mib`: 0.31 s per 
 1.16 s holding 600 MiB). A DataLoader with `pin_memory=True` keeps its prefetched batches pinned, so a training
 script's counter pass replayed each kernel in 0.61 s instead of 0.39 s. In the counter passes its batches stay
 pageable (`PageableBatches`): their host-to-device copies then run synchronously there, which no kernel's counters
-see; the timeline's pass, whose copies the profile reports, keeps them pinned as the workload asks.
+see; the timeline's pass, whose copies the profile reports, keeps them pinned as the workload asks. So do the
+activations a training step offloads to the host (`torch.autograd.graph.save_on_cpu(pin_memory=True)`): hundreds of MiB
+pinned through the step, so a counter pass stopped at its replay budget with half its kernel time unreplayed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mcp_server.children.contract import PAGEABLE_LINE
+from mcp_server.children.contract import BATCHES_ASKED, OFFLOAD_ASKED, PAGEABLE_LINE
 
 
 class PageableBatches:
     """DataLoader batches left pageable: `torch.utils.data`'s pinning (its pin-memory thread's, and a loader's
-    without workers) returns each batch as it is, counted in `batches`."""
+    without workers) returns each batch as it is, counted in `batches`; and activations offloaded by `save_on_cpu`,
+    whose contexts asking for pinned memory are counted in `offloads`."""
 
     def __init__(self) -> None:
         self.batches = 0
+        self.offloads = 0
         self._original: Any = None
+        self._offload_init: Any = None
 
     def install(self) -> PageableBatches:
         """Replace the loaders' pinning (both look it up in its module at each batch)."""
@@ -32,12 +37,27 @@ class PageableBatches:
 
         def unpinned(data: Any, device: Any = None) -> Any:
             if self.batches == 0:
-                print(f"{PAGEABLE_LINE}a DataLoader asked for pinned batches", flush=True)
+                print(f"{PAGEABLE_LINE}{BATCHES_ASKED}", flush=True)
             self.batches += 1
             return data
 
         pinning.pin_memory = unpinned
+        self._unpin_offloads()
         return self
+
+    def _unpin_offloads(self) -> None:
+        from torch.autograd.graph import save_on_cpu
+
+        original = self._offload_init = save_on_cpu.__init__
+
+        def init(hooks: Any, pin_memory: bool = False, device_type: str = "cuda") -> None:
+            if pin_memory:
+                if self.offloads == 0:
+                    print(f"{PAGEABLE_LINE}{OFFLOAD_ASKED}", flush=True)
+                self.offloads += 1
+            original(hooks, False, device_type)
+
+        save_on_cpu.__init__ = init
 
     def remove(self) -> None:
         """Give the loaders their pinning back."""
@@ -46,6 +66,11 @@ class PageableBatches:
 
             pinning.pin_memory = self._original
             self._original = None
+        if self._offload_init is not None:
+            from torch.autograd.graph import save_on_cpu
+
+            save_on_cpu.__init__ = self._offload_init
+            self._offload_init = None
 
 
 def pinned_host_bytes() -> int | None:

@@ -236,7 +236,35 @@ def _fast_paths_see_through() -> None:
             return has_torch_function(args)
 
     has_torch_function.sees_through_call_sites = True  # type: ignore[attr-defined]
+    has_torch_function.original = original  # type: ignore[attr-defined]
     overrides.has_torch_function = has_torch_function
+
+
+def dynamo_folds_has_torch_function() -> None:
+    """Have Dynamo fold the original `has_torch_function` to a constant, as it does without the call-site modes.
+    Its table of such functions is keyed on what `torch.overrides` holds when the table is built: after
+    `_fast_paths_see_through` (a script's call-site modes, entered before its first compile), the replacement, not
+    the C function torch's own Python code imported (`torch/_tensor.py`'s operators). Traced as a torch call
+    returning a bool, it broke the graph of every such operator, and an optimizer's step compiled by the script (a
+    tensor learning rate's `1 - lr`) ran eagerly. Called once Dynamo is loaded (a script's first compile)."""
+    import torch.overrides as overrides
+
+    replaced = overrides.has_torch_function
+    original = getattr(replaced, "original", None)
+    try:
+        from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
+    except ImportError:
+        return
+    if original is None or not hasattr(TorchInGraphFunctionVariable, "_get_handlers"):
+        return
+    TorchInGraphFunctionVariable._get_handlers.cache_clear()
+    overrides.has_torch_function = original
+    try:
+        handlers = TorchInGraphFunctionVariable._get_handlers()
+    finally:
+        overrides.has_torch_function = replaced
+    if original in handlers:
+        handlers[replaced] = handlers[original]
 
 
 class ThreadCapture:
@@ -246,7 +274,8 @@ class ThreadCapture:
     worker threads started in its warm-up is seen, its threads' call sites are recorded while it is `active`.
     Autograd runs a backward with the profiler's state but none of the caller's torch function modes (a GPU's on
     its device thread, a C++ thread): a custom `autograd.Function`'s backward (reentrant checkpointing's
-    recomputation among them) runs under a call-site mode of its thread's own."""
+    recomputation among them) runs under a call-site mode of its thread's own, and so does each gradient hook the
+    workload registered once `GradientHooks` was installed."""
 
     def __init__(self, profiler: str, record_shapes: bool, frames: UserFrames | None, active: bool = True,
                  graph_nodes: GraphNodes | None = None) -> None:
@@ -316,12 +345,72 @@ class ThreadCapture:
                 return original(node, *args)
 
         BackwardCFunction.apply = apply
+        _CAPTURES.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         from torch.autograd.function import BackwardCFunction
 
         threading.setprofile(self._previous)
+        if self in _CAPTURES:
+            _CAPTURES.remove(self)
         if self._apply is not None:
             BackwardCFunction.apply = self._apply
             self._apply = None
+
+
+_CAPTURES: list[ThreadCapture] = []  # the thread captures open now, innermost last
+
+
+class GradientHooks:
+    """Autograd runs a tensor's Python hooks (`register_hook`: a gradient clipped as it is computed) and a leaf's
+    (`register_post_accumulate_grad_hook`: an optimizer stepped inside the backward) where it runs a backward, with
+    none of the caller's torch function modes. Installed before the workload registers them, each hook is wrapped
+    so that, while a `ThreadCapture` is open, it runs under its thread's call-site mode: its work is at its own
+    lines."""
+
+    REGISTERS = ("register_hook", "register_post_accumulate_grad_hook")
+
+    def __init__(self) -> None:
+        self._originals: dict[str, Any] = {}
+
+    def install(self) -> GradientHooks:
+        """Wrap the hooks registered from now on."""
+        import torch
+
+        for name in self.REGISTERS:
+            original = getattr(torch.Tensor, name)
+            if not getattr(original, "wraps_gradient_hooks", False):  # once, however many are installed
+                self._originals[name] = original
+                setattr(torch.Tensor, name, _registering(original))
+        return self
+
+    def remove(self) -> None:
+        """Register hooks as torch does again (those wrapped stay wrapped, and run as they are once no capture is
+        open)."""
+        import torch
+
+        for name, original in self._originals.items():
+            setattr(torch.Tensor, name, original)
+        self._originals = {}
+
+
+def _registering(register: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(register)
+    def registered(tensor: Any, hook: Callable[..., Any]) -> Any:
+        return register(tensor, _under_call_sites(hook))
+
+    registered.wraps_gradient_hooks = True  # type: ignore[attr-defined]
+    return registered
+
+
+def _under_call_sites(hook: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(hook)
+    def run(*args: Any) -> Any:
+        mode = _CAPTURES[-1]._thread_mode() if _CAPTURES else None
+        if mode is None:
+            return hook(*args)
+        with mode:
+            return hook(*args)
+
+    return run

@@ -9,6 +9,7 @@ import functools
 import inspect
 import os
 import sys
+import threading
 from collections.abc import Callable
 from types import CodeType, FrameType, MethodType
 from typing import Any, Protocol
@@ -42,7 +43,9 @@ class OptimizerSteps:
     steps), so a window holds whole iterations. Until a window opens, each optimizer seen stepping for the first time
     moves the boundary to it, its first step ending the loop's first iteration; one first seen later is warned of.
     A step's end is seen through torch's global post-hook until the boundary's optimizer is wrapped, then through a
-    wrapper of its `step` (outside its `Optimizer.step#...` profiler range, where the window opens and closes).
+    wrapper of its `step` (outside its `Optimizer.step#...` profiler range, where the window opens and closes). A
+    step run inside a backward (an optimizer fused into it by a post-accumulate-grad hook) ends once that backward has
+    returned.
 
     While a window records ranges, each optimizer's step runs inside a `STEP_OF_PREFIX` range naming the innermost
     module holding every parameter it updates (when one root holds them all): the update's work is that module's."""
@@ -50,6 +53,7 @@ class OptimizerSteps:
     kind = "optimizer"
 
     def __init__(self, windows: StepWindows, modules: GlobalModules) -> None:
+        import torch
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self.windows, self.modules = windows, modules
@@ -62,9 +66,47 @@ class OptimizerSteps:
         self._ranges: list[Any] = []
         self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
         self.name = "optimizer step"
+        self._thread = threading.get_ident()  # the script's
+        self._compiling = torch.compiler.is_compiling
+        self._graph_break = _graph_break
+        self._backwards = 0  # backward() calls of the script's thread running now
+        self._deferred: list[Callable[[], None]] = []  # steps' ends waiting for the outermost backward to return
+        self._restore: list[Callable[[], None]] = []
+        for owner in (torch.Tensor, torch.autograd):  # Tensor.backward calls torch.autograd.backward
+            original = owner.backward
+            owner.backward = self._backward(original)
+            self._restore.append(functools.partial(setattr, owner, "backward", original))
+
+    def _boundary(self, end: Callable[[], None]) -> None:
+        """Run a step's end now; or, when the step ran inside a backward (an optimizer stepped from a gradient hook,
+        on autograd's device thread), once the outermost backward has returned to the script's thread: a window opens
+        and closes on the thread that runs the script, between whole backwards."""
+        if self._backwards or threading.get_ident() != self._thread:
+            self._deferred.append(end)
+        else:
+            end()
+
+    def _backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        steps = self
+
+        @functools.wraps(original)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            on_script = threading.get_ident() == steps._thread
+            steps._backwards += on_script
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if on_script:
+                    steps._backwards -= 1
+                    while not steps._backwards and steps._deferred:
+                        steps._deferred.pop(0)()
+
+        return counted
 
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         """While ranging, open the step's `STEP_OF_PREFIX` range and put its closure, if any, in `CLOSURE_RANGE`."""
+        if self._compiling():  # a step the script compiled: its hooks and ranges run eagerly around the graphs
+            self._graph_break()
         open_range, close_range = self.modules.open_range, self.modules.close_range
         if not (self.modules.ranging and open_range and close_range):
             return None
@@ -78,10 +120,12 @@ class OptimizerSteps:
                               lambda: close_range(ranges.pop()))
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._compiling():
+            self._graph_break()
         self._end_range()
         if id(optimizer) in self._seen:
             if optimizer is self.optimizer and self._inside is not optimizer:
-                self.windows.step_ended()  # a step called past the wrapper (the class's step, unbound)
+                self._boundary(self.windows.step_ended)  # a step called past the wrapper (the class's step, unbound)
             return
         self._seen.add(id(optimizer))
         if self.windows.opened:
@@ -92,20 +136,22 @@ class OptimizerSteps:
         self.name = f"{type(optimizer).__name__}.step"
         self._wrap(optimizer)
         # the first step did not run through the wrapper; a later optimizer's first step ends the first iteration
-        self.windows.step_ended() if first else self.windows.recount()
+        self._boundary(self.windows.step_ended if first else self.windows.recount)
 
     def _wrap(self, optimizer: Any) -> None:
         previous = optimizer.step  # bound, or a scheduler's wrapper set on the instance
         steps = self
 
         def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if steps._compiling():  # a step the script compiled: the hooks, run eagerly around it, count it
+                return previous(*args, **kwargs)
             steps._inside = self
             try:
                 out = previous(*args, **kwargs)
             finally:
                 steps._inside = None
             if self is steps.optimizer:
-                steps.windows.step_ended()
+                steps._boundary(steps.windows.step_ended)
             return out
 
         optimizer.step = MethodType(functools.wraps(previous)(step), optimizer)
@@ -113,6 +159,8 @@ class OptimizerSteps:
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
+        for restore in self._restore:
+            restore()
         while self._ranges:
             self._end_range()
 
@@ -120,6 +168,15 @@ class OptimizerSteps:
         handle = self._ranges.pop() if self._ranges else None
         if handle is not None and self.modules.close_range is not None:
             self.modules.close_range(handle)
+
+
+def _graph_break() -> None:
+    """Dynamo's graph break where Dynamo traces (an optimizer's hooks, traced in a step the script compiled): the
+    frame running the hooks (`Optimizer.profile_hook_step`'s wrapper, a loop over them) then runs eagerly, its hooks
+    and profiler ranges for real around the step's body, which Dynamo compiles as a frame of its own."""
+    import torch._dynamo
+
+    torch._dynamo.graph_break()
 
 
 class BackwardSteps:

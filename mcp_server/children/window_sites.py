@@ -1,14 +1,15 @@
 """Every line a window's work comes from (standard library and torch only): the call-site mode on the thread that
 opens it (with the nodes of the FX programs it runs), the thread capture for the threads the workload starts and for
-autograd's, and Triton's launch hooks for the kernels it launches itself; recorded while `active`."""
+autograd's (the gradient hooks it registers among them), and Triton's launch hooks for the kernels it launches
+itself; recorded while `active`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mcp_server.children.fx_graphs import FxNodes, PathOf
-from mcp_server.children.sites import ThreadCapture, UserFrames, call_sites
-from mcp_server.children.triton_sites import TritonLaunchSites
+from mcp_server.children.launch_sites import LaunchSites
+from mcp_server.children.sites import GradientHooks, ThreadCapture, UserFrames, call_sites
 
 
 class WindowSites:
@@ -21,7 +22,8 @@ class WindowSites:
         nodes = FxNodes(frames, path_of)
         self.sites = call_sites(profiler, frames, active=active, graph_nodes=nodes)
         self.threads = ThreadCapture(profiler, record_shapes, frames, active=active, graph_nodes=nodes)
-        self.launches = TritonLaunchSites(profiler, frames)
+        self.launches = LaunchSites(profiler, frames)
+        self.hooks = GradientHooks()
         self._active = active
 
     @property
@@ -40,6 +42,7 @@ class WindowSites:
             self.launches.__exit__()
 
     def __enter__(self) -> WindowSites:
+        self.hooks.install()
         self.threads.__enter__()
         self.sites.__enter__()
         if self._active:
@@ -51,3 +54,4 @@ class WindowSites:
             self.launches.__exit__()
         self.sites.__exit__(*exc)
         self.threads.__exit__(*exc)
+        self.hooks.remove()

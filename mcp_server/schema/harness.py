@@ -81,6 +81,9 @@ class HarnessResult(_Open):
         "(mode='reduce-overhead', triton.cudagraphs); None when nothing was compiled.")
     pageable_batches: int | None = Field(
         default=None, description="(an ncu pass) DataLoader batches left pageable rather than pinned.")
+    pageable_offloads: int | None = Field(
+        default=None, description="(an ncu pass) `save_on_cpu(pin_memory=True)` contexts whose activations were "
+        "offloaded to pageable memory rather than pinned.")
     cpu_threads: dict[str, int] | None = Field(
         default=None, description="torch's intra-op threads held to this pass's share of the CPUs (`share`) from its "
         "own count (`own`), as the run's passes ran at once; None when unchanged.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,12 @@ from plugins.executables import find_executable
 
 NCU_GLOBS = ["/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/bin/ncu", "/usr/local/NVIDIA-Nsight-Compute*/ncu"]
 METRICS_FILE = Path(__file__).with_name("metrics.yaml")
+NCCL_KERNEL = r"(?:_Z\d+)?nccl"  # a collective's kernel, mangled (`_Z27ncclDevKernel_...`) or not
+# NCCL's buffers in memory it maps itself (cuMem, and NVLink SHARP's multicast): ncu cannot save and restore them
+# around a kernel's replay passes, and failed (UnknownError) on the first kernel it replayed after a collective of
+# `nn.DataParallel`'s on two H200s; with NCCL's classic allocations it replays every kernel. What counters measure
+# is unchanged.
+REPLAY_ENV = {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
 
 
 def find_ncu() -> str | None:
@@ -111,8 +118,7 @@ def profile_options(report_base: Path, options: NcuOptions, cuda_graphs: bool = 
         cmd += ["--set", options.metric_set]
     for section in options.sections:
         cmd += ["--section", section]
-    if options.kernel_regex:
-        cmd += ["--kernel-name", f"regex:{options.kernel_regex}"]
+    cmd += ["--kernel-name", f"regex:{replayed_kernels(options.kernel_regex)}"]
     if options.launch_skip is not None:
         cmd += ["--launch-skip", str(options.launch_skip)]
     if options.per_launch_config:
@@ -122,6 +128,23 @@ def profile_options(report_base: Path, options: NcuOptions, cuda_graphs: bool = 
     if cuda_graphs:
         cmd += ["--graph-profiling", "node"]
     return cmd
+
+
+def replayed_kernels(named: str | None) -> str:
+    """The `--kernel-name` regex of a pass: the kernels `named` matches (all when None), but the collectives' (NCCL).
+    Replaying a collective's kernel alone waits for peers that are not replaying it: the other ranks, or the other
+    GPUs of a process that runs `nn.DataParallel` (ncu failed there: UnknownError)."""
+    return f"^(?!{NCCL_KERNEL})" + (f"(?:.*?(?:{named}).*)" if named else ".*")
+
+
+def replay_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` for a workload under ncu's replay: `REPLAY_ENV` added where the user set none of its variables."""
+    return {**environ, **{k: v for k, v in REPLAY_ENV.items() if k not in environ}}
+
+
+def is_collective(mangled_name: str) -> bool:
+    """A collective's (NCCL) kernel, which no ncu pass replays."""
+    return re.match(NCCL_KERNEL, mangled_name) is not None
 
 
 def _sudo(options: NcuOptions) -> list[str]:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from mcp_server.children.contract import MEASURE_RANGE
 from mcp_server.schema.records import CpuOp, Frame, RuntimeCall, TraceKernel
 from plugins.cuda_api import kind_of, synchronizing
-from plugins.nvtx_names import ANNOTATION_NAMESPACES, fsdp_unit, harness_range, is_operator
+from plugins.nvtx_names import ANNOTATION_NAMESPACES, OPTIMIZER_PREFIXES, fsdp_unit, harness_range, is_operator
 from plugins.sequences import RangeRow, SequenceIndex, forward_origins
 
 FORMAT_FILE = Path(__file__).with_name("trace_format.yaml")
@@ -191,7 +191,7 @@ def read_kineto_trace(path: Path) -> KinetoCapture:
                              key=lambda item: (_start_ns(item[1]), -(item[1].end_ns or 0)))
     )
     capture.forward_threads = sorted({int(e["tid"]) for e in _events(trace) if e.get("name") == MEASURE_RANGE})
-    capture.cpu_ops = _top_level_ops(ranges)
+    capture.cpu_ops = _top_level_ops(ranges, capture.window_end_ns)
     capture.runtime_calls = _runtime_calls(launches, activity, ranges, capture)
     return capture
 
@@ -292,49 +292,62 @@ def _kernels(
     return kernels
 
 
-def _top_level_ops(ranges: dict[int, list[Frame]]) -> list[CpuOp]:
+def _top_level_ops(ranges: dict[int, list[Frame]], window_end_ns: int | None = None) -> list[CpuOp]:
     """Outermost operator calls per thread: their span, their own self time (span minus directly nested
-    operators), and the self time of every operator nested in them, by name (compute done below the call)."""
+    operators), and the self time of every operator nested in them, by name (compute done below the call). An
+    operator called inside an optimizer range that opened inside another operator (an optimizer stepped from a
+    post-accumulate-grad hook, inside autograd's `AccumulateGrad`) makes a call of its own; the optimizer range's
+    span leaves the enclosing call's. A call still open when the window ends (the step that ends it ran inside the
+    call) is counted up to the window's end."""
     ops: list[CpuOp] = []
     for tid, frames in ranges.items():
         context: list[Frame] = []
-        calls: list[tuple[Frame, list[int]]] = []  # open operator frames, each with [self time]
-        top: CpuOp | None = None
+        calls: list[tuple[Frame, list[int], CpuOp]] = []  # open operator frames, each with [self time], its call
         for frame in sorted(frames, key=lambda f: (f.start_ns, -(f.end_ns or 0))):
             start = _start_ns(frame)
             while context and (context[-1].end_ns or 0) < start:
                 context.pop()
             while calls and (calls[-1][0].end_ns or 0) < start:
-                _close(calls.pop(), top)
+                _close(*calls.pop())
+            end = frame.end_ns or start
+            span = (min(end, window_end_ns) if window_end_ns is not None and start <= window_end_ns else end) - start
+            enclosing = calls[-1] if calls and not _steps_inside(context, calls[-1][0]) else None
             if frame.kind == "op":
-                span = (frame.end_ns or start) - start
-                if calls:
-                    calls[-1][1][0] -= span
+                if enclosing is not None:
+                    enclosing[1][0] -= span
+                    top = enclosing[2]
                 else:
-                    if top is not None:
-                        ops.append(top)
                     top = CpuOp(
                         name=frame.name, start_ns=start, duration_ns=span, self_ns=span, thread=tid,
                         stack=list(context), input_shapes=frame.input_shapes, input_dtypes=frame.input_dtypes,
                         seq=frame.seq,
                     )
-                calls.append((frame, [span]))
+                    ops.append(top)
+                calls.append((frame, [span], top))
+            elif enclosing is not None and frame.name.startswith(OPTIMIZER_PREFIXES):
+                enclosing[1][0] -= span  # the step leaves the call that ran it: its operators are calls of their own
+                enclosing[2].duration_ns -= span
             context.append(frame)
         while calls:
-            _close(calls.pop(), top)
-        if top is not None:
-            ops.append(top)
+            _close(*calls.pop())
     ops.sort(key=lambda o: o.start_ns)
     return ops
 
 
-def _close(call: tuple[Frame, list[int]], top: CpuOp | None) -> None:
+def _steps_inside(context: list[Frame], call: Frame) -> bool:
+    """Whether an optimizer range opened inside the operator frame `call` is open now."""
+    inside = False
+    for frame in context:
+        inside = inside or frame is call
+        if inside and frame.name.startswith(OPTIMIZER_PREFIXES):
+            return True
+    return False
+
+
+def _close(frame: Frame, self_time: list[int], top: CpuOp) -> None:
     """An operator frame ends: its self time joins its outermost call's per-operator self times (and is that
     call's own self time when the frame is the call itself)."""
-    frame, (self_ns,) = call
-    if top is None:
-        return
-    self_ns = max(self_ns, 0)
+    self_ns = max(self_time[0], 0)
     top.nested_self_ns[frame.name] = top.nested_self_ns.get(frame.name, 0) + self_ns
     if frame.start_ns == top.start_ns and frame.name == top.name:
         top.self_ns = self_ns

@@ -1,8 +1,9 @@
-"""A Triton kernel the workload launches itself has no torch call around it: Triton's own launch hooks put it inside a
-`site:` range of the user's line while a window is open (`children.triton_sites`). Triton's interpreter launches
-nothing on a CPU, so these tests call the hooks as Triton's launcher does, through Triton's own hook objects; the
-H200 recording of a script whose RMSNorm is two `@triton.jit` kernels checks the same live
-(`tests/test_direct_launches.py`)."""
+"""A Triton kernel, or an NVRTC-compiled one, that the workload launches itself has no torch call around it: Triton's
+own launch hooks, and a wrapper of `torch.cuda._utils._CudaKernel.__call__`, put it inside a `site:` range of the
+user's line while a window is open (`children.launch_sites`). Neither launches anything on a CPU, so these tests call
+the hooks as Triton's launcher does, through Triton's own hook objects, and an NVRTC kernel's launch up to the driver
+call that fails here; the H200 recordings of a script whose RMSNorm is two `@triton.jit` kernels and of one with NVRTC
+kernels check the same live (`tests/test_direct_launches.py`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from mcp_server.children.launch_sites import LaunchSites
 from mcp_server.children.sites import UserFrames
-from mcp_server.children.triton_sites import TritonLaunchSites
 
 triton = pytest.importorskip("triton")
 
@@ -39,7 +40,7 @@ def _line(text: str) -> str:
 
 def test_a_launch_from_the_users_code_runs_inside_a_range_of_its_line():
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        with TritonLaunchSites("torch", UserFrames()):
+        with LaunchSites("torch", UserFrames()):
             _launch()
         _launch()  # the window closed: the hooks are gone
     sites = [e.name for e in prof.events() if e.name.startswith("site:")]
@@ -59,7 +60,7 @@ def test_the_hooks_of_others_keep_running_and_stay_after_the_window():
     else:
         runtime.launch_enter_hook = theirs
     try:
-        with TritonLaunchSites("torch", UserFrames()):
+        with LaunchSites("torch", UserFrames()):
             _launch()
         _launch()
         assert len(calls) == 2
@@ -72,7 +73,7 @@ def test_the_hooks_of_others_keep_running_and_stay_after_the_window():
 
 def test_no_range_for_a_launch_torch_itself_makes():
     """Inductor's generated code, or a torch operator's Triton kernel: no user frame made it before torch's did."""
-    launches = TritonLaunchSites("torch", UserFrames())
+    launches = LaunchSites("torch", UserFrames())
     torch_frame = [None]
 
     def inside_torch(*_: object) -> None:  # called from torch's own code: its frame is the caller's
@@ -81,3 +82,21 @@ def test_no_range_for_a_launch_torch_itself_makes():
     torch.utils._pytree.tree_map(inside_torch, [1])
     assert launches.site(torch_frame[0]) is None
     assert launches.site(sys._getframe()) == f"{__file__}:{sys._getframe().f_lineno}"
+
+
+def test_an_nvrtc_kernels_launch_from_the_users_code_runs_inside_a_range_of_its_line():
+    """`_CudaKernel.__call__` as `torch.cuda._compile_kernel` returns it; on this CPU machine its driver call fails,
+    and the range is closed all the same."""
+    from torch.cuda._utils import _CudaKernel
+
+    kernel = _CudaKernel(None, None)
+    original = _CudaKernel.__call__
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        # no driver here: OSError or RuntimeError, by torch version
+        with LaunchSites("torch", UserFrames()), pytest.raises(Exception):  # noqa: B017
+            kernel(grid=(1, 1, 1), block=(32, 1, 1), args=[])  # the NVRTC launch's line
+        with pytest.raises(Exception):  # noqa: B017
+            kernel(grid=(1, 1, 1), block=(32, 1, 1), args=[])
+    sites = [e.name for e in prof.events() if e.name.startswith("site:")]
+    assert sites == ["site:" + _line("args=[])  # the NVRTC launch's line")]
+    assert _CudaKernel.__call__ is original

@@ -1,16 +1,18 @@
-"""Call sites of the Triton kernels a workload launches itself (standard library and torch only; Triton where the
-workload imported it).
+"""Call sites of the kernels a workload launches itself (standard library and torch only; Triton where the workload
+imported it).
 
-A `@triton.jit` function called from the workload's code (`_rms_forward[grid](...)`, in a `torch.autograd.Function`)
-launches its kernel with no torch call around it, so the call-site mode never sees it. Triton calls a hook around
-every launch (`triton.knobs.runtime.launch_enter_hook` / `launch_exit_hook`); while `TritonLaunchSites` is open, the
-hooks wrap a launch made from the user's code in a `site:` range of that line. Launches of torch's own Triton code
-(Inductor's generated kernels, a torch operator's) are left alone: their lines come from Inductor's graphs, or from
-the torch call around them.
+A `@triton.jit` function called from the workload's code (`_rms_forward[grid](...)`, in a `torch.autograd.Function`),
+or a kernel compiled with NVRTC (`torch.cuda._compile_kernel(source, name)(grid=..., args=...)`), launches with no
+torch call around it, so the call-site mode never sees it. Triton calls a hook around every launch
+(`triton.knobs.runtime.launch_enter_hook` / `launch_exit_hook`), and an NVRTC kernel launches through
+`torch.cuda._utils._CudaKernel.__call__`; while `LaunchSites` is open, both wrap a launch made from the user's code in
+a `site:` range of that line. Launches of torch's own Triton code (Inductor's generated kernels, a torch operator's)
+are left alone: their lines come from Inductor's graphs, or from the torch call around them.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from types import FrameType
@@ -20,14 +22,16 @@ from mcp_server.children.contract import SITE_RANGE_PREFIX
 from mcp_server.children.sites import UserFrames, site_ranges
 
 
-class TritonLaunchSites:
-    """While open (and Triton imported), each Triton launch from the user's code runs inside a `site:` range."""
+class LaunchSites:
+    """While open, each Triton launch (Triton imported) and NVRTC kernel launch from the user's code runs inside a
+    `site:` range."""
 
     def __init__(self, profiler: str, frames: UserFrames) -> None:
         self.frames = frames
         self._open_range, self._close_range = site_ranges(profiler)
         self._local = threading.local()
         self._installed: tuple[Any, Any, Any, Any] | None = None  # (where, previous enter, previous exit, style)
+        self._nvrtc: tuple[Any, Any] | None = None  # (`_CudaKernel`, its `__call__` as it was)
 
     def site(self, frame: FrameType | None) -> str | None:
         """`path:line` of the innermost user frame from `frame` outwards, passing a library's frames (Triton's own
@@ -43,8 +47,11 @@ class TritonLaunchSites:
 
     def enter(self, metadata: Any = None) -> None:
         """Triton's launch-enter hook: open the launch's range (None kept when no user line made it)."""
+        self._open(sys._getframe(1))
+
+    def _open(self, frame: FrameType | None) -> None:
         stack: list[Any] = self._stack()
-        site = self.site(sys._getframe(1))
+        site = self.site(frame)
         stack.append(self._open_range(SITE_RANGE_PREFIX + site) if site is not None else None)
 
     def exit(self, metadata: Any = None) -> None:
@@ -61,7 +68,8 @@ class TritonLaunchSites:
             stack = self._local.stack = []
         return stack
 
-    def __enter__(self) -> TritonLaunchSites:
+    def __enter__(self) -> LaunchSites:
+        self._wrap_nvrtc()
         triton = sys.modules.get("triton")
         if triton is None:  # the workload launches no Triton kernel of its own: nothing to hook (not imported for it)
             return self
@@ -82,7 +90,30 @@ class TritonLaunchSites:
         self._installed = (where, *previous, "attribute")
         return self
 
+    def _wrap_nvrtc(self) -> None:
+        from torch.cuda import _utils
+
+        kernel = getattr(_utils, "_CudaKernel", None)
+        if kernel is None or self._nvrtc is not None:
+            return
+        original = kernel.__call__
+        sites = self
+
+        def call(launched: Any, *args: Any, **kwargs: Any) -> Any:
+            sites._open(sys._getframe(1))
+            try:
+                return original(launched, *args, **kwargs)
+            finally:
+                sites.exit()
+
+        kernel.__call__ = functools.wraps(original)(call)
+        self._nvrtc = (kernel, original)
+
     def __exit__(self, *exc: object) -> None:
+        if self._nvrtc is not None:
+            kernel, original = self._nvrtc
+            kernel.__call__ = original
+            self._nvrtc = None
         if self._installed is None:
             return
         where, enter, exit_, style = self._installed
