@@ -302,8 +302,9 @@ def _syncs_block(analysis: Analysis) -> list[str]:
     for p in waiting[:5]:
         idle = f", {_us(p.idle_after_ns)} idle after" if p.idle_after_ns is not None else ""
         copy = f" ({p.copy_kind} {p.bytes} B)" if p.copy_kind and p.bytes is not None else ""
+        saved = ", copying its saved tensors to the host (a saved-tensor hook)" if p.offloaded else ""
         lines.append(f"  {p.call_site or '(no call site)'}: {p.api} x{p.count} in {p.operator_name or '-'}{copy}"
-                     f"{idle}")
+                     f"{saved}{idle}")
     return lines
 
 

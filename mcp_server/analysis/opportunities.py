@@ -21,7 +21,7 @@ from mcp_server.analysis.pattern_registry import PATTERNS, PatternName, knowledg
 from mcp_server.analysis.pooled_gemms import kept_kernel, pooled_chains
 from mcp_server.analysis.rules import matches, rule
 from mcp_server.analysis.shapes import gemm_flops_and_bytes, minimum_bytes
-from mcp_server.analysis.syncs import SHORT_END, idle_wording
+from mcp_server.analysis.syncs import SHORT_END, idle_wording, offloads
 from mcp_server.analysis.timeline_health import Placed
 from mcp_server.assemble.attribute import CAPTURED_DETAIL
 from mcp_server.schema.analysis import DeviceSpec, Finding, KernelAnalysis, Opportunity, SyncPoint, TimelineHealth
@@ -433,8 +433,8 @@ def build_opportunities(
         idle = min(sum(p.idle_after_ns or 0 for p in waiting), launch_idle(health))
         source = waiting[0].idle_source
         add(f"Remove {sum(p.count for p in waiting)} host synchronisation(s) at {len(waiting)} place(s): "
-            + ", ".join(_site(p) for p in waiting[:3]) + (" ..." if len(waiting) > 3 else ""), "host_syncs",
-            ["host_sync"], idle, 0,
+            + ", ".join(_site(p) for p in waiting[:3]) + (" ..." if len(waiting) > 3 else "") + offloads(waiting),
+            "host_syncs", ["host_sync"], idle, 0,
             "estimate (upper bound): the GPU idle time after each synchronising call, "
             + idle_wording(source)
             + "; the host still launches the work after it" + host_compute_left(health), ops=[],

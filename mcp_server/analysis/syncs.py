@@ -29,6 +29,21 @@ def counted_repeats(op: OperatorRecord) -> bool:
     return op.operator_name == "aten::repeat_interleave" and len(shapes) > 1 and shapes[1] == []
 
 
+# operators whose own work is a copy: a copy to the host under one is what the workload asked for
+COPY_OPERATORS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu", "aten::contiguous",
+                            "aten::clone", "aten::pin_memory", "aten::_pin_memory", "aten::tolist", "aten::item",
+                            "aten::_local_scalar_dense"})
+
+
+def _offloaded(event: RuntimeEvent) -> bool:
+    """A copy to the host (or the wait it makes) inside a forward operator that copies nothing itself: the tensor
+    autograd saves, copied out by a saved-tensor hook as the operator saves it (`save_on_cpu`'s pack hook runs
+    `copy_` inside the operator that saves)."""
+    inner, outer = event.launch_op, event.operator_name
+    copying = inner in ("aten::copy_", "aten::_to_copy") and (event.kind == "sync" or event.copy_kind == "DtoH")
+    return copying and event.phase == "forward" and outer is not None and outer not in COPY_OPERATORS
+
+
 def _data_dependent(event: RuntimeEvent) -> bool:
     names = (event.operator_name, event.launch_op)
     return any(matches(READBACK, n) or matches(DATA_DEPENDENT, n) for n in names)
@@ -76,7 +91,8 @@ def sync_points(profile: OperatorAttributedProfile) -> list[SyncPoint] | None:
         points.append(SyncPoint(
             call_site=first.call_site, api=first.api, kind=first.kind, operator_name=first.operator_name,
             module_path=first.module_path, synchronizing=any(e.synchronizing for e in group),
-            data_dependent=any(_data_dependent(e) for e in group), count=len(group),
+            data_dependent=any(_data_dependent(e) for e in group), offloaded=all(_offloaded(e) for e in group),
+            count=len(group),
             bytes=sum(sizes) if sizes else None, copy_kind=first.copy_kind, src_memory=first.src_memory,
             dst_memory=first.dst_memory, host_wait_ns=sum(e.duration_ns for e in group),
             idle_after_ns=sum(known) if known else None,
@@ -156,11 +172,23 @@ def prerequisites(profile: OperatorAttributedProfile, points: Sequence[SyncPoint
         reads = sorted({_where(p) for p in read_points})
         needs.append(f"move the {kinds} read(s) at {', '.join(reads)} out of the loop{SHORT_END}keep the value on "
                      "the GPU (or torch._dynamo.config.capture_scalar_outputs = True under torch.compile)")
-    others = sorted({_where(p) for p in points if p.synchronizing and not p.data_dependent})
+    offloads = [p for p in points if p.synchronizing and p.offloaded]
+    if offloads:
+        needs.append(f"make the offload of saved activations asynchronous ({sum(p.count for p in offloads)} "
+                     f"synchronising copies to the host inside the forward's operators){SHORT_END}a saved-tensor "
+                     "hook that copies into pinned memory with non_blocking=True, or offload fewer tensors "
+                     "(save_on_cpu around the largest activations only)")
+    others = sorted({_where(p) for p in points if p.synchronizing and not p.data_dependent and not p.offloaded})
     if others:
         needs.append(f"remove the host synchronisation(s) at {', '.join(others)}{SHORT_END}a CUDA graph cannot "
                      "capture one")
     return needs
+
+
+def offloads(points: Sequence[SyncPoint]) -> str:
+    """What an opportunity's title adds of the offloaded activations among `points` ('' when none)."""
+    calls = sum(p.count for p in points if p.offloaded and p.synchronizing)
+    return f" ({calls} of them copy saved activations to the host: a saved-tensor hook's offload)" if calls else ""
 
 
 def sync_finding(points: Sequence[SyncPoint]) -> Finding | None:
@@ -174,6 +202,12 @@ def sync_finding(points: Sequence[SyncPoint]) -> Finding | None:
     places = "; ".join(f"{_where(p)}: {p.api} x{p.count}" + (f", {p.idle_after_ns / 1e3:.1f} us idle after"
                                                             if p.idle_after_ns is not None else "")
                        for p in waiting[:6])
+    offloaded = [p for p in waiting if p.offloaded]
+    if offloaded:
+        places += (f". {sum(p.count for p in offloaded)} of the calls copy to the host inside forward operators "
+                   f"that copy nothing themselves ({', '.join(sorted({p.operator_name or '' for p in offloaded}))}): "
+                   "the activations a saved-tensor hook offloads (torch.autograd.graph.save_on_cpu), each copied "
+                   "synchronously as its operator saves it; the line named is that operator's")
     return Finding(
         kind="host_sync", title=f"{calls} call(s) at {len(waiting)} place(s) make the host wait for the GPU",
         operators=[], module_paths=list(dict.fromkeys(p.module_path for p in waiting if p.module_path)),

@@ -12,12 +12,13 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ANALYSIS_SCHEMA_VERSION = "1.6"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
+ANALYSIS_SCHEMA_VERSION = "1.7"  # 1.1: `distributed`, the multi-rank view; 1.2: the verdict's spread
 # 1.3: `syncs`, each place that makes the host wait for the GPU or copies memory, with its idle cost; the changes
 # that must come before an opportunity (`prerequisites`)
 # 1.4: the multi-rank view's reference rank (the one that waited least in its collectives) and its notes
 # 1.5: forward work recomputed in the backward by activation checkpointing, on operators and as its own stages
 # 1.6: the host's own compute in the idle time (`timeline.host_compute_ns`): no launch change recovers it
+# 1.7: a sync point's `offloaded`: activations a saved-tensor hook copies to the host inside the forward's operators
 
 
 class _Model(BaseModel):
@@ -314,6 +315,9 @@ class SyncPoint(_Model):
     synchronizing: bool = Field(description="The host waits in these calls for the GPU.")
     data_dependent: bool = Field(description="Their operator reads a value back (`.item()`) or has data-dependent "
                                  "output shapes (`nonzero`, `unique`, `masked_select`...).")
+    offloaded: bool = Field(default=False, description="Copies to the host made inside forward operators that copy "
+                            "nothing themselves: tensors autograd saves for the backward, offloaded by a saved-tensor "
+                            "hook (`torch.autograd.graph.save_on_cpu`) as the operator saves them (1.7).")
     count: int = Field(description="Calls made there in the window.")
     bytes: int | None = Field(default=None, description="Bytes the copies or sets moved in all.")
     copy_kind: str | None = None
