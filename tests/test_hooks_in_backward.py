@@ -46,9 +46,8 @@ def test_hooks_in_the_backward_take_their_own_lines_and_the_fused_optimizer_its_
     assert {"embed", "head", "norm", "blocks.0.mlp.0", "blocks.1.attention"} <= {op.module_path for op in updates}
     accumulate = [op for op in ops if op.operator_name == "torch::autograd::AccumulateGrad"]
     assert len(accumulate) == parameters and all(op.phase == "backward" for op in accumulate)
-    assert not any("aten::addcdiv_" in (op.aggregated.cpu_self_time_by_operator_ns or {}) for op in accumulate)
-    update_time = sum(op.aggregated.cpu_total_time_ns or 0 for op in updates)
-    assert sum(op.aggregated.cpu_total_time_ns or 0 for op in accumulate) < update_time
+    nested = {name for op in accumulate for name in op.aggregated.cpu_self_time_by_operator_ns or {}}
+    assert not nested & {op.operator_name for op in updates}, nested
     # the clipping hook's clamp: in the backward, at the hook's own line (not the forward line of its parameter's use)
     clips = [op for op in ops if op.operator_name == "aten::clamp"]
     assert len(clips) == parameters and {(op.phase, op.call_site) for op in clips} == {("backward", clip_line)}

@@ -68,7 +68,6 @@ class OptimizerSteps:
         self.name = "optimizer step"
         self._thread = threading.get_ident()  # the script's
         self._compiling = torch.compiler.is_compiling
-        self._graph_break = _graph_break
         self._backwards = 0  # backward() calls of the script's thread running now
         self._deferred: list[Callable[[], None]] = []  # steps' ends waiting for the outermost backward to return
         self._restore: list[Callable[[], None]] = []
@@ -91,6 +90,8 @@ class OptimizerSteps:
 
         @functools.wraps(original)
         def counted(*args: Any, **kwargs: Any) -> Any:
+            if steps._compiling():  # inside a graph the script compiles: Dynamo breaks it at the backward itself
+                return original(*args, **kwargs)
             on_script = threading.get_ident() == steps._thread
             steps._backwards += on_script
             try:
@@ -106,7 +107,7 @@ class OptimizerSteps:
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         """While ranging, open the step's `STEP_OF_PREFIX` range and put its closure, if any, in `CLOSURE_RANGE`."""
         if self._compiling():  # a step the script compiled: its hooks and ranges run eagerly around the graphs
-            self._graph_break()
+            _graph_break()
         open_range, close_range = self.modules.open_range, self.modules.close_range
         if not (self.modules.ranging and open_range and close_range):
             return None
@@ -121,7 +122,7 @@ class OptimizerSteps:
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._compiling():
-            self._graph_break()
+            _graph_break()
         self._end_range()
         if id(optimizer) in self._seen:
             if optimizer is self.optimizer and self._inside is not optimizer:
