@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from mcp_server.children import eager_hooks
 from mcp_server.children.common import ContractError
 from mcp_server.children.inductor_cache import (
     NotCached,
@@ -79,7 +80,7 @@ FALLBACK = "falling back to eager"  # what Dynamo says of a function it skipped,
 SKIPPED = ": Dynamo skipped the function and ran it eagerly"  # how a skipped function's graph break ends
 BREAK_AT = re.compile(r"Graph break in user code at (?P<location>\S+:\d+)")
 FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+)')
-PACKAGE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # mcp_server/
+OWN_BREAK = eager_hooks.__file__ + ":"  # the profiler's own break (`eager_hooks`): never the script's
 
 
 class SkippedFunctions:
@@ -121,8 +122,8 @@ class SkippedFunctions:
     def heard(self, message: str) -> None:
         """One graph-break message: kept when Dynamo skipped the function for it (once per place and reason)."""
         found = BREAK_AT.search(message)
-        if FALLBACK not in message or found is None or found["location"].startswith(PACKAGE_DIR):
-            return  # (this package's own break: an optimizer's hooks run eagerly, `step_sources._graph_break`)
+        if FALLBACK not in message or found is None or found["location"].startswith(OWN_BREAK):
+            return
         location = self.user_line(message) or found["location"]
         lines = [line.strip() for line in message.split("Graph break encountered:", 1)[-1].splitlines()
                  if line.strip()]

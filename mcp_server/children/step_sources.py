@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from mcp_server.children.closures import around_closure
 from mcp_server.children.common import ContractError
 from mcp_server.children.contract import CLOSURE_RANGE, STEP_OF_PREFIX, UPDATE_RANGE
+from mcp_server.children.eager_hooks import run_hooks_eagerly
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.naming import root_module_name
 from mcp_server.children.sites import is_core
@@ -107,7 +108,7 @@ class OptimizerSteps:
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         """While ranging, open the step's `STEP_OF_PREFIX` range and put its closure, if any, in `CLOSURE_RANGE`."""
         if self._compiling():  # a step the script compiled: its hooks and ranges run eagerly around the graphs
-            _graph_break()
+            run_hooks_eagerly()
         open_range, close_range = self.modules.open_range, self.modules.close_range
         if not (self.modules.ranging and open_range and close_range):
             return None
@@ -122,7 +123,7 @@ class OptimizerSteps:
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._compiling():
-            _graph_break()
+            run_hooks_eagerly()
         self._end_range()
         if id(optimizer) in self._seen:
             if optimizer is self.optimizer and self._inside is not optimizer:
@@ -169,15 +170,6 @@ class OptimizerSteps:
         handle = self._ranges.pop() if self._ranges else None
         if handle is not None and self.modules.close_range is not None:
             self.modules.close_range(handle)
-
-
-def _graph_break() -> None:
-    """Dynamo's graph break where Dynamo traces (an optimizer's hooks, traced in a step the script compiled): the
-    frame running the hooks (`Optimizer.profile_hook_step`'s wrapper, a loop over them) then runs eagerly, its hooks
-    and profiler ranges for real around the step's body, which Dynamo compiles as a frame of its own."""
-    import torch._dynamo
-
-    torch._dynamo.graph_break()
 
 
 class BackwardSteps:
