@@ -6,9 +6,10 @@ about 1.4 ms on an H200 (`benchmarks/ncu_pass_cost.py --pinned-mib`: 0.31 s per 
 1.16 s holding 600 MiB). A DataLoader with `pin_memory=True` keeps its prefetched batches pinned, so a training
 script's counter pass replayed each kernel in 0.61 s instead of 0.39 s. In the counter passes its batches stay
 pageable (`PageableBatches`): their host-to-device copies then run synchronously there, which no kernel's counters
-see; the timeline's pass, whose copies the profile reports, keeps them pinned as the workload asks. So do the
-activations a training step offloads to the host (`torch.autograd.graph.save_on_cpu(pin_memory=True)`): hundreds of MiB
-pinned through the step, so a counter pass stopped at its replay budget with half its kernel time unreplayed.
+see; the timeline's pass, whose copies the profile reports, keeps them pinned as the workload asks. The counter
+passes leave pageable the activations a training step offloads to the host too
+(`torch.autograd.graph.save_on_cpu(pin_memory=True)`): pinned, hundreds of MiB through the step, they stopped an H200
+counter pass at its replay budget with 48 % of the kernel time unreplayed.
 """
 
 from __future__ import annotations
