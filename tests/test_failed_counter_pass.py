@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fixtures_util import extract_fixture
 
+from mcp_server.analysis import analyze_profile
 from mcp_server.backends.registry import assemble
 from mcp_server.capture.schedule import counters_failed
 from mcp_server.errors import CaptureFailed
@@ -46,3 +47,7 @@ def test_a_failed_counter_pass_leaves_a_profile_without_counters_that_says_why(
     assert profile.window.kernel_count == full.window.kernel_count
     assert profile.window.attributed_kernel_time_pct == full.window.attributed_kernel_time_pct
     assert any(w.startswith("the ncu pass failed (") and "CatArrayBatchedCopy" in w for w in profile.warnings)
+    # the analysis says how to get the counters the nsys run lacks: not another backend, a replay of its kernels
+    analysis = analyze_profile(profile, tmp_path / "analysis", measure=False)
+    said = [n for n in analysis.notes if n.startswith("kernels carry no hardware counters (nsys)")]
+    assert len(said) == 1 and "operator-profiler map RUN_DIR" in said[0] and "--backend" not in said[0]

@@ -23,7 +23,7 @@ from mcp_server.analysis.detect import (
     work_kernels,
 )
 from mcp_server.analysis.devices import PEAKS_FILE, load_measured, match_device, measure_peaks, save_measured
-from mcp_server.analysis.diagnosis import cpu_only_analysis, diagnose, stage_rows
+from mcp_server.analysis.diagnosis import counter_remedy, cpu_only_analysis, diagnose, stage_rows
 from mcp_server.analysis.floor import speed_of_light
 from mcp_server.analysis.host_compute import host_compute_finding
 from mcp_server.analysis.kv_cache import KV_NEED, growing_kv_cache
@@ -291,8 +291,8 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
         notes += COUNTER_NOTES
     else:
         notes.append(f"kernels carry no hardware counters ({meta.tool}): roofline, compute/memory/latency classes "
-                     "and warp stalls need `operator-profiler profile --backend nsys`; classes here are launch "
-                     "overhead (from timing) or unknown")
+                     f"and warp stalls need them ({counter_remedy(meta.tool)}); classes here are launch overhead "
+                     "(from timing) or unknown")
     artifacts = [k for k in kernels if k.roofline and k.roofline.artifact]
     if artifacts:
         notes.append(f"{len(artifacts)} kernels exceeded a peak (measurement artifact, flagged and clamped): "
@@ -300,7 +300,7 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
     analysis = Analysis(
         profile_path=str(profile_path) if profile_path else None,
         configuration=_configuration(profile, spec, _dtype(profile, kernels)), gpu_data=True, counters=counters,
-        device=spec, diagnosis=diagnose(health, kernels, operators, counters), timeline=health,
+        device=spec, diagnosis=diagnose(health, kernels, operators, counters, meta.tool), timeline=health,
         stages=stage_rows(operators, kernels), operators=operators, kernels=kernels, findings=findings,
         opportunities=opportunities, syncs=points, notes=notes + profile.warnings[:5],
         speed_of_light=speed_of_light(kernels, spec, window_ns, source, work_kernels(placed),

@@ -122,8 +122,17 @@ def _borderline(health: TimelineHealth, host: bool, top_class_ns: int, other: Bo
     return None
 
 
+def counter_remedy(tool: str) -> str:
+    """How to get the hardware counters a profile made with `tool` lacks: an nsys profile whose ncu pass failed or
+    did not run replays its captured kernels under ncu (`map`); a torch.profiler one needs the nsys backend."""
+    if tool.startswith("nsys"):
+        return ("its ncu pass did not run or failed (the profile's warnings say which); `operator-profiler map "
+                "RUN_DIR` replays the captured run's kernels under ncu")
+    return "profile with --backend nsys (nsys and ncu) for roofline and stalls"
+
+
 def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: list[OperatorAnalysis],
-             counters: bool) -> Diagnosis:
+             counters: bool, tool: str = "torch_profiler") -> Diagnosis:
     """The window's bottleneck and its root cause in at most two sentences, and a third when the verdict changes
     within the spread of the windows measured without the profiler."""
     util = health.gpu_utilization_pct
@@ -164,8 +173,8 @@ def diagnose(health: TimelineHealth, kernels: list[KernelAnalysis], operators: l
             *([f"host_compute_ns={health.host_compute_ns}"] if health.host_compute_ns else []), *spread])
     share = 100.0 * ns / max(sum(time.values()), 1)
     lead = _lead(cls, kernels, operators)
-    second = ("" if counters else " Kernels carry no hardware counters (torch backend), so classes beyond launch "
-              "overhead are unknown: profile with --backend nsys for roofline and stalls.")
+    second = "" if counters else (f" Kernels carry no hardware counters ({tool}), so classes beyond launch overhead "
+                                  f"are unknown: {counter_remedy(tool)}.")
     cause = f"The GPU is busy {util:.1f} % of the window and {share:.0f} % of kernel time is {cls.value}-bound{lead}."
     return Diagnosis(bottleneck=cls, root_cause=cause + second + (f" {borderline}" if borderline else ""),
                      borderline=borderline,
