@@ -11,7 +11,8 @@ and each runs with NCCL's classic allocations (`plugins.ncu.command`).
 
 `h200_dataparallel_train.tar.xz`: scripts/gpu_workloads/dataparallel_train.py as it is (`run --script --steps 3:1` on
 two H200s, all its passes), recorded by `scripts/record_real_workloads.py --cases dataparallel_train` on 2026-11-30
-once these fixes were in.
+once these fixes were in. Its analysis names the wrapper as what to replace (DistributedDataParallel) before the
+window can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from collections import Counter
 import pytest
 from fixtures_util import extract_fixture
 
+from mcp_server.analysis import analyze_profile
+from mcp_server.analysis.data_parallel import NEED as DATA_PARALLEL_NEED
 from mcp_server.backends.registry import assemble
 from mcp_server.rundir import RunDir
 from plugins.ncu.command import REPLAY_ENV, is_collective, replay_env, replayed_kernels
@@ -69,3 +72,20 @@ def test_the_replay_leaves_collectives_out_and_runs_with_nccls_classic_allocatio
     assert is_collective("ncclKernel_AllGather_RING_LL_Sum_int8_t") and not is_collective("triton_poi_fused_0")
     assert replay_env({"PATH": "/bin"}) == {"PATH": "/bin", **REPLAY_ENV}
     assert replay_env({"NCCL_CUMEM_ENABLE": "1"})["NCCL_CUMEM_ENABLE"] == "1"  # the user's own setting kept
+
+
+def test_the_analysis_names_dataparallel_and_asks_for_ddp_before_cuda_graphs(recorded, tmp_path_factory,
+                                                                             tmp_path) -> None:
+    """The replication's measured cost as a finding, and DistributedDataParallel the change that must come before
+    capturing the window; a model split by hand across two GPUs (`h200_two_gpu_pipeline`) is not DataParallel."""
+    analysis = analyze_profile(assemble(RunDir(recorded)), tmp_path / "dp", measure=False)
+    finding = next(f for f in analysis.findings if f.kind == "data_parallel")
+    assert finding.title == "nn.DataParallel replicates the model onto 2 GPUs at every call, from one process"
+    assert "collective_kernel_pct=1.7" in finding.triggers and "device_overlap_ns=333115" in finding.triggers
+    graphs = next(o for o in analysis.opportunities if o.change_class == "cuda_graphs")
+    assert graphs.title.endswith("— first replace nn.DataParallel by DistributedDataParallel")
+    assert DATA_PARALLEL_NEED in graphs.prerequisites
+    split = extract_fixture("h200_two_gpu_pipeline", tmp_path_factory) / "two_gpu_pipeline"
+    other = analyze_profile(assemble(RunDir(split)), tmp_path / "split", measure=False)
+    assert not any(f.kind == "data_parallel" for f in other.findings)
+    assert not any(DATA_PARALLEL_NEED in o.prerequisites for o in other.opportunities)
