@@ -101,8 +101,8 @@ def test_activations_offloaded_to_the_host_are_left_pageable_too(capsys):
     offloads = PageableBatches().install()
     try:
         model, x = torch.nn.Linear(4, 4), torch.randn(3, 4, requires_grad=True)
-        for _ in range(2):
-            with save_on_cpu(pin_memory=True):
+        for hooks in (save_on_cpu(pin_memory=True), save_on_cpu(True)):  # asked by keyword, or positionally
+            with hooks:
                 loss = model(x).square().sum()
             loss.backward()
         with save_on_cpu():  # not asking to pin: not counted

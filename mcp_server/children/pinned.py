@@ -47,21 +47,27 @@ class PageableBatches:
         return self
 
     def _unpin_offloads(self) -> None:
+        """`save_on_cpu` contexts made from now on offload to pageable memory (its other arguments passed on)."""
+        import inspect
+
         from torch.autograd.graph import save_on_cpu
 
         original = self._offload_init = save_on_cpu.__init__
+        signature = inspect.signature(original)
 
-        def init(hooks: Any, pin_memory: bool = False, device_type: str = "cuda") -> None:
-            if pin_memory:
+        def init(*args: Any, **kwargs: Any) -> None:
+            bound = signature.bind(*args, **kwargs)
+            if bound.arguments.get("pin_memory"):
                 if self.offloads == 0:
                     print(f"{PAGEABLE_LINE}{OFFLOAD_ASKED}", flush=True)
                 self.offloads += 1
-            original(hooks, False, device_type)
+                bound.arguments["pin_memory"] = False
+            original(*bound.args, **bound.kwargs)
 
         save_on_cpu.__init__ = init
 
     def remove(self) -> None:
-        """Give the loaders their pinning back."""
+        """Give the loaders and `save_on_cpu` their pinning back."""
         if self._original is not None:
             from torch.utils.data._utils import pin_memory as pinning
 
