@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import Protocol, TypeVar
 
 from mcp_server.children.contract import MODULE_RANGE_PREFIX, NODE_RANGE_PREFIX, SITE_RANGE_PREFIX, UPDATE_RANGE
 from mcp_server.schema.records import Frame
@@ -28,6 +30,29 @@ SITE_PREFIX = SITE_RANGE_PREFIX
 # torch.optim's own profiler ranges, and the harness's around a hand-written loop's update (`--window-fn backward`)
 STEP_PREFIX = "Optimizer.step#"
 OPTIMIZER_PREFIXES = (STEP_PREFIX, "Optimizer.zero_grad#", UPDATE_RANGE)
+
+
+class KindedFrame(Protocol):
+    """A classified range: `Frame`, or the nsys reader's light `NvtxRange`."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str | None: ...
+
+
+Kinded = TypeVar("Kinded", bound=KindedFrame)
+
+
+def operator_frames(stack: Sequence[Kinded]) -> list[Kinded]:
+    """The operator ranges of a stack (outermost first) that make its operator call: those inside the innermost
+    optimizer range, else all. An optimizer stepped from a hook that an operator runs (a leaf's post-accumulate-grad
+    hook, inside autograd's `AccumulateGrad`) makes calls of its own, not more of that operator's."""
+    start = 0
+    for position, frame in enumerate(stack):
+        if frame.name.startswith(OPTIMIZER_PREFIXES):
+            start = position + 1
+    return [f for f in stack[start:] if f.kind == "op"]
 FIELD_SEPARATOR = ", "
 SIZES_FIELD = "sizes = "
 # Namespaces whose `ns::name` ranges are markers, not PyTorch operators (FSDP's record functions mark stages of

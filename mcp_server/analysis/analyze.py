@@ -14,7 +14,7 @@ from mcp_server.analysis.charts import roofline_chart, time_by_operator_chart
 from mcp_server.analysis.classify import classify_kernel, kernel_issue, key_issue
 from mcp_server.analysis.cudnn_choice import heuristic_convolutions
 from mcp_server.analysis.data_parallel import NEED as DATA_PARALLEL_NEED
-from mcp_server.analysis.data_parallel import data_parallel_finding, runs_data_parallel
+from mcp_server.analysis.data_parallel import data_parallel_finding
 from mcp_server.analysis.detect import (
     fp32_tensor_core_candidates,
     fusible_kernels,
@@ -275,9 +275,9 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
                 *unfused_attention(profile),
                 *window_findings(profile, health), *structural_findings(profile, placed)]
     growing, split = growing_kv_cache(profile), split_fusion(profile, placed)
+    replicated = data_parallel_finding(profile, health)
     findings += [f for f in (growing, split, pooled_gemm_output(profile, placed),
-                             heuristic_convolutions(profile, placed), host_compute_finding(profile, health),
-                             data_parallel_finding(profile, health))
+                             heuristic_convolutions(profile, placed), host_compute_finding(profile, health), replicated)
                  if f is not None]
     points = sync_points(profile)
     found = sync_finding(points) if points is not None else None
@@ -288,7 +288,7 @@ def analyze_profile(profile: OperatorAttributedProfile, out_dir: Path, *, profil
     # the model compiled, or one decode step captured, needs only the model's own synchronisations gone
     opportunities = build_opportunities(profile, placed, by_id, findings, health, spec, fusible,
                                         prerequisites(profile, points) + ([KV_NEED] if growing else [])
-                                        + ([DATA_PARALLEL_NEED] if runs_data_parallel(profile) else []), points,
+                                        + ([DATA_PARALLEL_NEED] if replicated else []), points,
                                         prerequisites(profile, points, in_modules=True))
     counters = any(k.has_counters for k in kernels)
     if counters:

@@ -19,6 +19,7 @@ from mcp_server.schema.profile import OperatorAttributedProfile, OperatorRecord,
 
 READBACK = "readback_ops"  # patterns.yaml: operators that read a GPU value back into Python (.item())
 DATA_DEPENDENT = "data_dependent_ops"  # operators whose output shape depends on the data (nonzero, unique...)
+COPIES = "copy_ops"  # operators whose own work is a copy
 SHORT_END = " — "  # a prerequisite's short form ends here; how to do it follows
 
 
@@ -29,19 +30,14 @@ def counted_repeats(op: OperatorRecord) -> bool:
     return op.operator_name == "aten::repeat_interleave" and len(shapes) > 1 and shapes[1] == []
 
 
-# operators whose own work is a copy: a copy to the host under one is what the workload asked for
-COPY_OPERATORS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu", "aten::contiguous",
-                            "aten::clone", "aten::pin_memory", "aten::_pin_memory", "aten::tolist", "aten::item",
-                            "aten::_local_scalar_dense"})
-
-
 def _offloaded(event: RuntimeEvent) -> bool:
-    """A copy to the host (or the wait it makes) inside a forward operator that copies nothing itself: the tensor
-    autograd saves, copied out by a saved-tensor hook as the operator saves it (`save_on_cpu`'s pack hook runs
+    """A copy to the host (or the wait it makes) inside a forward operator that copies and reads nothing itself: the
+    tensor autograd saves, copied out by a saved-tensor hook as the operator saves it (`save_on_cpu`'s pack hook runs
     `copy_` inside the operator that saves)."""
     inner, outer = event.launch_op, event.operator_name
-    copying = inner in ("aten::copy_", "aten::_to_copy") and (event.kind == "sync" or event.copy_kind == "DtoH")
-    return copying and event.phase == "forward" and outer is not None and outer not in COPY_OPERATORS
+    copying = matches(COPIES, inner) and (event.kind == "sync" or event.copy_kind == "DtoH")
+    return (copying and event.phase == "forward" and outer is not None and not matches(COPIES, outer)
+            and not matches(READBACK, outer))
 
 
 def _data_dependent(event: RuntimeEvent) -> bool:

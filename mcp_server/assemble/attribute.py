@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from mcp_server.assemble.aggregate import aggregate_into, counted_fields, finish_record
 from mcp_server.assemble.graph_calls import Call, align_graph_replays, extern_module_paths
-from mcp_server.assemble.phases import Context, FrameLike, operator_frames, work_of
+from mcp_server.assemble.phases import Context, FrameLike, work_of
 from mcp_server.assemble.provenance import GRAPH_CALL_PREFIX, KernelOrigin, Provenance, graph_key
 from mcp_server.children.contract import GRAPH_CAPTURE_RANGE
 from mcp_server.schema.profile import (
@@ -32,6 +32,7 @@ from mcp_server.schema.profile import (
 )
 from mcp_server.schema.records import TraceKernel
 from plugins.ncu import keys
+from plugins.nvtx_names import operator_frames
 
 CAPTURED_DETAIL = "replayed from a CUDA graph the workload captured: the ranges open when its node was captured"
 DIRECT_DETAIL = ("launched by the workload's own code with no operator range around it (a Triton kernel, an "

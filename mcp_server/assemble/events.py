@@ -12,9 +12,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from mcp_server.assemble.phases import Context, operator_frames, work_of
+from mcp_server.assemble.phases import Context, work_of
 from mcp_server.schema.profile import GraphBreak, KernelRecord, OperatorAttributedProfile, RuntimeEvent
 from mcp_server.schema.records import RuntimeCall
+from plugins.nvtx_names import operator_frames
 
 OperatorKeys = dict[tuple[object, ...], str]  # ("op", thread, outer range's start, its name) -> operator_id
 

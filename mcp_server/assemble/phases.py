@@ -203,17 +203,6 @@ def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) ->
     return Work(phase, module_path, call_site, autograd_node, forward_op)
 
 
-def operator_frames(stack: Sequence[FrameLike]) -> list[FrameLike]:
-    """The operator ranges of a stack that make its operator call, outermost first: those inside the innermost
-    optimizer range, else all. An optimizer stepped from a hook that an operator runs (a leaf's post-accumulate-grad
-    hook, inside autograd's `AccumulateGrad`) makes calls of its own, not more of that operator's."""
-    start = 0
-    for position, frame in enumerate(stack):
-        if frame.name.startswith(OPTIMIZER_PREFIXES):
-            start = position + 1
-    return [f for f in stack[start:] if f.kind == "op"]
-
-
 def _stepped_model(stack: Sequence[FrameLike]) -> str | None:
     """The module holding the parameters the optimizer step around this work updates (a script's `STEP_OF_PREFIX`
     range)."""

@@ -22,7 +22,14 @@ from pydantic import BaseModel, Field
 from mcp_server.children.contract import MEASURE_RANGE
 from mcp_server.schema.records import CpuOp, Frame, RuntimeCall, TraceKernel
 from plugins.cuda_api import kind_of, synchronizing
-from plugins.nvtx_names import ANNOTATION_NAMESPACES, OPTIMIZER_PREFIXES, fsdp_unit, harness_range, is_operator
+from plugins.nvtx_names import (
+    ANNOTATION_NAMESPACES,
+    OPTIMIZER_PREFIXES,
+    fsdp_unit,
+    harness_range,
+    is_operator,
+    operator_frames,
+)
 from plugins.sequences import RangeRow, SequenceIndex, forward_origins
 
 FORMAT_FILE = Path(__file__).with_name("trace_format.yaml")
@@ -311,7 +318,8 @@ def _top_level_ops(ranges: dict[int, list[Frame]], window_end_ns: int | None = N
                 _close(*calls.pop())
             end = frame.end_ns or start
             span = (min(end, window_end_ns) if window_end_ns is not None and start <= window_end_ns else end) - start
-            enclosing = calls[-1] if calls and not _steps_inside(context, calls[-1][0]) else None
+            # the innermost open call, unless an optimizer range opened inside it (`operator_frames` finds none then)
+            enclosing = calls[-1] if calls and operator_frames(context) else None
             if frame.kind == "op":
                 if enclosing is not None:
                     enclosing[1][0] -= span
@@ -332,16 +340,6 @@ def _top_level_ops(ranges: dict[int, list[Frame]], window_end_ns: int | None = N
             _close(*calls.pop())
     ops.sort(key=lambda o: o.start_ns)
     return ops
-
-
-def _steps_inside(context: list[Frame], call: Frame) -> bool:
-    """Whether an optimizer range opened inside the operator frame `call` is open now."""
-    inside = False
-    for frame in context:
-        inside = inside or frame is call
-        if inside and frame.name.startswith(OPTIMIZER_PREFIXES):
-            return True
-    return False
 
 
 def _close(frame: Frame, self_time: list[int], top: CpuOp) -> None:
