@@ -3,6 +3,11 @@ then what its profiles and ranks.json say about the collectives, written as one 
 
     python benchmarks/ranks_gpu_check.py --workload tests/workloads/ddp_mlp.py --nproc-per-node 1 --train-step \
         --run /tmp/ddp1 --summary "$OUT/ddp1.json" [--pack "$OUT/h100_ddp_one_rank.tar.xz"]
+    python benchmarks/ranks_gpu_check.py --workload tests/scripts/spawn_train.py --script \
+        --run /tmp/spawn --summary "$OUT/spawn.json" -- --ranks 2
+
+A script (`--script`, its own arguments after `--`) may leave out `--nproc-per-node` when it starts its ranks with
+torch.multiprocessing.spawn.
 """
 
 from __future__ import annotations
@@ -33,9 +38,15 @@ def summarize(run: Path) -> dict[str, object]:
         total = sum(k.duration_ns for k, _ in kernels) + sum(k.duration_ns for k in profile.unattributed_kernels)
         compute = [k for k, _ in kernels if not kernel_collective(k.kernel_name)]
         info = profile.capture_metadata.distributed
+        sited = sum(k.duration_ns for k, op in kernels if op.call_site)
+        moduled = sum(k.duration_ns for k, op in kernels if op.module_path)
+        counted = sum(k.duration_ns for k, _ in kernels if k.metrics)
         out["ranks"][folder.parent.name] = {  # type: ignore[index]
             "window": profile.window.model_dump(),
             "attributed_kernel_time_pct": 100.0 * sum(k.duration_ns for k, _ in kernels) / total if total else None,
+            "call_site_kernel_time_pct": 100.0 * sited / total if total else None,
+            "module_kernel_time_pct": 100.0 * moduled / total if total else None,
+            "counter_kernel_time_pct": 100.0 * counted / total if total else None,
             "nccl_kernels": [{"name": k.kernel_name, "operator": op.operator_name, "collective": op.collective,
                               "seq": op.collective_seq, "module_path": op.module_path, "phase": op.phase,
                               "modules": op.collective_modules, "duration_ns": k.duration_ns,
@@ -54,7 +65,9 @@ def summarize(run: Path) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", required=True, type=Path)
-    parser.add_argument("--nproc-per-node", required=True, type=int)
+    parser.add_argument("--nproc-per-node", type=int)
+    parser.add_argument("--script", action="store_true", help="run the workload as a plain script")
+    parser.add_argument("script_args", nargs="*", help="the script's own arguments (after --)")
     parser.add_argument("--train-step", action="store_true")
     parser.add_argument("--run", required=True, type=Path)
     parser.add_argument("--summary", required=True, type=Path)
@@ -62,9 +75,13 @@ def main() -> None:
     parser.add_argument("--profile-only", action="store_true", help="no ncu pass (`profile` instead of `run`)")
     args = parser.parse_args()
     cmd = [sys.executable, "-m", "mcp_server.cli", "profile" if args.profile_only else "run", str(args.workload),
-           "--nproc-per-node", str(args.nproc_per_node), "--output", str(args.run), "--quiet"]
+           "--output", str(args.run), "--quiet"]
+    if args.nproc_per_node is not None:
+        cmd += ["--nproc-per-node", str(args.nproc_per_node)]
     if args.train_step:
         cmd.append("--train-step")
+    if args.script:
+        cmd += ["--script", "--", *args.script_args]
     t0 = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0

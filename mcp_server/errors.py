@@ -36,6 +36,15 @@ class UsageError(ProfilerError):
     """A command-line value is invalid."""
 
 
+class ScriptSpawnsRanks(UsageError):
+    """A script run as one process starts `ranks` processes with torch.multiprocessing.spawn: its ranks are to be
+    launched through torchrun (`profile` and `run` do so themselves)."""
+
+    def __init__(self, ranks: int, message: str) -> None:
+        super().__init__(message, f"pass --nproc-per-node {ranks}: each spawned process is profiled as a torchrun rank")
+        self.ranks = ranks
+
+
 class ProfileFormatError(ProfilerError):
     """A profile.json (or another file the tool wrote) is corrupt or of another schema version."""
 

@@ -332,7 +332,6 @@ def test_script_options_are_checked_before_anything_runs():
         (dict(script=True, compile_mode="inductor"), "runs as it is written"),
         (dict(script=True, warmup_iters=0), "at least 1"),
         (dict(script=True, window_fn="--x"), "looks like a command-line option"),
-        (dict(script=True, nproc_per_node=2), "through torchrun is not supported"),
     ):
         with pytest.raises(ValueError, match=message):
             CaptureOptions(**bad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from mcp_server.api.common import PROGRAM, Cancel
@@ -9,10 +10,11 @@ from mcp_server.assemble import write_profile
 from mcp_server.backends.registry import AUTO, REGISTRY, choose_backend, pass_folders
 from mcp_server.backends.registry import assemble as assemble_profile
 from mcp_server.capture.leftovers import owner, stopped_beside, taken_over
-from mcp_server.capture.request import CaptureRequest, WorkloadOptions, check_workload
+from mcp_server.capture.passes import CapturingBackend
+from mcp_server.capture.request import CaptureRequest, Torchrun, WorkloadOptions, check_workload
 from mcp_server.capture.schedule import capture, map_counters
 from mcp_server.capture.torchrun import capture_ranks
-from mcp_server.errors import BackendUnavailable, UsageError, WorkloadOutOfMemory
+from mcp_server.errors import BackendUnavailable, ScriptSpawnsRanks, UsageError, WorkloadOutOfMemory
 from mcp_server.progress import Progress, quiet
 from mcp_server.queries import header, top_rows
 from mcp_server.ranks.build import merge_run, write_events_of
@@ -69,8 +71,7 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
         stale += stopped_beside(req.project, "profile", progress) if req.output is None else []
         run_dir.claim(req.workload, pass_folders())
         try:
-            (capture_ranks if cap.distributed else capture)(
-                cap, chosen, command, progress, ncu=req.ncu if counters else None, cancel=cancel, timing=has_gpu())
+            cap = _capture(cap, req, chosen, command, progress, counters, cancel)
         except WorkloadOutOfMemory as exc:
             raise _diagnosed(cap, exc, progress, cancel) from None
         failed = []
@@ -84,6 +85,26 @@ def profile(req: ProfileRequest, progress: Progress = quiet, cancel: Cancel = No
         result.warnings.insert(0, NO_COUNTERS_HERE)
     result.warnings[:0] = stale
     return result
+def _capture(cap: CaptureRequest, req: ProfileRequest, chosen: CapturingBackend, command: list[str], progress: Progress,
+             counters: bool, cancel: Cancel) -> CaptureRequest:
+    """Run the capture's passes (through torchrun for several ranks); a script found starting its ranks itself
+    (`torch.multiprocessing.spawn`) is captured again, each process it spawns a torchrun rank. The request the
+    passes ran under."""
+    ncu, timing = req.ncu if counters else None, has_gpu()
+    try:
+        (capture_ranks if cap.distributed else capture)(cap, chosen, command, progress, ncu=ncu, cancel=cancel,
+                                                       timing=timing)
+    except ScriptSpawnsRanks as spawns:
+        if cap.distributed:
+            raise
+        progress(f"profile: the script starts {spawns.ranks} processes with torch.multiprocessing.spawn; each is "
+                 f"profiled as a torchrun rank (--nproc-per-node {spawns.ranks})")
+        cap.run_dir.claim(req.workload, pass_folders())
+        cap = replace(cap, torchrun=Torchrun(nproc_per_node=spawns.ranks))
+        capture_ranks(cap, chosen, command, progress, ncu=ncu, cancel=cancel, timing=timing)
+    return cap
+
+
 def map_run(req: MapRequest, progress: Progress = quiet, cancel: Cancel = None) -> ProfileRun:
     """Replay a captured nsys run's kernels under ncu and rebuild its profile.json."""
     run_dir = RunDir.existing(req.run_dir)

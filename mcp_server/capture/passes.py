@@ -1,7 +1,6 @@
 """The capture passes: the harness run once as a child process, under torch.profiler, nsys or ncu, into its
 folder of the run directory. The engine never imports the workload or torch: the harness runs under the
-workload's own interpreter, in its own process group, stopped with it on timeout, error or interrupt.
-"""
+workload's own interpreter, in its own process group, stopped with it on timeout, error or interrupt."""
 
 from __future__ import annotations
 
@@ -25,9 +24,17 @@ from mcp_server.children.contract import (
     OUT_OF_MEMORY,
     PAGEABLE_LINE,
     PHASE_MARKER,
+    SPAWNS_RANKS,
     WARMUP_PHASE,
 )
-from mcp_server.errors import BackendUnavailable, CaptureFailed, ProfilerError, WorkloadError, WorkloadOutOfMemory
+from mcp_server.errors import (
+    BackendUnavailable,
+    CaptureFailed,
+    ProfilerError,
+    ScriptSpawnsRanks,
+    WorkloadError,
+    WorkloadOutOfMemory,
+)
 from mcp_server.process import EarlyStop, interpreter_env, now_iso, run_child, uses_cache
 from mcp_server.process.child import exit_description, log_tail
 from mcp_server.progress import Progress, quiet
@@ -190,6 +197,8 @@ def raise_for_harness(result: HarnessResult, req: CaptureRequest, name: PassName
         raise WorkloadOutOfMemory(f"the workload ran out of GPU memory during {result.phase} in the "
                                   f"{name} pass: {message.splitlines()[0]}",
                                   "see what held the memory: `operator-profiler memory WORKLOAD` (the same options)")
+    if kind == SPAWNS_RANKS:
+        raise ScriptSpawnsRanks(int(getattr(error, "ranks", 2)), message)
     if kind == CANNOT_WRITE:
         raise CaptureFailed(f"the {name} pass could not write {message}", no_space_remedy(req.run_dir))
     tail = error.traceback_tail.strip().splitlines()

@@ -154,6 +154,7 @@ BACKWARD_STEPS = "backward"  # --window-fn backward: a script's step is one back
 NO_TORCH, CONTRACT_ERROR, NOT_CACHED, WORKLOAD_RAISED = "no_torch", "contract", "not_cached", "workload_raised"
 OUT_OF_MEMORY, NO_CUDA = "out_of_memory", "no_cuda"  # the workload raised torch.OutOfMemoryError; no CUDA device
 CANNOT_WRITE = "cannot_write"
+SPAWNS_RANKS = "spawns_ranks"  # a script run as it is starts its ranks with torch.multiprocessing.spawn
 CANNOT_WRITE_LINE = "operator_profiler_harness: cannot write "  # what the harness prints when its result cannot be
 
 # Every child the engine starts carries RUN_TAG_ENV=<engine token>.<n> in its environment, and so does everything it

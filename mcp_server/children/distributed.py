@@ -54,14 +54,31 @@ def init_process_group(backend: str | None) -> dict[str, Any]:
         dist.init_process_group(chosen, device_id=torch.device("cuda", local_rank))
     else:
         dist.init_process_group(chosen)
+    return {**rank_facts(chosen), "topology": node_topology()}
+
+
+def rank_facts(backend: str) -> dict[str, Any]:
+    """The facts of this rank of the default process group (joined, with `backend`): its rank and world, where its
+    peers meet, its device and its NCCL settings."""
+    import torch
+    import torch.distributed as dist
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
     return {
         "rank": dist.get_rank(), "world_size": dist.get_world_size(), "local_rank": local_rank,
-        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1")), "backend": chosen,
+        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1")), "backend": backend,
         "master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT"),
         "device": f"cuda:{local_rank}" if cuda else "cpu",
         "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(NCCL_ENV_PREFIXES)},
-        "topology": topology() if cuda and local_rank == 0 else None,
     }
+
+
+def node_topology() -> str | None:
+    """The node's GPU topology as local rank 0 of a CUDA run reads it (`topology`); None on the other ranks."""
+    import torch
+
+    return topology() if torch.cuda.is_available() and int(os.environ.get("LOCAL_RANK", "0")) == 0 else None
 
 
 def topology() -> str | None:

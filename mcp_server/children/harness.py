@@ -453,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
         result["status"] = "ok"
     except ContractError as exc:
         print(f"operator_profiler_harness: the workload does not follow the contract: {exc}", file=sys.stderr)
-        result.update(status="error", error={"kind": getattr(exc, "kind", CONTRACT_ERROR), "message": str(exc)})
+        result.update(status="error", error={"kind": getattr(exc, "kind", CONTRACT_ERROR), "message": str(exc),
+                                             **getattr(exc, "details", {})})
         code = EXIT_CONTRACT
     except BaseException as exc:  # noqa: BLE001 - the workload's own failure is reported, not re-raised
         if (cached := not_cached(exc)) is not None:

@@ -33,9 +33,11 @@ from mcp_server.children import fx_graphs, global_modules, launch_sites, sites, 
 from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import ScriptCompiles
 from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, WARMUP_PHASE
+from mcp_server.children.distributed import launched_by_torchrun
 from mcp_server.children.global_modules import GlobalModules
 from mcp_server.children.gpu_lock import GpuPhases
 from mcp_server.children.graph_capture import GraphCaptureRanges
+from mcp_server.children.script_ranks import RankFacts, SpawnedRanks
 from mcp_server.children.sites import UserFrames
 from mcp_server.children.step_sources import BackwardSteps, NamedSteps, OptimizerSteps
 from mcp_server.children.window import NESTED_SHAPES_WARNING, KernelTrace, MeasuredWindow, has_nested
@@ -79,6 +81,7 @@ class StepWindows:
         self.last: MeasuredWindow | None = None
         self._open: MeasuredWindow | None = None
         self.record_shapes = True  # off once a model was called with nested tensors (`window.has_nested`)
+        self.closed: list[Callable[[], None]] = []  # called as each measured window closes
         self._frames = UserFrames() if self.ranged else None
         modules.frames = self._frames
         # entered for the whole script, on during windows: every thread the script starts (a pool of workers started
@@ -177,6 +180,8 @@ class StepWindows:
         else:
             self.windows.append(timed)
             self.last = window
+        for listener in self.closed:
+            listener()
 
     def abandon(self) -> None:
         """The script ended with a window still open, short of its steps (the tail after an optimizer step): it is
@@ -204,6 +209,10 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
     compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early),
                               own=(fx_graphs, global_modules, sites, launch_sites, window_sites))
+    spawned = SpawnedRanks().install()  # a script starting its ranks itself: this process runs one
+    facts = RankFacts(modules) if launched_by_torchrun() else None
+    if facts is not None:
+        windows.closed.append(facts.window_closed)
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
         source = OptimizerSteps(windows, modules)
@@ -237,6 +246,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
         source.remove()
         modules.remove()
         compiles.remove()
+        spawned.remove()
         if captures is not None:
             captures.remove()
             result["graph_captures"] = captures.captures
@@ -246,6 +256,10 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
             clocks.stop()
             result["clocks"] = clocks.summary()
     enter("finish")
+    if facts is not None:
+        result["distributed"] = facts.finish()
+    if spawned.spawned is not None:
+        result["spawned_ranks"] = spawned.spawned
     _report(args, result, windows, source, modules, stopped, time.perf_counter_ns() - t0)
     if (evaluated := roots.evaluated()) is not None:
         result["warnings"].append(evaluated)

@@ -48,7 +48,8 @@ class CaptureOptions(Request):
     ), Flag("--timeout")] = DEFAULT_TIMEOUT_S
     nproc_per_node: Annotated[int | None, Field(
         ge=1, description="Launch through torchrun with this many ranks on this node (a GPU each); ranks.json "
-        "merges them."
+        "merges them. A script run as it is may be torchrun's (it joins the process group itself); one starting its "
+        "ranks with torch.multiprocessing.spawn is launched so without it."
     )] = None
     nnodes: Annotated[str | None, Field(description="torchrun's --nnodes (e.g. 2, or 1:4).")] = None
     node_rank: Annotated[int | None, Field(ge=0, description="torchrun's --node-rank.")] = None
@@ -112,9 +113,6 @@ class CaptureOptions(Request):
             raise ValueError("a script runs as it is written: it compiles what it compiles itself; drop compile_mode")
         if self.script and self.train_step:
             raise ValueError("a script's steps are its own optimizer steps: drop train_step")
-        if self.script and self.nproc_per_node is not None:
-            raise ValueError("a script launched through torchrun is not supported: profile one process, or write the "
-                             "workload contract")
         if self.script and self.warmup_iters < 1:
             raise ValueError("a script's window opens after one of its steps: warmup_iters (W of steps W:A) must be "
                              "at least 1")

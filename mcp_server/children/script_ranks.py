@@ -1,0 +1,122 @@
+"""The ranks of a script run as it is (standard library and torch only).
+
+A distributed script is launched one of two ways: by torchrun (each rank runs the script, which joins the process
+group from torchrun's environment), or by itself, `torch.multiprocessing.spawn(fn, args, nprocs)` starting one
+process per rank. Both are profiled as torchrun ranks, every rank under the harness:
+
+- `SpawnedRanks` replaces torch.multiprocessing's `spawn` and `start_processes` while the script runs. Under torchrun
+  the process is one of the ranks the script would spawn: it calls `fn(LOCAL_RANK, *args)` itself (the index spawn
+  would give that rank). Outside torchrun one process is called here, and more stop the script with `SpawnsRanks`,
+  which names the count: the engine launches them again as torchrun ranks.
+- `RankFacts` records what the assembly needs of a rank once the script joined the process group: its rank, world
+  and backend, and the buckets of the DistributedDataParallel models it called (read as each window closes, DDP
+  having rebuilt its buckets in its second iteration).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from mcp_server.children.common import ContractError
+from mcp_server.children.contract import SPAWNS_RANKS
+from mcp_server.children.distributed import ddp_buckets, launched_by_torchrun, node_topology, rank_facts
+from mcp_server.children.global_modules import GlobalModules
+
+AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
+
+
+class SpawnsRanks(ContractError):
+    """The script starts `ranks` processes with torch.multiprocessing: they are to be launched as torchrun ranks."""
+
+    kind = SPAWNS_RANKS
+
+    def __init__(self, ranks: int) -> None:
+        super().__init__(f"the script starts {ranks} processes with torch.multiprocessing.spawn: each is a rank, "
+                         "profiled under torchrun")
+        self.details = {"ranks": ranks}
+
+
+class _Finished:
+    """What `spawn(..., join=False)` returns here: the rank's function has run already."""
+
+    def join(self, timeout: float | None = None) -> bool:
+        return True
+
+
+class SpawnedRanks:
+    """torch.multiprocessing's `spawn` and `start_processes`, run as the ranks of a torchrun launch."""
+
+    def __init__(self) -> None:
+        self.spawned: int | None = None  # the processes the script asked for, once it asked
+        self._saved: dict[str, Callable[..., Any]] = {}
+
+    def install(self) -> SpawnedRanks:
+        import torch.multiprocessing as mp
+
+        self._saved = {"spawn": mp.spawn, "start_processes": mp.start_processes}
+        mp.spawn = self._spawn  # type: ignore[assignment]
+        mp.start_processes = self._spawn  # type: ignore[assignment]
+        return self
+
+    def remove(self) -> None:
+        import torch.multiprocessing as mp
+
+        for name, original in self._saved.items():
+            setattr(mp, name, original)
+        self._saved = {}
+
+    def _spawn(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1, join: bool = True,
+               daemon: bool = False, start_method: str = "spawn") -> _Finished | None:
+        self.spawned = nprocs
+        if launched_by_torchrun():
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            if nprocs != local:
+                raise ContractError(f"the script spawns {nprocs} processes and torchrun runs {local} rank(s) on this "
+                                    f"node: pass --nproc-per-node {nprocs}")
+            index = int(os.environ.get("LOCAL_RANK", "0"))
+            # A spawned rank meets its peers where the script says (its own MASTER_PORT, or init_method), not at
+            # torchrun's store, which init_process_group would otherwise wait on as a client of any MASTER_PORT.
+            os.environ.pop(AGENT_STORE_ENV, None)
+        elif nprocs > 1:
+            raise SpawnsRanks(nprocs)
+        else:
+            index = 0
+        fn(index, *args)
+        return None if join else _Finished()
+
+
+class RankFacts:
+    """This rank's facts (`rank_facts`) and its DDP models' buckets, taken as each window closes while the script's
+    process group is up (the script may destroy it before it ends)."""
+
+    def __init__(self, modules: GlobalModules) -> None:
+        self.facts: dict[str, Any] | None = None
+        self._modules = modules
+        self._ddp: dict[str, Any] = {}  # the path of each DDP model called as a root -> the model
+        modules.listeners.append(self._seen)
+
+    def _seen(self, module: Any, path: str, started: bool, args: tuple[Any, ...]) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        if started and not self._modules.inside_call() and isinstance(module, DistributedDataParallel):
+            self._ddp.setdefault(path, module)
+
+    def window_closed(self) -> None:
+        """Read the facts now, if the script has joined a process group (the last window's are kept)."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        facts = rank_facts(dist.get_backend())
+        facts["ddp_buckets"] = [bucket for path, model in self._ddp.items()
+                                for bucket in ddp_buckets(model, path, wrapped=False)]
+        self.facts = facts
+
+    def finish(self) -> dict[str, Any] | None:
+        """The facts of the last window, with the node's topology (read once the windows are over); None when the
+        script joined no process group while a window closed."""
+        if self.facts is not None:
+            self.facts["topology"] = node_topology()
+        return self.facts

@@ -1,0 +1,112 @@
+"""A distributed script profiled as it is: launched by torchrun (`--script --nproc-per-node`), or starting its own
+ranks with `torch.multiprocessing.spawn` (each spawned process profiled as a torchrun rank). Real captures on the
+CPU (gloo, two ranks)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from mcp_server import api
+from mcp_server.children.script_ranks import SpawnedRanks, SpawnsRanks
+from mcp_server.errors import WorkloadError
+from mcp_server.rundir import RunDir
+from mcp_server.schema.harness import load_harness
+from mcp_server.schema.io import load_profile
+from mcp_server.schema.ranks import RanksSummary
+from mcp_server.schema.requests import CaptureOptions, Interpreter, ProfileRequest
+
+SCRIPTS = REPO / "tests" / "scripts"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _profile(script: str, out: Path, *args: str, **options: object) -> api.ProfileRun:
+    return api.profile(ProfileRequest(
+        workload=SCRIPTS / script, output=out, project=out.parent, backend="torch",
+        python=Interpreter(python=sys.executable),
+        capture=CaptureOptions(script=True, script_args=list(args), **options),
+    ))
+
+
+def _check_ranks(run: Path) -> None:
+    """Both ranks attributed as one process is: their Linears, the backward's all-reduce with its bucket's modules."""
+    for rank in (0, 1):
+        profile = load_profile(run / f"rank{rank}" / "profile.json")
+        info = profile.capture_metadata.distributed
+        assert info is not None and (info.rank, info.world_size, info.backend) == (rank, 2, "gloo")
+        # the script's own DDP model: its modules are named as the script's `ddp.named_modules()` names them
+        assert {m for bucket in info.ddp_buckets for m in bucket.modules} == {"module.0", "module.2"}
+        mms = [op for op in profile.operators if op.operator_name == "aten::mm"]
+        assert mms and {op.module_path for op in mms} == {"module.0", "module.2"}
+        reduces = [op for op in profile.operators if op.operator_name == "gloo:all_reduce"]
+        assert reduces and all(op.collective == "allreduce" and op.phase == "backward" for op in reduces)
+        assert all(set(op.collective_modules) == {"module.0", "module.2"} for op in reduces)
+        harness = load_harness(run / f"rank{rank}" / "torch" / "harness.json")
+        assert harness is not None and harness.model_extra is not None
+        assert harness.model_extra["steps"]["name"] == "SGD.step" and harness.model_extra["steps"]["seen"] == 4
+    summary = RanksSummary.model_validate_json((run / "ranks.json").read_text(encoding="utf-8"))
+    assert summary.world_size == 2 and summary.collectives >= 1
+    assert all(times.communication_ns > 0 and times.compute_ns > 0 for times in summary.ranks)
+
+
+def test_a_torchrun_script_is_profiled_rank_by_rank(tmp_path):
+    run = tmp_path / "run"
+    result = _profile("ddp_script_train.py", run, "--steps", "6", nproc_per_node=2)
+    assert result.ranks is not None and result.ranks.world_size == 2
+    _check_ranks(run)
+    assert RunDir(run).read_manifest().distributed["nproc_per_node"] == 2
+
+
+def test_a_script_spawning_its_ranks_is_profiled_as_torchrun_ranks(tmp_path):
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_server.cli", "profile", "--script", str(SCRIPTS / "spawn_train.py"),
+         "--backend", "torch", "-o", str(run), "--", "--ranks", "2", "--port", str(_free_port())],
+        capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert ("profile: the script starts 2 processes with torch.multiprocessing.spawn; each is profiled as a torchrun "
+            "rank (--nproc-per-node 2)") in done.stderr
+    _check_ranks(run)
+    assert RunDir(run).read_manifest().distributed["nproc_per_node"] == 2
+    # the one-process attempt that found the spawn left nothing beside the ranks' folders
+    assert not (run / "torch").exists()
+    assert "rank 1" in done.stdout and "ranks:" in done.stdout
+    leftovers = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True, check=False)
+    assert leftovers.stdout.strip() == ""
+
+
+def test_spawned_ranks_must_match_torchrun_s(tmp_path):
+    with pytest.raises(WorkloadError, match=r"^rank 0: the script spawns 2 processes and torchrun runs 1 rank\(s\) on "
+                                            r"this node: pass --nproc-per-node 2"):
+        _profile("spawn_train.py", tmp_path / "run", "--port", str(_free_port()), nproc_per_node=1)
+
+
+def test_spawn_outside_torchrun_runs_one_process_here_and_names_more(monkeypatch):
+    import torch.multiprocessing as mp
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    original = mp.spawn
+    seen: list[tuple[int, str]] = []
+    spawned = SpawnedRanks().install()
+    try:
+        assert mp.spawn(lambda index, word: seen.append((index, word)), args=("x",), nprocs=1) is None
+        context = mp.start_processes(lambda index: seen.append((index, "late")), nprocs=1, join=False)
+        assert context is not None and context.join() is True
+        with pytest.raises(SpawnsRanks, match="starts 3 processes") as raised:
+            mp.spawn(lambda index: seen.append((index, "never")), nprocs=3)
+        assert raised.value.details == {"ranks": 3}
+    finally:
+        spawned.remove()
+    assert seen == [(0, "x"), (0, "late")] and spawned.spawned == 3
+    assert mp.spawn is original
