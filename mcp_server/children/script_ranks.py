@@ -56,8 +56,8 @@ class SpawnedRanks:
         import torch.multiprocessing as mp
 
         self._saved = {"spawn": mp.spawn, "start_processes": mp.start_processes}
-        mp.spawn = self._spawn  # type: ignore[assignment]
-        mp.start_processes = self._spawn  # type: ignore[assignment]
+        mp.spawn = self._spawn
+        mp.start_processes = self._spawn
         return self
 
     def remove(self) -> None:
