@@ -80,7 +80,7 @@ def test_a_script_spawning_its_ranks_is_profiled_as_torchrun_ranks(tmp_path):
     assert RunDir(run).read_manifest().distributed["nproc_per_node"] == 2
     # the one-process attempt that found the spawn left nothing beside the ranks' folders
     assert not (run / "torch").exists()
-    assert "rank 1" in done.stdout and "ranks:" in done.stdout
+    assert "2 ranks (ranks.json" in done.stdout and f"ranks: {run / 'ranks.json'}" in done.stdout
     leftovers = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True, check=False)
     assert leftovers.stdout.strip() == ""
 
@@ -110,3 +110,27 @@ def test_spawn_outside_torchrun_runs_one_process_here_and_names_more(monkeypatch
         spawned.remove()
     assert seen == [(0, "x"), (0, "late")] and spawned.spawned == 3
     assert mp.spawn is original
+
+
+def test_ddp_forwards_count_the_iterations_ddp_times():
+    """DDP times its reducer's first 10 iterations and every 100th; a forward that will not all-reduce (no_sync, or
+    without grad) is not one of its iterations."""
+    import torch
+
+    from mcp_server.children.distributed import DdpForwards, ddp_times
+
+    assert [n for n in range(0, 301) if ddp_times(n)] == [*range(1, 11), 100, 200, 300]
+
+    class Ddp:
+        require_backward_grad_sync = True
+
+    model, forwards = Ddp(), DdpForwards()
+    for step in range(14):
+        with forwards.inside() if step in (3, 12) else torch.enable_grad():
+            model.require_backward_grad_sync = False  # the first micro-batch, under no_sync()
+            forwards.seen(model)
+            model.require_backward_grad_sync = True
+            forwards.seen(model)
+            with torch.no_grad():  # an evaluation forward
+                forwards.seen(model)
+    assert forwards.timed == [3] and not forwards.window_open

@@ -13,18 +13,26 @@ from bisect import bisect_left
 from collections.abc import Sequence
 
 from mcp_server.assemble.phases import Context, work_of
+from mcp_server.schema.harness import HarnessResult
 from mcp_server.schema.profile import GraphBreak, KernelRecord, OperatorAttributedProfile, RuntimeEvent
 from mcp_server.schema.records import RuntimeCall
 from plugins.nvtx_names import operator_frames
 
 OperatorKeys = dict[tuple[object, ...], str]  # ("op", thread, outer range's start, its name) -> operator_id
+DDP_TIMING_SYNC = "cudaEventSynchronize"
+DDP_TIMING_WARNING = (
+    "{count} cudaEventSynchronize call(s) in DistributedDataParallel's forward are DDP's own timing of its first 10 "
+    "iterations (and every 100th), which waits for the CUDA events of the iteration before; later iterations do not "
+    "wait (origin `ddp_timing`, left out of the workload's synchronisations): a window after DDP's 10th iteration "
+    "(--warmup-iters 11, or --steps 11:A for a script) measures without them")
 
 
 def attribute_events(
     calls: Sequence[RuntimeCall], window_start_ns: int, context: Context, operator_ids: OperatorKeys,
-    kernels: Sequence[KernelRecord],
+    kernels: Sequence[KernelRecord], ddp_timed: bool = False,
 ) -> list[RuntimeEvent]:
-    """The window's runtime calls as profile events (times relative to `window_start_ns`, as the kernels')."""
+    """The window's runtime calls as profile events (times relative to `window_start_ns`, as the kernels').
+    `ddp_timed`: the window holds an iteration DistributedDataParallel timed (`DDP_TIMING_SYNC`)."""
     ordered = sorted(kernels, key=lambda k: (k.start_ns, k.kernel_id))
     starts = [k.start_ns for k in ordered]
     gaps, reach = [], None
@@ -58,8 +66,21 @@ def attribute_events(
             after = bisect_left(starts, end)
             if after < len(ordered):
                 event.next_kernel_id, event.idle_after_ns = ordered[after].kernel_id, gaps[after]
+        if ddp_timed and inside and _ddp_timing(event):
+            event.origin = "ddp_timing"
         events.append(event)
     return events
+
+
+def ddp_timed(harness: HarnessResult) -> bool:
+    """Whether the pass's window holds an iteration DistributedDataParallel timed (the harness counted them)."""
+    return bool((harness.distributed or {}).get("ddp_timed_iterations"))
+
+
+def _ddp_timing(event: RuntimeEvent) -> bool:
+    """A wait DDP makes as a timed iteration's forward starts (its logger reading the CUDA events of the iteration
+    before): a cudaEventSynchronize outside every operator and every line of the workload's."""
+    return event.api == DDP_TIMING_SYNC and event.operator_name is None and event.call_site is None
 
 
 def sites_from_graph_breaks(events: Sequence[RuntimeEvent], breaks: Sequence[GraphBreak] | None) -> None:
@@ -98,9 +119,11 @@ def apply_unprofiled_idle(profile: OperatorAttributedProfile) -> None:
 def event_warnings(events: Sequence[RuntimeEvent]) -> list[str]:
     """What the profile says of the window's synchronisations, when the workload made any."""
     blocking = [e for e in events if e.synchronizing and e.origin == "workload"]
+    timing = sum(1 for e in events if e.origin == "ddp_timing")
+    warnings = [DDP_TIMING_WARNING.format(count=timing)] if timing else []
     if not blocking:
-        return []
+        return warnings
     sites = sorted({e.call_site for e in blocking if e.call_site})
     return [f"{len(blocking)} synchronising call(s) inside the window make the host wait for the GPU"
             + (f" (at {', '.join(sites[:3])}{' ...' if len(sites) > 3 else ''})" if sites else "")
-            + ": see runtime_events"]
+            + ": see runtime_events", *warnings]

@@ -11,6 +11,7 @@ from mcp_server.assemble.attribute import Context, Counters, attribute_stream
 from mcp_server.assemble.events import (
     OperatorKeys,
     attribute_events,
+    ddp_timed,
     event_warnings,
     sites_from_graph_breaks,
 )
@@ -149,7 +150,7 @@ def _assemble(
     del kernels
     timeline.check_activity_tables()
     events = attribute_events(timeline.runtime_calls(), start, context, operator_ids,
-                              [k for op in operators for k in op.kernels] + unattributed)
+                              [k for op in operators for k in op.kernels] + unattributed, ddp_timed(harness))
     settle_phases(operators, events)
     sites_from_graph_breaks(events, meta.graph_breaks)
     warnings = list(harness.warnings) + timeline.warnings + counter_warnings + event_warnings(events)

@@ -9,6 +9,7 @@ from mcp_server.assemble.attribute import Context, attribute_stream, work_of
 from mcp_server.assemble.events import (
     OperatorKeys,
     attribute_events,
+    ddp_timed,
     event_warnings,
     sites_from_graph_breaks,
 )
@@ -159,7 +160,7 @@ def assemble_torch(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributed
     operators, unattributed = attribute_stream(others.watch(capture.kernels), origins, start, context=context,
                                                operator_keys=operator_ids)
     events = attribute_events(capture.runtime_calls, start, context, operator_ids,
-                              [k for op in operators for k in op.kernels] + unattributed)
+                              [k for op in operators for k in op.kernels] + unattributed, ddp_timed(harness))
     settle_phases(operators, events)
     sites_from_graph_breaks(events, meta.graph_breaks)
     warnings += event_warnings(events)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ RANK_ENV = re.compile(r"%q\{([A-Z_][A-Z0-9_]*)\}")
 DISTRIBUTED_WRAPPERS = ("ddp",)
 NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "TORCH_DISTRIBUTED_")
 TOPOLOGY_TIMEOUT_S = 10.0
+DDP_TIMING_EVERY = 100  # DDP's runtime-logging sample rate (kDDPRuntimeLoggingSampleRate), unless a script sets one
 
 
 def launched_by_torchrun() -> bool:
@@ -174,6 +177,51 @@ def _reducer_params(module: Any, prefix: str, root: str) -> list[tuple[str, str,
             owner = ".".join(part for part in (prefix, path) if part) or root
             found.append((f"{owner}.{name}", owner, param.numel(), param.data_ptr()))
     return found
+
+
+def ddp_times(iteration: int) -> bool:
+    """Whether DDP times the forward that follows `iteration` gradient-syncing forwards: its reducer's first 10
+    iterations and every 100th (`Reducer::should_collect_runtime_stats`), whose times it reads from CUDA events
+    of the iteration before, waiting for them (cudaEventSynchronize) as the forward starts."""
+    return iteration > 0 and (iteration <= 10 or iteration % DDP_TIMING_EVERY == 0)
+
+
+class DdpForwards:
+    """Each DDP model's forwards that will all-reduce gradients (its reducer's iterations), counted as they start;
+    `timed` holds the iterations DDP timed inside a window (`window_open`)."""
+
+    def __init__(self) -> None:
+        self.window_open = False
+        self.timed: list[int] = []
+        self._counts: dict[int, int] = {}
+
+    def watch(self, model: Any) -> DdpForwards:
+        """Count the forwards of every DDP model in `model` (the harness's own window)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        for _, ddp in _modules_of_type(model, DistributedDataParallel):
+            ddp.register_forward_pre_hook(lambda module, args: self.seen(module))
+        return self
+
+    def seen(self, ddp: Any) -> None:
+        """A DDP model's forward starts."""
+        import torch
+
+        if not (torch.is_grad_enabled() and getattr(ddp, "require_backward_grad_sync", False)):
+            return
+        done = self._counts.get(id(ddp), 0)
+        if self.window_open and ddp_times(done):
+            self.timed.append(done)
+        self._counts[id(ddp)] = done + 1
+
+    @contextmanager
+    def inside(self) -> Iterator[None]:
+        """A window is open for the `with` body."""
+        self.window_open = True
+        try:
+            yield
+        finally:
+            self.window_open = False
 
 
 def barrier() -> None:

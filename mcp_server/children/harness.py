@@ -6,17 +6,16 @@ project environment. The engine starts it as a child process:
     python harness.py --workload W.py --run-dir DIR --result DIR/harness.json --profiler torch|nvtx|kernels|none
         [--kineto-trace FILE] [--provenance FILE] [--compile-mode ...]
 
-It seeds every RNG, builds the model with `get_model_and_input()`, compiles it if asked, warms up, and runs
-the measured window, writing `--result` (environment, window times, module table, errors) whatever happens
-and, with the torch profiler, the Kineto trace at `--kineto-trace` (nvtx: nsys/ncu record it from outside). The
-no-profiler timing pass (`--profiler kernels --windows K`) measures the window K times with no NVTX, no hooks, no
-operator recording and no tracing (`windows`), then twice more while CUPTI alone records the kernels (a Kineto
-trace of CUDA activity only; `traced_windows`): CUPTI's launch callbacks slow the host, so the window's time comes
-from the untraced windows and the kernels' durations and gaps from the traced ones.
-In compiled modes it writes `--provenance`: which aten ops and nn.Modules each generated kernel came from,
-with a copy of Inductor's generated code beside it. A script without `get_model_and_input` marks its own
-window with `NvtxCapture` (mcp_server/children/script.py); with `--run-script` any script runs unmodified, its
-window chosen by its own steps (mcp_server/children/steps.py, step_sources.py).
+It seeds every RNG, builds the model with `get_model_and_input()`, compiles it if asked, warms up, and runs the
+measured window, writing `--result` (environment, window times, module table, errors) whatever happens and, with the
+torch profiler, the Kineto trace at `--kineto-trace` (nvtx: nsys/ncu record it from outside). The no-profiler timing
+pass (`--profiler kernels --windows K`) measures the window K times with no NVTX, no hooks, no operator recording and
+no tracing (`windows`), then twice more while CUPTI alone records the kernels (a Kineto trace of CUDA activity only;
+`traced_windows`): CUPTI's launch callbacks slow the host, so the window's time comes from the untraced windows and
+the kernels' durations and gaps from the traced ones. In compiled modes it writes `--provenance`: which aten ops and
+nn.Modules each generated kernel came from, with a copy of Inductor's generated code beside it. A script without
+`get_model_and_input` marks its own window with `NvtxCapture` (mcp_server/children/script.py); with `--run-script` any
+script runs unmodified, its window chosen by its own steps (mcp_server/children/steps.py, step_sources.py).
 """
 
 from __future__ import annotations
@@ -82,6 +81,7 @@ from mcp_server.children.contract import (
 )
 from mcp_server.children.cpu_share import hold_to_share
 from mcp_server.children.distributed import (
+    DdpForwards,
     barrier,
     ddp_buckets,
     expand_rank,
@@ -190,6 +190,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     watch(model, inputs, result["root_module"], "eager" if eager else args.compile_mode)
     wrapper = getattr(module, "DISTRIBUTED", None) if ranks else None
     wrapped = wrap(model, wrapper)  # the module ranges keep the model's own paths; DDP runs it
+    forwards = DdpForwards().watch(wrapped)  # the iterations DDP times in the window (it waits for their events)
     fn = wrapped
     if recipe is not None:
         backend = RecordingRecipe(module, result["root_module"])
@@ -279,6 +280,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
                                     scoped=scoped is not None, on_start=after_start, record_shapes=shapes)
             with window, ExitStack() as traced:
                 traced.enter_context(memory_window())
+                traced.enter_context(forwards.inside())
                 if frames is not None and hooks is not None:  # every thread's operators and lines
                     traced.enter_context(WindowSites(args.profiler, frames, hooks.graph_node_path, shapes))
                 for _ in range(args.iters):
@@ -299,6 +301,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     if ranks:  # DDP rebuilds its buckets in its second iteration: the window's are known now
         result["distributed"]["wrapped_by"] = wrapper
         result["distributed"]["ddp_buckets"] = ddp_buckets(wrapped, result["root_module"], wrapped=wrapper is not None)
+        result["distributed"]["ddp_timed_iterations"] = forwards.timed
     for installed in (hooks, gradient_hooks):
         if installed is not None:
             installed.remove()

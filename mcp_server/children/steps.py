@@ -82,6 +82,7 @@ class StepWindows:
         self._open: MeasuredWindow | None = None
         self.record_shapes = True  # off once a model was called with nested tensors (`window.has_nested`)
         self.closed: list[Callable[[], None]] = []  # called as each measured window closes
+        self.on_start: Callable[[], None] | None = None  # each window's, once its profiler started (the ranks' line-up)
         self._frames = UserFrames() if self.ranged else None
         modules.frames = self._frames
         # entered for the whole script, on during windows: every thread the script starts (a pool of workers started
@@ -152,8 +153,11 @@ class StepWindows:
         if self.trace is not None and number == self.untraced:
             self.trace.__enter__()
         last = number == self.total - 1
+        after_start = self.on_start if RECORDINGS[self.profiler].nvtx and self.cuda else None
+        if self.on_start is not None and after_start is None:  # no collection to start: lined up before the window
+            self.on_start()
         window = MeasuredWindow(self.profiler, self.args.kineto_trace, on_gpu_done=self.lock.release if last else None,
-                                scoped=self.scoped, record_shapes=self.record_shapes)
+                                scoped=self.scoped, record_shapes=self.record_shapes, on_start=after_start)
         window.__enter__()
         if self.sites is not None:
             self.sites.active = True
@@ -210,9 +214,10 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early),
                               own=(fx_graphs, global_modules, sites, launch_sites, window_sites))
     spawned = SpawnedRanks().install()  # a script starting its ranks itself: this process runs one
-    facts = RankFacts(modules) if launched_by_torchrun() else None
+    facts = RankFacts(modules, lambda: windows.is_open) if launched_by_torchrun() else None
     if facts is not None:
         windows.closed.append(facts.window_closed)
+        windows.on_start = facts.aligned
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
         source = OptimizerSteps(windows, modules)
@@ -258,6 +263,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     enter("finish")
     if facts is not None:
         result["distributed"] = facts.finish()
+        result["warnings"] += facts.warnings
     if spawned.spawned is not None:
         result["spawned_ranks"] = spawned.spawned
     _report(args, result, windows, source, modules, stopped, time.perf_counter_ns() - t0)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.schema.types import CompileMode, RunMode
 
-SCHEMA_VERSION = "1.10"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
+SCHEMA_VERSION = "1.11"  # 1.1: the timing pass's window, clocks, unprofiled gaps, module coverage
 # 1.2: phase (forward/backward/optimizer) on kernels and operators, backward ops tied to the forward op they
 # differentiate, call sites and their coverage, the graph breaks of a compiled capture
 # 1.3: one rank of a multi-rank run: its place in the world, collectives with their sequence numbers and the
@@ -29,6 +29,8 @@ SCHEMA_VERSION = "1.10"  # 1.1: the timing pass's window, clocks, unprofiled gap
 # 1.9: the host's own compute: operators that launched no kernel and made no CUDA call (`host_compute_ns`,
 #      `host_operators`)
 # 1.10: the models whose inputs took several shapes in a script's measured windows (`varying_inputs`)
+# 1.11: the iterations DistributedDataParallel timed in the window (`ddp_timed_iterations`) and its waits for their
+#       CUDA events (a runtime event's origin `ddp_timing`)
 
 
 class _Model(BaseModel):
@@ -235,6 +237,9 @@ class DistributedInfo(_Model):
     master_port: str | None = None
     wrapped_by: str | None = Field(default=None, description="'ddp' when the harness wrapped the model.")
     ddp_buckets: list[DdpBucket] = Field(default_factory=list)
+    ddp_timed_iterations: list[int] = Field(
+        default_factory=list, description="(1.11) The DDP iterations in the pass's windows that DDP timed (its first "
+        "10 and every 100th; numbered by the gradient-syncing forwards before them): it waits for their CUDA events.")
     nccl_env: dict[str, str] = Field(default_factory=dict, description="NCCL_*, TORCH_NCCL_* and similar variables.")
     topology: str | None = Field(default=None, description="`nvidia-smi topo -m` of the rank's node (local rank 0).")
     collective_kernels: dict[str, str] = Field(
@@ -388,9 +393,12 @@ class RuntimeEvent(_Model):
                              "waited (under the profiler).")
     synchronizing: bool = Field(description="The host waits in the call for the GPU: a synchronisation, a synchronous "
                                 "copy, or a copy from the device into pageable host memory.")
-    origin: Literal["workload", "harness"] = Field(
+    origin: Literal["workload", "harness", "ddp_timing"] = Field(
         description="'harness': a call outside every operator, module and call-site range before the window's "
-        "first kernel or after its last (the harness's own synchronisations around the window); else 'workload'.")
+        "first kernel or after its last (the harness's own synchronisations around the window); 'ddp_timing': a "
+        "cudaEventSynchronize outside every operator and line of the workload's in a window holding an iteration "
+        "DistributedDataParallel timed (its first 10 and every 100th: it waits for the events of the iteration "
+        "before as the forward starts); else 'workload'.")
     gpu_start_ns: int | None = Field(default=None, description="The copy or set on the GPU: start, ns since the "
                                      "window's start.")
     gpu_duration_ns: int | None = None
