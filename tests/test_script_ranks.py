@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from fixtures_util import extract_fixture
 
 from mcp_server import api
 from mcp_server.children.script_ranks import SpawnedRanks, SpawnsRanks
@@ -134,3 +135,33 @@ def test_ddp_forwards_count_the_iterations_ddp_times():
             with torch.no_grad():  # an evaluation forward
                 forwards.seen(model)
     assert forwards.timed == [3] and not forwards.window_open
+
+
+def test_a_spawning_script_recorded_on_two_h200s_replays(tmp_path_factory, tmp_path):
+    """`benchmarks/ranks_gpu_check.py --workload tests/scripts/spawn_train.py --script --profile-only --pack ...` on
+    two H200s (nccl): the ranks' windows lined up, DDP's timing of its 4th iteration told apart from the script's
+    own synchronisations."""
+    from mcp_server.analysis import analyze_profile
+    from mcp_server.schema.requests import AssembleRequest
+
+    run = extract_fixture("h200x2_spawn_train", tmp_path_factory) / "spawn"
+    result = api.assemble(AssembleRequest(run_dir=run))
+    assert result.ranks is not None and result.ranks.world_size == 2 and not result.ranks.stragglers
+    windows = [times.window_ns for times in result.ranks.ranks]
+    assert max(windows) < 1.2 * min(windows)  # lined up: no rank waits out another's collection start
+    for rank in (0, 1):
+        profile = load_profile(run / f"rank{rank}" / "profile.json")
+        info = profile.capture_metadata.distributed
+        assert info is not None and (info.rank, info.backend, info.device) == (rank, "nccl", f"cuda:{rank}")
+        assert info.ddp_timed_iterations == [3]
+        assert profile.window.attributed_kernel_time_pct == pytest.approx(100.0)
+        (reduce,) = [op for op in profile.operators if op.collective == "allreduce"]
+        assert reduce.phase == "backward" and set(reduce.collective_modules) == {"module.0", "module.2"}
+        timing = [e for e in profile.runtime_events if e.origin == "ddp_timing"]
+        assert len(timing) == 8 and all(e.api == "cudaEventSynchronize" and e.phase == "forward" for e in timing)
+        assert not [e for e in profile.runtime_events if e.origin == "workload" and e.synchronizing]
+        assert any(w.startswith("8 cudaEventSynchronize call(s) in DistributedDataParallel's forward are DDP's own "
+                                "timing") for w in profile.warnings)
+        assert not any("synchronising call(s) inside the window" in w for w in profile.warnings)
+        analysis = analyze_profile(profile, tmp_path / f"analysis{rank}", measure=False)
+        assert not [s for s in analysis.syncs if s.synchronizing]  # nothing of DDP's told to the user to remove
