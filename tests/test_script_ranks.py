@@ -165,3 +165,28 @@ def test_a_spawning_script_recorded_on_two_h200s_replays(tmp_path_factory, tmp_p
         assert not any("synchronising call(s) inside the window" in w for w in profile.warnings)
         analysis = analyze_profile(profile, tmp_path / f"analysis{rank}", measure=False)
         assert not [s for s in analysis.syncs if s.synchronizing]  # nothing of DDP's told to the user to remove
+
+
+def test_a_rank_whose_peers_never_reach_the_window_goes_on_and_says_so(monkeypatch):
+    import time
+
+    import torch.distributed as dist
+
+    from mcp_server.children import distributed
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        warnings: list[str] = []
+        line_up = distributed.WindowLineUp(warnings)
+        line_up()  # one rank: every rank is there
+        assert line_up.windows == 1 and warnings == []
+        monkeypatch.setattr(distributed, "LINE_UP_TIMEOUT_S", 0.2)
+        monkeypatch.setattr(dist, "get_world_size", lambda *args: 2)  # a peer that never comes
+        t0 = time.monotonic()
+        line_up()
+        line_up()  # given up: the next window does not wait again
+        assert time.monotonic() - t0 < 2.0
+        assert warnings == ["window 2: the other ranks did not reach their window within 0.2 s; the ranks' windows are "
+                            "not lined up"]
+    finally:
+        dist.destroy_process_group()

@@ -2,7 +2,7 @@
 
 Under torchrun every rank runs the same harness: it joins the default process group from torchrun's
 environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, ...) before `get_model_and_input()`, wraps the
-model in DDP when the workload sets `DISTRIBUTED = "ddp"`, lines the ranks' windows up with a barrier, and
+model in DDP when the workload sets `DISTRIBUTED = "ddp"`, lines the ranks' windows up (`WindowLineUp`), and
 records what the assembly needs to name each collective's modules: the parameters of every DDP bucket (DDP's
 own logging data, read after the warm-up rebuilt its buckets). Paths given to the harness may carry
 `%q{RANK}` (nsys's and ncu's spelling of an environment variable): each rank writes its own folder.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,8 @@ RANK_ENV = re.compile(r"%q\{([A-Z_][A-Z0-9_]*)\}")
 DISTRIBUTED_WRAPPERS = ("ddp",)
 NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "TORCH_DISTRIBUTED_")
 TOPOLOGY_TIMEOUT_S = 10.0
+LINE_UP_KEY = "operator_profiler/window/"  # the store's count of the ranks that reached window N
+LINE_UP_TIMEOUT_S, LINE_UP_POLL_S = 60.0, 0.0005
 DDP_TIMING_EVERY = 100  # DDP's runtime-logging sample rate (kDDPRuntimeLoggingSampleRate), unless a script sets one
 
 
@@ -224,16 +227,38 @@ class DdpForwards:
             self.window_open = False
 
 
-def barrier() -> None:
-    """Every rank reaches this point before any goes on: the windows start together."""
-    import torch
-    import torch.distributed as dist
+class WindowLineUp:
+    """Every rank reaches its window's start before any goes on (under nsys once its collection started: nsys takes
+    a different time to start on each rank, 0.32 to 0.38 s on two H200s, which the first collective would wait out
+    inside the window). The ranks meet at the process group's store, launching nothing on the GPU (a collective
+    barrier would put its own kernels in the window: under ncu, one replayed that the timeline's window lacks), and
+    wait at most LINE_UP_TIMEOUT_S: a rank whose peers do not come (a window only some ranks open) goes on unaligned
+    and says so in `warnings`, rather than hang."""
 
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    dist.barrier()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    def __init__(self, warnings: list[str]) -> None:
+        self.warnings = warnings
+        self.windows = 0  # the windows lined up so far
+        self._lining_up = True
+
+    def __call__(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if not (self._lining_up and dist.is_available() and dist.is_initialized()):
+            return
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.windows += 1
+        store, key = dist.distributed_c10d._get_default_store(), f"{LINE_UP_KEY}{self.windows}"
+        store.add(key, 1)
+        deadline = time.monotonic() + LINE_UP_TIMEOUT_S
+        while store.add(key, 0) < dist.get_world_size():
+            if time.monotonic() > deadline:
+                self._lining_up = False
+                self.warnings.append(f"window {self.windows}: the other ranks did not reach their window within "
+                                     f"{LINE_UP_TIMEOUT_S:g} s; the ranks' windows are not lined up")
+                return
+            time.sleep(LINE_UP_POLL_S)
 
 
 def finish() -> None:

@@ -82,7 +82,7 @@ from mcp_server.children.contract import (
 from mcp_server.children.cpu_share import hold_to_share
 from mcp_server.children.distributed import (
     DdpForwards,
-    barrier,
+    WindowLineUp,
     ddp_buckets,
     expand_rank,
     finish,
@@ -252,10 +252,11 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     lock.window()
     # The ranks enter the window together: at its start, or under nsys once each rank's collection has started
     # (its start takes a different time on each rank: the first collective would wait out the difference).
-    after_start = barrier if ranks and recording.nvtx and torch.cuda.is_available() else None
-    if ranks and after_start is None:
+    line_up = WindowLineUp(result["warnings"]) if ranks else None
+    after_start = line_up if line_up is not None and recording.nvtx and torch.cuda.is_available() else None
+    if line_up is not None and after_start is None:
         _enter(result, "barrier")
-        barrier()
+        line_up()
     ranged = eager and recording.ranged
     hooks = ModuleRanges(model, args.profiler, result["root_module"]) if ranged else None
     frames = UserFrames() if ranged else None
@@ -309,9 +310,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
         scoped.remove()
         result["replayed_calls"] = scoped.started
     lock.release()
-    result["window"] = {
-        "wall_time_ns": window.wall_time_ns, "gpu_elapsed_ns": window.gpu_elapsed_ns, "iters": args.iters
-    }
+    result["window"] = dict(wall_time_ns=window.wall_time_ns, gpu_elapsed_ns=window.gpu_elapsed_ns, iters=args.iters)
     if window.profiler_start_ns is not None:
         result["window"]["profiler_start_ns"] = window.profiler_start_ns
         result["window"]["profiler_stop_ns"] = window.profiler_stop_ns

@@ -11,13 +11,12 @@ process per rank. Both are profiled as torchrun ranks, every rank under the harn
 - `RankFacts` records what the assembly needs of a rank once the script joined the process group: its rank, world
   and backend, the buckets of the DistributedDataParallel models it called (read as each window closes, DDP
   having rebuilt its buckets in its second iteration) and the iterations DDP timed inside the windows; and it
-  lines the ranks' windows up at the process group's store.
+  lines the ranks' windows up (`WindowLineUp`, at the process group's store).
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ from mcp_server.children.common import ContractError
 from mcp_server.children.contract import SPAWNS_RANKS
 from mcp_server.children.distributed import (
     DdpForwards,
+    WindowLineUp,
     ddp_buckets,
     launched_by_torchrun,
     node_topology,
@@ -33,8 +33,6 @@ from mcp_server.children.distributed import (
 from mcp_server.children.global_modules import GlobalModules
 
 AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
-ALIGN_KEY = "operator_profiler/window/"  # the store's counter of the ranks that reached window N
-ALIGN_TIMEOUT_S, ALIGN_POLL_S = 60.0, 0.0005
 
 
 class SpawnsRanks(ContractError):
@@ -100,7 +98,7 @@ class SpawnedRanks:
 class RankFacts:
     """This rank's facts (`rank_facts`), its DDP models' buckets and the iterations DDP timed in the windows, taken
     as each window closes while the script's process group is up (the script may destroy it before it ends); and
-    the ranks' windows lined up (`aligned`)."""
+    the ranks' windows lined up (`line_up`)."""
 
     def __init__(self, modules: GlobalModules, is_open: Callable[[], bool]) -> None:
         self.facts: dict[str, Any] | None = None
@@ -108,8 +106,7 @@ class RankFacts:
         self.forwards = DdpForwards()
         self._modules, self._is_open = modules, is_open
         self._ddp: dict[str, Any] = {}  # the path of each DDP model called as a root -> the model
-        self._windows = 0  # the windows lined up so far
-        self._aligning = True
+        self.line_up = WindowLineUp(self.warnings)  # each window's start, once its profiler started
         modules.listeners.append(self._seen)
 
     def _seen(self, module: Any, path: str, started: bool, args: tuple[Any, ...]) -> None:
@@ -119,31 +116,6 @@ class RankFacts:
             self._ddp.setdefault(path, module)
             self.forwards.window_open = self._is_open()
             self.forwards.seen(module)
-
-    def aligned(self) -> None:
-        """Every rank reaches its window's start before any goes on (under nsys, once its collection started: nsys
-        takes a different time to start on each rank, which the first collective would wait out inside the
-        window). The ranks meet at the process group's store, waiting at most ALIGN_TIMEOUT_S: a rank whose peers
-        do not come (a window only some ranks open) goes on unaligned and says so, rather than hang."""
-        import torch
-        import torch.distributed as dist
-
-        if not (self._aligning and dist.is_available() and dist.is_initialized()):
-            return
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        self._windows += 1
-        store, key, world = dist.distributed_c10d._get_default_store(), f"{ALIGN_KEY}{self._windows}", \
-            dist.get_world_size()
-        store.add(key, 1)
-        deadline = time.monotonic() + ALIGN_TIMEOUT_S
-        while store.add(key, 0) < world:
-            if time.monotonic() > deadline:
-                self._aligning = False
-                self.warnings.append(f"window {self._windows}: the other ranks did not reach their window within "
-                                     f"{ALIGN_TIMEOUT_S:.0f} s; the ranks' windows are not lined up")
-                return
-            time.sleep(ALIGN_POLL_S)
 
     def window_closed(self) -> None:
         """Read the facts now, if the script has joined a process group (the last window's are kept)."""

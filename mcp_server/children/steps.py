@@ -217,7 +217,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     facts = RankFacts(modules, lambda: windows.is_open) if launched_by_torchrun() else None
     if facts is not None:
         windows.closed.append(facts.window_closed)
-        windows.on_start = facts.aligned
+        windows.on_start = facts.line_up
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
         source = OptimizerSteps(windows, modules)
