@@ -190,3 +190,21 @@ def test_a_rank_whose_peers_never_reach_the_window_goes_on_and_says_so(monkeypat
                             "not lined up"]
     finally:
         dist.destroy_process_group()
+
+
+def test_an_fsdp2_script_spawning_its_ranks_keeps_its_model_s_names(tmp_path):
+    """`fully_shard` makes each sharded module an instance of a class of its own (FSDPLanguageModel): the model
+    keeps its own class's name, and each unit's all-gathers and reduce-scatters carry the unit's modules."""
+    run = tmp_path / "run"
+    workload = REPO / "scripts" / "gpu_workloads" / "fsdp_spawn_lm.py"
+    api.profile(ProfileRequest(
+        workload=workload, output=run, project=tmp_path, backend="torch", python=Interpreter(python=sys.executable),
+        capture=CaptureOptions(script=True, script_args=["--small", "--steps", "12", "--port", str(_free_port())])))
+    for rank in (0, 1):
+        profile = load_profile(run / f"rank{rank}" / "profile.json")
+        assert profile.capture_metadata.root_module == "LanguageModel"
+        gathers = [op for op in profile.operators if op.operator_name == "gloo:all_gather"]
+        scatters = [op for op in profile.operators if op.collective == "reducescatter"]
+        assert gathers and scatters
+        assert {op.module_path for op in gathers} >= {"blocks.0", "blocks.1"}
+        assert not any((op.module_path or "").startswith("FSDP") for op in profile.operators)

@@ -17,12 +17,15 @@ def root_module_name(model: Any) -> str:
     """The module path that names the model itself (its class): kernels of its own forward outside every
     submodule, and the optimizer's, which updates the parameters of all of them."""
     model = getattr(model, "_orig_mod", model)
-    name = type(model).__name__
+    bases = type(model).__bases__
+    # FSDP2's `fully_shard` makes a class of its own, FSDP<Class>(FSDPModule, Class): the model keeps its class's name
+    name = bases[-1].__name__ if len(bases) == 2 and bases[0].__name__ == FSDP_MODULE else type(model).__name__
     if name == SCRIPTED:
         return str(model.original_name)
     return (traced_root_class(model) or name) if name == GRAPH_MODULE else name
 
 
+FSDP_MODULE = "FSDPModule"
 GRAPH_MODULE = "GraphModule"  # the class of `torch.export`'s `.module()` (`symbolic_trace` keeps the model's name)
 
 
