@@ -208,3 +208,27 @@ def test_an_fsdp2_script_spawning_its_ranks_keeps_its_model_s_names(tmp_path):
         assert gathers and scatters
         assert {op.module_path for op in gathers} >= {"blocks.0", "blocks.1"}
         assert not any((op.module_path or "").startswith("FSDP") for op in profile.operators)
+
+
+def test_a_compiled_ddp_model_keeps_its_modules_and_buckets(tmp_path):
+    """`torch.compile(DistributedDataParallel(model))`: Dynamo's DDP optimizer splits the graph at the buckets and runs
+    the pieces as modules of its own (a GraphModule of `WrapperModule`s), which are not the script's modules; the
+    DDP model is still seen, with its buckets and the iterations it timed."""
+    run = tmp_path / "run"
+    workload = REPO / "scripts" / "gpu_workloads" / "ddp_compiled_cnn.py"
+    api.profile(ProfileRequest(
+        workload=workload, output=run, project=tmp_path, backend="torch", python=Interpreter(python=sys.executable),
+        capture=CaptureOptions(script=True, nproc_per_node=2,
+                               script_args=["--small", "--steps", "12", "--bucket-mb", "1"])))
+    for rank in (0, 1):
+        harness = load_harness(run / f"rank{rank}" / "torch" / "harness.json")
+        assert harness is not None and harness.model_extra is not None and harness.distributed is not None
+        modules = harness.model_extra["modules"]
+        assert "module.stages.2.3" in modules
+        assert not [path for path, kind in modules.items() if kind in ("WrapperModule", "GraphModule")]
+        assert harness.distributed["ddp_timed_iterations"] == [3]
+        profile = load_profile(run / f"rank{rank}" / "profile.json")
+        reduces = [op for op in profile.operators if op.operator_name == "gloo:all_reduce"]
+        assert len(reduces) == 2  # split at the buckets: one all-reduce each
+        covered = {m for op in reduces for m in op.collective_modules}
+        assert {"module.stem.0", "module.stages.2.3", "module.head"} <= covered

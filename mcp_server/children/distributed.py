@@ -199,10 +199,11 @@ class DdpForwards:
         self._counts: dict[int, int] = {}
 
     def watch(self, model: Any) -> DdpForwards:
-        """Count the forwards of every DDP model in `model` (the harness's own window)."""
+        """Count the forwards of every DDP model in `model` (the harness's own eager window; None: a compiled one,
+        whose graph would trace the hook)."""
         from torch.nn.parallel import DistributedDataParallel
 
-        for _, ddp in _modules_of_type(model, DistributedDataParallel):
+        for _, ddp in _modules_of_type(model, DistributedDataParallel) if model is not None else []:
             ddp.register_forward_pre_hook(lambda module, args: self.seen(module))
         return self
 

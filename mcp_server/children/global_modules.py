@@ -24,11 +24,12 @@ from typing import Any
 
 from mcp_server.children.contract import MODULE_RANGE_PREFIX, RECORDINGS, SITE_RANGE_PREFIX
 from mcp_server.children.fx_graphs import node_module_path
-from mcp_server.children.naming import SCRIPTED, root_module_name, traced_classes
+from mcp_server.children.naming import GRAPH_MODULE, SCRIPTED, root_module_name, traced_classes
 from mcp_server.children.sites import UserFrames, site_ranges
 
 # (module, path, started, its positional arguments): started False, and no arguments, once its call returned
 Listener = Callable[[Any, str, bool, tuple[Any, ...]], None]
+COMPILER_PACKAGES = ("torch._dynamo.", "torch._inductor.", "torch._functorch.")
 
 
 class GlobalModules:
@@ -60,6 +61,7 @@ class GlobalModules:
         self._parallel: dict[int, Any] = {}  # id -> the `nn.DataParallel` wrappers among the modules named
         self._data_parallel = DataParallel
         self._param_paths: dict[int, tuple[str, str]] = {}  # id(parameter) -> (its root, its module's path)
+        self._made: dict[int, bool] = {}  # id(module) -> whether the compiler made it (`_compiler_made`)
         self._local = threading.local()
         self._handles: list[Any] = []
         self._wanted: dict[str, set[int]] = {}
@@ -218,7 +220,7 @@ class GlobalModules:
         # Traced away inside `torch.compile` (Dynamo reads is_compiling() as True): the compiled graph keeps no trace
         # of the hooks and breaks nowhere for them (disabled hooks would break it at every module); its kernels take
         # their modules from Inductor's graph instead.
-        if self._compiling():
+        if self._compiling() or self._compiler_made(module):
             return
         stack = self._stack()
         path = self.path_of(module, stack)
@@ -245,8 +247,18 @@ class GlobalModules:
                     self._switch(True)
         stack.append((module, path, handles, profiled))
 
+    def _compiler_made(self, module: Any) -> bool:
+        """A module the compiler made, not the script: Dynamo's DDP optimizer runs the graph it split at DDP's buckets
+        as a GraphModule calling one `WrapperModule` per bucket's piece. Their kernels take their modules from
+        Inductor's graph, as in any compiled call."""
+        made = self._made.get(id(module))
+        if made is None:
+            made = self._made[id(module)] = _compiler_class(module) or (
+                type(module).__name__ == GRAPH_MODULE and any(_compiler_class(m) for m in module.children()))
+        return made
+
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if self._compiling():
+        if self._compiling() or self._compiler_made(module):
             return
         stack = self._stack()
         if not stack or stack[-1][0] is not module:
@@ -261,6 +273,11 @@ class GlobalModules:
                 self.close_range(handle)
         for listener in self.listeners:
             listener(module, path, False, ())
+
+
+def _compiler_class(module: Any) -> bool:
+    """Whether the module's class is the compiler's own (Dynamo's, Inductor's, AOTAutograd's)."""
+    return type(module).__module__.startswith(COMPILER_PACKAGES)
 
 
 def _variable_name(module: Any, frames: UserFrames | None) -> str | None:

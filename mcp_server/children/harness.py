@@ -190,7 +190,7 @@ def run_contract(module: Any, args: argparse.Namespace, result: dict[str, Any]) 
     watch(model, inputs, result["root_module"], "eager" if eager else args.compile_mode)
     wrapper = getattr(module, "DISTRIBUTED", None) if ranks else None
     wrapped = wrap(model, wrapper)  # the module ranges keep the model's own paths; DDP runs it
-    forwards = DdpForwards().watch(wrapped)  # the iterations DDP times in the window (it waits for their events)
+    forwards = DdpForwards().watch(wrapped if eager else None)  # the iterations DDP times (waiting for their events)
     fn = wrapped
     if recipe is not None:
         backend = RecordingRecipe(module, result["root_module"])

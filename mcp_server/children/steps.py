@@ -29,7 +29,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from mcp_server.children import fx_graphs, global_modules, launch_sites, sites, window_sites
+from mcp_server.children import distributed, fx_graphs, global_modules, launch_sites, script_ranks, sites, window_sites
 from mcp_server.children.common import ContractError
 from mcp_server.children.compiling import ScriptCompiles
 from mcp_server.children.contract import BACKWARD_STEPS, RECORDINGS, WARMUP_PHASE
@@ -212,7 +212,8 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     roots = RootCalls(modules, windows)
     captures = GraphCaptureRanges().install() if args.record_graph_capture and torch.cuda.is_available() else None
     compiles = ScriptCompiles(reuse_tuned=bool(args.warm_up_early),
-                              own=(fx_graphs, global_modules, sites, launch_sites, window_sites))
+                              own=(fx_graphs, global_modules, sites, launch_sites, window_sites, script_ranks,
+                                   distributed))
     spawned = SpawnedRanks().install()  # a script starting its ranks itself: this process runs one
     facts = RankFacts(modules, lambda: windows.is_open) if launched_by_torchrun() else None
     if facts is not None:

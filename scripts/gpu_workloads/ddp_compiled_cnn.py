@@ -45,9 +45,9 @@ def main(args: argparse.Namespace) -> None:
     dist.init_process_group("nccl" if cuda else "gloo")
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     small = args.small or os.environ.get("OPERATOR_PROFILER_EXAMPLE_SCALE") == "small"
-    width, batch, size = (8, 4, 16) if small else (64, 64, 64)
+    width, batch, size = (32, 4, 16) if small else (64, 64, 64)
     model = Net(width, 100).to(device).to(memory_format=torch.channels_last)
-    ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None, bucket_cap_mb=4)
+    ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None, bucket_cap_mb=args.bucket_mb)
     forward = torch.compile(ddp)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.4, total_steps=args.steps)
@@ -73,5 +73,6 @@ def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--bucket-mb", type=float, default=4.0, help="DDP's gradient bucket size (MB)")
     parser.add_argument("--small", action="store_true", help="a model small enough for a CPU machine")
     main(parser.parse_args())
