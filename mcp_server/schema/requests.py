@@ -48,8 +48,7 @@ class CaptureOptions(Request):
     ), Flag("--timeout")] = DEFAULT_TIMEOUT_S
     nproc_per_node: Annotated[int | None, Field(
         ge=1, description="Launch through torchrun with this many ranks on this node (a GPU each); ranks.json "
-        "merges them. A script run as it is may be torchrun's (it joins the process group itself); one starting its "
-        "ranks with torch.multiprocessing.spawn is launched so without it."
+        "merges them."
     )] = None
     nnodes: Annotated[str | None, Field(description="torchrun's --nnodes (e.g. 2, or 1:4).")] = None
     node_rank: Annotated[int | None, Field(ge=0, description="torchrun's --node-rank.")] = None
