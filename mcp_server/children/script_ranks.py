@@ -9,9 +9,10 @@ process per rank. Both are profiled as torchrun ranks, every rank under the harn
   would give that rank). Outside torchrun one process is called here, and more stop the script with `SpawnsRanks`,
   which names the count: the engine launches them again as torchrun ranks.
 - `RankFacts` records what the assembly needs of a rank once the script joined the process group: its rank, world
-  and backend, the buckets of the DistributedDataParallel models it called (read as each window closes, DDP
-  having rebuilt its buckets in its second iteration) and the iterations DDP timed inside the windows; and it
-  lines the ranks' windows up (`WindowLineUp`, at the process group's store).
+  and backend (read as each window closes: the script may leave the group before it ends), the buckets of the
+  DistributedDataParallel models it called (once the windows are over, DDP having rebuilt its buckets in its second
+  iteration) and the iterations DDP timed inside the windows; and it lines the ranks' windows up (`WindowLineUp`,
+  at the process group's store).
 """
 
 from __future__ import annotations
@@ -96,9 +97,9 @@ class SpawnedRanks:
 
 
 class RankFacts:
-    """This rank's facts (`rank_facts`), its DDP models' buckets and the iterations DDP timed in the windows, taken
-    as each window closes while the script's process group is up (the script may destroy it before it ends); and
-    the ranks' windows lined up (`line_up`)."""
+    """This rank's facts (`rank_facts`, taken as each window closes while the script's process group is up: the script
+    may destroy it before it ends), its DDP models' buckets and the iterations DDP timed in the windows; and the
+    ranks' windows lined up (`line_up`)."""
 
     def __init__(self, modules: GlobalModules, is_open: Callable[[], bool]) -> None:
         self.facts: dict[str, Any] | None = None
@@ -123,15 +124,16 @@ class RankFacts:
 
         if not (dist.is_available() and dist.is_initialized()):
             return
-        facts = rank_facts(dist.get_backend())
-        facts["ddp_buckets"] = [bucket for path, model in self._ddp.items()
-                                for bucket in ddp_buckets(model, path, wrapped=False)]
-        self.facts = facts
+        self.facts = rank_facts(dist.get_backend())
 
     def finish(self) -> dict[str, Any] | None:
-        """The facts of the last window, with the iterations DDP timed in the windows and the node's topology (read
-        once the windows are over); None when the script joined no process group while a window closed."""
+        """The facts of the last window, with its DDP models' buckets, the iterations DDP timed in the windows and
+        the node's topology (read once the windows are over); None when the script joined no process group while a
+        window closed."""
         if self.facts is not None:
+            # read now, not as a window closes: reading the reducer's buckets allocates zeros, a kernel of ours
+            self.facts["ddp_buckets"] = [bucket for path, model in self._ddp.items()
+                                         for bucket in ddp_buckets(model, path, wrapped=False)]
             self.facts["ddp_timed_iterations"] = self.forwards.timed
             self.facts["topology"] = node_topology()
         return self.facts
