@@ -72,7 +72,8 @@ PROFILE_DESCRIPTION = (
     "get_model_and_input() (the fast path), or with --script is any script, run unmodified with the arguments after "
     "`--` (`--script train.py -- --epochs 2`): a step is one iteration of its optimizers' step() calls (or, with "
     "--window-fn NAME, one call of that function or nn.Module class); --steps W:A warms up W steps, measures A "
-    "and stops the script.")
+    "and stops the script. A DDP script torchrun launches takes --nproc-per-node N; one that starts its ranks with "
+    "torch.multiprocessing.spawn is launched through torchrun by itself.")
 RUN_DESCRIPTION = (
     " ncu replays the window's kernels within --replay-budget seconds (default 60): every launch configuration first, "
     "then shape variants by the module calls that launch them, spread over the window (a second ncu pass, whose "
