@@ -39,8 +39,9 @@ def extern_module_paths(calls: list[Call], provenance: Provenance, root: str | N
     (extern) calls and generated kernels alike. The generated module whose launch sequence contains the
     observed one, in order, supplies each call site's module — so a generated kernel Inductor reuses in a
     later layer gets that layer's module, not the one of its definition's first use. A library call keeps the
-    module range it ran in unless that range is the model's own (`root`): a model compiled whole runs inside its
-    own range only (its call is eager, its forward compiled), and its call site's module is the finer one.
+    module range it ran in unless that range is the model's own (`root`), or its call site's module lies below it:
+    a model compiled whole runs inside its own range only (its call is eager, its forward compiled), and so does
+    the model a DDP wrapper compiles (`module`); their call sites' modules are the finer ones.
     """
     groups: dict[tuple[object, ...], list[Call]] = {}
     for call in calls:
@@ -64,7 +65,8 @@ def extern_module_paths(calls: list[Call], provenance: Provenance, root: str | N
                 break
         for call, site in zip(group, matched or [], strict=False):
             ranged = call.module_path if call.module_path != root else None
-            path = site.module_path if call.origin is not None else ranged or site.module_path
+            finer = site.module_path if ranged is None or (site.module_path or "").startswith(f"{ranged}.") else None
+            path = site.module_path if call.origin is not None else finer or ranged or site.module_path
             call.call_site = site.call_site or call.call_site
             if path and path != call.module_path:
                 call.module_path = path

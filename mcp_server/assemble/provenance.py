@@ -197,18 +197,28 @@ def _read_module(source: str, node_modules: dict[str, dict[str, str]]) -> tuple[
 
 
 def _graphs(data: dict[str, Any], folder: Path) -> dict[str, GraphProvenance]:
-    """Each Inductor graph's provenance, by FX-graph-cache key, its nodes resolved by its own map first and by
-    the Dynamo graph of the same compile id next (the generated code names nodes of either)."""
+    """Each Inductor graph's provenance, by FX-graph-cache key, its nodes resolved by its own map and by the Dynamo
+    graph it was compiled from (the generated code names nodes of either)."""
     entries = data.get("graphs", [])
-    dynamo = {g.get("compile_id"): g.get("node_modules", {}) for g in entries if g.get("kind") == "dynamo"}
+    # A compile id's Dynamo graph, or the pieces Dynamo's DDP optimizer splits it into (one per gradient bucket, each
+    # compiled alone, whose node names repeat from piece to piece): a forward graph is compiled right after its piece;
+    # a backward graph (compiled later, in another order) resolves its nodes by its own map first
+    latest: dict[Any, dict[str, dict[str, str]]] = {}
+    every: dict[Any, dict[str, dict[str, str]]] = {}
     found: dict[str, GraphProvenance] = {}
     for graph in entries:
+        compiled = graph.get("compile_id")
+        if graph.get("kind") == "dynamo":
+            latest[compiled] = graph.get("node_modules", {})
+            every.setdefault(compiled, {}).update(latest[compiled])
+            continue
         key, code = graph.get("fx_graph_cache_key"), graph.get("code")
-        if graph.get("kind") == "dynamo" or not key or not code or not (folder / code).is_file():
+        if not key or not code or not (folder / code).is_file():
             continue
         own: dict[str, dict[str, str]] = graph.get("node_modules", {})
-        outer = dynamo.get(graph.get("compile_id"), {})
-        nodes = {**own, **outer} if graph.get("kind") == "forward" else {**outer, **own}
+        forward = graph.get("kind") == "forward"
+        outer = (latest if forward else every).get(compiled, {})
+        nodes = {**own, **outer} if forward else {**outer, **own}
         origins, calls = _read_module((folder / code).read_text(encoding="utf-8"), nodes)
         found[key] = GraphProvenance(compile_id=graph.get("compile_id"), kind=graph.get("kind", "forward"),
                                      kernels=origins, extern_calls=calls)

@@ -44,23 +44,36 @@ def import_compiler(compile_mode: str) -> None:
 
 
 def record_node_modules(gm: Any, into: dict[str, dict[str, str]], root: str = "", roots: tuple[str, ...] = (),
-                        meta_key: str = "nn_module_stack") -> None:
+                        meta_key: str = "nn_module_stack", inside: str = "") -> None:
     """FX node name -> innermost nn.Module path and type (from each node's `meta_key`, `nn_module_stack` or a
-    backward node's `fwd_nn_module_stack`) and the user's line that created it (`site`, from `stack_trace`)."""
+    backward node's `fwd_nn_module_stack`) and the user's line that created it (`site`, from `stack_trace`).
+    `inside`: the path, under the model, of the module whose forward the graph traced (a DDP wrapper's `module`)."""
     for node in gm.graph.nodes:
         stack = node.meta.get(meta_key) or node.meta.get("nn_module_stack")
         site = user_site(node.meta.get("stack_trace"), roots) if roots else None
         entry: dict[str, str] = {}
         if stack:
             path, mtype = list(stack.values())[-1]
-            entry = {"module_path": clean_module_path(str(path), root),
+            entry = {"module_path": _under(inside, clean_module_path(str(path), root), root),
                      "module_type": getattr(mtype, "__name__", str(mtype))}
         elif root and meta_key == "nn_module_stack" and node.op in ("call_function", "call_method"):
-            entry = {"module_path": root, "module_type": root}  # the model's own forward, in no submodule
+            entry = {"module_path": inside or root, "module_type": root}  # the forward's own, in no submodule
         if site:
             entry["site"] = site
         if entry:
             into[node.name] = entry
+
+
+def _under(inside: str, path: str, root: str) -> str:
+    return path if not inside else inside if path in ("", root) else f"{inside}.{path}"
+
+
+def traced_inside(model: Any) -> str:
+    """The path, under `model`, of the module whose forward Dynamo traces when `model` is compiled: a
+    DistributedDataParallel wrapper runs its own forward eagerly and its `module`'s compiled; else the model's."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return "module" if isinstance(model, DistributedDataParallel) else ""
 
 
 def graph_break(gm: Any) -> dict[str, str] | None:
@@ -165,10 +178,11 @@ class GraphRecorder:
     modules and call sites, the graph break that ended it, and per Inductor graph (forward or backward) the
     same with its generated code and the FX-graph-cache key its runtime range names."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, inside: str = "") -> None:
         from mcp_server.children.sites import library_roots
 
         self.root = root
+        self.inside = inside  # the module whose forward the graphs trace, under the model (`traced_inside`)
         self.roots = library_roots()
         self.node_modules: dict[str, dict[str, str]] = {}  # every graph's nodes, by name (names repeat)
         self.graphs: list[dict[str, Any]] = []
@@ -179,7 +193,7 @@ class GraphRecorder:
     def dynamo_graph(self, gm: Any) -> dict[str, dict[str, str]]:
         """Record a graph Dynamo hands the backend; return its node map (filled again after compiling)."""
         nodes: dict[str, dict[str, str]] = {}
-        record_node_modules(gm, nodes, self.root, self.roots)
+        record_node_modules(gm, nodes, self.root, self.roots, inside=self.inside)
         self.node_modules.update(nodes)
         current = compile_id()
         self.graphs.append({"compile_id": current, "kind": "dynamo", "node_modules": nodes})
@@ -195,9 +209,9 @@ class GraphRecorder:
         backward = bool(kwargs.get("is_backward"))
         meta_key = "fwd_nn_module_stack" if backward else "nn_module_stack"
         nodes: dict[str, dict[str, str]] = {}
-        record_node_modules(gm, nodes, self.root, self.roots, meta_key)
+        record_node_modules(gm, nodes, self.root, self.roots, meta_key, self.inside)
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
-        record_node_modules(gm, nodes, self.root, self.roots, meta_key)  # nodes the post-grad passes made
+        record_node_modules(gm, nodes, self.root, self.roots, meta_key, self.inside)  # nodes post-grad passes made
         self.graphs.append({
             "compile_id": compile_id(), "kind": "backward" if backward else "forward",
             "fx_graph_cache_key": getattr(compiled, "_fx_graph_cache_key", None),
@@ -292,7 +306,9 @@ class ScriptCompiles:
 
         if self.recorder is None:
             owner = getattr(model, "__self__", model)  # `module.compile()` compiles its bound `_call_impl`
-            self.recorder = GraphRecorder(root_module_name(owner) if isinstance(owner, torch.nn.Module) else "")
+            model_owner = isinstance(owner, torch.nn.Module)
+            self.recorder = GraphRecorder(root_module_name(owner) if model_owner else "",
+                                          traced_inside(owner) if model_owner else "")
             self.recorder.record_inductor()
             self.skipped = SkippedFunctions(self.recorder.graph_breaks).__enter__()
             keep_out_of_dynamo(*self.own)  # the profiler's code the script runs: its module ranges, call sites
