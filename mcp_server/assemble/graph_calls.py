@@ -39,10 +39,11 @@ def extern_module_paths(calls: list[Call], provenance: Provenance, root: str | N
     (extern) calls and generated kernels alike. The generated module whose launch sequence contains the
     observed one, in order, supplies each call site's module — so a generated kernel Inductor reuses in a
     later layer gets that layer's module, not the one of its definition's first use. A library call keeps the
-    module range it ran in unless that range is the model's own (`root`), or its call site's module lies below it:
-    a model compiled whole runs inside its own range only (its call is eager, its forward compiled), and so does
-    the model a DDP wrapper compiles (`module`); their call sites' modules are the finer ones.
+    module range it ran in unless that range is the model's own (`root`), or the module whose forward the graphs
+    traced (`Provenance.traced_inside`: a DDP wrapper's `module`): a model compiled whole runs inside its own range
+    only (its call is eager, its forward compiled), and its call site's module is the finer one.
     """
+    traced = provenance.traced_inside or root
     groups: dict[tuple[object, ...], list[Call]] = {}
     for call in calls:
         if call.graph_call is not None:
@@ -64,9 +65,8 @@ def extern_module_paths(calls: list[Call], provenance: Provenance, root: str | N
             if matched is not None:
                 break
         for call, site in zip(group, matched or [], strict=False):
-            ranged = call.module_path if call.module_path != root else None
-            finer = site.module_path if ranged is None or (site.module_path or "").startswith(f"{ranged}.") else None
-            path = site.module_path if call.origin is not None else finer or ranged or site.module_path
+            ranged = call.module_path if call.module_path not in (root, traced) else None
+            path = site.module_path if call.origin is not None else ranged or site.module_path
             call.call_site = site.call_site or call.call_site
             if path and path != call.module_path:
                 call.module_path = path

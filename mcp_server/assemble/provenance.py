@@ -154,6 +154,8 @@ class Provenance(BaseModel):
     )
     graph_breaks: list[dict[str, str]] = Field(default_factory=list)
     root_module: str | None = None
+    traced_inside: str = Field(default="", description="The module, under the model, whose forward the graphs traced "
+                               "(a DDP wrapper's `module`); empty: the model's own.")
 
     def graph(self, call_range: str | None) -> GraphProvenance | None:
         """The graph a `## Call CompiledFxGraph <key> ##` range ran, when the capture recorded it."""
@@ -249,4 +251,5 @@ def load_provenance(index: Path) -> Provenance:
                 known.aten_ops = sorted(set(known.aten_ops) | set(origin.aten_ops))
                 known.module_paths = sorted(set(known.module_paths) | set(origin.module_paths))
     return Provenance(kernels=origins, extern_calls=externs, graphs=_graphs(data, index.parent),
-                      graph_breaks=data.get("graph_breaks", []), root_module=data.get("root_module"))
+                      graph_breaks=data.get("graph_breaks", []), root_module=data.get("root_module"),
+                      traced_inside=data.get("traced_inside") or "")

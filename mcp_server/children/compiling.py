@@ -461,5 +461,5 @@ def inductor_provenance(backend: GraphRecorder, folder: Path) -> dict[str, Any]:
             entry["code"] = f"{INDUCTOR_CODE_DIR}/{name}"
         graphs.append(entry)
     return {"node_modules": backend.node_modules, "generated_code": copied, "graphs": graphs,
-            "graph_breaks": backend.graph_breaks, "root_module": backend.root}
+            "graph_breaks": backend.graph_breaks, "root_module": backend.root, "traced_inside": backend.inside}
 
