@@ -4,6 +4,7 @@ CPU (gloo, two ranks)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -227,8 +228,41 @@ def test_a_compiled_ddp_model_keeps_its_modules_and_buckets(tmp_path):
         assert "module.stages.2.3" in modules
         assert not [path for path, kind in modules.items() if kind in ("WrapperModule", "GraphModule")]
         assert harness.distributed["ddp_timed_iterations"] == [3]
+        # the graphs trace the model DDP holds: their modules named under it, as the module ranges name them
+        recorded = json.loads((run / f"rank{rank}" / "torch" / "inductor_provenance.json").read_text())
+        assert recorded["traced_inside"] == "module"
+        paths = {node["module_path"] for node in recorded["node_modules"].values() if "module_path" in node}
+        assert "module.stages.2.3" in paths and all(p == "module" or p.startswith("module.") for p in paths)
         profile = load_profile(run / f"rank{rank}" / "profile.json")
         reduces = [op for op in profile.operators if op.operator_name == "gloo:all_reduce"]
         assert len(reduces) == 2  # split at the buckets: one all-reduce each
         covered = {m for op in reduces for m in op.collective_modules}
         assert {"module.stem.0", "module.stages.2.3", "module.head"} <= covered
+
+
+def test_a_compiled_ddp_script_recorded_on_two_h200s_names_each_convolution_s_module(tmp_path_factory):
+    """`ranks_gpu_check.py --workload scripts/gpu_workloads/ddp_compiled_cnn.py --script --nproc-per-node 2
+    --profile-only --pack ...` on two H200s: `torch.compile(DDP(model))` traces the model DDP holds (`module`), split
+    by Dynamo's DDP optimizer into one piece per bucket, whose node names repeat; every convolution, forward and
+    backward, is in its own Conv2d, named as the module ranges name it."""
+    from mcp_server.assemble.provenance import load_provenance
+    from mcp_server.schema.requests import AssembleRequest
+
+    run = extract_fixture("h200x2_ddp_compiled_cnn", tmp_path_factory) / "cnn"
+    api.assemble(AssembleRequest(run_dir=run))
+    for rank in (0, 1):
+        provenance = load_provenance(run / f"rank{rank}" / "nsys" / "inductor_provenance.json")
+        assert provenance.traced_inside == "module" and provenance.root_module == "DistributedDataParallel"
+        profile = load_profile(run / f"rank{rank}" / "profile.json")
+        info = profile.capture_metadata.distributed
+        assert info is not None and len(info.ddp_buckets) == 2 and info.ddp_timed_iterations == [3]
+        harness = load_harness(run / f"rank{rank}" / "nsys" / "harness.json")
+        assert harness is not None and harness.model_extra is not None
+        classes = harness.model_extra["modules"]
+        convs = [op for op in profile.operators if op.operator_name.startswith("aten::convolution")]
+        assert len(convs) == 14 and {op.phase for op in convs} == {"forward", "backward"}
+        assert all(classes.get(op.module_path or "") == "Conv2d" for op in convs), {op.module_path for op in convs}
+        assert not any("WrapperModule" in (op.module_path or "") for op in profile.operators)
+        compute = [(op, k) for op in profile.operators for k in op.kernels if "nccl" not in k.kernel_name.lower()]
+        at_root = sum(k.duration_ns for op, k in compute if op.module_path == "module")
+        assert at_root < 0.12 * sum(k.duration_ns for _, k in compute)  # the optimizer's update and DDP's own
