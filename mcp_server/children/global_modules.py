@@ -61,7 +61,6 @@ class GlobalModules:
         self._parallel: dict[int, Any] = {}  # id -> the `nn.DataParallel` wrappers among the modules named
         self._data_parallel = DataParallel
         self._param_paths: dict[int, tuple[str, str]] = {}  # id(parameter) -> (its root, its module's path)
-        self._made: dict[int, bool] = {}  # id(module) -> whether the compiler made it (`_compiler_made`)
         self._local = threading.local()
         self._handles: list[Any] = []
         self._wanted: dict[str, set[int]] = {}
@@ -247,15 +246,13 @@ class GlobalModules:
                     self._switch(True)
         stack.append((module, path, handles, profiled))
 
-    def _compiler_made(self, module: Any) -> bool:
+    @staticmethod
+    def _compiler_made(module: Any) -> bool:
         """A module the compiler made, not the script: Dynamo's DDP optimizer runs the graph it split at DDP's buckets
         as a GraphModule calling one `WrapperModule` per bucket's piece. Their kernels take their modules from
         Inductor's graph, as in any compiled call."""
-        made = self._made.get(id(module))
-        if made is None:
-            made = self._made[id(module)] = _compiler_class(module) or (
-                type(module).__name__ == GRAPH_MODULE and any(_compiler_class(m) for m in module.children()))
-        return made
+        return _compiler_class(module) or (
+            type(module).__name__ == GRAPH_MODULE and any(_compiler_class(m) for m in module.children()))
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         if self._compiling() or self._compiler_made(module):

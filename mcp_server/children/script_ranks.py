@@ -9,7 +9,7 @@ process per rank. Both are profiled as torchrun ranks, every rank under the harn
   would give that rank). Outside torchrun one process is called here, and more stop the script with `SpawnsRanks`,
   which names the count: the engine launches them again as torchrun ranks.
 - `RankFacts` records what the assembly needs of a rank once the script joined the process group: its rank, world
-  and backend (read as each window closes: the script may leave the group before it ends), the buckets of the
+  and backend (read as a window closes: the script may leave the group before it ends), the buckets of the
   DistributedDataParallel models it called (once the windows are over, DDP having rebuilt its buckets in its second
   iteration) and the iterations DDP timed inside the windows; and it lines the ranks' windows up (`WindowLineUp`,
   at the process group's store).
@@ -97,7 +97,7 @@ class SpawnedRanks:
 
 
 class RankFacts:
-    """This rank's facts (`rank_facts`, taken as each window closes while the script's process group is up: the script
+    """This rank's facts (`rank_facts`, taken as a window closes while the script's process group is up: the script
     may destroy it before it ends), its DDP models' buckets and the iterations DDP timed in the windows; and the
     ranks' windows lined up (`line_up`)."""
 
@@ -119,15 +119,14 @@ class RankFacts:
             self.forwards.seen(module)
 
     def window_closed(self) -> None:
-        """Read the facts now, if the script has joined a process group (the last window's are kept)."""
+        """Read the facts at the first window that closes once the script has joined a process group."""
         import torch.distributed as dist
 
-        if not (dist.is_available() and dist.is_initialized()):
-            return
-        self.facts = rank_facts(dist.get_backend())
+        if self.facts is None and dist.is_available() and dist.is_initialized():
+            self.facts = rank_facts(dist.get_backend())
 
     def finish(self) -> dict[str, Any] | None:
-        """The facts of the last window, with its DDP models' buckets, the iterations DDP timed in the windows and
+        """The rank's facts, with its DDP models' buckets, the iterations DDP timed in the windows and
         the node's topology (read once the windows are over); None when the script joined no process group while a
         window closed."""
         if self.facts is not None:

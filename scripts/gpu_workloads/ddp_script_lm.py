@@ -16,6 +16,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from ddp_lm_train import Block  # the same pre-norm causal block
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -34,22 +35,6 @@ class Tokens(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         row = self.data[index]
         return row[:-1], row[1:]
-
-
-class Block(nn.Module):
-    def __init__(self, d_model: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        attn = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(attn.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
 
 
 class LanguageModel(nn.Module):
