@@ -11,8 +11,17 @@ import pytest
 from pydantic import ValidationError
 
 from mcp_server.errors import UsageError, WorkloadError
-from mcp_server.proof.bench import BENCH_JSON, bench, bench_file, load_bench_result, spread_notes, summary_line
-from mcp_server.proof.stats import bootstrap_speedup, percentile, summarize
+from mcp_server.proof.bench import (
+    BENCH_JSON,
+    bench,
+    bench_file,
+    blocks_of,
+    load_bench_result,
+    spread_notes,
+    summary_line,
+)
+from mcp_server.proof.stats import bootstrap_paired_speedup, bootstrap_speedup, pairable, percentile, summarize
+from mcp_server.proof.turns import block_order
 from mcp_server.schema.requests import BenchRequest, Interpreter, TimingOptions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,6 +73,28 @@ def test_rounds_that_disagree_widen_the_interval():
     assert by_rounds.ci_low < 1.2 < by_rounds.ci_high
 
 
+def test_a_host_that_slows_both_sides_at_once_leaves_the_paired_interval_narrow():
+    """Timed in turns, block k of each side met the same host: here it ran each block at its own speed, 1x to 2x
+    (the H200's host-bound spread), the optimized side always 2x faster than the baseline beside it. Pairing the
+    blocks keeps the interval around 2x; resampling the sides apart spreads it over the host's range."""
+    speeds = [[1.0, 1.9, 1.3], [1.6, 1.0, 2.0], [1.2, 1.7, 1.1]]  # rounds, then blocks
+    base = [[[100.0 * f + i % 3 for i in range(10)] for f in r] for r in speeds]
+    opt = [[[50.0 * f + i % 2 for i in range(10)] for f in r] for r in speeds]
+    assert pairable(base, opt) and not pairable(base, opt[:2])
+    paired = bootstrap_paired_speedup(base, opt, resamples=500)
+    apart = bootstrap_speedup([sum(r, []) for r in base], [sum(r, []) for r in opt], resamples=500)
+    assert paired.point == apart.point and 1.9 < paired.point < 2.1
+    assert 1.85 < paired.ci_low <= paired.ci_high < 2.15 and paired.method.startswith("paired bootstrap")
+    assert apart.ci_high - apart.ci_low > 5 * (paired.ci_high - paired.ci_low)
+    assert paired == bootstrap_paired_speedup(base, opt, resamples=500)  # a function of the times
+
+
+def test_blocks_in_turns_pair_up_and_flip_every_round():
+    assert block_order(("baseline", "optimized"), 3, 0) == [
+        "baseline", "optimized", "optimized", "baseline", "baseline", "optimized"]
+    assert block_order(("baseline", "optimized"), 2, 1) == ["optimized", "baseline", "baseline", "optimized"]
+
+
 def test_bad_rounds_and_missing_workloads_are_refused(tmp_path):
     with pytest.raises(UsageError, match="at least 3"):
         bench(BASELINE, OPTIMIZED, rounds=2)
@@ -108,19 +139,26 @@ def test_free_without_a_frontier_says_how_to_measure_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_each_side_runs_in_its_own_processes_rounds_alternating(tmp_path):
+@pytest.mark.parametrize("interleave", [True, False], ids=["in_turns", "one_at_a_time"])
+def test_each_side_runs_in_its_own_processes_rounds_alternating(tmp_path, interleave):
     result = bench(BASELINE, OPTIMIZED, python=sys.executable, options=FAST, rounds=3, out_dir=tmp_path,
-                   resamples=300)
+                   resamples=300, interleave=interleave)
     assert result.timer == {"cpu": "perf_counter", "cuda": "cuda_event"}[result.device_type]
     assert result.baseline.how_run == "as written (eager)" and result.optimized.how_run == "optimize()"
-    assert result.orders == [["baseline", "optimized"], ["optimized", "baseline"], ["baseline", "optimized"]]
+    b, o = "baseline", "optimized"
+    assert result.interleaved is interleave
+    assert result.orders == ([[b, o, o, b], [o, b, b, o], [b, o, o, b]] if interleave else [[b, o], [o, b], [b, o]])
     for side in (result.baseline, result.optimized):
         assert [m.round for m in side.rounds] == [0, 1, 2]
         assert all(len(m.latency_ns) >= 10 and len(m.back_to_back_ns) == 2 for m in side.rounds)
         assert side.latency.samples == sum(len(m.latency_ns) for m in side.rounds)
         assert side.latency.median_ns > 0 and side.back_to_back.median_ns > 0 and side.first_call_ns > 0
+        for m in side.rounds:  # in turns: two blocks, each its latency calls and one back-to-back value
+            assert m.latency_blocks == ([len(m.latency_ns) // 2] * 2 if interleave else [])
+            assert [len(block) for block in blocks_of(m, "back_to_back")] == ([1, 1] if interleave else [2])
     for s in (result.latency_speedup, result.back_to_back_speedup):
         assert s.ci_low <= s.point <= s.ci_high
+        assert s.method.startswith("paired") is interleave
     assert result.headline == "latency" and result.speedup == result.latency_speedup
     assert result.latency_speedup.point == pytest.approx(
         result.baseline.latency.median_ns / result.optimized.latency.median_ns)
@@ -128,6 +166,22 @@ def test_each_side_runs_in_its_own_processes_rounds_alternating(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [BENCH_JSON]  # the children's files stay out of it
     line = summary_line(result)
     assert line.index("latency:") < line.index("back-to-back:") and "3 processes per side" in line
+
+
+@pytest.mark.slow
+def test_a_side_that_fails_in_turns_stops_the_other_and_names_its_log(tmp_path):
+    """The optimized workload fails while the baseline's process waits for its first turn: the error is the
+    failing side's, with its log kept, and no process of the round is left waiting."""
+    baseline = tmp_path / "tiny_mlp.py"
+    baseline.write_text(BASELINE.read_text())
+    broken = tmp_path / "tiny_mlp_broken.py"
+    broken.write_text("from tiny_mlp import get_model_and_input  # noqa: F401\n\n\n"
+                      "def optimize(model):\n    raise RuntimeError('no such kernel')\n")
+    with pytest.raises(WorkloadError) as info:
+        bench(baseline, broken, python=sys.executable, options=FAST, out_dir=tmp_path / "out", timeout_s=120)
+    assert "no such kernel" in info.value.message
+    assert (tmp_path / "out" / "bench_optimized_round1.log").is_file()
+    assert subprocess.run(["pgrep", "-f", str(baseline)], capture_output=True).returncode == 1
 
 
 def test_processes_that_disagree_are_said_with_their_range():

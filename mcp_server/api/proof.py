@@ -39,7 +39,8 @@ def bench(req: BenchRequest, progress: Progress = quiet, cancel: Cancel = None) 
         loop = Recorder(out, "bench", [req.baseline, req.optimized], [req.baseline, req.optimized])
         result = run_bench(req.baseline, req.optimized, python=req.python.python, options=req.timing,
                            rounds=req.rounds, baseline_mode=req.baseline_mode, tier=req.tier, recipes=req.recipes,
-                           out_dir=out, timeout_s=req.timeout_s, progress=progress, cancel=cancel)
+                           out_dir=out, timeout_s=req.timeout_s, progress=progress, cancel=cancel,
+                           interleave=req.interleave)
         record(loop, [out / bench_file(req.baseline_mode)], progress)
     sides = {name: BenchSideSummary(workload=s.workload, how_run=s.how_run, recipe=s.recipe,
                                     first_call_ns=s.first_call_ns, latency=s.latency, back_to_back=s.back_to_back)

@@ -3,7 +3,7 @@
     python measure.py --workload W.py --out result.json
         [--recipe NAME | --optimized W_optimized.py]   # neither: the workload as written
         [--seed 0] [--input-sets 4] [--warmup 20] [--calls 100] [--queued 200] [--blocks 3] [--budget-s 3]
-        [--validate-seeds 0,1,2] [--gpu-lock PATH]
+        [--validate-seeds 0,1,2] [--gpu-lock PATH | --turns FIFO]
 
 Builds the workload with `get_model_and_input()` under the seed; with `--recipe` applies that free recipe
 (`recipe.py`), with `--optimized` builds the optimized workload, loads the baseline's state_dict into it and runs it
@@ -16,7 +16,10 @@ Counts shrink so that the timing fits `--budget-s` (at least 10 calls each). Wit
 model and inputs are built again, run in fp32 eager with TF32 off as the reference, and through the recipe with
 the seed's weights loaded: every output's error is recorded as validate records it. With `--gpu-lock`, the build,
 compilation, warm-up and validation take the GPU shared and the timed window exclusively (`gpu_lock.GpuTurns`).
-The raw times go to `--out` as JSON; statistics are the engine's.
+With `--turns`, the timing comes in `--blocks` blocks (latency calls, then one back-to-back block), each when the
+engine writes a byte to that FIFO: it says `ready` once warmed up and `block K done` after each, so that two such
+processes take turns block by block (`proof/turns.py`). The raw times go to `--out` as JSON; statistics are the
+engine's.
 """
 
 from __future__ import annotations
@@ -74,7 +77,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--blocks", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=3.0)
     parser.add_argument("--validate-seeds", default="")
-    parser.add_argument("--gpu-lock", type=Path)
+    turn = parser.add_mutually_exclusive_group()
+    turn.add_argument("--gpu-lock", type=Path)
+    turn.add_argument("--turns", type=Path)
     return parser.parse_args(argv)
 
 
@@ -146,6 +151,45 @@ def _back_to_back(run: _Runner, queued: int, blocks: int, cuda: bool) -> list[fl
                 run()
             per_call.append((time.perf_counter_ns() - t0) / queued)
     return per_call
+
+
+def _turn(fifo: int) -> None:
+    """Wait for the engine's byte: this process's turn to time a block."""
+    if not os.read(fifo, 1):
+        raise RuntimeError("the engine closed the turns FIFO before this process's turn")
+
+
+def _time_in_turns(run: _Runner, args: argparse.Namespace, latency_calls: int, queued: int, cuda: bool,
+                   result: dict[str, Any], per_call_ns: float) -> None:
+    """The timed window in `args.blocks` blocks, each on the engine's signal: latency calls, then one back-to-back
+    block; `latency_blocks` holds each block's count of latency calls. The first block is preceded by the full
+    re-warm (the GPU may have idled while the other process compiled), the others by a few calls."""
+    per_block = max(1, -(-latency_calls // args.blocks))
+    # Opened for reading and writing: it never reads as closed while the engine has not opened it yet.
+    fifo = os.open(args.turns, os.O_RDWR)
+    try:
+        result["latency_ns"], result["back_to_back_ns"], result["latency_blocks"] = [], [], []
+        _say("ready")
+        for k in range(args.blocks):
+            _turn(fifo)
+            if k == 0:
+                _rewarm(run, per_call_ns)
+            else:
+                for _ in range(REWARM_CALLS):  # the other process's kernels held the GPU and its caches until now
+                    run()
+                synchronize()
+            result["cpus"].append(_cpu())
+            gc.collect()
+            gc.disable()
+            try:
+                result["latency_ns"] += _latency(run, per_block, cuda)
+                result["back_to_back_ns"] += _back_to_back(run, queued, 1, cuda)
+            finally:
+                gc.enable()
+            result["latency_blocks"].append(per_block)
+            _say(f"block {k + 1} done")
+    finally:
+        os.close(fifo)
 
 
 def _build(module: Any, seed: int) -> tuple[Any, Any]:
@@ -265,22 +309,16 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             warm = [_host_call_ns(runner) for _ in range(max(args.warmup, 1))]
             result["warmup_time_ns"] = sum(warm)
             latency_calls, queued = _counts(statistics.median(warm[len(warm) // 2:]), args)
-            result["phase"] = "waiting for the GPU"
-            turns.exclusive()
-            _rewarm(runner, statistics.median(warm))
-            result["phase"] = "timing"
-            result["cpus"] = [_cpu()]
-            _say(f"timing: {latency_calls} calls alone, {args.blocks} x {queued} queued")
-            gc.collect()
-            gc.disable()
-            try:
-                result["latency_ns"] = _latency(runner, latency_calls, device == "cuda")
-                result["back_to_back_ns"] = _back_to_back(runner, queued, args.blocks, device == "cuda")
-            finally:
-                gc.enable()
             result["queued_calls"] = queued
-            result["cpus"].append(_cpu())
-            turns.shared()
+            if args.turns is not None:
+                result["phase"] = "timing in turns"
+                result["cpus"] = []
+                _say(f"timing in turns: {args.blocks} blocks of {-(-latency_calls // args.blocks)} calls alone "
+                     f"and {queued} queued")
+                _time_in_turns(runner, args, latency_calls, queued, device == "cuda", result,
+                               statistics.median(warm))
+            else:
+                _time_alone(runner, args, latency_calls, queued, device == "cuda", turns, result, warm)
         seeds = [int(s) for s in args.validate_seeds.split(",") if s.strip()]
         if seeds:
             result["phase"] = "validation"
@@ -291,6 +329,26 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                 result["written_error"] = written_error(lambda seed: _build(base_mod, seed), seeds, _recipe_opts())
     finally:
         turns.release()
+
+
+def _time_alone(run: _Runner, args: argparse.Namespace, latency_calls: int, queued: int, cuda: bool,
+                turns: GpuTurns, result: dict[str, Any], warm: list[int]) -> None:
+    """The timed window in one piece, the GPU held exclusively (other processes of a run may be compiling)."""
+    result["phase"] = "waiting for the GPU"
+    turns.exclusive()
+    _rewarm(run, statistics.median(warm))
+    result["phase"] = "timing"
+    result["cpus"] = [_cpu()]
+    _say(f"timing: {latency_calls} calls alone, {args.blocks} x {queued} queued")
+    gc.collect()
+    gc.disable()
+    try:
+        result["latency_ns"] = _latency(run, latency_calls, cuda)
+        result["back_to_back_ns"] = _back_to_back(run, queued, args.blocks, cuda)
+    finally:
+        gc.enable()
+    result["cpus"].append(_cpu())
+    turns.shared()
 
 
 def _cpu() -> int | None:

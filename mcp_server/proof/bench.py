@@ -1,13 +1,16 @@
 """Bench: is the optimized workload faster, by how much, and how sure are we.
 
-Each side runs in its own fresh processes (`proof/measure.py`), never two at once: round r runs the baseline then
-the optimized workload when r is even, the other way round when r is odd, so neither side always follows the
-other. Nothing compiled, captured or allocated is shared between the sides (two workloads compiled, CUDA-graphed
-and interleaved call by call in one process share Dynamo's caches, CUDA graph trees, the allocator and the host:
-the number measured there is that process's, not either workload's). Every process reports both metrics: latency
-(each call alone, synchronised) and back-to-back time per call; the speedup of each has a bootstrap interval over
-rounds and calls (`proof/stats.py`), and `headline` says which one reports state. GPU clocks are read with
-nvidia-smi before, when the first timed window starts, and after; never changed. bench.json is written
+Each side runs in its own fresh processes (`proof/measure.py`), never two timed at once. By default a round starts
+one process of each side; they build and compile side by side, then time their blocks in turns, A B B A …, the
+first side flipped every round (`proof/turns.py`): each block sits next to one of the other side, which met the
+same host, and the interval pairs them. With `interleave` off, round r runs the baseline then the optimized
+workload when r is even, the other way round when r is odd, one process at a time. Nothing compiled, captured or
+allocated is shared between the sides (two workloads compiled, CUDA-graphed and interleaved call by call in one
+process share Dynamo's caches, CUDA graph trees, the allocator and the host: the number measured there is that
+process's, not either workload's). Every process reports both metrics: latency (each call alone, synchronised) and
+back-to-back time per call; the speedup of each has a bootstrap interval over rounds, blocks and calls
+(`proof/stats.py`), and `headline` says which one reports state. GPU clocks are read with nvidia-smi before, once
+timing has started, and after; never changed. bench.json is written
 atomically. Every speedup a report states comes from here, not from summed kernel durations.
 """
 
@@ -28,9 +31,24 @@ from mcp_server.progress import Progress, quiet
 from mcp_server.proof import check_python, check_workload
 from mcp_server.proof.measure import TIMING_STARTS, Measured, Way, measure
 from mcp_server.proof.recipes import RECIPES_JSON
-from mcp_server.proof.stats import BOOTSTRAP_RESAMPLES, PROCESS_SPREAD, bootstrap_speedup, summarize
+from mcp_server.proof.stats import (
+    BOOTSTRAP_RESAMPLES,
+    PROCESS_SPREAD,
+    bootstrap_paired_speedup,
+    bootstrap_speedup,
+    pairable,
+    summarize,
+)
+from mcp_server.proof.turns import measure_in_turns
 from mcp_server.schema.io import read_model, write_model_atomic
-from mcp_server.schema.proof import BenchResult, BenchSide, ClockObservation, ClockReading, SpeedupEstimate
+from mcp_server.schema.proof import (
+    BenchResult,
+    BenchSide,
+    ClockObservation,
+    ClockReading,
+    Measurement,
+    SpeedupEstimate,
+)
 from mcp_server.schema.recipes import RecipesReport
 from mcp_server.schema.requests import TimingOptions
 
@@ -38,6 +56,9 @@ BENCH_JSON = "bench.json"
 CLOCK_QUERY = ["--query-gpu=clocks.sm,clocks.mem", "--format=csv,noheader,nounits"]
 METHOD = ("each side in its own fresh processes, one at a time; rounds alternate the two sides, the order flipped "
           "every round")
+INTERLEAVED = ("each side in its own fresh processes; a round starts one of each, which build and compile side by "
+               "side, then time their blocks in turns (A B B A …, never two at once), the first side flipped every "
+               "round")
 SIDES = ("baseline", "optimized")
 
 
@@ -142,12 +163,16 @@ def bench(
     resamples: int = BOOTSTRAP_RESAMPLES,
     progress: Progress = quiet,
     cancel: threading.Event | None = None,
+    interleave: bool = True,
 ) -> BenchResult:
     """Time `baseline` (run as `baseline_mode`) against `optimized`, each side in `rounds` fresh processes.
 
     `baseline_mode`: 'eager' (the workload as written), 'free' (the winner of `tier` in `recipes`, by default the
-    recipes.json beside the baseline) or a recipe's name. With `out_dir`, bench_file(baseline_mode) and the children's
-    log of a child that failed are written there; setting `cancel` stops the running child.
+    recipes.json beside the baseline) or a recipe's name. `interleave`: each round's two processes run at once and
+    time their `options.blocks` blocks in turns (`proof/turns.py`); otherwise one process at a time, each timing
+    its window in one piece (for a model that does not fit in GPU memory twice). With `out_dir`,
+    bench_file(baseline_mode) and the children's log of a child that failed are written there; setting `cancel`
+    stops the running children.
     """
     options = options or TimingOptions()
     if rounds < 3:
@@ -171,15 +196,32 @@ def bench(
             during.extend(read_clocks() or [])
         progress(line)
 
+    def one(side: str, r: int, scratch: Path, turns: Path | None = None, watching: Progress = watch,
+            stop: threading.Event | None = cancel) -> Measured:
+        return measure(base_path, ways[side], python, options, scratch, f"bench_{side}_round{r + 1}", timeout_s,
+                       watching, stop, keep_failed_log=out_dir, turns=turns)
+
+    def clocks_now() -> None:
+        if before is not None and not during:
+            during.extend(read_clocks() or [])
+
     with tempfile.TemporaryDirectory(prefix="operator_profiler_bench_") as scratch:
         for r in range(rounds):
-            order = list(SIDES) if r % 2 == 0 else list(SIDES[::-1])
+            if interleave:
+                progress(f"bench: round {r + 1}/{rounds}, both sides in fresh processes, timing {options.blocks} "
+                         "blocks each in turns")
+                got, order = measure_in_turns(
+                    {side: (lambda fifo, seen, stop, side=side, r=r: one(side, r, Path(scratch), fifo, seen, stop))
+                     for side in SIDES},
+                    Path(scratch), options.blocks, r, progress, cancel, clocks_now if r == 0 else None)
+                for side in SIDES:
+                    measured[side].append(got[side])
+            else:
+                order = list(SIDES) if r % 2 == 0 else list(SIDES[::-1])
+                for side in order:
+                    progress(f"bench: round {r + 1}/{rounds}, {side} in a fresh process")
+                    measured[side].append(one(side, r, Path(scratch)))
             orders.append(order)
-            for side in order:
-                progress(f"bench: round {r + 1}/{rounds}, {side} in a fresh process")
-                measured[side].append(measure(base_path, ways[side], python, options, Path(scratch),
-                                              f"bench_{side}_round{r + 1}", timeout_s, watch, cancel,
-                                              keep_failed_log=out_dir))
             if r == 0 and frontier is not None and recipes_path is not None:
                 _same_device(frontier, measured["baseline"][0], recipes_path)
     after = read_clocks()
@@ -189,7 +231,7 @@ def bench(
     if clocks.source == "nvidia-smi":
         clocks.note = _clock_note(clocks)
     result = _result(base_path, opt_path, measured, orders, options, rounds, baseline_mode, tier, recipe,
-                     recipes_path, clocks, started, time.monotonic() - t0, resamples)
+                     recipes_path, clocks, started, time.monotonic() - t0, resamples, interleave)
     if frontier is not None and frontier.stopped:
         result.warnings.append(f"the frontier in {recipes_path} was stopped early ({frontier.stopped}): its winner is "
                                "the best of the recipes measured until then, not necessarily of every free recipe")
@@ -219,6 +261,20 @@ def _side(workload: Path, runs: list[Measured], recipe: str | None) -> BenchSide
     )
 
 
+def blocks_of(m: Measurement, metric: str) -> list[list[float]]:
+    """One process's samples of `metric` by timed block: its latency calls cut by `latency_blocks`, one
+    back-to-back value per block (a process that timed in one piece: a single block)."""
+    if metric == "back_to_back":
+        return [[v] for v in m.back_to_back_ns] if m.latency_blocks else [list(m.back_to_back_ns)]
+    if not m.latency_blocks:
+        return [[float(v) for v in m.latency_ns]]
+    cuts, at = [], 0
+    for count in m.latency_blocks:
+        cuts.append([float(v) for v in m.latency_ns[at:at + count]])
+        at += count
+    return cuts
+
+
 def spread_notes(name: str, side: BenchSide) -> list[str]:
     """What the side's processes disagree on: a metric whose per-process medians span more than PROCESS_SPREAD.
 
@@ -240,6 +296,7 @@ def _result(
     base_path: Path, opt_path: Path, measured: dict[str, list[Measured]], orders: list[list[str]],
     options: TimingOptions, rounds: int, baseline_mode: str, tier: str, recipe: str | None,
     recipes_path: Path | None, clocks: ClockObservation, started: str, wall: float, resamples: int,
+    interleaved: bool,
 ) -> BenchResult:
     base, opt = _side(base_path, measured["baseline"], recipe), _side(opt_path, measured["optimized"], None)
     first = measured["baseline"][0].raw
@@ -252,11 +309,15 @@ def _result(
         warnings.append("some calls took 0 ns by the timer: the workload is too small to time per call")
 
     def speedup(metric: str) -> SpeedupEstimate:
+        paired = [blocks_of(m, metric) for m in base.rounds], [blocks_of(m, metric) for m in opt.rounds]
+        if interleaved and pairable(*paired):
+            return bootstrap_paired_speedup(*paired, resamples)
         pick = (lambda m: m.latency_ns) if metric == "latency" else (lambda m: m.back_to_back_ns)
         return bootstrap_speedup([pick(m) for m in base.rounds], [pick(m) for m in opt.rounds], resamples)
 
     return BenchResult(
-        method=METHOD, baseline=base, optimized=opt, headline=options.headline,
+        method=INTERLEAVED if interleaved else METHOD, interleaved=interleaved, baseline=base, optimized=opt,
+        headline=options.headline,
         latency_speedup=speedup("latency"), back_to_back_speedup=speedup("back_to_back"),
         device_type=first["device_type"],
         device_name=env.get("device_name") if first["device_type"] == "cuda" else None,

@@ -61,6 +61,7 @@ class Measured:
                 round=round_index, how_run=self.raw["how_run"], first_call_ns=int(self.raw["first_call_ns"]),
                 warmup_time_ns=int(self.raw["warmup_time_ns"]), latency_ns=[int(v) for v in self.raw["latency_ns"]],
                 back_to_back_ns=[float(v) for v in self.raw["back_to_back_ns"]],
+                latency_blocks=[int(v) for v in self.raw.get("latency_blocks", [])],
                 queued_calls=int(self.raw["queued_calls"]), wall_time_s=round(self.wall_time_s, 3),
                 cpus=[int(c) for c in self.raw.get("cpus", []) if c is not None],
             )
@@ -82,11 +83,13 @@ def measure(
     gpu_lock: Path | None = None,
     validate_seeds: tuple[int, ...] = (),
     keep_failed_log: Path | None = None,
+    turns: Path | None = None,
 ) -> Measured:
     """Run the measurement child for `workload` run `way`; its JSON and log go to `work_dir/<name>_child.*`.
 
     Raises WorkloadError when the child fails (a timeout included), as `run_proof_child` does; with
-    `keep_failed_log`, the failed child's log is first copied there (as `<name>.log`) and the error names the copy."""
+    `keep_failed_log`, the failed child's log is first copied there (as `<name>.log`) and the error names the copy.
+    With `turns` (a FIFO), the child times its blocks when the engine writes to it (`proof/turns.py`)."""
     args = ["--workload", str(workload), *way.args(), "--seed", str(options.seed),
             "--input-sets", str(options.input_sets), "--warmup", str(options.warmup), "--calls", str(options.calls),
             "--queued", str(options.queued), "--blocks", str(options.blocks), "--budget-s", str(options.budget_s)]
@@ -94,6 +97,8 @@ def measure(
         args += ["--validate-seeds", ",".join(map(str, validate_seeds))]
     if gpu_lock is not None:
         args += ["--gpu-lock", str(gpu_lock)]
+    if turns is not None:
+        args += ["--turns", str(turns)]
     t0 = time.monotonic()
     autocast = way.optimized is not None or (
         way.recipe is not None and recipe_parts(way.recipe)[1].endswith("-autocast"))

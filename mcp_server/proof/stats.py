@@ -3,7 +3,9 @@
 Times come in rounds (one fresh process each): two processes of the same code can differ (which Triton
 configuration autotuning picked, where the allocator placed buffers, the host's state), so the interval resamples
 rounds first and each chosen round's calls second, and a ratio measured in one process alone never looks surer than
-the rounds allow. A fixed seed makes the interval a function of the times.
+the rounds allow. A fixed seed makes the interval a function of the times. Sides timed in turns
+(`proof/turns.py`) pair their blocks: the paired interval draws block k of both sides together, so a host that
+slowed both at once moves neither the ratio nor its interval.
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ CI_LEVEL = 0.95
 # Per-process medians of one code further apart than this are said, with what it means: a host-bound call runs as
 # fast as the host does in that process (bench's sides, the frontier's close recipes).
 PROCESS_SPREAD = 1.15
+PAIRED_METHOD = ("paired bootstrap of the ratio of medians: rounds resampled with replacement (both sides' round "
+                 "together), then each chosen round's blocks (each block with the other side's block next to it in "
+                 "time), then each chosen block's calls")
 
 Rounds = Sequence[Sequence[float]]
+Blocks = Sequence[Sequence[Sequence[float]]]  # rounds, then the blocks of each round, then their values
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -83,3 +89,41 @@ def bootstrap_speedup(
     low, high = min(percentile(ratios, tail), point), max(percentile(ratios, 100.0 - tail), point)
     return SpeedupEstimate(point=point, ci_low=low, ci_high=high, ci_level=level, resamples=resamples,
                            bootstrap_seed=seed, significant=not (low <= 1.0 <= high))
+
+
+def pairable(baseline: Blocks, optimized: Blocks) -> bool:
+    """Both sides have the same rounds with the same number of non-empty blocks each: block k pairs with block k."""
+    return len(baseline) == len(optimized) > 0 and all(
+        len(b) == len(o) > 0 and all(len(v) for v in (*b, *o)) for b, o in zip(baseline, optimized, strict=True))
+
+
+def bootstrap_paired_speedup(
+    baseline: Blocks,
+    optimized: Blocks,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = CI_LEVEL,
+) -> SpeedupEstimate:
+    """baseline median / optimized median of all calls, with a paired bootstrap interval: rounds drawn with
+    replacement (both sides' round r together), then each drawn round's blocks (both sides' block k together),
+    then each drawn block's values. The sides must be `pairable`; times of 0 count as 1 ns."""
+    if not pairable(baseline, optimized):
+        raise ValueError("paired bootstrap needs the same rounds and blocks on both sides")
+    base = [[[max(float(v), 1.0) for v in block] for block in r] for r in baseline]
+    opt = [[[max(float(v), 1.0) for v in block] for block in r] for r in optimized]
+    rng = random.Random(seed)
+    point = statistics.median(v for r in base for b in r for v in b) / statistics.median(
+        v for r in opt for b in r for v in b)
+    ratios = []
+    for _ in range(resamples):
+        drawn_base: list[float] = []
+        drawn_opt: list[float] = []
+        for r in (rng.choices(range(len(base)), k=len(base)) if len(base) > 1 else [0]):
+            for k in rng.choices(range(len(base[r])), k=len(base[r])):
+                drawn_base += rng.choices(base[r][k], k=len(base[r][k]))
+                drawn_opt += rng.choices(opt[r][k], k=len(opt[r][k]))
+        ratios.append(statistics.median(drawn_base) / statistics.median(drawn_opt))
+    tail = (1.0 - level) / 2.0 * 100.0
+    low, high = min(percentile(ratios, tail), point), max(percentile(ratios, 100.0 - tail), point)
+    return SpeedupEstimate(point=point, ci_low=low, ci_high=high, ci_level=level, resamples=resamples,
+                           bootstrap_seed=seed, significant=not (low <= 1.0 <= high), method=PAIRED_METHOD)

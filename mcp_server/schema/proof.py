@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mcp_server.schema.types import CompileMode, RunMode
 
 COMPARISON_VERSION = "1.0"
-BENCH_VERSION = "2.0"
+BENCH_VERSION = "2.1"
 VALIDATION_VERSION = "1.0"
 
 
@@ -189,6 +189,9 @@ class Measurement(_Model):
                                   "(the host clock on the CPU), in call order.")
     back_to_back_ns: list[float] = Field(description="Per call, over `queued_calls` calls queued with one "
                                          "synchronisation at the end; one value per block.")
+    latency_blocks: list[int] = Field(default_factory=list, description="Timed in turns with the other side: the "
+                                      "latency calls of each block, in order (block k: its latency calls, then "
+                                      "back_to_back_ns[k]); empty when the process timed its window in one piece.")
     queued_calls: int
     wall_time_s: float = Field(description="The process's whole life: start-up, build and compilation included.")
     cpus: list[int] = Field(default_factory=list, description="The CPU the process ran on as its timed window began "
@@ -256,7 +259,11 @@ class BenchResult(_Model):
                                "recipes.json) or a free recipe's name.")
     tier: str | None = Field(default=None, description="The precision tier whose winner was the baseline (free only).")
     recipes_path: str | None = Field(default=None, description="The recipes.json the baseline recipe came from.")
-    orders: list[list[str]] = Field(description="The order of the two sides' processes in each round.")
+    interleaved: bool = Field(default=False, description="Both sides' processes of a round ran at once, timing "
+                              "in turns block by block (the interval pairs each block with the other side's next "
+                              "to it); false: one process at a time.")
+    orders: list[list[str]] = Field(description="Each round: the order of the two sides' processes, or, interleaved, "
+                                    "of their timed blocks.")
     clocks: ClockObservation
     started_at: str
     finished_at: str

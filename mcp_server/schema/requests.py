@@ -373,6 +373,8 @@ class BenchRequest(Request):
     python: Interpreter
     timing: TimingOptions = TimingOptions()
     rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3).")] = 3
+    interleave: bool = Field(default=True, description="Each round's two processes run at once, timing their "
+                             "blocks in turns; off: one at a time (a model too big for GPU memory twice).")
     baseline_mode: BaselineMode = "eager"
     tier: Precision = "exact"
     recipes: Annotated[Path | None, PathRole("recipes.json")] = Field(
