@@ -63,6 +63,7 @@ def main() -> int:
     parser.add_argument("--summary", type=Path)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--tier", default="reduced")
+    parser.add_argument("--ways", default="in_turns,one_at_a_time", help="which of the two ways, in this order")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("pairs", nargs="+", metavar="WORKLOAD.py=RECIPE")
     args = parser.parse_args()
@@ -89,7 +90,7 @@ def main() -> int:
         row["device"] = report.device_name
         optimized = write_recipe_workload(workload, winner, report, folder / "recipes.json", folder)
         for k in range(args.repeats):
-            for way in ("in_turns", "one_at_a_time"):
+            for way in args.ways.split(","):
                 out = folder / f"bench_{way}_{k + 1}"
                 flags = ["--no-interleave"] if way == "one_at_a_time" else []
                 code, wall, tail = cli("bench", str(workload), str(optimized), "--baseline-mode", "free", "--tier",

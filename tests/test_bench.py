@@ -170,16 +170,17 @@ def test_each_side_runs_in_its_own_processes_rounds_alternating(tmp_path, interl
 
 @pytest.mark.slow
 def test_a_side_that_fails_in_turns_stops_the_other_and_names_its_log(tmp_path):
-    """The optimized workload fails while the baseline's process waits for its first turn: the error is the
-    failing side's, with its log kept, and no process of the round is left waiting."""
+    """The optimized workload runs out of memory while the baseline's process waits for its first turn: the error is
+    the failing side's, with its log kept and a remedy that names one process at a time, and no process of the
+    round is left waiting."""
     baseline = tmp_path / "tiny_mlp.py"
     baseline.write_text(BASELINE.read_text())
     broken = tmp_path / "tiny_mlp_broken.py"
     broken.write_text("from tiny_mlp import get_model_and_input  # noqa: F401\n\n\n"
-                      "def optimize(model):\n    raise RuntimeError('no such kernel')\n")
+                      "def optimize(model):\n    raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')\n")
     with pytest.raises(WorkloadError) as info:
         bench(baseline, broken, python=sys.executable, options=FAST, out_dir=tmp_path / "out", timeout_s=120)
-    assert "no such kernel" in info.value.message
+    assert "CUDA out of memory" in info.value.message and "--no-interleave" in info.value.remedy
     assert (tmp_path / "out" / "bench_optimized_round1.log").is_file()
     assert subprocess.run(["pgrep", "-f", str(baseline)], capture_output=True).returncode == 1
 

@@ -127,12 +127,20 @@ def measure_in_turns(
         raise CancelledCapture("bench cancelled", "")
     failed = [s.error for s in sides.values() if s.error is not None and not isinstance(s.error, CancelledCapture)]
     if failed:
-        raise failed[0]
+        raise _remedied(failed[0])
     results = {name: side.result for name, side in sides.items() if side.result is not None}
     if ended is not None or len(results) != len(sides):
         raise WorkloadError(f"the {ended or 'other'} side's measurement process ended before its timed blocks",
                             "run bench with --no-interleave to see that side measured alone, and report this")
     return results, order
+
+
+def _remedied(error: BaseException) -> BaseException:
+    """A side's error; out of memory also says that the two sides' models were on the GPU at once."""
+    if isinstance(error, WorkloadError) and "out of memory" in error.message.lower():
+        error.remedy = ("in turns, both sides' processes hold their model at once: run bench with --no-interleave "
+                        f"(one process at a time); {error.remedy}")
+    return error
 
 
 def _run_side(side: _Side, measure: Measure, progress: Progress, stop: threading.Event) -> None:

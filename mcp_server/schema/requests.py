@@ -62,13 +62,13 @@ class CaptureOptions(Request):
     )] = None
     script: Annotated[bool, Field(
         description="Run the workload as a plain script, unmodified: a step is a loop iteration of optimizer "
-        "step()s (or a window_fn call); warmup_iters steps, then iters in the window, then it stops."
+        "step()s (or a window_fn call); warmup_iters steps, then iters, then it stops."
     )] = False
     script_args: Annotated[tuple[str, ...], Field(
         description="The script's own arguments (its sys.argv[1:]); on the command line, everything after `--`."
     ), Flag("--script-arg", repeat=True)] = ()
     window_fn: Annotated[str | None, Field(
-        description="(script) A step is one call of this function, method (e.g. generate) or nn.Module class; "
+        description="(script) A step: one call of this function, method (e.g. generate) or nn.Module class; "
         "`backward`: one backward()."
     )] = None
     steps: Annotated[str | None, Field(
@@ -151,9 +151,8 @@ class NcuOptions(Request):
     ), Flag("--section", repeat=True)] = ()
     ncu_sudo: Annotated[bool, Field(description="Run ncu through `sudo -n` (never prompts).")] = False
     replay_budget_s: Annotated[float, Field(
-        gt=0, allow_inf_nan=False, description="Seconds of ncu replay: configurations (past the budget, those "
-        "holding most time), then shape variants (their pass's warm-up paid); one left out takes its nearest "
-        "measured shape's counters."
+        gt=0, allow_inf_nan=False, description="Seconds of ncu replay: configurations (past it, those holding "
+        "most time), then shape variants; one left out takes its nearest measured shape's counters."
     ), Flag("--replay-budget")] = 60.0
 
     @field_validator("kernel_regex", "metric_set")
@@ -242,8 +241,8 @@ class MemoryRequest(Request):
     """memory: where every byte at the window's peak comes from (a workload, captured), or memory.json rebuilt from
     a run directory's memory pass (no GPU)."""
 
-    target: Annotated[Path, Field(description="A workload .py to capture (GPU), or a run directory holding a memory "
-                                  "pass to rebuild memory.json from (no GPU)."), Positional("WORKLOAD|RUN_DIR"),
+    target: Annotated[Path, Field(description="A workload .py to capture (GPU), or a run directory whose memory pass "
+                                  "rebuilds memory.json (no GPU)."), Positional("WORKLOAD|RUN_DIR"),
                       PathRole("workload or run directory")]
     python: Interpreter
     capture: CaptureOptions = CaptureOptions()
@@ -360,8 +359,8 @@ Precision = Annotated[Tier, Field(description="Precision tier: exact keeps fp32 
                                   "reduced allows TF32/bf16/fp16, float32 outputs held to 1e-2; fp8 also FP8 GEMMs, "
                                   "outputs held to 0.25.")]
 BaselineMode = Annotated[str, Field(
-    description="The baseline: eager (as written), free (the tier's winner in recipes.json), or a recipe's name "
-    "(e.g. reduce-overhead+bf16-cast)."
+    description="eager (as written), free (the tier's winner in recipes.json) or a recipe (e.g. "
+    "reduce-overhead+bf16-cast)."
 )]
 
 
@@ -373,8 +372,8 @@ class BenchRequest(Request):
     python: Interpreter
     timing: TimingOptions = TimingOptions()
     rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3).")] = 3
-    interleave: bool = Field(default=True, description="Each round's two processes run at once, timing their "
-                             "blocks in turns; off: one at a time (a model too big for GPU memory twice).")
+    interleave: bool = Field(default=True, description="A round's two processes time blocks in turns; off: one "
+                             "at a time (a model too big for the GPU twice).")
     baseline_mode: BaselineMode = "eager"
     tier: Precision = "exact"
     recipes: Annotated[Path | None, PathRole("recipes.json")] = Field(

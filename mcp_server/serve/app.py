@@ -95,8 +95,8 @@ async def profile(
 ) -> ProfileRun:
     """Run a workload's measured window under a profiler; attribute every kernel to its operator and module.
 
-    Use to find where a PyTorch model spends its time. Writes a run directory (profile.json) and returns the
-    window totals and top operators with their operator_ids (drill in with operator_detail).
+    Use to find where a PyTorch model spends its time. Writes a run directory (profile.json); returns the window
+    totals and top operators with their operator_ids (drill in with operator_detail).
     """
     capture = options(CaptureOptions, values)
 
@@ -165,11 +165,11 @@ async def compare(ctx: Context, **values: Any) -> CompareResult:
     return await call(ctx, "compare", ASSEMBLY_MARGIN_S, lambda: face_request(CompareRequest, values))
 
 
-@tool("Bench two workloads, each in its own processes", RUNS_WORKLOAD, BenchRequest, groups={"timing": None})
+@tool("Bench two workloads", RUNS_WORKLOAD, BenchRequest, groups={"timing": None})
 async def bench(ctx: Context, **values: Any) -> BenchToolResult:
-    """Time two workloads, each in its own processes (rounds alternating): latency and back-to-back speedups, 95% CI.
+    """Time two workloads, each in its own processes, in turns: latency and back-to-back speedups, 95% CI.
 
-    baseline_mode: eager (bench.json), a recipe name, or free = the tier's winner in recipes.json (bench_vs_free.json).
+    Writes bench.json against eager, bench_vs_free.json against the tier's winner.
     """
     timing = options(TimingOptions, values)
     return await call(ctx, "bench", 2 * values["rounds"] * values["timeout_s"] + ASSEMBLY_MARGIN_S,
