@@ -1,6 +1,7 @@
 """The floor's bench, timed in turns and one process at a time: a recipe against the same recipe as a workload.
 
-    python benchmarks/floor_in_turns.py --out DIR [--summary JSON] [--repeats 1] [--tier reduced] W.py=RECIPE [...]
+    python benchmarks/floor_in_turns.py --out DIR [--summary JSON] [--keep DIR] [--repeats 1] [--tier reduced]
+        [--ways in_turns,one_at_a_time] W.py=RECIPE [...]
 
 For each workload: `operator-profiler recipes W --only RECIPE --seeds 0` measures that recipe on this GPU; the
 optimized workload `optimize` would write for it (`render/recipe_workload.py`) is written beside recipes.json; then
@@ -8,13 +9,15 @@ optimized workload `optimize` would write for it (`render/recipe_workload.py`) i
 turns (the default) and `--no-interleave`, alternating. Both sides run the same code, so the speedup is 1.0 up to
 the clone of each output the workload adds; what differs between the two ways is how far the host's speed, which
 moves between and within processes, widens the interval. Writes the summary (default DIR/floor_in_turns.json)
-after every bench and prints a table last (the floor's target: the CI's lower bound >= 0.98).
+after every bench and prints a table last (the floor's target: the CI's lower bound >= 0.98). With --keep, each
+bench file is copied there as <workload>_bench_<way>_<repeat>.json (`tests/fixtures/h200_bench_*.json.xz`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -61,6 +64,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--summary", type=Path)
+    parser.add_argument("--keep", type=Path)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--tier", default="reduced")
     parser.add_argument("--ways", default="in_turns,one_at_a_time", help="which of the two ways, in this order")
@@ -97,6 +101,9 @@ def main() -> int:
                                        args.tier, "--recipes", str(folder / "recipes.json"), "--output", str(out),
                                        *flags, timeout=args.timeout)
                 result = out / "bench_vs_free.json"
+                if args.keep is not None and result.is_file():
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(result, args.keep / f"{workload.stem}_bench_{way}_{k + 1}.json")
                 row["benches"].append({"way": way, "repeat": k + 1, "command_s": wall,
                                        **(bench_row(result) if code == 0 and result.is_file() else {"error": tail})})
                 summary_path.write_text(json.dumps(summary, indent=1))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from mcp_server.proof.bench import (
 )
 from mcp_server.proof.stats import bootstrap_paired_speedup, bootstrap_speedup, pairable, percentile, summarize
 from mcp_server.proof.turns import block_order
+from mcp_server.schema.proof import BenchResult
 from mcp_server.schema.requests import BenchRequest, Interpreter, TimingOptions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,12 +179,46 @@ def test_a_side_that_fails_in_turns_stops_the_other_and_names_its_log(tmp_path):
     baseline.write_text(BASELINE.read_text())
     broken = tmp_path / "tiny_mlp_broken.py"
     broken.write_text("from tiny_mlp import get_model_and_input  # noqa: F401\n\n\n"
-                      "def optimize(model):\n    raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')\n")
+                      "def optimize(model):\n    raise RuntimeError('CUDA out of memory. Tried to allocate 2 GiB')\n")
     with pytest.raises(WorkloadError) as info:
         bench(baseline, broken, python=sys.executable, options=FAST, out_dir=tmp_path / "out", timeout_s=120)
     assert "CUDA out of memory" in info.value.message and "--no-interleave" in info.value.remedy
     assert (tmp_path / "out" / "bench_optimized_round1.log").is_file()
     assert subprocess.run(["pgrep", "-f", str(baseline)], capture_output=True).returncode == 1
+
+
+def _recorded(tmp_path: Path, name: str) -> BenchResult:
+    """A bench.json that `benchmarks/floor_in_turns.py` recorded on one H200: mlp_activations' recipe
+    reduce-overhead+fp16-cast (CUDA-graphed, host-bound) against the workload `optimize` writes for it."""
+    path = tmp_path / f"{name}.json"
+    path.write_bytes(lzma.decompress((REPO / "tests" / "fixtures" / f"{name}.json.xz").read_bytes()))
+    return load_bench_result(path)
+
+
+def test_a_bench_recorded_in_turns_on_the_h200_gives_its_own_paired_interval_again(tmp_path):
+    """The recorded blocks, cut by `latency_blocks` and paired, give the interval the bench wrote; the one-at-a-time
+    bench of the same pair keeps its unpaired interval."""
+    turns, alone = _recorded(tmp_path, "h200_bench_in_turns"), _recorded(tmp_path, "h200_bench_one_at_a_time")
+    assert turns.interleaved and not alone.interleaved and turns.device_name == "NVIDIA H200"
+    for metric, stored in (("latency", turns.latency_speedup), ("back_to_back", turns.back_to_back_speedup)):
+        base = [blocks_of(m, metric) for m in turns.baseline.rounds]
+        opt = [blocks_of(m, metric) for m in turns.optimized.rounds]
+        assert [len(r) for r in base] == [len(r) for r in opt] == [3, 3, 3]
+        assert bootstrap_paired_speedup(base, opt, stored.resamples, stored.bootstrap_seed) == stored
+    assert alone.back_to_back_speedup.method.startswith("bootstrap of the ratio")
+
+
+def test_a_process_that_slows_alone_in_turns_still_widens_the_interval(tmp_path):
+    """Round 2 of the recorded bench: the optimized process's back-to-back blocks ran 125, 155 and 182 µs while the
+    baseline's blocks beside them held 115-124 µs; pairing cancels what both processes meet, not this, and bench
+    says the side's processes disagreed."""
+    turns = _recorded(tmp_path, "h200_bench_in_turns")
+    slow = [round(v / 1e3) for v in turns.optimized.rounds[1].back_to_back_ns]
+    beside = [round(v / 1e3) for v in turns.baseline.rounds[1].back_to_back_ns]
+    assert slow == [125, 155, 182] and max(beside) <= 125
+    assert turns.back_to_back_speedup.ci_low < 0.8 < 0.97 < turns.back_to_back_speedup.ci_high
+    assert any(n.startswith("the optimized side's latency medians ranged") for n in spread_notes("optimized",
+                                                                                               turns.optimized))
 
 
 def test_processes_that_disagree_are_said_with_their_range():
