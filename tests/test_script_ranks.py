@@ -93,25 +93,92 @@ def test_spawned_ranks_must_match_torchrun_s(tmp_path):
         _profile("spawn_train.py", tmp_path / "run", "--port", str(_free_port()), nproc_per_node=1)
 
 
+def _setup(rank: int, world: int) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def _rank_by_helper(index: int) -> None:
+    _setup(index, 2)
+
+
+class _Trainer:
+    def __init__(self, rank: int) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.model = DistributedDataParallel
+
+
+def _rank_by_class(index: int) -> None:
+    _Trainer(index)
+
+
+def _pool_worker(index: int, rows: int) -> list[int]:
+    return [index] * rows
+
+
+def test_a_spawned_function_that_joins_a_process_group_starts_ranks_any_other_a_pool():
+    import functools
+
+    from mcp_server.children.script_ranks import joins_process_group
+
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import spawn_pool_train
+        import spawn_train
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    assert joins_process_group(spawn_train.worker)  # init_process_group in its own code
+    assert joins_process_group(_rank_by_helper) and joins_process_group(_rank_by_class)  # through the script's calls
+    assert joins_process_group(functools.partial(_rank_by_helper))
+    assert not joins_process_group(spawn_pool_train.make_shard) and not joins_process_group(_pool_worker)
+    assert not joins_process_group(lambda index: index + 1)
+    assert joins_process_group(print)  # no code to read: a rank, as every spawn was before pools were told apart
+
+
 def test_spawn_outside_torchrun_runs_one_process_here_and_names_more(monkeypatch):
+    import torch.distributed as dist
     import torch.multiprocessing as mp
 
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     original = mp.spawn
     seen: list[tuple[int, str]] = []
+
+    def rank(index: int, word: str) -> None:
+        seen.append((index, word))
+        if not word:
+            dist.init_process_group("gloo")  # what makes a spawned function a rank's
+
     spawned = SpawnedRanks().install()
     try:
-        assert mp.spawn(lambda index, word: seen.append((index, word)), args=("x",), nprocs=1) is None
-        context = mp.start_processes(lambda index: seen.append((index, "late")), nprocs=1, join=False)
+        assert mp.spawn(rank, args=("x",), nprocs=1) is None
+        context = mp.start_processes(rank, args=("late",), nprocs=1, join=False)
         assert context is not None and context.join() is True
         with pytest.raises(SpawnsRanks, match="starts 3 processes") as raised:
-            mp.spawn(lambda index: seen.append((index, "never")), nprocs=3)
+            mp.spawn(rank, args=("never",), nprocs=3)
         assert raised.value.details == {"ranks": 3}
     finally:
         spawned.remove()
-    assert seen == [(0, "x"), (0, "late")] and spawned.spawned == 3
+    assert seen == [(0, "x"), (0, "late")] and spawned.spawned == 3 and spawned.warnings == []
     assert mp.spawn is original
+
+
+def test_a_script_preparing_data_in_a_spawned_pool_is_profiled_in_its_own_process(tmp_path):
+    """Its workers join no process group: they run as the script starts them, unprofiled (said), and its training
+    steps are profiled in one process (it had been relaunched as two torchrun ranks, each failing to find the
+    shards a pool that never ran should have written)."""
+    run = tmp_path / "run"
+    result = _profile("spawn_pool_train.py", run, "--workers", "2")
+    assert result.ranks is None and not (run / "rank0").exists()
+    profile = load_profile(run / "profile.json")
+    assert profile.capture_metadata.distributed is None
+    assert "the script's 2 process(es) of make_shard (torch.multiprocessing, joining no process group) ran as it " \
+           "started them, unprofiled: only this process's work is in the profile" in profile.warnings
+    assert {op.module_path for op in profile.operators if op.operator_name == "aten::linear"} == {"0", "2"}
+    leftovers = subprocess.run(["pgrep", "-f", "spawn_pool_train"], capture_output=True, text=True, check=False)
+    assert leftovers.stdout.strip() == ""
 
 
 def test_ddp_forwards_count_the_iterations_ddp_times():

@@ -4,10 +4,13 @@ A distributed script is launched one of two ways: by torchrun (each rank runs th
 group from torchrun's environment), or by itself, `torch.multiprocessing.spawn(fn, args, nprocs)` starting one
 process per rank. Both are profiled as torchrun ranks, every rank under the harness:
 
-- `SpawnedRanks` replaces torch.multiprocessing's `spawn` and `start_processes` while the script runs. Under torchrun
-  the process is one of the ranks the script would spawn: it calls `fn(LOCAL_RANK, *args)` itself (the index spawn
-  would give that rank). Outside torchrun one process is called here, and more stop the script with `SpawnsRanks`,
-  which names the count: the engine launches them again as torchrun ranks.
+- `SpawnedRanks` replaces torch.multiprocessing's `spawn` and `start_processes` while the script runs. A function
+  that joins a process group (`joins_process_group`: it, or a function or class of the script it names, names
+  `init_process_group`, a device mesh, DDP or FSDP) starts ranks. Under torchrun the process is one of them: it
+  calls `fn(LOCAL_RANK, *args)` itself (the index spawn would give that rank). Outside torchrun one process is called
+  here, and more stop the script with `SpawnsRanks`, which names the count: the engine launches them again as
+  torchrun ranks. Any other function starts a pool of workers (data preparation, say): spawned as the script asks,
+  unprofiled, and said in the warnings.
 - `RankFacts` records what the assembly needs of a rank once the script joined the process group: its rank, world
   and backend (read as a window closes: the script may leave the group before it ends), the buckets of the
   DistributedDataParallel models it called (once the windows are over, DDP having rebuilt its buckets in its second
@@ -17,7 +20,10 @@ process per rank. Both are profiled as torchrun ranks, every rank under the harn
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +40,55 @@ from mcp_server.children.distributed import (
 from mcp_server.children.global_modules import GlobalModules
 
 AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
+# Names a spawned function (or what it calls) uses when each process is a rank of a process group.
+JOINS_GROUP = frozenset({"init_process_group", "init_device_mesh", "DistributedDataParallel", "fully_shard",
+                         "FullyShardedDataParallel"})
+SEARCH_DEPTH = 4  # calls deep: main -> setup -> ...
+
+
+def joins_process_group(fn: Any, depth: int = SEARCH_DEPTH) -> bool:
+    """Whether `fn` joins a process group: its code, a function nested in it, or a function or class method of the
+    script it names (to `depth` calls deep) names one of JOINS_GROUP. A callable whose code cannot be read counts as
+    joining (as every spawned function did before pools were told apart)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return True
+    seen: set[types.CodeType] = set()
+
+    def names(code: types.CodeType, scope: dict[str, Any], left: int) -> bool:
+        if code in seen:
+            return False
+        seen.add(code)
+        if JOINS_GROUP & set(code.co_names):
+            return True
+        if any(isinstance(c, types.CodeType) and names(c, scope, left) for c in code.co_consts):
+            return True
+        if left == 0:
+            return False
+        for name in code.co_names:
+            for target in _callees(scope.get(name)):
+                if names(target.__code__, target.__globals__, left - 1):
+                    return True
+        return False
+
+    return names(code, getattr(fn, "__globals__", {}), depth)
+
+
+def _callees(value: Any) -> list[Any]:
+    """The Python functions `value` stands for: itself, or a class's methods; none for what is not the script's
+    (torch's, the standard library's)."""
+    if inspect.isclass(value):
+        return [v for v in vars(value).values() if inspect.isfunction(v) and not _library(v)]
+    target = inspect.unwrap(value) if inspect.isfunction(value) else None
+    return [target] if target is not None and not _library(target) else []
+
+
+def _library(fn: Any) -> bool:
+    module = getattr(fn, "__module__", "") or ""
+    return module.split(".")[0] in {"torch", "mcp_server", "functools", "multiprocessing", "os", "typing"}
 
 
 class SpawnsRanks(ContractError):
@@ -58,7 +113,8 @@ class SpawnedRanks:
     """torch.multiprocessing's `spawn` and `start_processes`, run as the ranks of a torchrun launch."""
 
     def __init__(self) -> None:
-        self.spawned: int | None = None  # the processes the script asked for, once it asked
+        self.spawned: int | None = None  # the ranks the script asked for, once it asked
+        self.warnings: list[str] = []
         self._saved: dict[str, Callable[..., Any]] = {}
 
     def install(self) -> SpawnedRanks:
@@ -77,7 +133,14 @@ class SpawnedRanks:
         self._saved = {}
 
     def _spawn(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1, join: bool = True,
-               daemon: bool = False, start_method: str = "spawn") -> _Finished | None:
+               daemon: bool = False, start_method: str = "spawn") -> Any:
+        if not joins_process_group(fn):
+            name = getattr(fn, "__qualname__", repr(fn))
+            warning = (f"the script's {nprocs} process(es) of {name} (torch.multiprocessing, joining no process "
+                       "group) ran as it started them, unprofiled: only this process's work is in the profile")
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+            return self._saved["start_processes"](fn, args, nprocs, join, daemon, start_method)
         self.spawned = nprocs
         if launched_by_torchrun():
             local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))

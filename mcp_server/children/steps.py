@@ -267,6 +267,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
         result["warnings"] += facts.warnings
     if spawned.spawned is not None:
         result["spawned_ranks"] = spawned.spawned
+    result["warnings"] += spawned.warnings
     _report(args, result, windows, source, modules, stopped, time.perf_counter_ns() - t0)
     if (evaluated := roots.evaluated()) is not None:
         result["warnings"].append(evaluated)
