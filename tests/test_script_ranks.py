@@ -87,6 +87,34 @@ def test_a_script_spawning_its_ranks_is_profiled_as_torchrun_ranks(tmp_path):
     assert leftovers.stdout.strip() == ""
 
 
+def _line(script: Path, marker: str) -> str:
+    """`path:line` of the line of `script` ending with `# marker`."""
+    lines = script.read_text(encoding="utf-8").splitlines()
+    return f"{script}:{next(n for n, text in enumerate(lines, 1) if text.endswith(f'# {marker}'))}"
+
+
+def test_what_ddp_runs_by_itself_takes_the_line_that_caused_it(tmp_path):
+    """DDP's buffer broadcast (no torch call of the script's around it) is at the line that called the DDP model;
+    its reducer's all-reduce, division and copies, run from C++ hooks in the backward, at the backward's line (the
+    all-reduce and division had taken the line of the forward call whose gradient node finished the bucket) and in
+    the backward phase (the copies had read as the optimizer's update); gloo's own records of the transfers, on its
+    threads, at their calls' lines. Nothing is left without a line."""
+    script = SCRIPTS / "ddp_bn_train.py"
+    forward, backward = _line(script, "FORWARD"), _line(script, "BACKWARD")
+    run = tmp_path / "run"
+    _profile("ddp_bn_train.py", run, "--steps", "6", nproc_per_node=2)
+    for rank in (0, 1):
+        profile = load_profile(run / f"rank{rank}" / "profile.json")
+        assert [op.operator_name for op in profile.operators if op.call_site is None] == []
+        broadcasts = [op for op in profile.operators if op.operator_name in ("c10d::broadcast_", "gloo:broadcast")]
+        assert len(broadcasts) >= 2 and {op.call_site for op in broadcasts} == {forward}
+        reducer = [op for op in profile.operators if op.operator_name.startswith((
+            "c10d::allreduce_", "gloo:all_reduce", "torch::distributed::reducer", "torch.distributed.ddp.reducer"))]
+        assert {op.operator_name.split("::")[0] for op in reducer} == {
+            "c10d", "gloo:all_reduce", "torch", "torch.distributed.ddp.reducer"}
+        assert {(op.phase, op.call_site) for op in reducer} == {("backward", backward)}
+
+
 def test_spawned_ranks_must_match_torchrun_s(tmp_path):
     with pytest.raises(WorkloadError, match=r"^rank 0: the script spawns 2 processes and torchrun runs 1 rank\(s\) on "
                                             r"this node: pass --nproc-per-node 2"):
@@ -330,6 +358,11 @@ def test_a_compiled_ddp_script_recorded_on_two_h200s_names_each_convolution_s_mo
         assert len(convs) == 14 and {op.phase for op in convs} == {"forward", "backward"}
         assert all(classes.get(op.module_path or "") == "Conv2d" for op in convs), {op.module_path for op in convs}
         assert not any("WrapperModule" in (op.module_path or "") for op in profile.operators)
+        # DDP's reducer, from C++ hooks inside the compiled backward's node: at the backward's line
+        reducer = [op for op in profile.operators if op.operator_name in ("c10d::allreduce_",
+                                                                          "torch::distributed::reducer::mul_out")]
+        assert len(reducer) == 25 and {(op.phase, op.call_site) for op in reducer} == {
+            ("backward", f"{REPO / 'scripts' / 'gpu_workloads' / 'ddp_compiled_cnn.py'}:64")}
         compute = [(op, k) for op in profile.operators for k in op.kernels if "nccl" not in k.kernel_name.lower()]
         at_root = sum(k.duration_ns for op, k in compute if op.module_path == "module")
         assert at_root < 0.12 * sum(k.duration_ns for _, k in compute)  # the optimizer's update and DDP's own

@@ -51,9 +51,10 @@ def operator_collective(name: str) -> str | None:
     return normal_name(found.group(1)) if found else None
 
 
-# torch.distributed's and FSDP's own operators, besides the collectives `operator_collective` names
+# torch.distributed's and FSDP's own operators, besides the collectives `operator_collective` names; the last two
+# name DDP's reducer's (`torch::distributed::reducer::mul_out`, `torch.distributed.ddp.reducer::copy_bucket_to_grad`)
 DISTRIBUTED_PREFIXES = ("fsdp::", "c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:",
-                        "record_param_comms")
+                        "record_param_comms", "torch::distributed::", "torch.distributed.")
 
 
 def distributed_operator(name: str) -> bool:
@@ -112,7 +113,7 @@ def _number(ops: list[OperatorRecord]) -> None:
 
 
 def _pair(transfers: list[OperatorRecord], calls: list[OperatorRecord], sizes: dict[int, int]) -> None:
-    """Each transfer the type, number, bucket modules, module and phase of its call: the first open call of its
+    """Each transfer the type, number, bucket modules, module, phase and line of its call: the first open call of its
     type whose size agrees, else the first of a type the backend runs as this one whose inputs hold its size
     (gloo's all-reduce under a reduce-scatter), else the first open call of its type."""
     open_calls = list(calls)
@@ -129,6 +130,7 @@ def _pair(transfers: list[OperatorRecord], calls: list[OperatorRecord], sizes: d
         transfer.collective, transfer.collective_seq = call.collective, call.collective_seq
         transfer.collective_modules = call.collective_modules
         transfer.module_path, transfer.phase = call.module_path or transfer.module_path, call.phase
+        transfer.call_site = transfer.call_site or call.call_site
 
 
 def _order(op: OperatorRecord) -> int:

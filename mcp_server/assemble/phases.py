@@ -196,8 +196,11 @@ def work_of(stack: Sequence[FrameLike], context: Context, thread: int | None) ->
         if origin is not None:
             forward_op = origin.op
             module_path = module_path or origin.module_path
-            # a recomputed call's site is known once the window's calls are (`recomputed_backward_sites`)
-            call_site = own_site or origin.call_site or (None if origin.recomputed else call_site)
+            # a recomputed call's site is known once the window's calls are (`recomputed_backward_sites`); distributed
+            # training's own work run from a hook inside the node (DDP's all-reduce of the bucket the node finished)
+            # is the backward call's, not the forward call's (`backward_call_sites`)
+            call_site = own_site or (None if _distributed(inner) else origin.call_site) or (
+                None if origin.recomputed else call_site)
     if phase == "optimizer" and module_path is None:
         module_path = _stepped_model(stack) or context.root_module
     return Work(phase, module_path, call_site, autograd_node, forward_op)
@@ -219,6 +222,12 @@ def _recomputes(inner: Sequence[FrameLike]) -> bool:
     return outer_op is None or not distributed_operator(outer_op.name)
 
 
+def _distributed(inner: Sequence[FrameLike]) -> bool:
+    """Whether the outermost operator inside a backward node's range is distributed training's own."""
+    outer_op = next((f for f in inner if f.kind == "op"), None)
+    return outer_op is not None and distributed_operator(outer_op.name)
+
+
 def _inside(stack: Sequence[FrameLike], marker: FrameLike) -> Sequence[FrameLike]:
     """The frames of `stack` inside `marker`'s."""
     for position, frame in enumerate(stack):
@@ -231,7 +240,8 @@ def settle_phases(operators: Sequence[OperatorRecord], events: Sequence[RuntimeE
     """What the window's order says once every call is attributed (window order): recomputed calls take their
     forward call's site (`recomputed_call_sites`), the backward through them their site (`recomputed_backward_sites`),
     and so do the events they made; each backward's seed gradient is
-    the backward's (`backward_seeds`); work between a backward and its step is the update's (`update_after_backward`),
+    the backward's (`backward_seeds`), and backward work that differentiates no forward call takes its line
+    (`backward_call_sites`); work between a backward and its step is the update's (`update_after_backward`),
     and so is a multi-tensor operator, or a scaler's update, outside the model anywhere in a training window
     (`foreach_updates`)."""
     recomputed_call_sites(operators)
@@ -241,6 +251,7 @@ def settle_phases(operators: Sequence[OperatorRecord], events: Sequence[RuntimeE
         if event.call_site is None and event.operator_id in sites:
             event.call_site = sites[event.operator_id]
     backward_seeds(operators, events)
+    backward_call_sites(operators, events)
     update_after_backward(operators, events)
     foreach_updates(operators, events)
 
@@ -255,6 +266,26 @@ def backward_seeds(operators: Sequence[OperatorRecord], events: Sequence[Runtime
              if op.operator_name == SEED_OPERATOR and op.phase == "forward" and op.module_path is None
              and following.phase == "backward"]
     _move(seeds, "backward", events)
+
+
+def backward_call_sites(operators: Sequence[OperatorRecord], events: Sequence[RuntimeEvent] = ()) -> None:
+    """Backward work without a line that differentiates no forward call, or is distributed training's own (DDP's
+    reducer: its all-reduce of a bucket and the division of the gradients, launched from C++ hooks inside whatever
+    node finished the bucket, a compiled graph's included), was caused by the backward call: it takes the line of
+    the seed gradient before it (`loss.backward()`), as do the events it made."""
+    site = None
+    given: dict[str, str] = {}
+    for op in operators:
+        if op.phase != "backward":
+            continue
+        if op.operator_name == SEED_OPERATOR and op.module_path is None:
+            site = op.call_site
+        elif op.call_site is None and site is not None and (
+                op.forward_op is None or distributed_operator(op.operator_name)):
+            op.call_site = given[op.operator_id] = site
+    for event in events:
+        if event.call_site is None and event.operator_id in given:
+            event.call_site = given[event.operator_id]
 
 
 # multi-tensor ops: updates of many tensors at once; and a GradScaler's update of its scale (`scaler.update()`)

@@ -228,9 +228,11 @@ class GlobalModules:
         handles = []
         if self.ranging and self.open_range:
             handles.append(self.open_range(MODULE_RANGE_PREFIX + path))
-            if self.frames is not None and type(module).__name__ == SCRIPTED:
-                # TorchScript runs the forward in its own interpreter: no module hook or call-site range inside it,
-                # so its operators take the line that called it
+            if self.frames is not None and (not stack or type(module).__name__ == SCRIPTED):
+                # The line that called a root (`ddp(x)`): what the model's wrapper runs with no torch call of the
+                # script's around it (DDP's buffer broadcast, DataParallel's scatter) was caused there. TorchScript
+                # runs the forward in its own interpreter (no module hook or call-site range inside it): its
+                # operators take the line that called it. A torch call inside keeps its own, the innermost.
                 site = self.frames.site(sys._getframe(1))
                 if site is not None:
                     handles.append(self.open_range(SITE_RANGE_PREFIX + site))
