@@ -16,6 +16,7 @@ atomically. Every speedup a report states comes from here, not from summed kerne
 
 from __future__ import annotations
 
+import functools
 import shutil
 import statistics
 import subprocess
@@ -211,8 +212,7 @@ def bench(
                 progress(f"bench: round {r + 1}/{rounds}, both sides in fresh processes, timing {options.blocks} "
                          "blocks each in turns")
                 got, order = measure_in_turns(
-                    {side: (lambda fifo, seen, stop, side=side, r=r: one(side, r, Path(scratch), fifo, seen, stop))
-                     for side in SIDES},
+                    {side: functools.partial(one, side, r, Path(scratch)) for side in SIDES},
                     Path(scratch), options.blocks, r, progress, cancel, clocks_now if r == 0 else None)
                 for side in SIDES:
                     measured[side].append(got[side])

@@ -12,6 +12,7 @@ each block next to a block of the other side, which saw the same host. A side th
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import re
@@ -158,7 +159,7 @@ def _conduct(sides: dict[str, _Side], order: list[str], cancel: threading.Event 
     _Stopped (with the side's name) when a side ends while blocks are still owed to it, or on `cancel`."""
     owed = {name: order.count(name) for name in sides}
     for side in sides.values():
-        _wait(lambda s=side: s.ready.is_set(), sides, owed, cancel)
+        _wait(side.ready.is_set, sides, owed, cancel)
     for turn, name in enumerate(order):
         side = sides[name]
         try:
@@ -167,7 +168,7 @@ def _conduct(sides: dict[str, _Side], order: list[str], cancel: threading.Event 
             side.finished.wait()
             raise _Stopped(name) from exc
         block = order[: turn + 1].count(name)
-        _wait(lambda s=side, k=block: _took(s, k), sides, owed, cancel)
+        _wait(functools.partial(_took, side, block), sides, owed, cancel)
         owed[name] -= 1
         if turn == 0 and after_first_block is not None:
             after_first_block()
