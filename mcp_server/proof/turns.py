@@ -107,14 +107,16 @@ def measure_in_turns(
                                 name=f"bench-{side.name}", daemon=True) for side in sides.values()]
     order = block_order((names[0], names[1]), blocks, round_index)
     ended: str | None = None
+    conducted = False
     try:
         for thread in threads:
             thread.start()
         _conduct(sides, order, cancel, after_first_block)
+        conducted = True
     except _Stopped as exc:
         ended = str(exc)
     finally:
-        if ended is not None or (cancel is not None and cancel.is_set()):
+        if not conducted:  # a side ended, cancelled, or an error here: no process waits for a turn that never comes
             stop.set()
         for thread in threads:
             while thread.is_alive():
