@@ -394,7 +394,7 @@ def test_bench_then_validate_the_tiny_workloads(project: Path):
     assert bench["headline"] == "latency" and bench["speedup"] == bench["latency_speedup"]
     assert bench["speedup"]["point"] > 0 and bench["interpreter"]["source"] == PYTHON_ENV
     assert bench["interpreter"]["torch_version"][0].isdigit()
-    assert "bench: round 3/3, optimized in a fresh process" in said
+    assert "bench: round 3/3, both sides in fresh processes, timing 1 block(s) each in turns" in said
 
     said.clear()
     report = ok(call("validate", {"baseline": str(WORKLOADS / "tiny_mlp.py"),

@@ -361,8 +361,8 @@ def test_a_compiled_ddp_script_recorded_on_two_h200s_names_each_convolution_s_mo
         # DDP's reducer, from C++ hooks inside the compiled backward's node: at the backward's line
         reducer = [op for op in profile.operators if op.operator_name in ("c10d::allreduce_",
                                                                           "torch::distributed::reducer::mul_out")]
-        assert len(reducer) == 25 and {(op.phase, op.call_site) for op in reducer} == {
-            ("backward", f"{REPO / 'scripts' / 'gpu_workloads' / 'ddp_compiled_cnn.py'}:64")}
+        assert len(reducer) == 25 and {op.phase for op in reducer} == {"backward"}
+        assert {(op.call_site or "").rsplit("/", 1)[-1] for op in reducer} == {"ddp_compiled_cnn.py:64"}
         compute = [(op, k) for op in profile.operators for k in op.kernels if "nccl" not in k.kernel_name.lower()]
         at_root = sum(k.duration_ns for op, k in compute if op.module_path == "module")
         assert at_root < 0.12 * sum(k.duration_ns for _, k in compute)  # the optimizer's update and DDP's own

@@ -228,11 +228,12 @@ class GlobalModules:
         handles = []
         if self.ranging and self.open_range:
             handles.append(self.open_range(MODULE_RANGE_PREFIX + path))
-            if self.frames is not None and (not stack or type(module).__name__ == SCRIPTED):
+            if self.frames is not None and (type(module).__name__ == SCRIPTED or not stack and not _in_backward()):
                 # The line that called a root (`ddp(x)`): what the model's wrapper runs with no torch call of the
                 # script's around it (DDP's buffer broadcast, DataParallel's scatter) was caused there. TorchScript
                 # runs the forward in its own interpreter (no module hook or call-site range inside it): its
-                # operators take the line that called it. A torch call inside keeps its own, the innermost.
+                # operators take the line that called it. A torch call inside keeps its own, the innermost. A module
+                # a backward node calls again (activation checkpointing) takes its forward call's line instead.
                 site = self.frames.site(sys._getframe(1))
                 if site is not None:
                     handles.append(self.open_range(SITE_RANGE_PREFIX + site))
@@ -272,6 +273,13 @@ class GlobalModules:
                 self.close_range(handle)
         for listener in self.listeners:
             listener(module, path, False, ())
+
+
+def _in_backward() -> bool:
+    """Whether autograd's engine is running a node on this thread (a checkpointed module's forward run again)."""
+    import torch
+
+    return torch._C._current_autograd_node() is not None
 
 
 def _compiler_class(module: Any) -> bool:

@@ -210,7 +210,7 @@ def bench(
         for r in range(rounds):
             if interleave:
                 progress(f"bench: round {r + 1}/{rounds}, both sides in fresh processes, timing {options.blocks} "
-                         "blocks each in turns")
+                         "block(s) each in turns")
                 got, order = measure_in_turns(
                     {side: functools.partial(one, side, r, Path(scratch)) for side in SIDES},
                     Path(scratch), options.blocks, r, progress, cancel, clocks_now if r == 0 else None)
