@@ -216,10 +216,7 @@ def _recomputes(inner: Sequence[FrameLike]) -> bool:
     """Whether the frames inside a backward node's range are forward work run again: a module's forward called
     there. FSDP2's unit ranges read as modules too (`FSDP::all_gather (layers.3)`); the work under them is its own
     collectives and copies, not a forward."""
-    if not any(f.kind == "module" for f in inner):
-        return False
-    outer_op = next((f for f in inner if f.kind == "op"), None)
-    return outer_op is None or not distributed_operator(outer_op.name)
+    return any(f.kind == "module" for f in inner) and not _distributed(inner)
 
 
 def _distributed(inner: Sequence[FrameLike]) -> bool:

@@ -153,18 +153,27 @@ def _back_to_back(run: _Runner, queued: int, blocks: int, cuda: bool) -> list[fl
     return per_call
 
 
+def _timed(run: _Runner, latency_calls: int, queued: int, blocks: int, cuda: bool) -> tuple[list[int], list[float]]:
+    """Latency calls, then back-to-back blocks, the garbage collector off."""
+    gc.collect()
+    gc.disable()
+    try:
+        return _latency(run, latency_calls, cuda), _back_to_back(run, queued, blocks, cuda)
+    finally:
+        gc.enable()
+
+
 def _turn(fifo: int) -> None:
     """Wait for the engine's byte: this process's turn to time a block."""
     if not os.read(fifo, 1):
         raise RuntimeError("the engine closed the turns FIFO before this process's turn")
 
 
-def _time_in_turns(run: _Runner, args: argparse.Namespace, latency_calls: int, queued: int, cuda: bool,
+def _time_in_turns(run: _Runner, args: argparse.Namespace, per_block: int, queued: int, cuda: bool,
                    result: dict[str, Any], per_call_ns: float) -> None:
     """The timed window in `args.blocks` blocks, each on the engine's signal: latency calls, then one back-to-back
     block; `latency_blocks` holds each block's count of latency calls. The first block is preceded by the full
     re-warm (the GPU may have idled while the other process compiled), the others by a few calls."""
-    per_block = max(1, -(-latency_calls // args.blocks))
     # Opened for reading and writing: it never reads as closed while the engine has not opened it yet.
     fifo = os.open(args.turns, os.O_RDWR)
     try:
@@ -179,13 +188,9 @@ def _time_in_turns(run: _Runner, args: argparse.Namespace, latency_calls: int, q
                     run()
                 synchronize()
             result["cpus"].append(_cpu())
-            gc.collect()
-            gc.disable()
-            try:
-                result["latency_ns"] += _latency(run, per_block, cuda)
-                result["back_to_back_ns"] += _back_to_back(run, queued, 1, cuda)
-            finally:
-                gc.enable()
+            latency, back_to_back = _timed(run, per_block, queued, 1, cuda)
+            result["latency_ns"] += latency
+            result["back_to_back_ns"] += back_to_back
             result["latency_blocks"].append(per_block)
             _say(f"block {k + 1} done")
     finally:
@@ -313,10 +318,9 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             if args.turns is not None:
                 result["phase"] = "timing in turns"
                 result["cpus"] = []
-                _say(f"timing in turns: {args.blocks} blocks of {-(-latency_calls // args.blocks)} calls alone "
-                     f"and {queued} queued")
-                _time_in_turns(runner, args, latency_calls, queued, device == "cuda", result,
-                               statistics.median(warm))
+                per_block = max(1, -(-latency_calls // args.blocks))
+                _say(f"timing in turns: {args.blocks} blocks of {per_block} calls alone and {queued} queued")
+                _time_in_turns(runner, args, per_block, queued, device == "cuda", result, statistics.median(warm))
             else:
                 _time_alone(runner, args, latency_calls, queued, device == "cuda", turns, result, warm)
         seeds = [int(s) for s in args.validate_seeds.split(",") if s.strip()]
@@ -340,13 +344,7 @@ def _time_alone(run: _Runner, args: argparse.Namespace, latency_calls: int, queu
     result["phase"] = "timing"
     result["cpus"] = [_cpu()]
     _say(f"timing: {latency_calls} calls alone, {args.blocks} x {queued} queued")
-    gc.collect()
-    gc.disable()
-    try:
-        result["latency_ns"] = _latency(run, latency_calls, cuda)
-        result["back_to_back_ns"] = _back_to_back(run, queued, args.blocks, cuda)
-    finally:
-        gc.enable()
+    result["latency_ns"], result["back_to_back_ns"] = _timed(run, latency_calls, queued, args.blocks, cuda)
     result["cpus"].append(_cpu())
     turns.shared()
 

@@ -38,6 +38,7 @@ from mcp_server.children.distributed import (
     rank_facts,
 )
 from mcp_server.children.global_modules import GlobalModules
+from mcp_server.children.sites import UserFrames
 
 AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
 # Names a spawned function (or what it calls) uses when each process is a rank of a process group.
@@ -48,15 +49,22 @@ SEARCH_DEPTH = 4  # calls deep: main -> setup -> ...
 
 def joins_process_group(fn: Any, depth: int = SEARCH_DEPTH) -> bool:
     """Whether `fn` joins a process group: its code, a function nested in it, or a function or class method of the
-    script it names (to `depth` calls deep) names one of JOINS_GROUP. A callable whose code cannot be read counts as
-    joining (as every spawned function did before pools were told apart)."""
+    user's code it names (to `depth` calls deep; `UserFrames` tells the user's code from torch's, the standard
+    library's and site-packages') names one of JOINS_GROUP. A callable whose code cannot be read counts as joining
+    (as every spawned function did before pools were told apart)."""
     while isinstance(fn, functools.partial):
         fn = fn.func
     fn = inspect.unwrap(fn) if callable(fn) else fn
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType):
         return True
-    seen: set[types.CodeType] = set()
+    frames, seen = UserFrames(), set[types.CodeType]()
+
+    def callees(value: Any) -> list[Any]:
+        """The user's Python functions `value` stands for: itself, or a class's methods."""
+        found = [v for v in vars(value).values() if inspect.isfunction(v)] if inspect.isclass(value) else (
+            [inspect.unwrap(value)] if inspect.isfunction(value) else [])
+        return [f for f in found if frames.is_user(f.__code__)]
 
     def names(code: types.CodeType, scope: dict[str, Any], left: int) -> bool:
         if code in seen:
@@ -66,29 +74,10 @@ def joins_process_group(fn: Any, depth: int = SEARCH_DEPTH) -> bool:
             return True
         if any(isinstance(c, types.CodeType) and names(c, scope, left) for c in code.co_consts):
             return True
-        if left == 0:
-            return False
-        for name in code.co_names:
-            for target in _callees(scope.get(name)):
-                if names(target.__code__, target.__globals__, left - 1):
-                    return True
-        return False
+        return left > 0 and any(names(f.__code__, f.__globals__, left - 1)
+                                for name in code.co_names for f in callees(scope.get(name)))
 
     return names(code, getattr(fn, "__globals__", {}), depth)
-
-
-def _callees(value: Any) -> list[Any]:
-    """The Python functions `value` stands for: itself, or a class's methods; none for what is not the script's
-    (torch's, the standard library's)."""
-    if inspect.isclass(value):
-        return [v for v in vars(value).values() if inspect.isfunction(v) and not _library(v)]
-    target = inspect.unwrap(value) if inspect.isfunction(value) else None
-    return [target] if target is not None and not _library(target) else []
-
-
-def _library(fn: Any) -> bool:
-    module = getattr(fn, "__module__", "") or ""
-    return module.split(".")[0] in {"torch", "mcp_server", "functools", "multiprocessing", "os", "typing"}
 
 
 class SpawnsRanks(ContractError):

@@ -85,10 +85,15 @@ def bootstrap_speedup(
     point = statistics.median(_flat(base)) / statistics.median(_flat(opt))
     ratios = [statistics.median(_resample(rng, base)) / statistics.median(_resample(rng, opt))
               for _ in range(resamples)]
+    return _estimate(point, ratios, level, seed)
+
+
+def _estimate(point: float, ratios: list[float], level: float, seed: int, **method: str) -> SpeedupEstimate:
+    """The speedup `point` with the central `level` interval of its resampled `ratios` (widened to hold it)."""
     tail = (1.0 - level) / 2.0 * 100.0
     low, high = min(percentile(ratios, tail), point), max(percentile(ratios, 100.0 - tail), point)
-    return SpeedupEstimate(point=point, ci_low=low, ci_high=high, ci_level=level, resamples=resamples,
-                           bootstrap_seed=seed, significant=not (low <= 1.0 <= high))
+    return SpeedupEstimate(point=point, ci_low=low, ci_high=high, ci_level=level, resamples=len(ratios),
+                           bootstrap_seed=seed, significant=not (low <= 1.0 <= high), **method)
 
 
 def pairable(baseline: Blocks, optimized: Blocks) -> bool:
@@ -123,7 +128,4 @@ def bootstrap_paired_speedup(
                 drawn_base += rng.choices(base[r][k], k=len(base[r][k]))
                 drawn_opt += rng.choices(opt[r][k], k=len(opt[r][k]))
         ratios.append(statistics.median(drawn_base) / statistics.median(drawn_opt))
-    tail = (1.0 - level) / 2.0 * 100.0
-    low, high = min(percentile(ratios, tail), point), max(percentile(ratios, 100.0 - tail), point)
-    return SpeedupEstimate(point=point, ci_low=low, ci_high=high, ci_level=level, resamples=resamples,
-                           bootstrap_seed=seed, significant=not (low <= 1.0 <= high), method=PAIRED_METHOD)
+    return _estimate(point, ratios, level, seed, method=PAIRED_METHOD)
