@@ -243,7 +243,8 @@ def clock_views(inputs: ReportInputs) -> list[ClockView]:
 
 
 def speedup_view(bench: BenchResult) -> SpeedupView:
-    """The measured speedup: bench.json's ratio of medians with its bootstrap interval."""
+    """The measured speedup as bench.json gives it (the ratio of medians, or in turns the median of the paired
+    blocks' ratios) with its bootstrap interval."""
     s = bench.speedup
     return SpeedupView(
         point=s.point, ci_low=s.ci_low, ci_high=s.ci_high, ci_level=s.ci_level, significant=s.significant,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mcp_server.schema.types import CompileMode, RunMode
 
 COMPARISON_VERSION = "1.0"
-BENCH_VERSION = "2.1"
+BENCH_VERSION = "2.2"  # 2.2: in turns, the speedup is the median of the paired blocks' ratios
 VALIDATION_VERSION = "1.0"
 
 
