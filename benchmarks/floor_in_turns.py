@@ -6,11 +6,12 @@
 For each workload: `operator-profiler recipes W --only RECIPE --seeds 0` measures that recipe on this GPU; the
 optimized workload `optimize` would write for it (`render/recipe_workload.py`) is written beside recipes.json; then
 `operator-profiler bench W W_optimized.py --baseline-mode free` runs `--repeats` times in each of its two ways, in
-turns (the default) and `--no-interleave`, alternating. Both sides run the same code, so the speedup is 1.0 up to
-the clone of each output the workload adds; what differs between the two ways is how far the host's speed, which
-moves between and within processes, widens the interval. Writes the summary (default DIR/floor_in_turns.json)
-after every bench and prints a table last (the floor's target: the CI's lower bound >= 0.98). With --keep, each
-bench file is copied there as <workload>_bench_<way>_<repeat>.json (`tests/fixtures/h200_bench_*.json.xz`).
+turns (`--interleave`) and one process at a time (the default), alternating. Both sides run the same code, so the
+speedup is 1.0 up to the clone of each output the workload adds; what differs between the two ways is how far the
+host's speed, which moves between and within processes, widens the interval. Writes the summary (default
+DIR/floor_in_turns.json) after every bench and prints a table last (the floor's target: the CI's lower bound >=
+0.98). With --keep, each bench file is copied there as <workload>_bench_<way>_<repeat>.json
+(`tests/fixtures/h200_bench_*.json.xz`).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def main() -> int:
         for k in range(args.repeats):
             for way in args.ways.split(","):
                 out = folder / f"bench_{way}_{k + 1}"
-                flags = ["--no-interleave"] if way == "one_at_a_time" else []
+                flags = ["--interleave"] if way == "in_turns" else []
                 code, wall, tail = cli("bench", str(workload), str(optimized), "--baseline-mode", "free", "--tier",
                                        args.tier, "--recipes", str(folder / "recipes.json"), "--output", str(out),
                                        *flags, timeout=args.timeout)

@@ -493,11 +493,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "bench", help="time two workloads, each in its own processes; speedups with 95%% confidence intervals",
         description="Time BASELINE (as written, a free recipe, or the winner of a tier of the free frontier) against "
-        "OPTIMIZED: each side in its own fresh processes, never two timed at once. A round starts one process of "
-        "each side; they compile side by side, then time their blocks in turns (A B B A ...), the first side flipped "
-        "every round, and the interval pairs each block with the other side's next to it (--no-interleave: one "
-        "process at a time). Each process reports latency (each call alone, synchronised) and back-to-back time per "
-        "call; the headline is latency unless --throughput.")
+        "OPTIMIZED: each side in its own fresh processes, never two timed at once. A round runs one process of "
+        "each side in turn (A B, B A, ...); with --interleave, a round starts one process of each side, they compile "
+        "side by side, then time their blocks in turns (A B B A ...) and the interval pairs each block with the "
+        "other side's next to it. Each process reports latency (each call alone, synchronised) and back-to-back "
+        "time per call; the headline is latency unless --throughput.")
     _add_python(p)
     add_options(p, BenchRequest)
     add_options(p, TimingOptions)

@@ -202,8 +202,9 @@ def test_a_side_that_fails_in_turns_stops_the_other_and_names_its_log(tmp_path):
     broken.write_text("from tiny_mlp import get_model_and_input  # noqa: F401\n\n\n"
                       "def optimize(model):\n    raise RuntimeError('CUDA out of memory. Tried to allocate 2 GiB')\n")
     with pytest.raises(WorkloadError) as info:
-        bench(baseline, broken, python=sys.executable, options=FAST, out_dir=tmp_path / "out", timeout_s=120)
-    assert "CUDA out of memory" in info.value.message and "--no-interleave" in info.value.remedy
+        bench(baseline, broken, python=sys.executable, options=FAST, out_dir=tmp_path / "out", timeout_s=120,
+              interleave=True)
+    assert "CUDA out of memory" in info.value.message and "without --interleave" in info.value.remedy
     assert (tmp_path / "out" / "bench_optimized_round1.log").is_file()
     assert subprocess.run(["pgrep", "-f", str(baseline)], capture_output=True).returncode == 1
 

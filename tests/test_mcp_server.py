@@ -386,7 +386,7 @@ def test_bench_then_validate_the_tiny_workloads(project: Path):
     bench = ok(call("bench", {"baseline": str(WORKLOADS / "tiny_mlp.py"),
                               "optimized": str(WORKLOADS / "tiny_mlp_optimized.py"),
                               "warmup": 1, "calls": 10, "queued": 10, "blocks": 1, "budget_s": 0.1, "rounds": 3,
-                              "input_sets": 1}, said))
+                              "input_sets": 1, "interleave": True}, said))
     out = Path(bench["out_dir"])
     assert out.parent == project / "op_runs" and out.name.startswith("tiny_mlp_optimized-bench-")
     assert Path(bench["bench_path"]).is_file() and bench["bench_path"] in bench["files"]

@@ -1,17 +1,20 @@
 """Bench: is the optimized workload faster, by how much, and how sure are we.
 
-Each side runs in its own fresh processes (`proof/measure.py`), never two timed at once. By default a round starts
-one process of each side; they build and compile side by side, then time their blocks in turns, A B B A …, the
-first side flipped every round (`proof/turns.py`): each block sits next to one of the other side, which met the
-same host, and the interval pairs them. With `interleave` off, round r runs the baseline then the optimized
-workload when r is even, the other way round when r is odd, one process at a time. Nothing compiled, captured or
-allocated is shared between the sides (two workloads compiled, CUDA-graphed and interleaved call by call in one
-process share Dynamo's caches, CUDA graph trees, the allocator and the host: the number measured there is that
-process's, not either workload's). Every process reports both metrics: latency (each call alone, synchronised) and
-back-to-back time per call; the speedup of each has a bootstrap interval over rounds, blocks and calls
-(`proof/stats.py`), and `headline` says which one reports state. GPU clocks are read with nvidia-smi before, once
-timing has started, and after; never changed. bench.json is written
-atomically. Every speedup a report states comes from here, not from summed kernel durations.
+Each side runs in its own fresh processes (`proof/measure.py`), never two timed at once. By default round r runs the
+baseline then the optimized workload when r is even, the other way round when r is odd, one process at a time. With
+`interleave`, a round starts one process of each side; they build and compile side by side, then time their blocks
+in turns, A B B A …, the first side flipped every round (`proof/turns.py`): each block sits next to one of the other
+side, which met the same host, and the interval pairs them. That narrows the interval where the host's speed moves,
+but it is not the default: with the other side's process alive on the GPU, mlp_activations' CUDA-graphed float16
+side read 105.6-106.1 µs back to back, 112.3-113.6 µs one process at a time (and in `torch.utils.benchmark.Timer`,
+112-113 µs), on one H200, clocks the same (`docs/measurements/`). Nothing compiled, captured or allocated is shared
+between the sides (two workloads compiled, CUDA-graphed and interleaved call by call in one process share Dynamo's
+caches, CUDA graph trees, the allocator and the host: the number measured there is that process's, not either
+workload's). Every process reports both metrics: latency (each call alone, synchronised) and back-to-back time per
+call; the speedup of each has a bootstrap interval over rounds, blocks and calls (`proof/stats.py`), and `headline`
+says which one reports state. GPU clocks are read with nvidia-smi before, once timing has started, and after; never
+changed. bench.json is written atomically. Every speedup a report states comes from here, not from summed kernel
+durations.
 """
 
 from __future__ import annotations
@@ -164,14 +167,14 @@ def bench(
     resamples: int = BOOTSTRAP_RESAMPLES,
     progress: Progress = quiet,
     cancel: threading.Event | None = None,
-    interleave: bool = True,
+    interleave: bool = False,
 ) -> BenchResult:
     """Time `baseline` (run as `baseline_mode`) against `optimized`, each side in `rounds` fresh processes.
 
     `baseline_mode`: 'eager' (the workload as written), 'free' (the winner of `tier` in `recipes`, by default the
     recipes.json beside the baseline) or a recipe's name. `interleave`: each round's two processes run at once and
-    time their `options.blocks` blocks in turns (`proof/turns.py`); otherwise one process at a time, each timing
-    its window in one piece (for a model that does not fit in GPU memory twice). With `out_dir`,
+    time their `options.blocks` blocks in turns (`proof/turns.py`); otherwise (the default) one process at a time,
+    each timing its window in one piece. With `out_dir`,
     bench_file(baseline_mode) and the children's log of a child that failed are written there; setting `cancel`
     stops the running children.
     """

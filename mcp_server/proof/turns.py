@@ -1,4 +1,4 @@
-"""Two measurement processes timing in turns, block by block: bench's interleaved round.
+"""Two measurement processes timing in turns, block by block: bench's interleaved round (`--interleave`).
 
 A host-bound call (Python, guards, CUDA-graph bookkeeping) runs as fast as the host does, and on a shared machine
 that moves by up to 2x within seconds (`docs/measurements/`, the H200's process spread): two processes timed one
@@ -134,14 +134,14 @@ def measure_in_turns(
     results = {name: side.result for name, side in sides.items() if side.result is not None}
     if ended is not None or len(results) != len(sides):
         raise WorkloadError(f"the {ended or 'other'} side's measurement process ended before its timed blocks",
-                            "run bench with --no-interleave to see that side measured alone, and report this")
+                            "run bench without --interleave to see that side measured alone, and report this")
     return results, order
 
 
 def _remedied(error: BaseException) -> BaseException:
     """A side's error; out of memory also says that the two sides' models were on the GPU at once."""
     if isinstance(error, WorkloadError) and "out of memory" in error.message.lower():
-        error.remedy = ("in turns, both sides' processes hold their model at once: run bench with --no-interleave "
+        error.remedy = ("in turns, both sides' processes hold their model at once: run bench without --interleave "
                         f"(one process at a time); {error.remedy}")
     return error
 

@@ -372,8 +372,8 @@ class BenchRequest(Request):
     python: Interpreter
     timing: TimingOptions = TimingOptions()
     rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3).")] = 3
-    interleave: bool = Field(default=True, description="A round's two processes time blocks in turns; off: one "
-                             "at a time (a model too big for the GPU twice).")
+    interleave: bool = Field(default=False, description="A round's two processes time blocks in turns (narrower "
+                             "CI; both alive biased a side 6 %).")
     baseline_mode: BaselineMode = "eager"
     tier: Precision = "exact"
     recipes: Annotated[Path | None, PathRole("recipes.json")] = Field(
