@@ -6,15 +6,15 @@ baseline then the optimized workload when r is even, the other way round when r 
 in turns, A B B A …, the first side flipped every round (`proof/turns.py`): each block sits next to one of the other
 side, which met the same host, and the interval pairs them. That narrows the interval where the host's speed moves,
 but it is not the default: with the other side's process alive on the GPU, mlp_activations' CUDA-graphed float16
-side read 105.6-106.1 µs back to back, 112.3-113.6 µs one process at a time (and in `torch.utils.benchmark.Timer`,
-112-113 µs), on one H200, clocks the same (`docs/measurements/`). Nothing compiled, captured or allocated is shared
-between the sides (two workloads compiled, CUDA-graphed and interleaved call by call in one process share Dynamo's
-caches, CUDA graph trees, the allocator and the host: the number measured there is that process's, not either
-workload's). Every process reports both metrics: latency (each call alone, synchronised) and back-to-back time per
-call; the speedup of each has a bootstrap interval over rounds, blocks and calls (`proof/stats.py`), and `headline`
-says which one reports state. GPU clocks are read with nvidia-smi before, once timing has started, and after; never
-changed. bench.json is written atomically. Every speedup a report states comes from here, not from summed kernel
-durations.
+side read 105.8-106.1 µs back to back, 112.9-113.6 µs one process at a time (per-process medians;
+`torch.utils.benchmark.Timer`, 112-113 µs), on one H200, clocks the same (`docs/measurements/`). Nothing compiled,
+captured or allocated is shared between the sides (two workloads compiled, CUDA-graphed and interleaved call by call
+in one process share Dynamo's caches, CUDA graph trees, the allocator and the host: the number measured there is
+that process's, not either workload's). Every process reports both metrics: latency (each call alone, synchronised)
+and back-to-back time per call; the speedup of each has a bootstrap interval over rounds, blocks and calls
+(`proof/stats.py`), and `headline` says which one reports state. GPU clocks are read with nvidia-smi before, once
+timing has started, and after; never changed. bench.json is written atomically. Every speedup a report states comes
+from here, not from summed kernel durations.
 """
 
 from __future__ import annotations
