@@ -373,7 +373,7 @@ class BenchRequest(Request):
     timing: TimingOptions = TimingOptions()
     rounds: Annotated[int, Field(ge=3, description="Processes per side (at least 3).")] = 3
     interleave: bool = Field(default=False, description="A round's two processes time blocks in turns (narrower "
-                             "CI; both alive biased a side 6 %).")
+                             "CI, but a side read 6 % faster on an H200).")
     baseline_mode: BaselineMode = "eager"
     tier: Precision = "exact"
     recipes: Annotated[Path | None, PathRole("recipes.json")] = Field(
