@@ -16,6 +16,8 @@ from pydantic import ValidationError
 from mcp_server.errors import UsageError, WorkloadError
 from mcp_server.proof.bench import (
     BENCH_JSON,
+    IN_TURNS_CAVEAT,
+    _result,
     bench,
     bench_file,
     blocks_of,
@@ -23,6 +25,7 @@ from mcp_server.proof.bench import (
     spread_notes,
     summary_line,
 )
+from mcp_server.proof.measure import Measured
 from mcp_server.proof.stats import bootstrap_paired_speedup, bootstrap_speedup, pairable, percentile, summarize
 from mcp_server.proof.turns import block_order
 from mcp_server.schema.proof import BenchResult
@@ -254,6 +257,24 @@ def test_one_process_at_a_time_is_the_default_because_a_side_read_faster_beside_
         medians(turns, "baseline") + medians(alone, "baseline")) < 1.01
     assert BenchRequest.model_fields["interleave"].default is False
     assert inspect.signature(bench).parameters["interleave"].default is False
+
+
+def test_a_gpu_bench_in_turns_says_what_turns_did_to_a_side_on_the_h200(tmp_path):
+    """The recorded in-turns bench, its processes' results put through bench's own assembly again: in turns on a GPU
+    the result carries the caveat; the same results assembled as one process at a time do not."""
+    turns = _recorded(tmp_path, "h200_mlp_optimized_bench_in_turns")
+    env = {"device_name": turns.device_name, "torch_version": turns.torch_version, "python_version":
+           turns.python_version, "python_executable": turns.python_executable, "cpu_threads": turns.cpu_threads}
+    facts = {"device_type": "cuda", "timer": turns.timer, "environment": env}
+    measured = {side: [Measured({**m.model_dump(), **facts}, m.wall_time_s) for m in getattr(turns, side).rounds]
+                for side in ("baseline", "optimized")}
+    clocks = turns.clocks.model_copy(update={"note": None})
+    options = TimingOptions(blocks=turns.blocks)
+    for interleaved in (True, False):
+        result = _result(Path(turns.baseline.workload), Path(turns.optimized.workload), measured, turns.orders,
+                         options, 3, "eager", "exact", None, None, clocks, turns.started_at, 1.0, 200, interleaved)
+        assert (IN_TURNS_CAVEAT in result.warnings) is interleaved
+        assert result.method == turns.method if interleaved else result.method != turns.method
 
 
 def test_a_process_that_slows_alone_in_turns_still_widens_the_interval(tmp_path):

@@ -278,6 +278,12 @@ def blocks_of(m: Measurement, metric: str) -> list[list[float]]:
     return cuts
 
 
+IN_TURNS_CAVEAT = (
+    "timed in turns (--interleave): each side's process was alive on the GPU while the other timed, and on one H200 "
+    "a CUDA-graphed float16 side read 6-7 % faster back to back so than alone (docs/measurements/); bench without "
+    "--interleave for each side's own time")
+
+
 def spread_notes(name: str, side: BenchSide) -> list[str]:
     """What the side's processes disagree on: a metric whose per-process medians span more than PROCESS_SPREAD.
 
@@ -310,6 +316,8 @@ def _result(
     warnings += [note for name, side in (("baseline", base), ("optimized", opt)) for note in spread_notes(name, side)]
     if min(base.latency.min_ns, opt.latency.min_ns) <= 0:
         warnings.append("some calls took 0 ns by the timer: the workload is too small to time per call")
+    if interleaved and first["device_type"] == "cuda":
+        warnings.append(IN_TURNS_CAVEAT)
 
     def speedup(metric: str) -> SpeedupEstimate:
         paired = [blocks_of(m, metric) for m in base.rounds], [blocks_of(m, metric) for m in opt.rounds]
