@@ -46,6 +46,8 @@ def build(name: str, side: str) -> tuple[Any, tuple[Any, ...], bool]:
 
     import torch
 
+    from mcp_server.children.common import inputs_preparer
+
     base_path, opt_path = _paths(name)
     sys.path.insert(0, str(base_path.parent))
 
@@ -65,8 +67,8 @@ def build(name: str, side: str) -> tuple[Any, tuple[Any, ...], bool]:
     torch.manual_seed(0)
     opt_model, _ = opt.get_model_and_input()
     opt_model.load_state_dict(model.state_dict())
-    prepare = getattr(opt, "prepare_inputs", lambda x: x)  # converted once before the calls, as bench does
-    return opt.optimize(opt_model), tuple(prepare(tuple(inputs))), True
+    # converted once before the calls, as bench's measure child converts them
+    return opt.optimize(opt_model), tuple(inputs_preparer(opt)(tuple(inputs))), True
 
 
 def independent(name: str, side: str, method: str) -> dict[str, float]:

@@ -280,7 +280,7 @@ def blocks_of(m: Measurement, metric: str) -> list[list[float]]:
 
 IN_TURNS_CAVEAT = (
     "timed in turns (--interleave): each side's process was alive on the GPU while the other timed, and on one H200 "
-    "a CUDA-graphed float16 side read 6-7 % faster back to back so than alone (docs/measurements/); bench without "
+    "a CUDA-graphed float16 side read 6-7 % faster back to back than alone (docs/measurements/); bench without "
     "--interleave for each side's own time")
 
 
