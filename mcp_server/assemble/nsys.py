@@ -61,9 +61,14 @@ def assemble_nsys(run_dir: RunDir, manifest: RunManifest) -> OperatorAttributedP
         raise ProfileFormatError(str(exc), "re-run `operator-profiler profile --backend nsys`") from exc
 
 
-def _stopped_early(record: PassRecord) -> str:
-    """The warning for a counter pass that kept what it replayed before it was stopped."""
+def _stopped_early(record: PassRecord, second_pass: bool = True) -> str:
+    """The warning for a counter pass that kept what it replayed before it was stopped (`second_pass`: whether the
+    split's second pass left a report)."""
     if any(note.startswith(SPLIT_NOTE) for note in record.notes):
+        if not second_pass:
+            return (f"the {record.name} pass was stopped at the replay budget's split (--replay-budget), and its "
+                    "second pass left no counters (it did not run, or failed: the progress says which): the "
+                    "configurations after the split carry none (raise --replay-budget)")
         return (f"the {record.name} pass was stopped at the replay budget's split (--replay-budget): the "
                 "configurations it replayed and those of the second pass carry counters")
     budget = any("--replay-budget" in note for note in record.notes)  # the pass's own account of its stop
@@ -122,7 +127,8 @@ def _assemble(
             truncated=ncu_pass.stopped_early is not None,
             variants_at=variants_pass.replayed_launches if variants_pass else None,
         )
-        counter_warnings += [_stopped_early(p) for p in (ncu_pass, variants_pass) if p and p.stopped_early]
+        counter_warnings += [_stopped_early(p, second_pass=variants_pass is not None)
+                             for p in (ncu_pass, variants_pass) if p and p.stopped_early]
         counter_warnings += [f"nsys/ncu mismatch: {p}" for p in problems] + notes
         if problems and harness.cudnn_benchmark:
             counter_warnings.append(AUTOTUNED)

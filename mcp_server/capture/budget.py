@@ -72,8 +72,23 @@ def refitted(plan: ReplayPlan, seconds_each: float | None, start_s: float | None
     start = plan.start_s if start_s is None else start_s
     if abs(pace - fitted_at) <= tolerance * fitted_at and abs(start - plan.start_s) <= pace:
         return plan
-    return within_budget(plan, plan.budget_s, pace, start, main_limit=plan.main_limit if plan.config_pass else None,
-                         split=plan.config_pass)
+    fitted = within_budget(plan, plan.budget_s, pace, start, main_limit=plan.main_limit if plan.config_pass else None,
+                           split=plan.config_pass)
+    if plan.config_pass and not fitted.config_pass:
+        return _second_pass_kept(plan, pace, start)
+    return fitted
+
+
+def _second_pass_kept(plan: ReplayPlan, seconds_each: float, start_s: float) -> ReplayPlan:
+    """`plan`'s second pass kept past its budget, which at `seconds_each` and `start_s` leaves that pass no room: the
+    ncu pass stops at the split `plan` set (it was told before its pace or the second pass's warm-up was measured),
+    so without the second pass every configuration after the split would carry no counters at all.
+    `past_budget_s` says by how much the two passes overrun the budget."""
+    names = set(plan.variant_names)
+    second = len({f.config for f in plan.launch_facts if f.mangled_name in names})
+    cost = (plan.main_limit or 0) * seconds_each + start_s + second * seconds_each
+    return replace(plan, seconds_each=seconds_each, start_s=start_s,
+                   past_budget_s=max(0.0, cost - (plan.budget_s or 0.0)))
 
 
 def _split_configurations(plan: ReplayPlan, affordable: int, start: int, replayed: int,
@@ -263,7 +278,10 @@ def budget_note(plan: ReplayPlan) -> str | None:
                 f"{plan.configurations * seconds_each:.0f} s, so the ncu pass replays the first {plan.main_limit} in "
                 f"launch order and a second pass the {len(plan.variants)} left of {len(plan.variant_names)} kernels "
                 f"holding the most kernel time ({100 * variant_share(plan):.1f} % of the window's); "
-                f"{plan.unmeasured} carry no counters, and no shape variant is replayed (raise --replay-budget)")
+                f"{plan.unmeasured} carry no counters, and no shape variant is replayed (raise --replay-budget)"
+                + (f"; at the pace and warm-up measured since, the two passes run about {plan.past_budget_s:.0f} s "
+                   "past the budget: the ncu pass was told to stop at its split, and without the second pass the "
+                   "configurations after it would carry no counters" if plan.past_budget_s >= 0.5 else ""))
     if plan.main_limit is not None:
         return (f"replay budget {plan.budget_s:.0f} s: the {plan.configurations} configurations alone need about "
                 f"{plan.configurations * seconds_each:.0f} s, so ncu replays them in launch order until its replay "

@@ -75,6 +75,7 @@ class ReplayPlan:
     # first launches; `unmeasured` counts the configurations neither replays
     config_pass: bool = False
     unmeasured: int = 0
+    past_budget_s: float = 0.0  # a second pass kept past the budget: the ncu pass was told to stop at its split
     left_out: list[int] = field(default_factory=list)  # variants not replayed: they take the nearest measured shape
     unfitted: ReplayPlan | None = field(default=None, repr=False, compare=False)  # the plan before it was fitted
 
