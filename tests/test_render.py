@@ -144,6 +144,8 @@ def test_report_states_device_clocks_and_bench_speedup(documents: dict[str, str]
     bench = BenchResult.model_validate_json(loop["bench"].read_text())
     s = bench.speedup
     assert f"**Measured speedup: {s.point:.3f}× (95 % confidence interval {s.ci_low:.3f}×–{s.ci_high:.3f}×" in report
+    level = ", not significant: the interval contains 1.0" if s.ci_low <= 1.0 <= s.ci_high else ""
+    assert f"**Speedup**: {s.point:.2f}× (95 % CI {s.ci_low:.2f}×–{s.ci_high:.2f}×{level}) against eager" in report
     assert f"{bench.baseline.summary_of(bench.headline).samples} timed calls per side" in report
     assert f"each side in {bench.rounds} fresh processes of its own" in report
     assert "| GPU | NVIDIA H200 (cuda, 132 SMs, compute capability 9.0) |" in report
@@ -153,6 +155,23 @@ def test_report_states_device_clocks_and_bench_speedup(documents: dict[str, str]
     assert "| gpu_kernel_time_ns | 57.0 µs | 54.8 µs | 1.040× |" in report
     assert "Measured speedup: 1.040" not in report
     assert "bench.json was measured on cpu, the profiles on NVIDIA H200" in report
+
+
+@pytest.mark.parametrize("interval", [(0.95, 0.76, 1.21), (1.30, 1.12, 1.41), (0.80, 0.71, 0.93)])
+def test_the_summarys_speedup_says_when_its_interval_holds_one(loop: dict[str, Path], tmp_path: Path,
+                                                                interval: tuple[float, float, float]) -> None:
+    """The loop's bench with its latency interval set to one holding 1.0, one above and one below: the summary's
+    headline says "not significant" for the first alone (a CPU frontier whose winner is eager read 0.90×, 0.76–1.21)."""
+    bench = BenchResult.model_validate_json(loop["bench"].read_text())
+    point, low, high = interval
+    moved = bench.latency_speedup.model_copy(update={"point": point, "ci_low": low, "ci_high": high})
+    path = tmp_path / "bench.json"
+    path.write_text(bench.model_copy(update={"latency_speedup": moved}).model_dump_json())
+    paths = render_report(loop["baseline"], tmp_path / "docs", bench=path, project_dir=REPO)
+    report = next(p for p in paths if p.name == "report.md").read_text()
+    summary = report.split("## Summary")[1].split("## Details")[0]
+    level = ", not significant: the interval contains 1.0" if low <= 1.0 <= high else ""
+    assert f"**Speedup**: {point:.2f}× (95 % CI {low:.2f}×–{high:.2f}×{level}) against eager as written" in summary
 
 
 def test_report_has_per_operator_counters_applied_and_residual(documents: dict[str, str]) -> None:

@@ -219,6 +219,7 @@ def test_the_reduced_tier_holds_float32_outputs_to_its_stated_tolerance(tmp_path
     assert report.tier == "reduced" and report.tolerances["float32"] == 1e-2
     assert _check(report, "numerics").passed
     assert report.precision_note is not None and "held to the float32 class (rtol 0.01)" in report.precision_note
+    assert "TF32 does not apply on the CPU" in report.precision_note, "cuDNN's flag is True on a CPU machine too"
     fp8 = validate(BASELINE, WORKLOADS / "tiny_mlp_wrong_numerics_optimized.py", seeds=(0,), run_tests=False,
                    tier="fp8")
     assert fp8.tier == "fp8" and _check(fp8, "numerics").passed

@@ -174,7 +174,8 @@ def _report(
         cls = "tf32" if raw.get("tf32") else "float32"
         rtol = raw.get("tolerances", {}).get(cls)
         regime = f"float32 outputs held to the {cls} class" + (f" (rtol {rtol:g})" if rtol is not None else "")
-        allowed = f"TF32 allowed by {', '.join(tf32)}" if tf32 else "TF32 off"
+        allowed = (f"TF32 allowed by {', '.join(tf32)}" if tf32 else "TF32 off") if env.get("cuda_available") \
+            else "TF32 does not apply on the CPU"  # torch's cuDNN flag defaults to True on every machine
         precision = f"float32 matmul precision {flags.get('float32_matmul_precision')!r}; {allowed}; {regime}"
         written = raw.get("written_max_rel_error")
         if written is not None:

@@ -33,7 +33,9 @@ class SummaryView(BaseModel):
 
 
 def _ratio(point: float, low: float, high: float) -> str:
-    return f"{point:.2f}× (95 % CI {low:.2f}×–{high:.2f}×)"
+    """A speedup with its interval, said to be no established change when the interval holds 1.0."""
+    level = ", not significant: the interval contains 1.0" if low <= 1.0 <= high else ""
+    return f"{point:.2f}× (95 % CI {low:.2f}×–{high:.2f}×{level})"
 
 
 def _few(modules: str, shown: int = 2) -> str:
