@@ -190,6 +190,14 @@ def test_optimize_writes_the_floor_into_its_folder_and_reports_the_winner(fronti
     lowered = "computes in lower precision (the reduced tier), eager in fp32" in summary
     both_fp32 = "both compute in fp32 (the reduced tier allowed lower precision" in summary
     assert (lowered, both_fp32) == ((True, False) if "+fp32" not in winner.recipe else (False, True)), summary
+    # the recipe's workload has no backend and no generated test: its document says what it is, not a backend's text
+    doc = (out / "OPTIMIZED_WORKLOAD.md").read_text()
+    assert f"with the free recipe **{winner.recipe}** applied as plain code in `optimize(model)`" in doc
+    assert "registered `torch.compile` backend" not in doc and "backend=BACKEND_NAME" not in doc
+    assert "## Test" not in doc and "backend `?`" not in doc
+    assert f"The free recipe **{winner.recipe}** and nothing beyond it" in doc
+    assert ("prepare_inputs(inputs)" in doc) == ("def prepare_inputs(" in (out / "tiny_mlp_optimized.py").read_text())
+    assert ("The first call compiles" in doc) == (not winner.recipe.startswith("eager+"))
 
 
 def test_optimize_names_the_stage_it_stopped_at(frontier: Path, tmp_path: Path) -> None:

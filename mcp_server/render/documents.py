@@ -7,6 +7,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
+from mcp_server.children.contract import recipe_parts
 from mcp_server.proof.validate import generated_test_path
 from mcp_server.render.baselines import BaselinesView, FrontierView, baselines_view
 from mcp_server.render.calibration import CalibrationView, calibration_view
@@ -82,8 +83,13 @@ class OptimizedWorkloadView(BaseModel):
     name: str
     workload: str
     optimized_workload: str
-    test_file: str
+    test_file: str | None = Field(description="Its generated test, where one was written beside it.")
     backend_name: str | None
+    recipe: str | None = Field(default=None, description="The free recipe it applies in optimize(model) (its "
+                               "RECIPE), instead of a registered backend.")
+    compiles: bool = Field(default=True, description="Whether its first call compiles (a recipe in eager mode "
+                           "does not).")
+    prepares_inputs: bool = Field(default=False, description="Whether it defines prepare_inputs(inputs).")
     applied_passes: dict[str, int]
     items: list[ItemView]
     validation: ValidationView | None
@@ -201,17 +207,29 @@ def build_optimized_workload_view(inputs: ReportInputs, out_dir: Path, project_d
         raise ValueError("OPTIMIZED_WORKLOAD.md needs an optimized workload: pass validation, bench or optimizations")
     commands = [c for c in report_commands(inputs, out_dir, project_dir) if c.argv[1] in ("validate", "bench")]
     notes = [n for n in consistency_notes(inputs) if n.about in ("bench", "validation")]
+    recipe = inputs.validation.recipe if inputs.validation else None
+    test = generated_test_path(Path(optimized))
     return OptimizedWorkloadView(
         name=Path(optimized).stem, workload=show_path(inputs.baseline.capture_metadata.workload, project_dir),
         optimized_workload=show_path(optimized, project_dir),
-        test_file=show_path(generated_test_path(Path(optimized)), project_dir),
+        test_file=show_path(test, project_dir) if test.is_file() else None,
         backend_name=inputs.validation.backend_name if inputs.validation else None,
+        recipe=recipe, compiles=recipe is None or recipe_parts(recipe)[0] != "eager",
+        prepares_inputs=_defines(Path(optimized), "prepare_inputs"),
         applied_passes=inputs.validation.applied_passes if inputs.validation else {},
         items=item_views(inputs.optimizations, inputs.validation) if inputs.optimizations else [],
         validation=validation_view(inputs.validation) if inputs.validation else None,
         speedup=speedup_view(inputs.bench) if inputs.bench else None, frontier=_frontier(inputs, project_dir),
         commands=commands, notes=notes,
     )
+
+
+def _defines(workload: Path, function: str) -> bool:
+    """Whether `workload`'s source defines `function` at its top level (False when it cannot be read)."""
+    try:
+        return f"\ndef {function}(" in workload.read_text(encoding="utf-8")
+    except OSError:
+        return False
 
 
 def _frontier(inputs: ReportInputs, project_dir: Path) -> FrontierView | None:
