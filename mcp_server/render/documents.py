@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import TypeVar
 
@@ -225,11 +226,12 @@ def build_optimized_workload_view(inputs: ReportInputs, out_dir: Path, project_d
 
 
 def _defines(workload: Path, function: str) -> bool:
-    """Whether `workload`'s source defines `function` at its top level (False when it cannot be read)."""
+    """Whether `workload`'s source defines `function` at its top level (False when it cannot be read or parsed)."""
     try:
-        return f"\ndef {function}(" in workload.read_text(encoding="utf-8")
-    except OSError:
+        tree = ast.parse(workload.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
         return False
+    return any(isinstance(node, ast.FunctionDef) and node.name == function for node in tree.body)
 
 
 def _frontier(inputs: ReportInputs, project_dir: Path) -> FrontierView | None:
