@@ -88,19 +88,23 @@ def test_a_tensors_value_read_by_python_is_named_at_its_line(tmp_path):
 
 def test_a_training_script_with_dataloader_workers_is_profiled_as_it_is(tmp_path):
     out = tmp_path / "run"
-    # 16 samples in batches of 8: two steps per epoch, so the window (3 warm-up steps, 1 active) needs the script's
-    # own --epochs 2 after `--`; its DataLoader reads them in 2 worker processes.
+    # 16 samples in batches of 8: two steps per epoch, so the window (3 warm-up steps, 1 active) and the 5 windows
+    # timed without the profiler after it (no CUDA here) need the script's own --epochs 5 after `--`; its
+    # DataLoader reads them in 2 worker processes.
     proc = run_cli("profile", "--script", str(TRAIN), "-o", str(out), "-q", "--",
-                   "--epochs", "2", "--samples", "16", "--workers", "2")
+                   "--epochs", "5", "--samples", "16", "--workers", "2")
     assert proc.returncode == 0, proc.stderr
     harness = json.loads((out / "torch" / "harness.json").read_text())
     assert harness["workload_kind"] == "steps" and harness["cudnn_benchmark"] is False
     assert harness["steps"] == {**harness["steps"], "kind": "optimizer", "name": "SGD.step", "warmup": 3,
-                                "active": 1, "seen": 4, "stopped_after_window": True}
+                                "active": 1, "seen": 3 + 1 + 5, "stopped_after_window": True}
+    assert len(harness["unprofiled_windows"]) == 5 and all(w["wall_time_ns"] > 0 for w in harness["unprofiled_windows"])
     profile = load_profile(out / "profile.json")
+    assert profile.window.unprofiled_windows == 5 and profile.window.unprofiled_wall_time_ns, (
+        "a script's step timed without the profiler, as the contract's window is on the CPU")
     meta = profile.capture_metadata
     assert meta.run_mode == "train_step" and meta.root_module == "Classifier"
-    assert meta.command_line[-6:] == ["--", "--epochs", "2", "--samples", "16", "--workers", "2"][-6:]
+    assert meta.command_line[-6:] == ["--", "--epochs", "5", "--samples", "16", "--workers", "2"][-6:]
     ops = profile.operators
     assert {op.phase for op in ops} == {"forward", "backward", "optimizer"}
     linears = [op for op in ops if op.operator_name == "aten::linear"]
@@ -164,7 +168,9 @@ def test_an_inference_script_is_windowed_by_calls_of_a_named_function_or_module(
                    "-q", "--", "--prompts", "3", "--new-tokens", "4")
     assert proc.returncode == 0, proc.stderr
     harness = json.loads((out / "torch" / "harness.json").read_text())
-    assert harness["steps"]["kind"] == "function" and harness["steps"]["seen"] == 2
+    # generate's second call is the window; its third, the script's last, is timed without the profiler
+    assert harness["steps"]["kind"] == "function" and harness["steps"]["seen"] == 3
+    assert len(harness["unprofiled_windows"]) == 1 and not harness["steps"]["stopped_after_window"]
     assert harness["steps"]["defined_at"] == _line(GENERATE, "@torch.no_grad()")  # where its code begins
     profile = load_profile(out / "profile.json")
     assert profile.capture_metadata.run_mode == "inference"
@@ -215,7 +221,9 @@ def test_a_compiled_modules_calls_are_the_steps_its_class_names(tmp_path):
     proc = run_cli("profile", "--script", str(script), "--window-fn", "Net", "-o", str(out), "-q")
     assert proc.returncode == 0, proc.stderr
     harness = json.loads((out / "torch" / "harness.json").read_text())
-    assert harness["steps"]["kind"] == "module" and harness["steps"]["seen"] == 4 and harness["root_module"] == "Net"
+    # the window is the fourth call; the script's last two are timed without the profiler
+    assert harness["steps"]["kind"] == "module" and harness["steps"]["seen"] == 6 and harness["root_module"] == "Net"
+    assert len(harness["unprofiled_windows"]) == 2
     assert harness["graph_breaks"] == []
 
 
@@ -277,8 +285,10 @@ def test_a_training_loop_without_an_optimizer_is_windowed_by_its_backward_calls(
     proc = run_cli("profile", "--script", str(MANUAL), "--window-fn", "backward", "-o", str(out), "-q")
     assert proc.returncode == 0, proc.stderr
     harness = json.loads((out / "torch" / "harness.json").read_text())
+    # its 6 steps: 3 to warm up, the window, then 2 timed without the profiler before the script ends
     assert harness["steps"] == {**harness["steps"], "kind": "backward", "name": "backward()", "warmup": 3,
-                                "active": 1, "seen": 4, "stopped_after_window": True}
+                                "active": 1, "seen": 6, "stopped_after_window": False}
+    assert len(harness["unprofiled_windows"]) == 2
     profile = load_profile(out / "profile.json")
     assert profile.capture_metadata.run_mode == "train_step"
     ops = profile.operators

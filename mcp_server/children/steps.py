@@ -40,7 +40,13 @@ from mcp_server.children.graph_capture import GraphCaptureRanges
 from mcp_server.children.script_ranks import RankFacts, SpawnedRanks
 from mcp_server.children.sites import UserFrames
 from mcp_server.children.step_sources import BackwardSteps, NamedSteps, OptimizerSteps
-from mcp_server.children.window import NESTED_SHAPES_WARNING, KernelTrace, MeasuredWindow, has_nested
+from mcp_server.children.window import (
+    NESTED_SHAPES_WARNING,
+    UNPROFILED_BUDGET_NS,
+    KernelTrace,
+    MeasuredWindow,
+    has_nested,
+)
 from mcp_server.children.window_sites import WindowSites
 
 TRACED_WINDOWS = 2  # the timing pass's windows run again under the kernel trace (as the contract's)
@@ -78,6 +84,11 @@ class StepWindows:
         self._closed_at: int | None = None  # the steps at which the last window closed (the next one opens there)
         self.windows: list[dict[str, Any]] = []  # the untraced windows' times
         self.traced: list[dict[str, Any]] = []
+        # without CUDA, a torch pass times more windows without the profiler once its own has closed (the
+        # contract's come first; a script's steps may end at any time, so its profiled window is never put at risk)
+        self.unprofiled = (args.unprofiled_windows or 0) if recording.torch_profiler and not self.cuda else 0
+        self.unprofiled_timed: list[dict[str, int]] = []
+        self._plain: tuple[int, int] | None = None  # the open unprofiled window: (steps, perf_counter_ns) at its start
         self.last: MeasuredWindow | None = None
         self._open: MeasuredWindow | None = None
         self.record_shapes = True  # off once a model was called with nested tensors (`window.has_nested`)
@@ -122,6 +133,8 @@ class StepWindows:
         """A step is about to run."""
         if self.opens_at_start and self._due():
             self._start()
+        if self.opens_at_start and self._plain_due():
+            self._plain = (self.steps, time.perf_counter_ns())
 
     def step_ended(self) -> None:
         """A step has run: close the window its last step ends; open the next one where it opens here."""
@@ -129,10 +142,22 @@ class StepWindows:
         if self._open is not None and self.steps == self._opened_at + self.active:
             self._close()
             self._closed_at = self.steps
-            if self.measured == self.total:
+            if self.measured == self.total and not self.unprofiled:
+                raise StopScript
+        if self._plain is not None and self.steps == self._plain[0] + self.active:
+            self.unprofiled_timed.append({"wall_time_ns": time.perf_counter_ns() - self._plain[1]})
+            self._plain = None
+            spent = sum(w["wall_time_ns"] for w in self.unprofiled_timed)
+            if len(self.unprofiled_timed) == self.unprofiled or spent > UNPROFILED_BUDGET_NS:
                 raise StopScript
         if not self.opens_at_start and self._due():
             self._start()
+        if not self.opens_at_start and self._plain_due():
+            self._plain = (self.steps, time.perf_counter_ns())
+
+    def _plain_due(self) -> bool:
+        """An unprofiled window opens at this boundary: the profiled ones are measured, more are wanted."""
+        return self._plain is None and self.measured == self.total and len(self.unprofiled_timed) < self.unprofiled
 
     def recount(self) -> None:
         """The steps' boundary moved before any window opened (a loop's last optimizer to step, seen stepping for
@@ -219,6 +244,7 @@ def run_steps(args: Any, result: dict[str, Any], enter: Callable[[str], None]) -
     if facts is not None:
         windows.closed.append(facts.window_closed)
         windows.on_start = facts.line_up
+        windows.unprofiled = 0  # the ranks line their windows up: none runs on alone
     source: OptimizerSteps | BackwardSteps | NamedSteps
     if args.window_fn is None:
         source = OptimizerSteps(windows, modules)
@@ -344,6 +370,8 @@ def _report(args: Any, result: dict[str, Any], windows: StepWindows, source: Any
         result["warnings"].append(
             f"{', '.join(source.late)} first stepped after the window opened: a step is one {source.name}, which may "
             "not end the loop's iteration; raise the warm-up (--steps W:A) past every optimizer's first step")
+    if windows.unprofiled_timed:
+        result["unprofiled_windows"] = windows.unprofiled_timed
     if windows.measured < windows.total:
         result["warnings"].append(f"the script ended after {windows.steps} steps: {windows.measured} of "
                                   f"{windows.total} windows of {args.iters} step(s) were measured")

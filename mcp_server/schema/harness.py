@@ -66,7 +66,8 @@ class HarnessResult(_Open):
     windows: list[TimedWindow] | None = None
     traced_windows: list[TimedWindow] | None = None
     unprofiled_windows: list[TimedWindow] | None = Field(
-        default=None, description="(without CUDA) the window timed on the host clock without the profiler first.")
+        default=None, description="(without CUDA) the window timed on the host clock without the profiler: before "
+        "the profiled window, or after it in a script run as it is.")
     clocks: dict[str, Any] | None = None
     root_module: str | None = None
     varying_inputs: dict[str, int] | None = Field(
